@@ -1,0 +1,534 @@
+/* Stand-in libcudart.so.12: a CPU model of the CUDA runtime, just deep enough to behave like
+ * the real one at its edges. "Device memory" is host memory this file allocated and tracks;
+ * errors are per-thread (cudaGetLastError clears, cudaPeekAtLastError does not) except the
+ * sticky ones, which poison the whole process like a broken CUDA context.
+ *
+ * Knobs (read once), shared with the stand-in libcublas through the cudashim_* functions:
+ *   CUDASHIM_NO_DRIVER=1          behave as if libcuda.so.1 were missing
+ *   CUDASHIM_MEM_TOTAL=BYTES      device memory size (default 16 GiB); cudaMalloc fails past it
+ *   CUDASHIM_FAIL=fn:N:status,... the Nth call of fn returns status (N counts from 1)
+ *   CUDASHIM_ASYNC_FAULT=N        the Nth GEMM "kernel" faults asynchronously (700)
+ * The driver's own knobs live in cuda.c. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "include/cuda_runtime_api.h"
+
+#define SHIM_RUNTIME_VERSION 12090
+#define MAX_STREAMS 256
+#define MAX_RULES 16
+
+typedef int (*cu_fn_int)(int *);
+typedef int (*cu_fn_uint)(unsigned int);
+
+struct allocation {
+    uintptr_t base;
+    size_t size;
+};
+
+struct stream {
+    int live;
+    int capture; /* enum cudaStreamCaptureStatus */
+};
+
+struct fail_rule {
+    char name[128];
+    long nth;
+    int status;
+    long seen;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static struct allocation *allocations;
+static size_t allocation_count, allocation_cap;
+static size_t bytes_in_use;
+static size_t memory_total = (size_t)16 << 30;
+static struct stream streams[MAX_STREAMS];
+static struct fail_rule rules[MAX_RULES];
+static int rule_count;
+static long async_fault_at;
+static long gemm_launches;
+static int driver_error;  /* why the runtime cannot start, 0 when it can */
+static int driver_version; /* 0 when there is no driver */
+static int sticky_error;   /* once set, every call returns it */
+static int pending_fault;  /* a "kernel" fault not yet seen by a synchronisation */
+static __thread int last_error;
+
+static int is_sticky(int code) {
+    switch (code) {
+    case 226: case 700: case 702: case 710: case 714: case 715: case 716: case 717:
+    case 718: case 719: case 721: case 810: case 911:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void parse_rules(const char *spec) {
+    while (spec && *spec && rule_count < MAX_RULES) {
+        struct fail_rule *r = &rules[rule_count];
+        const char *end = strchr(spec, ',');
+        size_t len = end ? (size_t)(end - spec) : strlen(spec);
+        char item[128];
+        if (len >= sizeof item) len = sizeof item - 1;
+        memcpy(item, spec, len);
+        item[len] = 0;
+        char *c1 = strchr(item, ':');
+        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (c1 && c2) {
+            *c1 = 0;
+            *c2 = 0;
+            snprintf(r->name, sizeof r->name, "%s", item);
+            r->nth = atol(c1 + 1);
+            r->status = atoi(c2 + 1);
+            rule_count++;
+        } else {
+            fprintf(stderr, "cudashim: ignoring malformed CUDASHIM_FAIL item '%s'\n", item);
+        }
+        spec = end ? end + 1 : NULL;
+    }
+}
+
+static void initialise(void) {
+    const char *total = getenv("CUDASHIM_MEM_TOTAL");
+    if (total && *total) memory_total = strtoull(total, NULL, 10);
+    parse_rules(getenv("CUDASHIM_FAIL"));
+    const char *af = getenv("CUDASHIM_ASYNC_FAULT");
+    if (af && *af) async_fault_at = atol(af);
+
+    /* Like the real runtime: the driver is libcuda.so.1, loaded at first use. */
+    const char *no_driver = getenv("CUDASHIM_NO_DRIVER");
+    void *cuda = (no_driver && *no_driver && *no_driver != '0') ? NULL
+                                                                : dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!cuda) {
+        driver_error = cudaErrorInsufficientDriver;
+        return;
+    }
+    cu_fn_int get_version = (cu_fn_int)dlsym(cuda, "cuDriverGetVersion");
+    cu_fn_uint init = (cu_fn_uint)dlsym(cuda, "cuInit");
+    cu_fn_int get_count = (cu_fn_int)dlsym(cuda, "cuDeviceGetCount");
+    if (!get_version || !init || !get_count || get_version(&driver_version) != 0) {
+        driver_error = cudaErrorInsufficientDriver;
+        driver_version = 0;
+        return;
+    }
+    if (driver_version < SHIM_RUNTIME_VERSION) {
+        driver_error = cudaErrorInsufficientDriver;
+        return;
+    }
+    int count = 0;
+    if (init(0) != 0 || get_count(&count) != 0 || count == 0) driver_error = cudaErrorNoDevice;
+}
+
+static int fail(int code) {
+    last_error = code;
+    if (is_sticky(code)) {
+        pthread_mutex_lock(&lock);
+        if (!sticky_error) sticky_error = code;
+        pthread_mutex_unlock(&lock);
+    }
+    return code;
+}
+
+/* Every runtime entry point starts here: the driver must be usable, and a sticky error, once
+ * raised, is what every call returns. */
+#define ENTER()                                              \
+    do {                                                     \
+        pthread_once(&init_once, initialise);                \
+        if (driver_error) return fail(driver_error);         \
+        if (sticky_error) return fail(sticky_error);         \
+    } while (0)
+
+#define INJECT(name)                                         \
+    do {                                                     \
+        int injected_ = cudashim_inject(name);               \
+        if (injected_) return fail(injected_);               \
+    } while (0)
+
+/* ---- private interface for the stand-in libcublas (not part of CUDA) ---- */
+
+int cudashim_inject(const char *function) {
+    pthread_once(&init_once, initialise);
+    int status = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < rule_count; i++) {
+        if (strcmp(rules[i].name, function) == 0 && ++rules[i].seen == rules[i].nth) status = rules[i].status;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+int cudashim_driver_error(void) {
+    pthread_once(&init_once, initialise);
+    return driver_error;
+}
+
+int cudashim_sticky_error(void) { return sticky_error; }
+
+/* 1 when [ptr, ptr + bytes) lies inside one live allocation. */
+int cudashim_is_device_range(const void *ptr, size_t bytes) {
+    uintptr_t p = (uintptr_t)ptr;
+    int inside = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < allocation_count; i++) {
+        const struct allocation *a = &allocations[i];
+        if (p >= a->base && p - a->base < a->size && bytes <= a->size - (p - a->base)) {
+            inside = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return inside;
+}
+
+int cudashim_stream_valid(cudaStream_t stream) {
+    if (stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return 1;
+    uintptr_t s = (uintptr_t)stream, first = (uintptr_t)&streams[0];
+    if (s < first || s >= first + sizeof streams || (s - first) % sizeof(struct stream)) return 0;
+    return ((struct stream *)stream)->live;
+}
+
+/* A GEMM "kernel" is being launched: 1 when fault injection says it faults. */
+int cudashim_next_launch_faults(void) {
+    pthread_mutex_lock(&lock);
+    long n = ++gemm_launches;
+    pthread_mutex_unlock(&lock);
+    return async_fault_at > 0 && n == async_fault_at;
+}
+
+/* A kernel faulted: the error surfaces at the next synchronisation, then sticks. */
+void cudashim_raise_async(int code) {
+    pthread_mutex_lock(&lock);
+    if (!pending_fault) pending_fault = code;
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- versions, devices ---- */
+
+cudaError_t cudaRuntimeGetVersion(int *runtimeVersion) {
+    if (!runtimeVersion) return fail(cudaErrorInvalidValue);
+    *runtimeVersion = SHIM_RUNTIME_VERSION;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *driverVersion) {
+    pthread_once(&init_once, initialise);
+    if (!driverVersion) return fail(cudaErrorInvalidValue);
+    *driverVersion = driver_version;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    ENTER();
+    INJECT("cudaGetDeviceCount");
+    if (!count) return fail(cudaErrorInvalidValue);
+    *count = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+    ENTER();
+    return device == 0 ? cudaSuccess : fail(101 /* cudaErrorInvalidDevice */);
+}
+
+cudaError_t cudaGetDevice(int *device) {
+    ENTER();
+    if (!device) return fail(cudaErrorInvalidValue);
+    *device = 0;
+    return cudaSuccess;
+}
+
+/* ---- memory ---- */
+
+static int track(void *ptr, size_t size) {
+    if (allocation_count == allocation_cap) {
+        size_t cap = allocation_cap ? allocation_cap * 2 : 64;
+        struct allocation *grown = realloc(allocations, cap * sizeof *grown);
+        if (!grown) return 0;
+        allocations = grown;
+        allocation_cap = cap;
+    }
+    allocations[allocation_count++] = (struct allocation){(uintptr_t)ptr, size};
+    bytes_in_use += size;
+    return 1;
+}
+
+static int untrack(void *ptr) {
+    for (size_t i = 0; i < allocation_count; i++) {
+        if (allocations[i].base == (uintptr_t)ptr) {
+            bytes_in_use -= allocations[i].size;
+            allocations[i] = allocations[--allocation_count];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static cudaError_t allocate(void **devPtr, size_t size) {
+    if (!devPtr) return fail(cudaErrorInvalidValue);
+    if (size == 0) {
+        *devPtr = NULL;
+        return cudaSuccess;
+    }
+    pthread_mutex_lock(&lock);
+    int over = size > memory_total - bytes_in_use;
+    pthread_mutex_unlock(&lock);
+    if (over) return fail(cudaErrorMemoryAllocation);
+    size_t rounded = (size + 255) & ~(size_t)255;
+    void *p = aligned_alloc(256, rounded);
+    if (!p) return fail(cudaErrorMemoryAllocation);
+    pthread_mutex_lock(&lock);
+    int ok = track(p, size);
+    pthread_mutex_unlock(&lock);
+    if (!ok) {
+        free(p);
+        return fail(cudaErrorMemoryAllocation);
+    }
+    *devPtr = p;
+    return cudaSuccess;
+}
+
+static cudaError_t release(void *devPtr) {
+    if (!devPtr) return cudaSuccess;
+    pthread_mutex_lock(&lock);
+    int found = untrack(devPtr);
+    pthread_mutex_unlock(&lock);
+    if (!found) return fail(cudaErrorInvalidValue);
+    free(devPtr);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **devPtr, size_t size) {
+    ENTER();
+    INJECT("cudaMalloc");
+    return allocate(devPtr, size);
+}
+
+cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {
+    ENTER();
+    INJECT("cudaMallocAsync");
+    if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
+    return allocate(devPtr, size);
+}
+
+cudaError_t cudaFree(void *devPtr) {
+    ENTER();
+    INJECT("cudaFree");
+    return release(devPtr);
+}
+
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) {
+    ENTER();
+    INJECT("cudaFreeAsync");
+    if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
+    return release(devPtr);
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    ENTER();
+    if (!free_bytes || !total) return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&lock);
+    *free_bytes = memory_total - bytes_in_use;
+    *total = memory_total;
+    pthread_mutex_unlock(&lock);
+    return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr) {
+    ENTER();
+    if (!attributes) return fail(cudaErrorInvalidValue);
+    int device = ptr && cudashim_is_device_range(ptr, 1);
+    attributes->type = device ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    attributes->device = device ? 0 : -2;
+    attributes->devicePointer = device ? (void *)ptr : NULL;
+    attributes->hostPointer = device ? NULL : (void *)ptr;
+    return cudaSuccess;
+}
+
+/* The pending kernel fault, if any, becomes sticky: what a synchronisation reports. */
+static int settle(void) {
+    pthread_mutex_lock(&lock);
+    if (pending_fault && !sticky_error) sticky_error = pending_fault;
+    pending_fault = 0;
+    int code = sticky_error;
+    pthread_mutex_unlock(&lock);
+    return code;
+}
+
+static cudaError_t copy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+    if (count == 0) return cudaSuccess;
+    if (!dst || !src) return fail(cudaErrorInvalidValue);
+    int dst_device, src_device;
+    switch (kind) {
+    case cudaMemcpyHostToHost: dst_device = 0; src_device = 0; break;
+    case cudaMemcpyHostToDevice: dst_device = 1; src_device = 0; break;
+    case cudaMemcpyDeviceToHost: dst_device = 0; src_device = 1; break;
+    case cudaMemcpyDeviceToDevice: dst_device = 1; src_device = 1; break;
+    case cudaMemcpyDefault:
+        dst_device = cudashim_is_device_range(dst, 1);
+        src_device = cudashim_is_device_range(src, 1);
+        break;
+    default: return fail(cudaErrorInvalidValue);
+    }
+    if ((dst_device && !cudashim_is_device_range(dst, count)) ||
+        (src_device && !cudashim_is_device_range(src, count)))
+        return fail(cudaErrorInvalidValue);
+    memmove(dst, src, count);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+    ENTER();
+    INJECT("cudaMemcpy");
+    int async = settle(); /* cudaMemcpy synchronises with the device */
+    if (async) return fail(async);
+    return copy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+    ENTER();
+    INJECT("cudaMemcpyAsync");
+    if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
+    return copy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
+    ENTER();
+    if (count == 0) return cudaSuccess;
+    if (!devPtr || !cudashim_is_device_range(devPtr, count)) return fail(cudaErrorInvalidValue);
+    memset(devPtr, value, count);
+    return cudaSuccess;
+}
+
+/* ---- errors ---- */
+
+cudaError_t cudaGetLastError(void) {
+    if (sticky_error) return sticky_error;
+    int code = last_error;
+    last_error = cudaSuccess;
+    return code;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return sticky_error ? sticky_error : last_error; }
+
+const char *cudaGetErrorName(cudaError_t error) {
+    switch (error) {
+    case 0: return "cudaSuccess";
+    case 1: return "cudaErrorInvalidValue";
+    case 2: return "cudaErrorMemoryAllocation";
+    case 3: return "cudaErrorInitializationError";
+    case 35: return "cudaErrorInsufficientDriver";
+    case 100: return "cudaErrorNoDevice";
+    case 101: return "cudaErrorInvalidDevice";
+    case 400: return "cudaErrorInvalidResourceHandle";
+    case 700: return "cudaErrorIllegalAddress";
+    case 719: return "cudaErrorLaunchFailure";
+    case 900: return "cudaErrorStreamCaptureUnsupported";
+    case 901: return "cudaErrorStreamCaptureInvalidated";
+    default: return "cudaErrorUnknown";
+    }
+}
+
+const char *cudaGetErrorString(cudaError_t error) {
+    switch (error) {
+    case 0: return "no error";
+    case 1: return "invalid argument";
+    case 2: return "out of memory";
+    case 35: return "CUDA driver version is insufficient for CUDA runtime version";
+    case 100: return "no CUDA-capable device is detected";
+    case 700: return "an illegal memory access was encountered";
+    case 719: return "unspecified launch failure";
+    case 900: return "operation not permitted when stream is capturing";
+    default: return "unknown error";
+    }
+}
+
+/* ---- streams ---- */
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+    ENTER();
+    (void)flags;
+    if (!stream) return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (!streams[i].live) {
+            streams[i] = (struct stream){1, cudaStreamCaptureStatusNone};
+            pthread_mutex_unlock(&lock);
+            *stream = (cudaStream_t)&streams[i];
+            return cudaSuccess;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *stream) { return cudaStreamCreateWithFlags(stream, 0); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    ENTER();
+    if (stream == NULL || !cudashim_stream_valid(stream) || stream == cudaStreamLegacy ||
+        stream == cudaStreamPerThread)
+        return fail(cudaErrorInvalidResourceHandle);
+    ((struct stream *)stream)->live = 0;
+    return cudaSuccess;
+}
+
+static struct stream *user_stream(cudaStream_t stream) {
+    if (stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return NULL;
+    return (struct stream *)stream;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    ENTER();
+    INJECT("cudaStreamSynchronize");
+    if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
+    struct stream *s = user_stream(stream);
+    if (s && s->capture == cudaStreamCaptureStatusActive) {
+        s->capture = cudaStreamCaptureStatusInvalidated; /* as CUDA does: the capture is lost */
+        return fail(cudaErrorStreamCaptureUnsupported);
+    }
+    int async = settle();
+    return async ? fail(async) : cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+    ENTER();
+    INJECT("cudaDeviceSynchronize");
+    int async = settle();
+    return async ? fail(async) : cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status) {
+    ENTER();
+    if (!status || !cudashim_stream_valid(stream)) return fail(cudaErrorInvalidValue);
+    struct stream *s = user_stream(stream);
+    *status = s ? (enum cudaStreamCaptureStatus)s->capture : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+    ENTER();
+    (void)mode;
+    struct stream *s = user_stream(stream);
+    if (!s || !cudashim_stream_valid(stream)) return fail(cudaErrorStreamCaptureUnsupported);
+    s->capture = cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+    ENTER();
+    struct stream *s = user_stream(stream);
+    if (!s || !cudashim_stream_valid(stream) || !graph) return fail(cudaErrorInvalidValue);
+    int state = s->capture;
+    s->capture = cudaStreamCaptureStatusNone;
+    if (state != cudaStreamCaptureStatusActive) return fail(cudaErrorStreamCaptureInvalidated);
+    *graph = (cudaGraph_t)s;
+    return cudaSuccess;
+}

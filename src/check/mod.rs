@@ -1,0 +1,38 @@
+//! The checks, as safe Rust over plain numbers and a `Device` that answers questions about
+//! memory and streams. The FFI layer implements `Device` with the real CUDA runtime; tests
+//! implement it with a model.
+
+pub mod gemm;
+pub mod init;
+
+use crate::cuda::MemoryType;
+use crate::trace::FaultKind;
+
+/// What the checks may ask of the CUDA runtime. Every method must leave the program's view
+/// (its last error, its streams, its capture) as it was.
+pub trait Device {
+    /// `cudaPointerGetAttributes`'s memory type; `None` when the call failed.
+    fn memory_type(&self, ptr: u64) -> Option<MemoryType>;
+    /// Copies device memory to the host, ordered after the work queued on `stream`.
+    fn read(&self, addr: u64, out: &mut [u8], stream: u64) -> Result<(), i32>;
+    /// Reads a scalar the program passed by host pointer (cuBLAS reads it on the host too).
+    fn read_host(&self, addr: u64, out: &mut [u8]) -> bool;
+    /// Waits for `stream`; returns the CUDA error it reports.
+    fn synchronize(&self, stream: u64) -> i32;
+    /// Whether `stream` is capturing a CUDA graph; `None` when unknown.
+    fn is_capturing(&self, stream: u64) -> Option<bool>;
+}
+
+/// A fault found by a check, before the call's outcome is known.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finding {
+    pub kind: FaultKind,
+    pub message: String,
+    pub error: Option<(i32, &'static str)>,
+}
+
+impl Finding {
+    pub fn new(kind: FaultKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into(), error: None }
+    }
+}

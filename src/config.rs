@@ -1,0 +1,274 @@
+//! `CUBLASGUARD_*` configuration, parsed once. A bad value yields one message naming the
+//! variable and the value, and the default is used: a typo must never stop a training run.
+
+/// Which checks run on each intercepted call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checks {
+    /// Handle and argument rules.
+    pub args: bool,
+    /// Operand pointers: device memory, and whole extents inside one allocation.
+    pub bounds: bool,
+    /// NaN/Inf scans of inputs and outputs.
+    pub nan: bool,
+    /// Synchronise after the call and pin asynchronous errors to it.
+    pub sync: bool,
+}
+
+impl Checks {
+    pub const ALL: Self = Self { args: true, bounds: true, nan: true, sync: true };
+    pub const NONE: Self = Self { args: false, bounds: false, nan: false, sync: false };
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut checks = Self::NONE;
+        for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match word {
+                "all" => checks = Self::ALL,
+                "none" => {}
+                "args" => checks.args = true,
+                "bounds" => checks.bounds = true,
+                "nan" => checks.nan = true,
+                "sync" => checks.sync = true,
+                other => return Err(format!("unknown check '{other}' (known: args, bounds, nan, sync, all, none)")),
+            }
+        }
+        Ok(checks)
+    }
+
+    pub fn label(self) -> String {
+        let names: Vec<&str> = [("args", self.args), ("bounds", self.bounds), ("nan", self.nan), ("sync", self.sync)]
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(n, _)| *n)
+            .collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(",")
+        }
+    }
+}
+
+/// What the guard does once it has recorded a fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnFault {
+    /// Record and let the call proceed unchanged.
+    Continue,
+    /// Return an error status from the faulting call, so the framework raises right there.
+    Error,
+    /// Write the trace, then abort the process.
+    Abort,
+}
+
+impl OnFault {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "continue" => Ok(Self::Continue),
+            "error" => Ok(Self::Error),
+            "abort" => Ok(Self::Abort),
+            other => Err(format!("unknown mode '{other}' (known: continue, error, abort)")),
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Continue => "continue",
+            Self::Error => "error",
+            Self::Abort => "abort",
+        }
+    }
+}
+
+pub const DEFAULT_TRACE_PATTERN: &str = "cublasguard-%h-%p.json";
+pub const DEFAULT_RING: usize = 256;
+pub const MAX_RING: usize = 1 << 20;
+pub const DEFAULT_STDERR_LINES: u32 = 10;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The trace path pattern (`%p`, `%h`, `%r`).
+    pub trace_pattern: String,
+    /// True when the user named the path: then the trace is written even without faults.
+    pub trace_requested: bool,
+    pub checks: Checks,
+    pub on_fault: OnFault,
+    pub ring: usize,
+    pub stderr_lines: u32,
+    /// No banner line at start-up.
+    pub quiet: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            trace_pattern: DEFAULT_TRACE_PATTERN.into(),
+            trace_requested: false,
+            checks: Checks::ALL,
+            on_fault: OnFault::Continue,
+            ring: DEFAULT_RING,
+            stderr_lines: DEFAULT_STDERR_LINES,
+            quiet: false,
+        }
+    }
+}
+
+fn parse_count(text: &str, max: usize) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n <= max => Ok(n),
+        Ok(_) => Err(format!("must be at most {max}")),
+        Err(_) => Err("not a non-negative whole number".into()),
+    }
+}
+
+impl Config {
+    /// Reads the configuration through `lookup` (the environment, in the library), returning
+    /// it with one message per rejected value.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Self, Vec<String>) {
+        let mut config = Self::default();
+        let mut problems = Vec::new();
+        let mut reject = |var: &str, value: &str, why: String, default: &str| {
+            problems.push(format!("{var}='{value}' ignored: {why}; using the default ({default})"));
+        };
+        if let Some(path) = lookup("CUBLASGUARD_TRACE") {
+            if path.trim().is_empty() {
+                reject("CUBLASGUARD_TRACE", &path, "empty path".into(), DEFAULT_TRACE_PATTERN);
+            } else {
+                config.trace_pattern = path;
+                config.trace_requested = true;
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_CHECKS") {
+            match Checks::parse(&v) {
+                Ok(c) => config.checks = c,
+                Err(why) => reject("CUBLASGUARD_CHECKS", &v, why, "all"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_ON_FAULT") {
+            match OnFault::parse(&v) {
+                Ok(m) => config.on_fault = m,
+                Err(why) => reject("CUBLASGUARD_ON_FAULT", &v, why, "continue"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_RING") {
+            match parse_count(&v, MAX_RING) {
+                Ok(n) => config.ring = n,
+                Err(why) => reject("CUBLASGUARD_RING", &v, why, "256"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_STDERR_LINES") {
+            match parse_count(&v, u32::MAX as usize) {
+                Ok(n) => config.stderr_lines = n as u32,
+                Err(why) => reject("CUBLASGUARD_STDERR_LINES", &v, why, "10"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_QUIET") {
+            config.quiet = !matches!(v.trim(), "" | "0" | "false" | "no");
+        }
+        (config, problems)
+    }
+}
+
+/// The process's rank in a distributed job, from the variables launchers set.
+pub fn rank_from(lookup: impl Fn(&str) -> Option<String>) -> Option<i64> {
+    ["RANK", "LOCAL_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"]
+        .iter()
+        .find_map(|var| lookup(var).and_then(|v| v.trim().parse::<i64>().ok()))
+}
+
+/// Expands `%p` (pid), `%h` (host), `%r` (rank, 0 when unset) and `%%` in a trace path.
+pub fn expand_trace_path(pattern: &str, pid: u32, host: &str, rank: Option<i64>) -> String {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('p') => out.push_str(&pid.to_string()),
+            Some('h') => out.push_str(host),
+            Some('r') => out.push_str(&rank.unwrap_or(0).to_string()),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_when_nothing_is_set() {
+        let (config, problems) = Config::from_lookup(env(&[]));
+        assert_eq!(config, Config::default());
+        assert!(problems.is_empty());
+        assert!(!config.trace_requested);
+    }
+
+    #[test]
+    fn parses_every_variable() {
+        let (config, problems) = Config::from_lookup(env(&[
+            ("CUBLASGUARD_TRACE", "/tmp/t-%p.json"),
+            ("CUBLASGUARD_CHECKS", "args, bounds"),
+            ("CUBLASGUARD_ON_FAULT", "error"),
+            ("CUBLASGUARD_RING", "16"),
+            ("CUBLASGUARD_QUIET", "1"),
+        ]));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(config.trace_pattern, "/tmp/t-%p.json");
+        assert!(config.trace_requested);
+        assert_eq!(config.checks, Checks { args: true, bounds: true, nan: false, sync: false });
+        assert_eq!(config.on_fault, OnFault::Error);
+        assert_eq!(config.ring, 16);
+        assert!(config.quiet);
+    }
+
+    #[test]
+    fn bad_values_are_named_and_defaulted() {
+        let (config, problems) = Config::from_lookup(env(&[
+            ("CUBLASGUARD_CHECKS", "args,speed"),
+            ("CUBLASGUARD_ON_FAULT", "explode"),
+            ("CUBLASGUARD_RING", "-3"),
+        ]));
+        assert_eq!(config.checks, Checks::ALL);
+        assert_eq!(config.on_fault, OnFault::Continue);
+        assert_eq!(config.ring, DEFAULT_RING);
+        assert_eq!(problems.len(), 3);
+        assert!(problems[0].contains("CUBLASGUARD_CHECKS='args,speed'") && problems[0].contains("speed"));
+        assert!(problems[1].contains("CUBLASGUARD_ON_FAULT='explode'"));
+        assert!(problems[2].contains("CUBLASGUARD_RING='-3'"));
+    }
+
+    #[test]
+    fn none_and_all() {
+        assert_eq!(Checks::parse("none").unwrap(), Checks::NONE);
+        assert_eq!(Checks::parse("all").unwrap(), Checks::ALL);
+        assert_eq!(Checks::parse("nan,sync").unwrap().label(), "nan,sync");
+    }
+
+    #[test]
+    fn rank_follows_launcher_precedence() {
+        assert_eq!(rank_from(env(&[("LOCAL_RANK", "3"), ("RANK", "11")])), Some(11));
+        assert_eq!(rank_from(env(&[("SLURM_PROCID", "5")])), Some(5));
+        assert_eq!(rank_from(env(&[("RANK", "x"), ("PMI_RANK", "2")])), Some(2));
+        assert_eq!(rank_from(env(&[])), None);
+    }
+
+    #[test]
+    fn expands_path_patterns() {
+        assert_eq!(expand_trace_path("t-%h-%p-%r.json", 42, "node1", Some(3)), "t-node1-42-3.json");
+        assert_eq!(expand_trace_path("%r/%%p%", 1, "h", None), "0/%p%");
+        assert_eq!(expand_trace_path("a%xb", 1, "h", None), "a%xb");
+    }
+}

@@ -1,0 +1,219 @@
+//! CUDA and cuBLAS values, decoded from the plain integers that cross the C boundary.
+//! Nothing here trusts a caller's value: everything decodes into a known variant or `Unknown`.
+
+/// `cublasStatus_t` names, as `cublasGetStatusName` spells them.
+pub fn cublas_status_name(status: i32) -> &'static str {
+    match status {
+        0 => "CUBLAS_STATUS_SUCCESS",
+        1 => "CUBLAS_STATUS_NOT_INITIALIZED",
+        3 => "CUBLAS_STATUS_ALLOC_FAILED",
+        7 => "CUBLAS_STATUS_INVALID_VALUE",
+        8 => "CUBLAS_STATUS_ARCH_MISMATCH",
+        11 => "CUBLAS_STATUS_MAPPING_ERROR",
+        13 => "CUBLAS_STATUS_EXECUTION_FAILED",
+        14 => "CUBLAS_STATUS_INTERNAL_ERROR",
+        15 => "CUBLAS_STATUS_NOT_SUPPORTED",
+        16 => "CUBLAS_STATUS_LICENSE_ERROR",
+        _ => "CUBLAS_STATUS_UNKNOWN",
+    }
+}
+
+pub const CUBLAS_SUCCESS: i32 = 0;
+pub const CUBLAS_NOT_INITIALIZED: i32 = 1;
+pub const CUBLAS_INVALID_VALUE: i32 = 7;
+pub const CUBLAS_EXECUTION_FAILED: i32 = 13;
+
+pub const CUDA_SUCCESS: i32 = 0;
+pub const CUDA_ERROR_INITIALIZATION: i32 = 3;
+pub const CUDA_ERROR_INSUFFICIENT_DRIVER: i32 = 35;
+pub const CUDA_ERROR_NO_DEVICE: i32 = 100;
+
+/// `cudaError_t` names for the codes a guard is likely to meet.
+pub fn cuda_error_name(code: i32) -> &'static str {
+    match code {
+        0 => "cudaSuccess",
+        1 => "cudaErrorInvalidValue",
+        2 => "cudaErrorMemoryAllocation",
+        3 => "cudaErrorInitializationError",
+        4 => "cudaErrorCudartUnloading",
+        35 => "cudaErrorInsufficientDriver",
+        46 => "cudaErrorDevicesUnavailable",
+        100 => "cudaErrorNoDevice",
+        101 => "cudaErrorInvalidDevice",
+        209 => "cudaErrorNoKernelImageForDevice",
+        222 => "cudaErrorUnsupportedPtxVersion",
+        226 => "cudaErrorInvalidPtx",
+        400 => "cudaErrorInvalidResourceHandle",
+        700 => "cudaErrorIllegalAddress",
+        702 => "cudaErrorLaunchTimeout",
+        710 => "cudaErrorAssert",
+        714 => "cudaErrorHardwareStackError",
+        715 => "cudaErrorIllegalInstruction",
+        716 => "cudaErrorMisalignedAddress",
+        717 => "cudaErrorInvalidAddressSpace",
+        718 => "cudaErrorInvalidPc",
+        719 => "cudaErrorLaunchFailure",
+        721 => "cudaErrorCooperativeLaunchTooLarge",
+        810 => "cudaErrorSystemNotReady",
+        900 => "cudaErrorStreamCaptureUnsupported",
+        901 => "cudaErrorStreamCaptureInvalidated",
+        911 => "cudaErrorExternalDevice",
+        999 => "cudaErrorUnknown",
+        _ => "cudaErrorUnrecognized",
+    }
+}
+
+/// Sticky errors leave the CUDA context unusable until the process restarts.
+pub fn cuda_error_is_sticky(code: i32) -> bool {
+    matches!(code, 226 | 700 | 702 | 710 | 714..=719 | 721 | 810 | 911)
+}
+
+/// `cublasOperation_t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    N,
+    T,
+    C,
+    Unknown(i32),
+}
+
+impl Operation {
+    pub fn decode(raw: i32) -> Self {
+        match raw {
+            0 => Self::N,
+            1 => Self::T,
+            2 => Self::C,
+            other => Self::Unknown(other),
+        }
+    }
+
+    pub fn transposes(self) -> bool {
+        matches!(self, Self::T | Self::C)
+    }
+
+    pub fn label(self) -> String {
+        match self {
+            Self::N => "N".into(),
+            Self::T => "T".into(),
+            Self::C => "C".into(),
+            Self::Unknown(v) => format!("unknown({v})"),
+        }
+    }
+}
+
+/// `cublasPointerMode_t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PointerMode {
+    Host,
+    Device,
+    Unknown(i32),
+}
+
+impl PointerMode {
+    pub fn decode(raw: i32) -> Self {
+        match raw {
+            0 => Self::Host,
+            1 => Self::Device,
+            other => Self::Unknown(other),
+        }
+    }
+
+    pub fn label(self) -> String {
+        match self {
+            Self::Host => "HOST".into(),
+            Self::Device => "DEVICE".into(),
+            Self::Unknown(v) => format!("unknown({v})"),
+        }
+    }
+}
+
+/// `cublasMath_t`: a base mode plus the DISALLOW_REDUCED_PRECISION_REDUCTION bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MathMode(pub i32);
+
+impl MathMode {
+    const DISALLOW_REDUCED_PRECISION_REDUCTION: i32 = 16;
+
+    /// TF32 tensor-op math: float32 GEMMs round their inputs to 10 mantissa bits.
+    pub fn uses_tf32(self) -> bool {
+        self.0 & !Self::DISALLOW_REDUCED_PRECISION_REDUCTION == 3
+    }
+
+    pub fn label(self) -> String {
+        let base = match self.0 & !Self::DISALLOW_REDUCED_PRECISION_REDUCTION {
+            0 => "CUBLAS_DEFAULT_MATH".to_string(),
+            1 => "CUBLAS_TENSOR_OP_MATH".to_string(),
+            2 => "CUBLAS_PEDANTIC_MATH".to_string(),
+            3 => "CUBLAS_TF32_TENSOR_OP_MATH".to_string(),
+            other => format!("unknown({other})"),
+        };
+        if self.0 & Self::DISALLOW_REDUCED_PRECISION_REDUCTION != 0 {
+            format!("{base}|CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION")
+        } else {
+            base
+        }
+    }
+}
+
+/// `cudaMemoryType`, as `cudaPointerGetAttributes` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryType {
+    Unregistered,
+    Host,
+    Device,
+    Managed,
+    Unknown(i32),
+}
+
+impl MemoryType {
+    pub fn decode(raw: i32) -> Self {
+        match raw {
+            0 => Self::Unregistered,
+            1 => Self::Host,
+            2 => Self::Device,
+            3 => Self::Managed,
+            other => Self::Unknown(other),
+        }
+    }
+
+    /// Memory a GPU kernel can read.
+    pub fn device_accessible(self) -> bool {
+        matches!(self, Self::Device | Self::Managed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_out_of_range_values_without_trusting_them() {
+        assert_eq!(Operation::decode(7), Operation::Unknown(7));
+        assert_eq!(Operation::decode(-1).label(), "unknown(-1)");
+        assert_eq!(PointerMode::decode(1), PointerMode::Device);
+        assert_eq!(MemoryType::decode(42), MemoryType::Unknown(42));
+        assert_eq!(cublas_status_name(13), "CUBLAS_STATUS_EXECUTION_FAILED");
+        assert_eq!(cublas_status_name(99), "CUBLAS_STATUS_UNKNOWN");
+    }
+
+    #[test]
+    fn math_mode_flags_tf32_with_or_without_the_reduction_bit() {
+        assert!(MathMode(3).uses_tf32());
+        assert!(MathMode(3 | 16).uses_tf32());
+        assert!(!MathMode(1).uses_tf32());
+        assert_eq!(
+            MathMode(19).label(),
+            "CUBLAS_TF32_TENSOR_OP_MATH|CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION"
+        );
+    }
+
+    #[test]
+    fn sticky_errors_match_nvidia_list() {
+        for code in [226, 700, 702, 710, 714, 715, 716, 717, 718, 719, 721, 810, 911] {
+            assert!(cuda_error_is_sticky(code), "{code}");
+        }
+        for code in [0, 1, 2, 35, 100, 720, 900] {
+            assert!(!cuda_error_is_sticky(code), "{code}");
+        }
+    }
+}

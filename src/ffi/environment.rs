@@ -1,0 +1,150 @@
+//! What the trace says about the machine: CUDA versions, the driver, the CUDA libraries
+//! mapped in the process, and an allow-list of environment variables.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_int, c_uint, CStr};
+
+use super::device;
+use super::real;
+use crate::check::init::DriverProbe;
+use crate::trace::{DriverState, Environment, LoadedLibrary};
+
+const LIBRARY_PREFIXES: &[&str] = &["libcudart.so", "libcublas.so", "libcublasLt.so", "libcuda.so"];
+
+/// Variables worth recording; anything else (tokens, passwords) never reaches the trace.
+const VARIABLE_PREFIXES: &[&str] = &["CUDA_", "NVIDIA_", "CUBLAS", "TORCH_", "PYTORCH_", "NCCL_"];
+const VARIABLE_NAMES: &[&str] = &[
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "SLURM_PROCID",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+];
+
+pub fn is_recorded_variable(name: &str) -> bool {
+    VARIABLE_NAMES.contains(&name) || VARIABLE_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// The CUDA libraries mapped in this process, by soname and path.
+pub fn cuda_libraries() -> Vec<LoadedLibrary> {
+    let mut out: Vec<LoadedLibrary> = real::loaded_objects()
+        .into_iter()
+        .filter(|(path, _)| {
+            let file = real::file_name(path);
+            LIBRARY_PREFIXES.iter().any(|p| file.starts_with(p))
+        })
+        .map(|(path, soname)| LoadedLibrary {
+            soname: soname.unwrap_or_else(|| real::file_name(&path).to_string()),
+            path,
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
+pub fn collect(driver_error: Option<String>) -> Environment {
+    let libraries = cuda_libraries();
+    let driver_loaded = libraries.iter().any(|l| l.soname.starts_with("libcuda.so"));
+    let driver_version = device::driver_version_via_runtime().or_else(|| driver_version_if_loaded());
+    let variables: BTreeMap<String, String> = if super::process::is_privileged() {
+        BTreeMap::new()
+    } else {
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .filter(|(k, _)| is_recorded_variable(k))
+            .collect()
+    };
+    Environment {
+        runtime_version: device::runtime_version(),
+        driver_version,
+        cublas_version: device::cublas_version(),
+        driver: DriverState { loaded: driver_loaded, version: driver_version, error: driver_error },
+        libraries,
+        variables,
+    }
+}
+
+type IntOut = unsafe extern "C" fn(*mut c_int) -> c_int;
+type Init = unsafe extern "C" fn(c_uint) -> c_int;
+
+/// `cuDriverGetVersion`, when libcuda.so.1 is already mapped (never loads it).
+fn driver_version_if_loaded() -> Option<i32> {
+    // SAFETY: RTLD_NOLOAD never maps anything; dlsym'd symbol has the driver API signature.
+    unsafe {
+        let handle = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        if handle.is_null() {
+            return None;
+        }
+        let f = libc::dlsym(handle, c"cuDriverGetVersion".as_ptr());
+        let mut v: c_int = 0;
+        let ok = !f.is_null() && std::mem::transmute::<*mut libc::c_void, IntOut>(f)(&mut v) == 0;
+        libc::dlclose(handle);
+        (ok && v > 0).then_some(v)
+    }
+}
+
+/// Asks the driver directly why CUDA could not start. Only called after an initialisation
+/// failure, where loading libcuda.so.1 (as the runtime itself tried to) changes nothing.
+pub fn probe_driver(device_count: Option<(i32, Option<i32>)>) -> DriverProbe {
+    let mut probe = DriverProbe {
+        runtime_version: device::runtime_version().or_else(runtime_version_from_soname),
+        ..Default::default()
+    };
+    let count = device_count.or_else(device::device_count);
+    if let Some((status, n)) = count {
+        probe.device_count_status = Some(status);
+        probe.device_count = n;
+    }
+    // SAFETY: dlopen/dlsym with valid strings; the symbols have the driver API signatures.
+    unsafe {
+        let handle = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            let err = libc::dlerror();
+            probe.load_error =
+                Some(if err.is_null() { "not found".into() } else { CStr::from_ptr(err).to_string_lossy().into_owned() });
+            return probe;
+        }
+        probe.driver_loadable = true;
+        let get_version = libc::dlsym(handle, c"cuDriverGetVersion".as_ptr());
+        if !get_version.is_null() {
+            let mut v: c_int = 0;
+            if std::mem::transmute::<*mut libc::c_void, IntOut>(get_version)(&mut v) == 0 {
+                probe.driver_version = Some(v);
+            }
+        }
+        let init = libc::dlsym(handle, c"cuInit".as_ptr());
+        if !init.is_null() {
+            probe.cu_init = Some(std::mem::transmute::<*mut libc::c_void, Init>(init)(0));
+        }
+        // The handle stays open: unloading a driver library is never worth the risk.
+    }
+    probe
+}
+
+/// CUDA 12.x libraries need at least a 12.0 driver: the version a loaded soname implies.
+fn runtime_version_from_soname() -> Option<i32> {
+    cuda_libraries().iter().find_map(|l| {
+        let rest = l.soname.strip_prefix("libcudart.so.").or_else(|| l.soname.strip_prefix("libcublas.so."))?;
+        let major: i32 = rest.split('.').next()?.parse().ok()?;
+        Some(major * 1000)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_only_allow_listed_variables() {
+        for name in ["CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "CUBLASGUARD_TRACE", "LD_PRELOAD", "RANK", "TORCH_BLAS_PREFER_CUBLASLT"] {
+            assert!(is_recorded_variable(name), "{name}");
+        }
+        for name in ["AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "PASSWORD", "HOME", "PATH"] {
+            assert!(!is_recorded_variable(name), "{name}");
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The one hook table. Each line declares a hooked symbol with its C signature and its
+//! handler; the exported function, the cached real-function pointer and the list of hooked
+//! names are all generated from it, so they cannot drift apart.
+
+mod cublas;
+mod cudart;
+mod gemm;
+
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicBool;
+
+use super::lifecycle;
+use super::real::{Library, RealSymbol};
+use super::reentry::Reentry;
+use crate::session::Session;
+
+/// Opaque CUDA handles and streams, as the C API passes them.
+pub type Handle = *mut c_void;
+pub type Stream = *mut c_void;
+
+#[derive(Clone, Copy, Debug)]
+pub struct HookedSymbol {
+    pub name: &'static str,
+    pub library: Library,
+}
+
+/// Runs `handler` around the real call, unless this thread is already inside a hook (the
+/// guard's own calls, or the library calling itself), or the guard is off. A panic inside
+/// the guard never crosses into C: it disables the guard and the real result is returned
+/// (the real function is called if the handler had not yet called it).
+fn intercept<R: Copy>(forward: impl Fn() -> R, handler: impl FnOnce(&'static Session, &dyn Fn() -> R) -> R) -> R {
+    let Some(_inside) = Reentry::enter() else { return forward() };
+    let result = Cell::new(None);
+    let tracked = || {
+        let r = forward();
+        result.set(Some(r));
+        r
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| match lifecycle::session() {
+        Some(s) => handler(s, &tracked),
+        None => tracked(),
+    }));
+    match outcome {
+        Ok(r) => r,
+        Err(_) => {
+            lifecycle::disable("internal error inside a hook");
+            result.get().unwrap_or_else(&forward)
+        }
+    }
+}
+
+static MISSING_WARNED: AtomicBool = AtomicBool::new(false);
+
+fn missing_real(name: &str, library: Library) -> c_int {
+    lifecycle::warn_once(
+        &MISSING_WARNED,
+        &format!(
+            "cublasguard: cannot find the real {name} (none of {:?} is loaded); returning the library's \
+             not-initialised status",
+            library.sonames()
+        ),
+    );
+    library.not_initialised()
+}
+
+macro_rules! hook_table {
+    ( $( $lib:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty => $handler:path ; )* ) => {
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        enum Hook { $( $name, )* }
+
+        /// Every hooked symbol, in table order.
+        pub static HOOKED: &[HookedSymbol] = &[ $( HookedSymbol { name: stringify!($name), library: Library::$lib }, )* ];
+
+        /// Names of the hooked symbols, indexed like `HOOKED`.
+        pub static HOOK_NAMES: &[&str] = &[ $( stringify!($name), )* ];
+
+        #[allow(non_upper_case_globals)]
+        mod reals {
+            use super::*;
+            $( pub static $name: RealSymbol = RealSymbol::new(concat!(stringify!($name), "\0"), Library::$lib); )*
+        }
+
+        $(
+            #[cfg_attr(not(test), no_mangle)]
+            #[allow(non_snake_case, clippy::too_many_arguments)]
+            /// # Safety
+            /// Called by C code with the arguments of the CUDA function of the same name.
+            pub unsafe extern "C" fn $name( $( $arg : $ty ),* ) -> $ret {
+                type Real = unsafe extern "C" fn( $( $ty ),* ) -> $ret;
+                let Some(real) = reals::$name.get::<Real>() else {
+                    return missing_real(stringify!($name), Library::$lib);
+                };
+                intercept(
+                    || real( $( $arg ),* ),
+                    |session, forward| $handler(session, Hook::$name as usize, forward, $( $arg ),* ),
+                )
+            }
+        )*
+    };
+}
+
+hook_table! {
+    Cublas fn cublasCreate_v2(handle: *mut Handle) -> c_int => cublas::create;
+    Cublas fn cublasDestroy_v2(handle: Handle) -> c_int => cublas::destroy;
+    Cublas fn cublasSetStream_v2(handle: Handle, stream: Stream) -> c_int => cublas::set_stream;
+    Cublas fn cublasSetPointerMode_v2(handle: Handle, mode: c_int) -> c_int => cublas::set_pointer_mode;
+    Cublas fn cublasSetMathMode(handle: Handle, mode: c_int) -> c_int => cublas::set_math_mode;
+    Cublas fn cublasSgemm_v2(
+        handle: Handle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
+        alpha: *const f32, a: *const f32, lda: c_int, b: *const f32, ldb: c_int,
+        beta: *const f32, c: *mut f32, ldc: c_int,
+    ) -> c_int => gemm::sgemm;
+    Cudart fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int => cudart::malloc;
+    Cudart fn cudaFree(dev_ptr: *mut c_void) -> c_int => cudart::free;
+    Cudart fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int => cudart::malloc_async;
+    Cudart fn cudaFreeAsync(dev_ptr: *mut c_void, stream: Stream) -> c_int => cudart::free_async;
+    Cudart fn cudaGetDeviceCount(count: *mut c_int) -> c_int => cudart::get_device_count;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_table_agree() {
+        assert_eq!(HOOKED.len(), HOOK_NAMES.len());
+        for (i, h) in HOOKED.iter().enumerate() {
+            assert_eq!(HOOK_NAMES[i], h.name);
+        }
+        assert_eq!(Hook::cublasSgemm_v2 as usize, HOOK_NAMES.iter().position(|n| *n == "cublasSgemm_v2").unwrap());
+        assert_eq!(reals::cudaMalloc.name(), "cudaMalloc");
+    }
+}

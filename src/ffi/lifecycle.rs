@@ -1,0 +1,181 @@
+//! The guard's life in a process: the session created by the first hook, faults written to
+//! the trace as they are found, the final trace at exit, and the one-line warnings.
+
+use parking_lot::Mutex;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use super::{backtrace, device, environment, process};
+use crate::check::Finding;
+use crate::config::{self, Config, OnFault};
+use crate::session::Session;
+use crate::trace::{self, CudaErrorRecord, Fault, MemoryState};
+
+static SESSION: OnceLock<Session> = OnceLock::new();
+static DISABLED: AtomicBool = AtomicBool::new(false);
+static WRITING: Mutex<()> = Mutex::new(());
+
+/// One line on stderr; a closed stderr is not the guard's business.
+pub fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Says `line` the first time `flag` is seen unset.
+pub fn warn_once(flag: &AtomicBool, line: &str) {
+    if !flag.swap(true, Ordering::Relaxed) {
+        say(line);
+    }
+}
+
+/// The session, created on first use; `None` once the guard has disabled itself, or in a
+/// set-uid/set-gid process.
+pub fn session() -> Option<&'static Session> {
+    if DISABLED.load(Ordering::Relaxed) {
+        return None;
+    }
+    if process::is_privileged() {
+        DISABLED.store(true, Ordering::Relaxed);
+        return None;
+    }
+    Some(SESSION.get_or_init(start))
+}
+
+/// After an internal error: every later call passes straight through.
+pub fn disable(reason: &str) {
+    if !DISABLED.swap(true, Ordering::Relaxed) {
+        say(&format!("cublasguard: {reason}; the guard is off for the rest of this process, calls pass through"));
+    }
+}
+
+fn start() -> Session {
+    let (config, problems) = Config::from_lookup(process::var);
+    for problem in problems {
+        say(&format!("cublasguard: {problem}"));
+    }
+    let process = process::describe();
+    let path = config::expand_trace_path(&config.trace_pattern, process.pid, &process.hostname, process.rank);
+    if !config.quiet {
+        say(&format!(
+            "cublasguard: guarding pid {} (checks: {}; on fault: {}; trace: {})",
+            process.pid,
+            config.checks.label(),
+            config.on_fault.label(),
+            path
+        ));
+    }
+    Session::new(config, super::hooks::HOOK_NAMES, process, path)
+}
+
+/// A fault with the facts every kind shares; the caller adds what is specific to its call.
+pub fn new_fault(s: &Session, seq: u64, api: &str, finding: Finding, status: i32, status_name: &str) -> Fault {
+    let known = s.known_error();
+    let memory_info = if known.is_none() && s.driver_error().is_none() { device::memory_info() } else { None };
+    let totals = s.allocations.totals();
+    Fault {
+        seq,
+        api: api.to_string(),
+        kind: finding.kind,
+        message: finding.message,
+        status,
+        status_name: status_name.to_string(),
+        error: finding.error.map(|(code, call)| CudaErrorRecord {
+            code,
+            name: crate::cuda::cuda_error_name(code).to_string(),
+            call: call.to_string(),
+        }),
+        cause: None,
+        thread: process::thread_id(),
+        stream: None,
+        time_ns: process::now_ns(),
+        handle: None,
+        args: Default::default(),
+        operands: Vec::new(),
+        memory: Some(MemoryState {
+            free: memory_info.map(|m| m.0),
+            total: memory_info.map(|m| m.1),
+            tracked_live_bytes: totals.bytes,
+            tracked_live_count: totals.count,
+        }),
+        backtrace: backtrace::capture(),
+    }
+}
+
+/// Records a fault: stderr (capped), the trace on disk, and `abort` when asked for.
+pub fn report(s: &Session, fault: Fault) {
+    for line in s.add_fault(fault) {
+        say(&line);
+    }
+    write_trace(s);
+    if s.config.on_fault == OnFault::Abort {
+        say("cublasguard: aborting at the first fault (CUBLASGUARD_ON_FAULT=abort)");
+        // SAFETY: abort has no preconditions.
+        unsafe { libc::abort() };
+    }
+}
+
+static WRITE_FAILED: AtomicBool = AtomicBool::new(false);
+
+pub fn write_trace(s: &Session) {
+    let _one_writer = WRITING.lock();
+    let trace = s.trace(environment::collect(s.driver_error()));
+    if let Err(e) = trace::write_atomic(Path::new(&s.trace_path), &trace) {
+        warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {}: {e}", s.trace_path));
+    }
+}
+
+fn at_exit() {
+    let Some(_inside) = super::reentry::Reentry::enter() else { return };
+    if DISABLED.load(Ordering::Relaxed) || process::is_privileged() {
+        return;
+    }
+    // A process that never reached a hook still gets its trace when one was asked for.
+    if SESSION.get().is_none() && process::var("CUBLASGUARD_TRACE").is_none() {
+        return;
+    }
+    let Some(s) = session() else { return };
+    let cuda_loaded = !environment::cuda_libraries().is_empty();
+    if !s.should_write_at_exit(cuda_loaded) {
+        return;
+    }
+    write_trace(s);
+    if !WRITE_FAILED.load(Ordering::Relaxed) && (s.fault_count() > 0 || !s.config.quiet) {
+        say(&format!(
+            "cublasguard: {} fault(s) in {} intercepted call(s); trace: {}",
+            s.fault_count(),
+            s.total_calls(),
+            s.trace_path
+        ));
+    }
+}
+
+extern "C" fn on_exit() {
+    if std::panic::catch_unwind(at_exit).is_err() {
+        DISABLED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Runs when the dynamic loader maps the library (LD_PRELOAD): registers the exit handler.
+/// The same object code also sits in the `cublasguard` CLI (through the rlib); only the
+/// preloaded shared library registers.
+extern "C" fn on_load() {
+    let own = {
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads loader tables.
+        let found = unsafe { libc::dladdr(on_load as *const libc::c_void, &mut info) } != 0;
+        found && !info.dli_fname.is_null() && {
+            let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy();
+            super::real::file_name(&name).starts_with("libcublasguard")
+        }
+    };
+    if own {
+        // SAFETY: on_exit is a plain extern "C" fn that never unwinds.
+        unsafe { libc::atexit(on_exit) };
+    }
+}
+
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;

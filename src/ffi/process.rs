@@ -1,0 +1,112 @@
+//! Facts about this process, gathered once: identity, rank, time, thread ids.
+
+use std::cell::Cell;
+
+use crate::config;
+use crate::trace::Process;
+
+/// Set-uid/set-gid processes get no configuration and write nothing (`secure_getenv`).
+pub fn is_privileged() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// `getenv` with `secure_getenv` semantics.
+pub fn var(name: &str) -> Option<String> {
+    if is_privileged() {
+        return None;
+    }
+    std::env::var(name).ok()
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..end]) {
+        Ok(name) if ok && !name.is_empty() => name.to_string(),
+        _ => "unknown-host".into(),
+    }
+}
+
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+thread_local! {
+    static TID: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The kernel's id for the calling thread, asked once per thread.
+pub fn thread_id() -> u32 {
+    TID.try_with(|tid| {
+        if tid.get() == 0 {
+            // SAFETY: gettid has no preconditions.
+            tid.set(unsafe { libc::gettid() } as u32);
+        }
+        tid.get()
+    })
+    .unwrap_or_else(|_| unsafe { libc::gettid() } as u32)
+}
+
+/// Forgets the cached thread id (the child of a fork has a new one).
+pub fn reset_thread_id() {
+    let _ = TID.try_with(|tid| tid.set(0));
+}
+
+pub fn describe() -> Process {
+    let argv = std::fs::read("/proc/self/cmdline")
+        .map(|raw| {
+            raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+        })
+        .unwrap_or_default();
+    let started = now_ns();
+    let int = |name: &str| var(name).and_then(|v| v.trim().parse::<i64>().ok());
+    Process {
+        pid: std::process::id(),
+        exe: std::fs::read_link("/proc/self/exe").ok().map(|p| p.to_string_lossy().into_owned()),
+        argv,
+        hostname: hostname(),
+        rank: config::rank_from(var),
+        local_rank: int("LOCAL_RANK"),
+        world_size: int("WORLD_SIZE"),
+        started_at: rfc3339(started),
+        started_at_ns: started,
+    }
+}
+
+/// UTC time as RFC 3339 with milliseconds.
+pub fn rfc3339(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let millis = (ns / 1_000_000) % 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_utc_times() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_000_000_123_000_000), "2026-11-18T07:06:40.123Z");
+        assert_eq!(rfc3339(951_782_400_000_000_000), "2000-02-29T00:00:00.000Z");
+    }
+}

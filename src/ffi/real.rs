@@ -1,0 +1,222 @@
+//! Finding the real CUDA functions behind our hooks.
+//!
+//! `dlsym(RTLD_NEXT)` finds libraries in the global scope only; Python and PyTorch load CUDA
+//! with RTLD_LOCAL, where it finds nothing. So, in order: RTLD_NEXT; then every known soname
+//! of the library, already loaded (`dlopen(RTLD_NOLOAD)`), with `dlvsym` on NVIDIA's symbol
+//! version and plain `dlsym`; then any loaded object whose file name starts like the library
+//! (`dl_iterate_phdr`). An address inside this library is never accepted.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Library {
+    Cublas,
+    CublasLt,
+    Cudart,
+    Driver,
+}
+
+impl Library {
+    pub fn sonames(self) -> &'static [&'static str] {
+        match self {
+            Self::Cublas => &["libcublas.so.13", "libcublas.so.12", "libcublas.so.11"],
+            Self::CublasLt => &["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11"],
+            Self::Cudart => &["libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"],
+            Self::Driver => &["libcuda.so.1"],
+        }
+    }
+
+    /// The file-name prefix shared by every build of the library.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Self::Cublas => "libcublas.so",
+            Self::CublasLt => "libcublasLt.so",
+            Self::Cudart => "libcudart.so",
+            Self::Driver => "libcuda.so",
+        }
+    }
+
+    /// What a hook returns when the real function cannot be found: the library's
+    /// "not initialised" status.
+    pub fn not_initialised(self) -> c_int {
+        match self {
+            Self::Cublas | Self::CublasLt => crate::cuda::CUBLAS_NOT_INITIALIZED,
+            Self::Cudart => crate::cuda::CUDA_ERROR_INITIALIZATION,
+            Self::Driver => 3, // CUDA_ERROR_NOT_INITIALIZED
+        }
+    }
+}
+
+/// One real function, resolved on first use and cached.
+pub struct RealSymbol {
+    name: &'static str, // NUL-terminated
+    library: Library,
+    ptr: AtomicPtr<c_void>,
+}
+
+impl RealSymbol {
+    pub const fn new(name: &'static str, library: Library) -> Self {
+        Self { name, library, ptr: AtomicPtr::new(null_mut()) }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name.trim_end_matches('\0')
+    }
+
+    pub fn library(&self) -> Library {
+        self.library
+    }
+
+    /// The function as type `F` (an `unsafe extern "C" fn` type), if it can be found.
+    ///
+    /// # Safety
+    /// `F` must be the function's true C signature.
+    pub unsafe fn get<F: Copy>(&self) -> Option<F> {
+        const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+        let mut p = self.ptr.load(Ordering::Acquire);
+        if p.is_null() {
+            p = resolve(self.name, self.library);
+            if p.is_null() {
+                return None; // not cached: the library may be loaded later
+            }
+            self.ptr.store(p, Ordering::Release);
+        }
+        Some(std::mem::transmute_copy::<*mut c_void, F>(&p))
+    }
+}
+
+/// The base address of this library (or executable), to refuse resolving to ourselves.
+fn own_base() -> *mut c_void {
+    static MARKER: u8 = 0;
+    object_base(&MARKER as *const u8 as *const c_void)
+}
+
+fn object_base(addr: *const c_void) -> *mut c_void {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads loader tables; info is a valid out-parameter.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 {
+        return null_mut();
+    }
+    info.dli_fbase
+}
+
+fn acceptable(p: *mut c_void) -> bool {
+    !p.is_null() && object_base(p) != own_base()
+}
+
+fn resolve(name: &'static str, library: Library) -> *mut c_void {
+    let Ok(cname) = CStr::from_bytes_with_nul(name.as_bytes()) else { return null_mut() };
+    // SAFETY: dlsym with a valid NUL-terminated name.
+    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, cname.as_ptr()) };
+    if acceptable(next) {
+        return next;
+    }
+    for soname in library.sonames() {
+        let p = from_loaded(soname, cname, Some(soname));
+        if acceptable(p) {
+            return p;
+        }
+    }
+    for path in loaded_objects_with_prefix(library.prefix()) {
+        let p = from_loaded(&path, cname, None);
+        if acceptable(p) {
+            return p;
+        }
+    }
+    null_mut()
+}
+
+/// Looks `name` up in an already loaded object, never loading anything.
+fn from_loaded(file: &str, name: &CStr, version: Option<&str>) -> *mut c_void {
+    let Ok(cfile) = CString::new(file) else { return null_mut() };
+    // SAFETY: RTLD_NOLOAD only returns a handle to an object that is already mapped; the
+    // extra reference it takes is dropped by dlclose below, and the object stays mapped
+    // because the program still holds its own reference.
+    unsafe {
+        let handle = libc::dlopen(cfile.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        if handle.is_null() {
+            return null_mut();
+        }
+        let mut p = null_mut();
+        if let Some(v) = version.and_then(|v| CString::new(v).ok()) {
+            p = libc::dlvsym(handle, name.as_ptr(), v.as_ptr());
+        }
+        if p.is_null() {
+            p = libc::dlsym(handle, name.as_ptr());
+        }
+        libc::dlclose(handle);
+        p
+    }
+}
+
+/// Paths of loaded objects whose file name starts with `prefix` (e.g. "libcublas.so").
+pub fn loaded_objects_with_prefix(prefix: &str) -> Vec<String> {
+    loaded_objects()
+        .into_iter()
+        .filter(|(path, _)| file_name(path).starts_with(prefix))
+        .map(|(path, _)| path)
+        .collect()
+}
+
+pub fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Every loaded object's path and `DT_SONAME` (when it has one).
+pub fn loaded_objects() -> Vec<(String, Option<String>)> {
+    let mut out: Vec<(String, Option<String>)> = Vec::new();
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: the loader passes a valid info for the duration of the callback, and
+        // `data` is the Vec handed to dl_iterate_phdr below.
+        let out = &mut *(data as *mut Vec<(String, Option<String>)>);
+        let info = &*info;
+        if info.dlpi_name.is_null() {
+            return 0;
+        }
+        let path = CStr::from_ptr(info.dlpi_name).to_string_lossy().into_owned();
+        if !path.is_empty() {
+            out.push((path, soname_of(info)));
+        }
+        0
+    }
+    // SAFETY: `visit` matches the callback type and only touches `out`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut out as *mut _ as *mut c_void) };
+    out
+}
+
+/// An ELF64 dynamic-section entry (`Elf64_Dyn`).
+#[repr(C)]
+struct DynamicEntry {
+    tag: i64,
+    value: u64,
+}
+
+const DT_NULL: i64 = 0;
+const DT_STRTAB: i64 = 5;
+const DT_SONAME: i64 = 14;
+
+/// Reads DT_SONAME from an object's mapped dynamic section.
+unsafe fn soname_of(info: &libc::dl_phdr_info) -> Option<String> {
+    let base = info.dlpi_addr as usize;
+    let headers = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+    let dynamic = headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC)?;
+    let mut entry = (base + dynamic.p_vaddr as usize) as *const DynamicEntry;
+    let (mut strtab, mut soname) = (None, None);
+    while (*entry).tag != DT_NULL {
+        match (*entry).tag {
+            DT_STRTAB => strtab = Some((*entry).value as usize),
+            DT_SONAME => soname = Some((*entry).value as usize),
+            _ => {}
+        }
+        entry = entry.add(1);
+    }
+    let mut table = strtab?;
+    // glibc relocates these entries in place for most objects; for the rest, add the base.
+    if table < base {
+        table += base;
+    }
+    let name = CStr::from_ptr((table + soname?) as *const c_char);
+    Some(name.to_string_lossy().into_owned())
+}

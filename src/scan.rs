@@ -1,0 +1,293 @@
+//! NaN/Inf scans of operands by bit pattern, one generic routine for every floating format.
+//! The bytes come through a `DeviceReader`, so the same scan serves device memory (copied in
+//! chunks through the runtime) and the unit tests (plain slices).
+
+use crate::validate::StoredShape;
+
+/// `cudaDataType_t`, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    F64,
+    F32,
+    F16,
+    BF16,
+    F8E4M3,
+    F8E5M2,
+    I8,
+    I32,
+    Unknown(i32),
+}
+
+/// Where a format keeps its exponent and mantissa, and whether it has infinities.
+struct FloatBits {
+    size: usize,
+    exponent: u64,
+    mantissa: u64,
+    has_inf: bool,
+}
+
+impl DType {
+    pub fn from_cuda(raw: i32) -> Self {
+        match raw {
+            0 => Self::F32,
+            1 => Self::F64,
+            2 => Self::F16,
+            3 => Self::I8,
+            10 => Self::I32,
+            14 => Self::BF16,
+            28 => Self::F8E4M3,
+            29 => Self::F8E5M2,
+            other => Self::Unknown(other),
+        }
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Self::F64 => "f64".into(),
+            Self::F32 => "f32".into(),
+            Self::F16 => "f16".into(),
+            Self::BF16 => "bf16".into(),
+            Self::F8E4M3 => "f8e4m3".into(),
+            Self::F8E5M2 => "f8e5m2".into(),
+            Self::I8 => "i8".into(),
+            Self::I32 => "i32".into(),
+            Self::Unknown(v) => format!("unknown({v})"),
+        }
+    }
+
+    pub fn size(self) -> Option<u64> {
+        match self {
+            Self::F64 => Some(8),
+            Self::F32 | Self::I32 => Some(4),
+            Self::F16 | Self::BF16 => Some(2),
+            Self::F8E4M3 | Self::F8E5M2 | Self::I8 => Some(1),
+            Self::Unknown(_) => None,
+        }
+    }
+
+    fn float_bits(self) -> Option<FloatBits> {
+        let f = |size, exponent, mantissa, has_inf| Some(FloatBits { size, exponent, mantissa, has_inf });
+        match self {
+            Self::F64 => f(8, 0x7ff0_0000_0000_0000, 0x000f_ffff_ffff_ffff, true),
+            Self::F32 => f(4, 0x7f80_0000, 0x007f_ffff, true),
+            Self::F16 => f(2, 0x7c00, 0x03ff, true),
+            Self::BF16 => f(2, 0x7f80, 0x007f, true),
+            Self::F8E5M2 => f(1, 0x7c, 0x03, true),
+            // E4M3 ("fn"): no infinities; only S.1111.111 is NaN.
+            Self::F8E4M3 => f(1, 0x78, 0x07, false),
+            Self::I8 | Self::I32 | Self::Unknown(_) => None,
+        }
+    }
+
+    /// Whether NaN/Inf can exist in this type at all.
+    pub fn is_float(self) -> bool {
+        self.float_bits().is_some()
+    }
+}
+
+/// NaN and Inf counts and the first non-finite element, by element index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub nan: u64,
+    pub inf: u64,
+    pub first_index: Option<u64>,
+}
+
+impl Tally {
+    pub fn is_finite(&self) -> bool {
+        self.nan == 0 && self.inf == 0
+    }
+}
+
+#[inline(always)]
+fn load<const W: usize>(chunk: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word[..W].copy_from_slice(&chunk[..W]);
+    u64::from_le_bytes(word)
+}
+
+/// Counts over a run of whole elements; `first_index` is relative to `base`.
+fn tally_run<const W: usize>(bytes: &[u8], f: &FloatBits, base: u64, tally: &mut Tally) {
+    let (exp, man) = (f.exponent, f.mantissa);
+    let (mut nan, mut inf) = (0u64, 0u64);
+    for word in bytes.chunks_exact(W) {
+        let v = load::<W>(word);
+        let special = if f.has_inf { v & exp == exp } else { v & (exp | man) == exp | man };
+        let is_nan = special & (!f.has_inf || v & man != 0);
+        nan += is_nan as u64;
+        inf += (special & !is_nan) as u64;
+    }
+    if (nan | inf) != 0 && tally.first_index.is_none() {
+        // Only a run that holds a bad element pays for finding its position.
+        let pos = bytes.chunks_exact(W).position(|word| {
+            let v = load::<W>(word);
+            if f.has_inf { v & exp == exp } else { v & (exp | man) == exp | man }
+        });
+        tally.first_index = pos.map(|p| base + p as u64);
+    }
+    tally.nan += nan;
+    tally.inf += inf;
+}
+
+/// Tallies a contiguous run of elements of `dtype` whose first element has index `base`.
+pub fn tally_elements(dtype: DType, bytes: &[u8], base: u64, tally: &mut Tally) {
+    let Some(f) = dtype.float_bits() else { return };
+    match f.size {
+        8 => tally_run::<8>(bytes, &f, base, tally),
+        4 => tally_run::<4>(bytes, &f, base, tally),
+        2 => tally_run::<2>(bytes, &f, base, tally),
+        _ => tally_run::<1>(bytes, &f, base, tally),
+    }
+}
+
+/// Reads device memory into host memory. Errors carry the CUDA error code.
+pub trait DeviceReader {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32>;
+}
+
+/// The outcome of scanning one stored matrix.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MatrixScan {
+    pub nan: u64,
+    pub inf: u64,
+    /// (row, col) of the first non-finite element in column-major order, as stored.
+    pub first_nonfinite: Option<(u64, u64)>,
+}
+
+/// Host buffer size for one chunk of a scan.
+pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// Scans the `rows x cols` matrix stored column-major at `addr` with leading dimension `ld`,
+/// skipping the padding rows between columns. Reads go through `buf` in chunks, so the host
+/// memory used is bounded whatever the operand's size.
+pub fn scan_matrix(
+    reader: &dyn DeviceReader,
+    addr: u64,
+    shape: StoredShape,
+    dtype: DType,
+    buf: &mut Vec<u8>,
+) -> Result<MatrixScan, i32> {
+    let (Some(elem), true) = (dtype.size(), dtype.is_float()) else { return Ok(MatrixScan::default()) };
+    if shape.rows <= 0 || shape.cols <= 0 || shape.ld < shape.rows {
+        return Ok(MatrixScan::default());
+    }
+    let (rows, cols, ld) = (shape.rows as u64, shape.cols as u64, shape.ld as u64);
+    let total = ld.saturating_mul(cols - 1).saturating_add(rows);
+    if buf.len() < CHUNK_BYTES {
+        buf.resize(CHUNK_BYTES, 0);
+    }
+    let per_chunk = (CHUNK_BYTES as u64 / elem).max(1);
+    let mut tally = Tally::default();
+    let mut start = 0u64;
+    while start < total {
+        let end = (start + per_chunk).min(total);
+        let bytes = &mut buf[..((end - start) * elem) as usize];
+        reader.read(addr + start * elem, bytes)?;
+        // The column segments [col * ld, col * ld + rows) that meet [start, end).
+        let mut col = start / ld;
+        while col * ld < end && col < cols {
+            let seg_start = (col * ld).max(start);
+            let seg_end = (col * ld + rows).min(end);
+            if seg_start < seg_end {
+                let lo = ((seg_start - start) * elem) as usize;
+                let hi = ((seg_end - start) * elem) as usize;
+                tally_elements(dtype, &bytes[lo..hi], seg_start, &mut tally);
+            }
+            col += 1;
+        }
+        start = end;
+    }
+    Ok(MatrixScan {
+        nan: tally.nan,
+        inf: tally.inf,
+        first_nonfinite: tally.first_index.map(|i| (i % ld, i / ld)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Slice(Vec<u8>);
+    impl DeviceReader for Slice {
+        fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
+            let a = addr as usize;
+            let src = self.0.get(a..a + out.len()).ok_or(1)?;
+            out.copy_from_slice(src);
+            Ok(())
+        }
+    }
+
+    fn f32_bytes(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn counts_nan_and_inf_per_format() {
+        let cases: &[(DType, Vec<u8>, u64, u64)] = &[
+            (DType::F32, f32_bytes(&[1.0, f32::NAN, f32::INFINITY, -f32::INFINITY, 0.0]), 1, 2),
+            (
+                DType::F64,
+                [1.0f64, f64::NAN, f64::NEG_INFINITY].iter().flat_map(|v| v.to_le_bytes()).collect(),
+                1,
+                1,
+            ),
+            // f16: 0x3c00 = 1.0, 0x7e00 = NaN, 0xfc00 = -Inf, 0x7bff = max finite
+            (DType::F16, [0x3c00u16, 0x7e00, 0xfc00, 0x7bff].iter().flat_map(|v| v.to_le_bytes()).collect(), 1, 1),
+            // bf16: 0x7fc0 = NaN, 0x7f80 = Inf, 0x7f7f = max finite
+            (DType::BF16, [0x7fc0u16, 0x7f80, 0x7f7f].iter().flat_map(|v| v.to_le_bytes()).collect(), 1, 1),
+            // e4m3: 0x7f / 0xff NaN; 0x78 and 0x7e are finite (448 is 0x7e); no Inf
+            (DType::F8E4M3, vec![0x7f, 0xff, 0x78, 0x7e, 0x00], 2, 0),
+            // e5m2: 0x7c Inf, 0x7d NaN, 0xfc -Inf, 0x7b finite
+            (DType::F8E5M2, vec![0x7c, 0x7d, 0xfc, 0x7b], 1, 2),
+            (DType::I32, vec![0xff; 8], 0, 0),
+        ];
+        for (dtype, bytes, nan, inf) in cases {
+            let mut t = Tally::default();
+            tally_elements(*dtype, bytes, 0, &mut t);
+            assert_eq!((t.nan, t.inf), (*nan, *inf), "{dtype:?}");
+        }
+    }
+
+    #[test]
+    fn finds_first_nonfinite_by_row_and_col_and_skips_padding() {
+        // 3 x 2 stored with ld = 4: the padding row (index 3, 7) holds NaN and must not count.
+        let mut m = vec![0.0f32; 8];
+        m[3] = f32::NAN;
+        m[7] = f32::NAN;
+        m[5] = f32::INFINITY; // row 1, col 1
+        let reader = Slice(f32_bytes(&m));
+        let shape = StoredShape { rows: 3, cols: 2, ld: 4 };
+        let mut buf = Vec::new();
+        let s = scan_matrix(&reader, 0, shape, DType::F32, &mut buf).unwrap();
+        assert_eq!((s.nan, s.inf, s.first_nonfinite), (0, 1, Some((1, 1))));
+    }
+
+    #[test]
+    fn scans_across_chunk_boundaries() {
+        let n = CHUNK_BYTES / 4 * 2 + 10;
+        let mut m = vec![1.0f32; n];
+        m[n - 1] = f32::NAN;
+        m[CHUNK_BYTES / 4] = f32::NAN;
+        let reader = Slice(f32_bytes(&m));
+        let shape = StoredShape { rows: n as i64, cols: 1, ld: n as i64 };
+        let s = scan_matrix(&reader, 0, shape, DType::F32, &mut Vec::new()).unwrap();
+        assert_eq!(s.nan, 2);
+        assert_eq!(s.first_nonfinite, Some(((CHUNK_BYTES / 4) as u64, 0)));
+    }
+
+    #[test]
+    fn read_errors_surface() {
+        let reader = Slice(vec![0; 4]);
+        let shape = StoredShape { rows: 4, cols: 4, ld: 4 };
+        assert_eq!(scan_matrix(&reader, 0, shape, DType::F32, &mut Vec::new()), Err(1));
+    }
+
+    #[test]
+    fn decodes_cuda_data_types() {
+        assert_eq!(DType::from_cuda(14), DType::BF16);
+        assert_eq!(DType::from_cuda(28).name(), "f8e4m3");
+        assert_eq!(DType::from_cuda(77), DType::Unknown(77));
+        assert_eq!(DType::Unknown(77).size(), None);
+    }
+}

@@ -1,0 +1,278 @@
+//! One guarded process's record: call counts, the flight recorder, the faults found so far,
+//! and the trace assembled from them. Safe Rust; the FFI layer owns the one global instance.
+
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use crate::check::gemm::KnownError;
+use crate::config::Config;
+use crate::cuda;
+use crate::recorder::{CallArgs, RecordedCall, Recorder};
+use crate::state::{Allocations, Handles};
+use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
+
+pub struct Session {
+    pub config: Config,
+    pub handles: Handles,
+    pub allocations: Allocations,
+    pub recorder: Recorder,
+    pub process: Process,
+    /// The expanded trace path.
+    pub trace_path: String,
+    hook_names: &'static [&'static str],
+    calls: Box<[AtomicU64]>,
+    /// One `init_failed` per hooked function: without a driver every call fails the same way.
+    init_reported: Box<[AtomicBool]>,
+    seq: AtomicU64,
+    faults: Mutex<Vec<Fault>>,
+    fault_total: AtomicU64,
+    stderr_lines: AtomicU32,
+    known_error: Mutex<Option<KnownError>>,
+    driver_error: Mutex<Option<String>>,
+}
+
+impl Session {
+    pub fn new(config: Config, hook_names: &'static [&'static str], process: Process, trace_path: String) -> Self {
+        let ring = config.ring;
+        Self {
+            config,
+            handles: Handles::default(),
+            allocations: Allocations::default(),
+            recorder: Recorder::new(ring),
+            process,
+            trace_path,
+            hook_names,
+            calls: hook_names.iter().map(|_| AtomicU64::new(0)).collect(),
+            init_reported: hook_names.iter().map(|_| AtomicBool::new(false)).collect(),
+            seq: AtomicU64::new(0),
+            faults: Mutex::new(Vec::new()),
+            fault_total: AtomicU64::new(0),
+            stderr_lines: AtomicU32::new(0),
+            known_error: Mutex::new(None),
+            driver_error: Mutex::new(None),
+        }
+    }
+
+    /// Counts a call of hook number `hook` and gives it its sequence number.
+    pub fn begin(&self, hook: usize) -> u64 {
+        if let Some(c) = self.calls.get(hook) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub fn total_calls(&self) -> u64 {
+        self.calls.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    pub fn fault_count(&self) -> u64 {
+        self.fault_total.load(Ordering::Relaxed)
+    }
+
+    pub fn record_call(&self, hook: usize, seq: u64, status: i32, thread: u32, time_ns: u64, args: CallArgs) {
+        let api = self.hook_names.get(hook).copied().unwrap_or("?");
+        self.recorder.record(RecordedCall { seq, api, status, time_ns, thread, args });
+    }
+
+    pub fn known_error(&self) -> Option<KnownError> {
+        *self.known_error.lock()
+    }
+
+    /// Remembers a sticky error first revealed at call `seq`.
+    pub fn note_error(&self, code: i32, seq: u64) {
+        if cuda::cuda_error_is_sticky(code) {
+            self.known_error.lock().get_or_insert(KnownError { code, seq });
+        }
+    }
+
+    /// True the first time hook number `hook` reports an initialisation failure.
+    pub fn first_init_failure(&self, hook: usize) -> bool {
+        self.init_reported.get(hook).is_some_and(|b| !b.swap(true, Ordering::Relaxed))
+    }
+
+    pub fn set_driver_error(&self, text: String) {
+        self.driver_error.lock().get_or_insert(text);
+    }
+
+    pub fn driver_error(&self) -> Option<String> {
+        self.driver_error.lock().clone()
+    }
+
+    /// Stores a fault; returns the stderr lines to print for it (capped).
+    pub fn add_fault(&self, fault: Fault) -> Vec<String> {
+        let line = format!(
+            "cublasguard: {} #{}: {} [{}]; trace: {}",
+            fault.api,
+            fault.seq,
+            fault.message,
+            fault.kind.name(),
+            self.trace_path
+        );
+        self.faults.lock().push(fault);
+        self.fault_total.fetch_add(1, Ordering::Relaxed);
+        let n = self.stderr_lines.fetch_add(1, Ordering::Relaxed);
+        let cap = self.config.stderr_lines;
+        if n < cap {
+            vec![line]
+        } else if n == cap {
+            vec![format!("cublasguard: further faults are recorded in {} only", self.trace_path)]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Whether the trace belongs on disk at exit. A named path is written for every process
+    /// that used CUDA, so a shell wrapper that merely exits after its child does not replace
+    /// the child's trace with an empty one.
+    pub fn should_write_at_exit(&self, cuda_loaded: bool) -> bool {
+        self.fault_count() > 0 || (self.config.trace_requested && (cuda_loaded || self.total_calls() > 0))
+    }
+
+    pub fn trace(&self, environment: Environment) -> Trace {
+        let faults = self.faults.lock().clone();
+        let calls = self
+            .hook_names
+            .iter()
+            .zip(self.calls.iter())
+            .map(|(name, n)| (name.to_string(), n.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        Trace {
+            format: trace::FORMAT.into(),
+            version: trace::VERSION,
+            process: self.process.clone(),
+            environment,
+            recent_calls: self.recorder.snapshot().iter().map(recent_call).collect(),
+            summary: Summary { calls, faults: self.fault_count() },
+            faults,
+        }
+    }
+}
+
+fn recent_call(call: &RecordedCall) -> RecentCall {
+    RecentCall {
+        seq: call.seq,
+        api: call.api.to_string(),
+        status: call.status,
+        time_ns: call.time_ns,
+        thread: call.thread,
+        args: args_map(&call.args),
+    }
+}
+
+/// The recorder's compact arguments as named JSON values (names as in NVIDIA's headers).
+pub fn args_map(args: &CallArgs) -> BTreeMap<String, serde_json::Value> {
+    use serde_json::json;
+    let mut map = BTreeMap::new();
+    let mut put = |k: &str, v: serde_json::Value| {
+        map.insert(k.to_string(), v);
+    };
+    match *args {
+        CallArgs::None => {}
+        CallArgs::Gemm { transa, transb, m, n, k, lda, ldb, ldc } => {
+            put("transa", json!(cuda::Operation::decode(transa).label()));
+            put("transb", json!(cuda::Operation::decode(transb).label()));
+            for (name, v) in [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)] {
+                put(name, json!(v));
+            }
+        }
+        CallArgs::Size { size, stream } => {
+            put("size", json!(size));
+            if let Some(s) = stream {
+                put("stream", json!(trace::hex(s)));
+            }
+        }
+        CallArgs::Pointer { ptr, stream } => {
+            put("ptr", json!(trace::hex(ptr)));
+            if let Some(s) = stream {
+                put("stream", json!(trace::hex(s)));
+            }
+        }
+        CallArgs::Handle { handle, value } => {
+            put("handle", json!(trace::hex(handle)));
+            put("value", json!(value));
+        }
+    }
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::FaultKind;
+
+    static NAMES: &[&str] = &["cudaMalloc", "cublasSgemm_v2"];
+
+    fn session(stderr_lines: u32) -> Session {
+        let config = Config { stderr_lines, ..Config::default() };
+        Session::new(config, NAMES, Process::default(), "t.json".into())
+    }
+
+    fn fault(seq: u64) -> Fault {
+        Fault {
+            seq,
+            api: "cublasSgemm_v2".into(),
+            kind: FaultKind::ApiError,
+            message: "m".into(),
+            status: 13,
+            status_name: "CUBLAS_STATUS_EXECUTION_FAILED".into(),
+            error: None,
+            cause: None,
+            thread: 1,
+            stream: None,
+            time_ns: 0,
+            handle: None,
+            args: BTreeMap::new(),
+            operands: vec![],
+            memory: None,
+            backtrace: vec![],
+        }
+    }
+
+    #[test]
+    fn counts_calls_per_hook_and_numbers_them() {
+        let s = session(10);
+        assert_eq!(s.begin(1), 1);
+        assert_eq!(s.begin(1), 2);
+        assert_eq!(s.begin(0), 3);
+        let t = s.trace(Environment::default());
+        assert_eq!(t.summary.calls.get("cublasSgemm_v2"), Some(&2));
+        assert_eq!(t.summary.calls.get("cudaMalloc"), Some(&1));
+        assert_eq!(t.format, trace::FORMAT);
+    }
+
+    #[test]
+    fn caps_stderr_lines_with_one_summary_line() {
+        let s = session(2);
+        let lines: Vec<Vec<String>> = (1..=5).map(|i| s.add_fault(fault(i))).collect();
+        assert_eq!(lines[0].len(), 1);
+        assert!(lines[0][0].starts_with("cublasguard: cublasSgemm_v2 #1: m [api_error]; trace: t.json"));
+        assert_eq!(lines[1].len(), 1);
+        assert!(lines[2][0].contains("further faults"));
+        assert!(lines[3].is_empty() && lines[4].is_empty());
+        assert_eq!(s.trace(Environment::default()).faults.len(), 5);
+    }
+
+    #[test]
+    fn remembers_only_the_first_sticky_error() {
+        let s = session(1);
+        s.note_error(1, 3); // not sticky
+        assert_eq!(s.known_error(), None);
+        s.note_error(700, 4);
+        s.note_error(719, 9);
+        assert_eq!(s.known_error(), Some(KnownError { code: 700, seq: 4 }));
+    }
+
+    #[test]
+    fn writes_at_exit_only_when_it_should() {
+        let s = session(1);
+        assert!(!s.should_write_at_exit(true));
+        let mut requested = session(1);
+        requested.config.trace_requested = true;
+        assert!(!requested.should_write_at_exit(false));
+        assert!(requested.should_write_at_exit(true));
+        s.add_fault(fault(1));
+        assert!(s.should_write_at_exit(false));
+    }
+}

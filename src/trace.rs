@@ -1,0 +1,320 @@
+//! The trace: one JSON object per process, the contract between the guard that writes it and
+//! the tools (and people) that read it. docs/trace-format.md describes every field.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+pub const FORMAT: &str = "cublasguard-trace";
+pub const VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Trace {
+    pub format: String,
+    pub version: u32,
+    pub process: Process,
+    pub environment: Environment,
+    pub faults: Vec<Fault>,
+    pub recent_calls: Vec<RecentCall>,
+    pub summary: Summary,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Process {
+    pub pid: u32,
+    pub exe: Option<String>,
+    pub argv: Vec<String>,
+    pub hostname: String,
+    pub rank: Option<i64>,
+    pub local_rank: Option<i64>,
+    pub world_size: Option<i64>,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub started_at_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Environment {
+    /// `cudaRuntimeGetVersion`, e.g. 12090.
+    pub runtime_version: Option<i32>,
+    /// The driver's CUDA version, e.g. 12090; null when no driver answered.
+    pub driver_version: Option<i32>,
+    /// cuBLAS as major * 10000 + minor * 100 + patch.
+    pub cublas_version: Option<i32>,
+    pub driver: DriverState,
+    pub libraries: Vec<LoadedLibrary>,
+    /// An allow-list of variables (CUDA_*, CUBLAS*, TORCH_*, ...), never the whole environment.
+    pub variables: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct DriverState {
+    /// libcuda.so.1 is mapped in the process.
+    pub loaded: bool,
+    pub version: Option<i32>,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LoadedLibrary {
+    pub soname: String,
+    pub path: String,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    InvalidHandle,
+    InvalidArgument,
+    HostPointer,
+    OutOfBounds,
+    NonfiniteInput,
+    NonfiniteOutput,
+    AsyncError,
+    ApiError,
+    AllocFailed,
+    InitFailed,
+}
+
+impl FaultKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::InvalidHandle => "invalid_handle",
+            Self::InvalidArgument => "invalid_argument",
+            Self::HostPointer => "host_pointer",
+            Self::OutOfBounds => "out_of_bounds",
+            Self::NonfiniteInput => "nonfinite_input",
+            Self::NonfiniteOutput => "nonfinite_output",
+            Self::AsyncError => "async_error",
+            Self::ApiError => "api_error",
+            Self::AllocFailed => "alloc_failed",
+            Self::InitFailed => "init_failed",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Fault {
+    pub seq: u64,
+    pub api: String,
+    pub kind: FaultKind,
+    pub message: String,
+    /// What the hooked function returned to its caller.
+    pub status: i32,
+    pub status_name: String,
+    pub error: Option<CudaErrorRecord>,
+    pub cause: Option<InitCause>,
+    pub thread: u32,
+    pub stream: Option<String>,
+    pub time_ns: u64,
+    pub handle: Option<HandleRecord>,
+    pub args: BTreeMap<String, serde_json::Value>,
+    pub operands: Vec<Operand>,
+    pub memory: Option<MemoryState>,
+    pub backtrace: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CudaErrorRecord {
+    pub code: i32,
+    pub name: String,
+    /// The call that reported it (e.g. the guard's `cudaStreamSynchronize`).
+    pub call: String,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum InitCauseKind {
+    NoDriver,
+    DriverTooOld,
+    NoDevice,
+    Other,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct InitCause {
+    pub kind: InitCauseKind,
+    pub message: String,
+    pub driver_loadable: bool,
+    pub driver_version: Option<i32>,
+    pub runtime_version: Option<i32>,
+    /// What `cudaGetDeviceCount` returned when the guard asked (or the program's own call).
+    pub device_count_status: Option<i32>,
+    pub device_count: Option<i32>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct HandleRecord {
+    pub ptr: String,
+    pub math_mode: String,
+    pub pointer_mode: String,
+    pub stream: String,
+    /// TF32 or another reduced-precision mode is on.
+    pub reduced_precision: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Operand {
+    pub name: String,
+    pub ptr: String,
+    pub dtype: String,
+    pub rows: i64,
+    pub cols: i64,
+    pub ld: i64,
+    pub bytes: Option<u64>,
+    pub allocation: Option<AllocationRecord>,
+    /// Whether the guard read this operand's values (NaN/Inf counts are null otherwise).
+    pub scanned: bool,
+    pub nan: Option<u64>,
+    pub inf: Option<u64>,
+    pub first_nonfinite: Option<Position>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Position {
+    pub row: u64,
+    pub col: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AllocationRecord {
+    pub base: String,
+    pub size: u64,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MemoryState {
+    pub free: Option<u64>,
+    pub total: Option<u64>,
+    pub tracked_live_bytes: u64,
+    pub tracked_live_count: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RecentCall {
+    pub seq: u64,
+    pub api: String,
+    pub status: i32,
+    pub time_ns: u64,
+    pub thread: u32,
+    pub args: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    pub calls: BTreeMap<String, u64>,
+    pub faults: u64,
+}
+
+/// A pointer as the trace spells it: hex, because JSON numbers lose bits above 2^53.
+pub fn hex(ptr: u64) -> String {
+    format!("{ptr:#x}")
+}
+
+/// Writes `trace` to `path` atomically: a temporary file beside it, then a rename, so a
+/// reader never sees half a trace. The file is created mode 0600.
+pub fn write_atomic(path: &Path, trace: &Trace) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let bytes = serde_json::to_vec_pretty(trace).map_err(std::io::Error::other)?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| std::io::Error::other("trace path has no file name"))?;
+    let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        file.write_all(&bytes)?;
+        file.write_all(b"\n")?;
+        file.sync_data()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Why a file could not be read as a trace.
+#[derive(Debug)]
+pub enum ReadError {
+    Io(std::io::Error),
+    NotJson(serde_json::Error),
+    Foreign(String),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Io(e) => write!(f, "{e}"),
+            Self::NotJson(e) => write!(f, "not a complete JSON trace ({e})"),
+            Self::Foreign(why) => write!(f, "not a cublasguard trace: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Parses a trace, rejecting other JSON documents and newer format versions by name.
+pub fn parse(text: &str) -> Result<Trace, ReadError> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(ReadError::NotJson)?;
+    match value.get("format").and_then(|f| f.as_str()) {
+        Some(FORMAT) => {}
+        Some(other) => return Err(ReadError::Foreign(format!("format is '{other}'"))),
+        None => return Err(ReadError::Foreign("no \"format\" field".into())),
+    }
+    match value.get("version").and_then(|v| v.as_u64()) {
+        Some(v) if v == VERSION as u64 => {}
+        Some(v) => return Err(ReadError::Foreign(format!("format version {v}; this build reads {VERSION}"))),
+        None => return Err(ReadError::Foreign("no \"version\" field".into())),
+    }
+    serde_json::from_value(value).map_err(ReadError::NotJson)
+}
+
+pub fn read(path: &Path) -> Result<Trace, ReadError> {
+    parse(&std::fs::read_to_string(path).map_err(ReadError::Io)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Trace {
+        Trace { format: FORMAT.into(), version: VERSION, ..Default::default() }
+    }
+
+    #[test]
+    fn round_trips_through_a_file() {
+        let dir = std::env::temp_dir().join(format!("cg-trace-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.json");
+        let mut t = sample();
+        t.summary.faults = 2;
+        write_atomic(&path, &t).unwrap();
+        assert_eq!(read(&path).unwrap(), t);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn rejects_truncated_and_foreign_documents() {
+        let text = serde_json::to_string(&sample()).unwrap();
+        assert!(matches!(parse(&text[..text.len() / 2]), Err(ReadError::NotJson(_))));
+        assert!(matches!(parse(r#"{"format":"chrome"}"#), Err(ReadError::Foreign(_))));
+        assert!(matches!(parse(r#"{"a":1}"#), Err(ReadError::Foreign(_))));
+        assert!(matches!(parse(r#"{"format":"cublasguard-trace","version":9}"#), Err(ReadError::Foreign(_))));
+    }
+
+    #[test]
+    fn fault_kinds_serialise_as_snake_case() {
+        assert_eq!(serde_json::to_string(&FaultKind::NonfiniteOutput).unwrap(), "\"nonfinite_output\"");
+        assert_eq!(FaultKind::OutOfBounds.name(), "out_of_bounds");
+    }
+}

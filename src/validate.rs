@@ -1,0 +1,225 @@
+//! Argument and extent rules for GEMMs, as NVIDIA documents them. Pure functions over plain
+//! numbers: no pointers are dereferenced here, and all arithmetic is checked, because the
+//! numbers come straight from a caller that may be broken.
+
+use crate::cuda::Operation;
+
+/// The integer arguments of a GEMM call (`int` or `int64_t` in the C API, widened).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmArgs {
+    pub transa: Operation,
+    pub transb: Operation,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub lda: i64,
+    pub ldb: i64,
+    pub ldc: i64,
+    pub alpha_is_null: bool,
+    pub beta_is_null: bool,
+}
+
+/// The first rule a GEMM call breaks, in the order cuBLAS checks them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArgProblem {
+    Negative { name: &'static str, value: i64 },
+    BadOperation { name: &'static str, raw: i32 },
+    LeadingDimension { name: &'static str, value: i64, needed: i64, rule: String },
+    NullScalar { name: &'static str },
+}
+
+impl ArgProblem {
+    /// The argument the problem is about, as NVIDIA's headers name it.
+    pub fn argument(&self) -> &'static str {
+        match self {
+            Self::Negative { name, .. }
+            | Self::BadOperation { name, .. }
+            | Self::LeadingDimension { name, .. }
+            | Self::NullScalar { name } => name,
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Self::Negative { name, value } => format!("{name} = {value} but {name} must be >= 0"),
+            Self::BadOperation { name, raw } => {
+                format!("{name} = {raw} is not a cublasOperation_t (CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2)")
+            }
+            Self::LeadingDimension { name, value, needed, rule } => {
+                format!("{name} = {value} but {rule} = {needed}")
+            }
+            Self::NullScalar { name } => format!("{name} is NULL; cuBLAS needs a pointer to the scalar"),
+        }
+    }
+}
+
+/// Rows and columns of an operand as it is stored (column-major), before `op()` is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredShape {
+    pub rows: i64,
+    pub cols: i64,
+    pub ld: i64,
+}
+
+/// A as stored: m x k when not transposed, k x m otherwise.
+pub fn shape_of_a(args: &GemmArgs) -> StoredShape {
+    let (rows, cols) = if args.transa.transposes() { (args.k, args.m) } else { (args.m, args.k) };
+    StoredShape { rows, cols, ld: args.lda }
+}
+
+/// B as stored: k x n when not transposed, n x k otherwise.
+pub fn shape_of_b(args: &GemmArgs) -> StoredShape {
+    let (rows, cols) = if args.transb.transposes() { (args.n, args.k) } else { (args.k, args.n) };
+    StoredShape { rows, cols, ld: args.ldb }
+}
+
+/// C is always m x n.
+pub fn shape_of_c(args: &GemmArgs) -> StoredShape {
+    StoredShape { rows: args.m, cols: args.n, ld: args.ldc }
+}
+
+/// Checks a GEMM's arguments against NVIDIA's documented rules; `None` when all hold.
+pub fn check_gemm_args(args: &GemmArgs) -> Option<ArgProblem> {
+    for (name, value) in [("m", args.m), ("n", args.n), ("k", args.k)] {
+        if value < 0 {
+            return Some(ArgProblem::Negative { name, value });
+        }
+    }
+    for (name, op) in [("transa", args.transa), ("transb", args.transb)] {
+        if let Operation::Unknown(raw) = op {
+            return Some(ArgProblem::BadOperation { name, raw });
+        }
+    }
+    let a_rows = if args.transa.transposes() { ("k", args.k) } else { ("m", args.m) };
+    let b_rows = if args.transb.transposes() { ("n", args.n) } else { ("k", args.k) };
+    let rules = [
+        ("lda", args.lda, a_rows, Some(("transa", args.transa))),
+        ("ldb", args.ldb, b_rows, Some(("transb", args.transb))),
+        ("ldc", args.ldc, ("m", args.m), None),
+    ];
+    for (name, value, (dim_name, dim), op) in rules {
+        let needed = dim.max(1);
+        if value < needed {
+            let rule = match op {
+                Some((op_name, op)) => format!("{op_name} = {} needs {name} >= max(1, {dim_name})", op.label()),
+                None => format!("{name} must be >= max(1, {dim_name})"),
+            };
+            return Some(ArgProblem::LeadingDimension { name, value, needed, rule });
+        }
+    }
+    if args.alpha_is_null {
+        return Some(ArgProblem::NullScalar { name: "alpha" });
+    }
+    if args.beta_is_null {
+        return Some(ArgProblem::NullScalar { name: "beta" });
+    }
+    None
+}
+
+/// Bytes a column-major matrix spans: `(ld * (cols - 1) + rows) * elem_size`, or 0 when it
+/// has no elements; `None` when a dimension is negative or the product overflows.
+pub fn operand_extent(shape: StoredShape, elem_size: u64) -> Option<u64> {
+    if shape.rows < 0 || shape.cols < 0 || shape.ld < 0 {
+        return None;
+    }
+    if shape.rows == 0 || shape.cols == 0 {
+        return Some(0);
+    }
+    let (rows, cols, ld) = (shape.rows as u64, shape.cols as u64, shape.ld as u64);
+    ld.checked_mul(cols - 1)?.checked_add(rows)?.checked_mul(elem_size)
+}
+
+/// A live allocation, as the guard tracked it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub base: u64,
+    pub size: u64,
+}
+
+/// How an operand's extent sits against the allocation that holds its first byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Containment {
+    Inside,
+    /// Runs past the allocation's end by this many bytes.
+    Overruns(u64),
+}
+
+pub fn containment(ptr: u64, extent: u64, allocation: Span) -> Containment {
+    let offset = ptr.saturating_sub(allocation.base);
+    let available = allocation.size.saturating_sub(offset);
+    if extent <= available {
+        Containment::Inside
+    } else {
+        Containment::Overruns(extent - available)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(transa: i32, transb: i32, m: i64, n: i64, k: i64, lda: i64, ldb: i64, ldc: i64) -> GemmArgs {
+        GemmArgs {
+            transa: Operation::decode(transa),
+            transb: Operation::decode(transb),
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            ldc,
+            alpha_is_null: false,
+            beta_is_null: false,
+        }
+    }
+
+    #[test]
+    fn accepts_valid_calls() {
+        assert_eq!(check_gemm_args(&args(0, 0, 8, 4, 3, 8, 3, 8)), None);
+        assert_eq!(check_gemm_args(&args(1, 1, 8, 4, 3, 3, 4, 8)), None);
+        assert_eq!(check_gemm_args(&args(0, 0, 0, 0, 0, 1, 1, 1)), None);
+    }
+
+    #[test]
+    fn names_the_rule_for_a_small_lda() {
+        let p = check_gemm_args(&args(0, 0, 8, 4, 3, 3, 3, 8)).unwrap();
+        assert_eq!(p.argument(), "lda");
+        assert_eq!(p.message(), "lda = 3 but transa = N needs lda >= max(1, m) = 8");
+        let p = check_gemm_args(&args(1, 0, 8, 4, 3, 2, 3, 8)).unwrap();
+        assert_eq!(p.message(), "lda = 2 but transa = T needs lda >= max(1, k) = 3");
+    }
+
+    #[test]
+    fn checks_in_cublas_order() {
+        assert_eq!(check_gemm_args(&args(9, 0, -1, 4, 3, 0, 0, 0)).unwrap().argument(), "m");
+        assert_eq!(check_gemm_args(&args(9, 0, 1, 4, 3, 0, 0, 0)).unwrap().argument(), "transa");
+        assert_eq!(check_gemm_args(&args(0, 0, 2, 4, 3, 2, 1, 2)).unwrap().argument(), "ldb");
+        assert_eq!(check_gemm_args(&args(0, 1, 2, 4, 3, 2, 3, 2)).unwrap().argument(), "ldb");
+        assert_eq!(check_gemm_args(&args(0, 0, 2, 4, 3, 2, 3, 1)).unwrap().argument(), "ldc");
+        let mut a = args(0, 0, 2, 4, 3, 2, 3, 2);
+        a.beta_is_null = true;
+        assert_eq!(check_gemm_args(&a), Some(ArgProblem::NullScalar { name: "beta" }));
+    }
+
+    #[test]
+    fn leading_dimension_is_at_least_one_for_empty_matrices() {
+        assert_eq!(check_gemm_args(&args(0, 0, 0, 0, 0, 0, 1, 1)).unwrap().argument(), "lda");
+    }
+
+    #[test]
+    fn extents_are_checked_arithmetic() {
+        let s = |rows, cols, ld| StoredShape { rows, cols, ld };
+        assert_eq!(operand_extent(s(3, 2, 5), 4), Some((5 + 3) * 4));
+        assert_eq!(operand_extent(s(0, 7, 5), 4), Some(0));
+        assert_eq!(operand_extent(s(-1, 7, 5), 4), None);
+        assert_eq!(operand_extent(s(i64::MAX, i64::MAX, i64::MAX), 4), None);
+    }
+
+    #[test]
+    fn containment_measures_the_overrun() {
+        let span = Span { base: 1000, size: 100 };
+        assert_eq!(containment(1000, 100, span), Containment::Inside);
+        assert_eq!(containment(1050, 60, span), Containment::Overruns(10));
+        assert_eq!(containment(1200, 4, span), Containment::Overruns(4));
+    }
+}
