@@ -63,6 +63,11 @@ pub fn cuda_error_name(code: i32) -> &'static str {
     }
 }
 
+/// Errors that mean the runtime could not start at all (no driver, too old, no device).
+pub fn cuda_error_is_init_failure(code: i32) -> bool {
+    matches!(code, CUDA_ERROR_INITIALIZATION | CUDA_ERROR_INSUFFICIENT_DRIVER | CUDA_ERROR_NO_DEVICE)
+}
+
 /// Sticky errors leave the CUDA context unusable until the process restarts.
 pub fn cuda_error_is_sticky(code: i32) -> bool {
     matches!(code, 226 | 700 | 702 | 710 | 714..=719 | 721 | 810 | 911)

@@ -120,13 +120,17 @@ pub fn memory_info() -> Option<(u64, u64)> {
     type F = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
     // SAFETY: true signature; valid out-parameters.
     let f = unsafe { symbols::cudaMemGetInfo.get::<F>() }?;
-    if peek_last_error() != Some(0) {
+    // After a failed cudaMalloc the last error is 2, and memory is exactly what the user
+    // needs to see; a context that is broken or never started cannot answer, so don't ask.
+    let pending = peek_last_error()?;
+    if crate::cuda::cuda_error_is_sticky(pending) || crate::cuda::cuda_error_is_init_failure(pending) {
         return None;
     }
     let (mut free, mut total) = (0usize, 0usize);
     let code = quietly(|| unsafe { f(&mut free, &mut total) });
     (code == 0).then_some((free as u64, total as u64))
 }
+
 
 fn int_query(symbol: &RealSymbol) -> Option<(c_int, c_int)> {
     // SAFETY: every symbol passed here has the signature `cudaError_t f(int *)`.

@@ -125,6 +125,7 @@ pub fn write_trace(s: &Session) {
     }
 }
 
+#[cfg_attr(test, allow(dead_code))]
 fn at_exit() {
     let Some(_inside) = super::reentry::Reentry::enter() else { return };
     if DISABLED.load(Ordering::Relaxed) || process::is_privileged() {
@@ -150,6 +151,7 @@ fn at_exit() {
     }
 }
 
+#[cfg_attr(test, allow(dead_code))]
 extern "C" fn on_exit() {
     if std::panic::catch_unwind(at_exit).is_err() {
         DISABLED.store(true, Ordering::Relaxed);
@@ -159,6 +161,7 @@ extern "C" fn on_exit() {
 /// Runs when the dynamic loader maps the library (LD_PRELOAD): registers the exit handler.
 /// The same object code also sits in the `cublasguard` CLI (through the rlib); only the
 /// preloaded shared library registers.
+#[cfg_attr(test, allow(dead_code))]
 extern "C" fn on_load() {
     let own = {
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };

@@ -16,9 +16,6 @@ fn api(hook: usize) -> &'static str {
     super::HOOK_NAMES.get(hook).copied().unwrap_or("cuda")
 }
 
-fn is_init_error(code: c_int) -> bool {
-    matches!(code, cuda::CUDA_ERROR_INITIALIZATION | cuda::CUDA_ERROR_INSUFFICIENT_DRIVER | cuda::CUDA_ERROR_NO_DEVICE)
-}
 
 /// Reports an initialisation failure once per hooked function, with its probed cause.
 fn init_failed(s: &Session, hook: usize, seq: u64, status: c_int, device_count: Option<(i32, Option<i32>)>) {
@@ -51,7 +48,7 @@ fn allocate(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut *mu
     if status == cuda::CUDA_SUCCESS {
         return status;
     }
-    if is_init_error(status) {
+    if cuda::cuda_error_is_init_failure(status) {
         init_failed(s, hook, seq, status, None);
         return status;
     }
@@ -90,7 +87,7 @@ fn release(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, ptr: *mut c_vo
     if status == cuda::CUDA_SUCCESS {
         return status;
     }
-    if is_init_error(status) {
+    if cuda::cuda_error_is_init_failure(status) {
         init_failed(s, hook, seq, status, None);
         return status;
     }

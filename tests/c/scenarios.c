@@ -1,0 +1,164 @@
+/* Test scenarios for the guard, one per argv[1]; built against the stand-in stack by soname.
+ * Each prints what the program itself observes (statuses, results), so a guarded run's
+ * stdout can be compared with an unguarded one. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#define N 4
+
+static cublasHandle_t handle;
+static const float one = 1.0f, zero = 0.0f;
+
+static float *dev(const float *host, size_t n) {
+    void *p = NULL;
+    if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess) return NULL;
+    if (host) cudaMemcpy(p, host, n * sizeof(float), cudaMemcpyHostToDevice);
+    return p;
+}
+
+static void fill(float *m, size_t n, float base) {
+    for (size_t i = 0; i < n; i++) m[i] = base + (float)i;
+}
+
+static void print_result(const char *label, const float *dc, size_t n) {
+    float c[64];
+    cudaError_t e = cudaMemcpy(c, dc, n * sizeof(float), cudaMemcpyDeviceToHost);
+    printf("%s copy=%d", label, e);
+    for (size_t i = 0; e == cudaSuccess && i < n; i++) printf(" %g", c[i]);
+    printf("\n");
+}
+
+/* C = A * B for 4x4 matrices, with the given operands. */
+static int gemm(const float *a, const float *b, const float *beta, float *c) {
+    int st = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, b, N, beta, c, N);
+    printf("sgemm status=%d\n", st);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    const char *s = argc > 1 ? argv[1] : "clean";
+    int count = -1;
+    cudaError_t ce = cudaGetDeviceCount(&count);
+    printf("cudaGetDeviceCount=%d count=%d\n", ce, count);
+    int cs = cublasCreate(&handle);
+    printf("cublasCreate=%d\n", cs);
+    if (!strcmp(s, "init")) return cs == 0 ? 0 : 3;
+    if (cs) return 3;
+
+    float a[N * N], b[N * N], c[N * N];
+    fill(a, N * N, 1.0f);
+    fill(b, N * N, 0.5f);
+    fill(c, N * N, 0.0f);
+    float *da = dev(a, N * N), *db = dev(b, N * N), *dc = dev(c, N * N);
+
+    if (!strcmp(s, "clean")) {
+        gemm(da, db, &zero, dc);
+        print_result("C", dc, N * N);
+        cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH);
+        gemm(da, db, &one, dc);
+        print_result("C", dc, N * N);
+    } else if (!strcmp(s, "nan_a")) {
+        a[1 * N + 2] = NAN; /* row 2, col 1 */
+        a[3 * N + 0] = INFINITY;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc);
+    } else if (!strcmp(s, "nan_c_beta0")) {
+        c[5] = NAN;
+        cudaMemcpy(dc, c, sizeof c, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc);
+        print_result("C", dc, N * N);
+    } else if (!strcmp(s, "nan_c_beta1")) {
+        c[5] = NAN;
+        cudaMemcpy(dc, c, sizeof c, cudaMemcpyHostToDevice);
+        gemm(da, db, &one, dc);
+    } else if (!strcmp(s, "overflow")) {
+        for (int i = 0; i < N * N; i++) a[i] = 3e38f;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc);     /* produces Inf */
+        float *dd = dev(c, N * N);
+        gemm(db, db, &zero, dd);     /* unrelated, finite */
+    } else if (!strcmp(s, "bad_lda")) {
+        int st = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 8, N, N, &one, da, 3, db, N, &zero, dc, 8);
+        printf("sgemm status=%d\n", st);
+    } else if (!strcmp(s, "bad_handle")) {
+        cublasHandle_t h2;
+        cublasCreate(&h2);
+        cublasDestroy(h2);
+        int st = cublasSgemm(h2, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, da, N, db, N, &zero, dc, N);
+        printf("sgemm status=%d\n", st);
+        st = cublasSgemm((cublasHandle_t)(void *)c, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, da, N, db, N, &zero, dc, N);
+        printf("sgemm status=%d\n", st);
+    } else if (!strcmp(s, "host_pointer")) {
+        gemm(a, db, &zero, dc); /* a is host memory */
+        printf("sync=%d\n", cudaDeviceSynchronize());
+    } else if (!strcmp(s, "out_of_bounds")) {
+        float *small = dev(b, N * 2); /* B needs N * N floats */
+        gemm(da, small, &zero, dc);
+        printf("sync=%d\n", cudaDeviceSynchronize());
+    } else if (!strcmp(s, "async")) {
+        gemm(da, db, &zero, dc); /* fine */
+        gemm(da, db, &zero, dc); /* CUDASHIM_ASYNC_FAULT=2 makes this kernel fault */
+        gemm(db, da, &zero, dc); /* the error would surface here, or at the copy */
+        print_result("C", dc, N * N);
+    } else if (!strcmp(s, "api_error")) {
+        gemm(da, db, &zero, dc); /* CUDASHIM_FAIL=cublasSgemm_v2:1:14 */
+    } else if (!strcmp(s, "alloc")) {
+        void *p = NULL;
+        printf("cudaMalloc=%d\n", cudaMalloc(&p, (size_t)1 << 40));
+    } else if (!strcmp(s, "free_twice")) {
+        printf("cudaFree=%d\n", cudaFree(dc));
+        printf("cudaFree=%d\n", cudaFree(dc));
+        dc = dev(c, N * N);
+    } else if (!strcmp(s, "streams")) {
+        cudaStream_t st;
+        cudaStreamCreate(&st);
+        cublasSetStream(handle, st);
+        a[0] = NAN;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc);
+        printf("stream=%p\n", (void *)st);
+    } else if (!strcmp(s, "capture")) {
+        cudaStream_t st;
+        cudaGraph_t g;
+        cudaStreamCreate(&st);
+        cublasSetStream(handle, st);
+        printf("begin=%d\n", cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        gemm(da, db, &zero, dc);
+        printf("end=%d\n", cudaStreamEndCapture(st, &g));
+    } else if (!strcmp(s, "device_scalars")) {
+        float *dalpha = dev(&one, 1), *dbeta = dev(&zero, 1);
+        cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_DEVICE);
+        printf("sgemm status=%d\n", cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, dalpha, da, N, db, N, dbeta, dc, N));
+        print_result("C", dc, N * N);
+        printf("sgemm status=%d\n", cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, da, N, db, N, dbeta, dc, N));
+    } else if (!strcmp(s, "last_error")) {
+        void *p = NULL;
+        printf("cudaMalloc=%d\n", cudaMalloc(&p, (size_t)1 << 40)); /* sets the last error to 2 */
+        gemm(da, db, &zero, dc);                                  /* guard scans and syncs */
+        printf("last=%d\n", cudaGetLastError());                  /* still 2 */
+        gemm(da, db, &zero, dc);
+        printf("last=%d\n", cudaGetLastError());                  /* 0 */
+    } else if (!strcmp(s, "dlopen_local")) {
+        const char *lib = getenv("SCENARIO_LIB");
+        void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            printf("dlopen failed: %s\n", dlerror());
+            return 4;
+        }
+        int (*run)(void) = (int (*)(void))dlsym(h, "scenario_lib_run");
+        printf("lib=%d\n", run());
+    } else {
+        fprintf(stderr, "unknown scenario %s\n", s);
+        return 2;
+    }
+    cublasDestroy(handle);
+    printf("end\n");
+    return 0;
+}

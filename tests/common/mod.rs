@@ -1,0 +1,168 @@
+//! Helpers for tests that build C programs against the stand-in stack and run them, guarded
+//! or not, as real processes.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use cublasguard::trace::{self, Fault, FaultKind, Trace};
+
+pub fn standin() -> PathBuf {
+    PathBuf::from(env!("CUBLASGUARD_STANDIN_DIR"))
+}
+
+pub fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// target/<profile>, found from this test executable (target/<profile>/deps/<test>).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf()
+}
+
+/// The guard library as this `cargo test` built it. Cargo refreshes deps/libcublasguard.so
+/// for tests but copies it up to target/<profile>/ only on `cargo build`, so the copy up
+/// there may be stale.
+pub fn guard_lib() -> PathBuf {
+    let lib = profile_dir().join("deps").join("libcublasguard.so");
+    assert!(lib.exists(), "{} missing: the cdylib is built with the tests", lib.display());
+    lib
+}
+
+pub fn cli() -> PathBuf {
+    profile_dir().join("cublasguard")
+}
+
+fn scratch() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+/// A fresh, empty folder for one run.
+pub fn temp_dir(label: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = scratch().join("runs").join(format!("{label}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// Compiles C sources from tests/c against the stand-in headers and libraries (by soname),
+/// once per test process.
+pub fn build_c(name: &str, sources: &[&str], shared: bool) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(name) {
+        return p.clone();
+    }
+    let dir = scratch().join("programs");
+    std::fs::create_dir_all(&dir).expect("programs dir");
+    let out = dir.join(format!("{name}-{}", std::process::id()));
+    let s = standin();
+    let mut cmd = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    cmd.args(["-O1", "-g", "-Wall", "-Werror", "-o"]).arg(&out);
+    if shared {
+        cmd.args(["-shared", "-fPIC"]);
+    }
+    for src in sources {
+        cmd.arg(manifest_dir().join("tests/c").join(src));
+    }
+    cmd.arg(format!("-I{}", s.join("include").display()))
+        .arg(format!("-L{}", s.join("lib").display()))
+        .args(["-lcublas", "-lcudart", "-ldl", "-lm"]);
+    let status = cmd.status().expect("run the C compiler");
+    assert!(status.success(), "compiling {name} failed");
+    built.insert(name.to_string(), out.clone());
+    out
+}
+
+pub fn scenarios() -> PathBuf {
+    build_c("scenarios", &["scenarios.c"], false)
+}
+
+/// How to run a program.
+pub struct Launch<'a> {
+    pub program: &'a Path,
+    pub args: &'a [&'a str],
+    pub env: &'a [(&'a str, &'a str)],
+    pub guarded: bool,
+    /// Put the stand-in driver (libcuda.so.1) on the library path.
+    pub driver: bool,
+    /// Set CUBLASGUARD_TRACE to a file in the run's folder.
+    pub trace: bool,
+}
+
+impl<'a> Launch<'a> {
+    pub fn new(program: &'a Path, args: &'a [&'a str]) -> Self {
+        Self { program, args, env: &[], guarded: true, driver: true, trace: true }
+    }
+}
+
+pub struct Run {
+    pub output: Output,
+    pub dir: PathBuf,
+    pub trace_path: PathBuf,
+}
+
+impl Run {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+    pub fn code(&self) -> Option<i32> {
+        self.output.status.code()
+    }
+    pub fn trace(&self) -> Trace {
+        trace::read(&self.trace_path).unwrap_or_else(|e| {
+            panic!("trace {}: {e}\nstdout:\n{}\nstderr:\n{}", self.trace_path.display(), self.stdout(), self.stderr())
+        })
+    }
+}
+
+pub fn run(launch: Launch) -> Run {
+    let dir = temp_dir(launch.program.file_name().and_then(|f| f.to_str()).unwrap_or("run"));
+    let trace_path = dir.join("trace.json");
+    let s = standin();
+    let mut libpath = s.join("lib").display().to_string();
+    if launch.driver {
+        libpath = format!("{libpath}:{}", s.join("driver").display());
+    }
+    let mut cmd = Command::new(launch.program);
+    cmd.args(launch.args)
+        .current_dir(&dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("LD_LIBRARY_PATH", libpath);
+    if launch.guarded {
+        cmd.env("LD_PRELOAD", guard_lib());
+        if launch.trace {
+            cmd.env("CUBLASGUARD_TRACE", &trace_path);
+        }
+    }
+    for (k, v) in launch.env {
+        cmd.env(k, v);
+    }
+    let output = cmd.output().expect("run program");
+    Run { output, dir, trace_path }
+}
+
+/// Runs a stand-in scenario under the guard.
+pub fn scenario(name: &str, env: &[(&str, &str)]) -> Run {
+    let program = scenarios();
+    let args = [name];
+    run(Launch { env, ..Launch::new(&program, &args) })
+}
+
+pub fn faults_of(trace: &Trace, kind: FaultKind) -> Vec<&Fault> {
+    trace.faults.iter().filter(|f| f.kind == kind).collect()
+}
+
+pub fn only_fault(trace: &Trace) -> &Fault {
+    assert_eq!(trace.faults.len(), 1, "expected exactly one fault, got {:#?}", trace.faults);
+    &trace.faults[0]
+}

@@ -1,0 +1,361 @@
+//! The guard in real processes: C programs built against the stand-in stack, run under
+//! LD_PRELOAD, with assertions on the parsed trace.
+
+mod common;
+
+use common::*;
+use cublasguard::trace::{FaultKind, InitCauseKind};
+
+fn operand<'a>(fault: &'a cublasguard::trace::Fault, name: &str) -> &'a cublasguard::trace::Operand {
+    fault.operands.iter().find(|o| o.name == name).unwrap_or_else(|| panic!("no operand {name}: {fault:#?}"))
+}
+
+#[test]
+fn clean_run_is_identical_to_unguarded_and_records_no_fault() {
+    let program = scenarios();
+    let bare = run(Launch { guarded: false, ..Launch::new(&program, &["clean"]) });
+    let guarded = run(Launch::new(&program, &["clean"]));
+    assert_eq!(bare.stdout(), guarded.stdout());
+    assert_eq!(bare.code(), Some(0));
+    assert_eq!(guarded.code(), Some(0));
+    let trace = guarded.trace();
+    assert!(trace.faults.is_empty(), "{:#?}", trace.faults);
+    assert_eq!(trace.summary.faults, 0);
+    assert_eq!(trace.summary.calls.get("cublasSgemm_v2"), Some(&2));
+    assert_eq!(trace.summary.calls.get("cudaMalloc"), Some(&3));
+    assert_eq!(trace.summary.calls.get("cublasCreate_v2"), Some(&1));
+    assert_eq!(trace.format, "cublasguard-trace");
+    assert_eq!(trace.process.pid as usize, trace.process.pid as usize);
+    assert!(trace.process.argv.iter().any(|a| a == "clean"));
+    assert_eq!(trace.environment.runtime_version, Some(12090));
+    assert_eq!(trace.environment.cublas_version, Some(120903));
+    assert_eq!(trace.environment.driver_version, Some(12090));
+    assert!(trace.environment.driver.loaded);
+    let sonames: Vec<&str> = trace.environment.libraries.iter().map(|l| l.soname.as_str()).collect();
+    for want in ["libcudart.so.12", "libcublas.so.12", "libcuda.so.1"] {
+        assert!(sonames.contains(&want), "{sonames:?}");
+    }
+    assert!(trace.environment.libraries.iter().all(|l| l.path.starts_with('/')));
+    let last = trace.recent_calls.last().expect("recent calls");
+    assert_eq!(last.api, "cublasDestroy_v2");
+    assert!(trace.recent_calls.windows(2).all(|w| w[0].seq < w[1].seq));
+}
+
+#[test]
+fn nonfinite_input_names_operand_counts_and_first_position() {
+    let run = scenario("nan_a", &[]);
+    let trace = run.trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.kind, FaultKind::NonfiniteInput);
+    assert_eq!(f.api, "cublasSgemm_v2");
+    assert!(f.message.contains("operand A"), "{}", f.message);
+    let a = operand(f, "A");
+    assert_eq!((a.nan, a.inf), (Some(1), Some(1)));
+    let first = a.first_nonfinite.expect("position");
+    assert_eq!((first.row, first.col), (2, 1));
+    assert_eq!(operand(f, "B").nan, Some(0));
+    assert_eq!(f.args["m"], 4);
+    assert_eq!(f.args["transa"], "N");
+    assert_eq!(f.args["alpha"], 1.0);
+    assert_eq!(f.status, 0);
+    assert_eq!(f.status_name, "CUBLAS_STATUS_SUCCESS");
+    let handle = f.handle.as_ref().expect("handle state");
+    assert_eq!(handle.pointer_mode, "HOST");
+    assert_eq!(handle.math_mode, "CUBLAS_DEFAULT_MATH");
+    let memory = f.memory.expect("memory");
+    assert_eq!(memory.tracked_live_count, 3);
+    assert_eq!(memory.tracked_live_bytes, 3 * 64);
+    assert!(memory.free.is_some() && memory.total.is_some());
+    assert!(!f.backtrace.is_empty());
+    assert!(run.stderr().contains("cublasguard: cublasSgemm_v2 #"), "{}", run.stderr());
+}
+
+#[test]
+fn nan_in_c_is_a_fault_only_when_beta_makes_cublas_read_it() {
+    let quiet = scenario("nan_c_beta0", &[]);
+    assert!(quiet.trace().faults.is_empty(), "{:#?}", quiet.trace().faults);
+    let loud = scenario("nan_c_beta1", &[]);
+    let trace = loud.trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.kind, FaultKind::NonfiniteInput);
+    assert!(f.message.contains("operand C"), "{}", f.message);
+    assert_eq!(operand(f, "C").nan, Some(1));
+}
+
+#[test]
+fn overflow_is_nonfinite_output_on_the_producing_call_and_nothing_else() {
+    let trace = scenario("overflow", &[]).trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.kind, FaultKind::NonfiniteOutput);
+    let gemms: Vec<u64> = trace.recent_calls.iter().filter(|c| c.api == "cublasSgemm_v2").map(|c| c.seq).collect();
+    assert_eq!(f.seq, gemms[0], "blamed the first GEMM, the one that overflowed");
+    assert_eq!(operand(f, "C").inf, Some(16));
+    assert_eq!(operand(f, "A").inf, Some(0));
+}
+
+#[test]
+fn invalid_argument_names_the_rule() {
+    let run = scenario("bad_lda", &[]);
+    let trace = run.trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.kind, FaultKind::InvalidArgument);
+    assert_eq!(f.message, "lda = 3 but transa = N needs lda >= max(1, m) = 8");
+    assert_eq!(f.status, 7);
+    assert!(run.stdout().contains("sgemm status=7"));
+}
+
+#[test]
+fn invalid_handle_after_destroy_and_for_a_stranger() {
+    let trace = scenario("bad_handle", &[]).trace();
+    let faults = faults_of(&trace, FaultKind::InvalidHandle);
+    assert_eq!(faults.len(), 2, "{:#?}", trace.faults);
+    assert!(faults[0].message.contains("destroyed by cublasDestroy at call #"), "{}", faults[0].message);
+    assert!(faults[1].message.contains("not created by cublasCreate"), "{}", faults[1].message);
+    assert!(faults.iter().all(|f| f.status == 1));
+}
+
+#[test]
+fn host_pointer_is_named_and_the_device_fault_it_causes_is_attached() {
+    let trace = scenario("host_pointer", &[]).trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.kind, FaultKind::HostPointer);
+    assert!(f.message.contains("operand A") && f.message.contains("not device memory"), "{}", f.message);
+    let error = f.error.as_ref().expect("the illegal address surfaced by the guard's sync");
+    assert_eq!((error.code, error.name.as_str()), (700, "cudaErrorIllegalAddress"));
+    assert_eq!(operand(f, "A").allocation, None);
+}
+
+#[test]
+fn out_of_bounds_names_the_allocation_and_the_overrun() {
+    let trace = scenario("out_of_bounds", &[]).trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.kind, FaultKind::OutOfBounds);
+    assert!(f.message.contains("operand B") && f.message.contains("overruns it by 32 bytes"), "{}", f.message);
+    let b = operand(f, "B");
+    assert_eq!(b.bytes, Some(64));
+    assert_eq!(b.allocation.as_ref().map(|a| a.size), Some(32));
+}
+
+#[test]
+fn asynchronous_fault_is_pinned_to_the_call_that_caused_it() {
+    let program = scenarios();
+    let env = [("CUDASHIM_ASYNC_FAULT", "2")];
+    let bare = run(Launch { env: &env, guarded: false, ..Launch::new(&program, &["async"]) });
+    // Unguarded, the fault surfaces late, at the copy after the third GEMM.
+    assert!(bare.stdout().contains("sgemm status=0\nsgemm status=0\nsgemm status=0\nC copy=700"), "{}", bare.stdout());
+    let guarded = run(Launch { env: &env, ..Launch::new(&program, &["async"]) });
+    // Guarded, it surfaces where CUDA_LAUNCH_BLOCKING=1 would put it: the guard synchronised
+    // right after the faulting GEMM, so the (sticky) error is visible to the very next call.
+    assert!(guarded.stdout().contains("sgemm status=0\nsgemm status=0\nsgemm status=13\nC copy=700"), "{}", guarded.stdout());
+    let trace = guarded.trace();
+    let gemms: Vec<u64> = trace.recent_calls.iter().filter(|c| c.api == "cublasSgemm_v2").map(|c| c.seq).collect();
+    let first = &trace.faults[0];
+    assert_eq!(first.kind, FaultKind::AsyncError);
+    assert_eq!(first.seq, gemms[1], "the second GEMM's kernel faulted");
+    assert_eq!(first.error.as_ref().map(|e| e.code), Some(700));
+    // The third GEMM fails because the context is gone; it is not blamed for the fault.
+    let later = faults_of(&trace, FaultKind::ApiError);
+    assert_eq!(later.len(), 1);
+    assert_eq!(later[0].seq, gemms[2]);
+    assert!(later[0].message.contains(&format!("since cudaErrorIllegalAddress (700) at call #{}", gemms[1])));
+    assert!(faults_of(&trace, FaultKind::AsyncError).len() == 1);
+}
+
+#[test]
+fn api_error_when_nothing_explains_a_failure() {
+    let trace = scenario("api_error", &[("CUDASHIM_FAIL", "cublasSgemm_v2:1:14")]).trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.kind, FaultKind::ApiError);
+    assert_eq!((f.status, f.status_name.as_str()), (14, "CUBLAS_STATUS_INTERNAL_ERROR"));
+}
+
+#[test]
+fn alloc_failed_records_size_and_memory_state() {
+    let trace = scenario("alloc", &[("CUDASHIM_MEM_TOTAL", "1000000")]).trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.kind, FaultKind::AllocFailed);
+    assert_eq!(f.args["size"], 1u64 << 40);
+    let memory = f.memory.expect("memory");
+    assert_eq!(memory.total, Some(1_000_000));
+    assert_eq!(memory.free, Some(1_000_000 - 3 * 64));
+    assert_eq!(memory.tracked_live_bytes, 3 * 64);
+}
+
+#[test]
+fn double_free_is_reported() {
+    let trace = scenario("free_twice", &[]).trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.api, "cudaFree");
+    assert!(f.message.contains("not the start of a live allocation"), "{}", f.message);
+}
+
+#[test]
+fn fault_records_the_handle_stream() {
+    let run = scenario("streams", &[]);
+    let stream = run.stdout().lines().find_map(|l| l.strip_prefix("stream=").map(str::to_string)).expect("stream");
+    let trace = run.trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.stream.as_deref(), Some(stream.as_str()));
+    assert_eq!(f.handle.as_ref().map(|h| h.stream.as_str()), Some(stream.as_str()));
+}
+
+#[test]
+fn capturing_stream_is_never_synchronised() {
+    let run = scenario("capture", &[]);
+    // A synchronisation during capture would have invalidated it: end=901.
+    assert!(run.stdout().contains("end=0\n"), "{}", run.stdout());
+    assert!(run.trace().faults.is_empty());
+}
+
+#[test]
+fn pointer_mode_device_checks_scalars() {
+    let run = scenario("device_scalars", &[]);
+    assert!(run.stdout().contains("C copy=0 76 84"), "{}", run.stdout());
+    let trace = run.trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.kind, FaultKind::HostPointer);
+    assert!(f.message.starts_with("alpha ("), "{}", f.message);
+    assert_eq!(f.handle.as_ref().map(|h| h.pointer_mode.as_str()), Some("DEVICE"));
+}
+
+#[test]
+fn the_guards_own_calls_leave_the_programs_last_error_alone() {
+    let program = scenarios();
+    let bare = run(Launch { guarded: false, ..Launch::new(&program, &["last_error"]) });
+    let guarded = run(Launch::new(&program, &["last_error"]));
+    assert!(bare.stdout().contains("last=2\n"));
+    assert_eq!(bare.stdout(), guarded.stdout());
+}
+
+#[test]
+fn library_loaded_with_rtld_local_is_guarded_and_forwarded() {
+    let lib = build_c("scenario_lib", &["scenario_lib.c"], true);
+    let main = build_c("dlopen_main", &["dlopen_main.c"], false);
+    let lib_arg = lib.display().to_string();
+    let args = [lib_arg.as_str()];
+    let bare = run(Launch { guarded: false, ..Launch::new(&main, &args) });
+    let guarded = run(Launch::new(&main, &args));
+    assert_eq!(bare.stdout(), guarded.stdout());
+    assert!(guarded.stdout().contains("lib sgemm=0 c=1 nan 3 nan"), "{}", guarded.stdout());
+    assert!(!guarded.stderr().contains("cannot find the real"), "{}", guarded.stderr());
+    let trace = guarded.trace();
+    let f = only_fault(&trace);
+    assert_eq!(f.kind, FaultKind::NonfiniteInput);
+    assert_eq!(trace.summary.calls.get("cudaMalloc"), Some(&3));
+}
+
+#[test]
+fn no_driver_is_an_init_failure_with_its_cause() {
+    let program = scenarios();
+    let run = run(Launch { driver: false, ..Launch::new(&program, &["init"]) });
+    assert_eq!(run.code(), Some(3));
+    assert!(run.stdout().contains("cudaGetDeviceCount=35 count=-1"), "{}", run.stdout());
+    let trace = run.trace();
+    let faults = faults_of(&trace, FaultKind::InitFailed);
+    assert_eq!(faults.len(), 2, "{:#?}", trace.faults);
+    assert_eq!(faults[0].api, "cudaGetDeviceCount");
+    assert_eq!(faults[1].api, "cublasCreate_v2");
+    for f in &faults {
+        let cause = f.cause.as_ref().expect("cause");
+        assert_eq!(cause.kind, InitCauseKind::NoDriver);
+        assert!(f.message.contains("no NVIDIA driver"), "{}", f.message);
+    }
+    assert_eq!(faults[0].cause.as_ref().and_then(|c| c.device_count_status), Some(35));
+    assert!(!trace.environment.driver.loaded);
+    assert_eq!(trace.environment.driver_version, None);
+    assert!(trace.environment.driver.error.as_deref().unwrap_or("").contains("no NVIDIA driver"));
+}
+
+#[test]
+fn old_driver_is_named_with_both_versions() {
+    let trace = scenario("init", &[("CUDASHIM_DRIVER_VERSION", "11080")]).trace();
+    let f = &faults_of(&trace, FaultKind::InitFailed)[0];
+    let cause = f.cause.as_ref().expect("cause");
+    assert_eq!(cause.kind, InitCauseKind::DriverTooOld);
+    assert_eq!((cause.driver_version, cause.runtime_version), (Some(11080), Some(12090)));
+}
+
+#[test]
+fn on_fault_error_makes_the_faulting_call_fail() {
+    let program = scenarios();
+    let env = [("CUBLASGUARD_ON_FAULT", "error")];
+    let run = run(Launch { env: &env, ..Launch::new(&program, &["nan_a"]) });
+    assert!(run.stdout().contains("sgemm status=13"), "{}", run.stdout());
+    let trace = run.trace();
+    assert_eq!(only_fault(&trace).status, 13);
+    let run2 = common::run(Launch { env: &env, ..Launch::new(&program, &["overflow"]) });
+    assert!(run2.stdout().contains("sgemm status=13\nsgemm status=0"), "{}", run2.stdout());
+}
+
+#[test]
+fn on_fault_abort_writes_the_trace_then_aborts() {
+    let program = scenarios();
+    let env = [("CUBLASGUARD_ON_FAULT", "abort")];
+    let run = run(Launch { env: &env, ..Launch::new(&program, &["nan_a"]) });
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(run.output.status.signal(), Some(libc::SIGABRT));
+    let trace = run.trace();
+    assert_eq!(only_fault(&trace).kind, FaultKind::NonfiniteInput);
+}
+
+#[test]
+fn bad_configuration_is_named_and_changes_nothing() {
+    let program = scenarios();
+    let env = [("CUBLASGUARD_CHECKS", "args,speed"), ("CUBLASGUARD_RING", "many")];
+    let bare = run(Launch { guarded: false, ..Launch::new(&program, &["nan_a"]) });
+    let run = run(Launch { env: &env, ..Launch::new(&program, &["nan_a"]) });
+    assert_eq!(bare.stdout(), run.stdout());
+    assert_eq!(run.code(), Some(0));
+    let err = run.stderr();
+    assert!(err.contains("CUBLASGUARD_CHECKS='args,speed' ignored"), "{err}");
+    assert!(err.contains("CUBLASGUARD_RING='many' ignored"), "{err}");
+    assert_eq!(only_fault(&run.trace()).kind, FaultKind::NonfiniteInput, "defaults (all checks) apply");
+}
+
+#[test]
+fn checks_can_be_narrowed() {
+    let trace = scenario("nan_a", &[("CUBLASGUARD_CHECKS", "args,bounds")]).trace();
+    assert!(trace.faults.is_empty());
+    // With the argument check off, the call's failure is still reported, as a bare api_error.
+    let trace = scenario("bad_lda", &[("CUBLASGUARD_CHECKS", "none")]).trace();
+    assert_eq!(only_fault(&trace).kind, FaultKind::ApiError);
+}
+
+#[test]
+fn default_trace_is_written_only_when_a_fault_occurred() {
+    let program = scenarios();
+    let clean = run(Launch { trace: false, ..Launch::new(&program, &["clean"]) });
+    let files: Vec<_> = std::fs::read_dir(&clean.dir).unwrap().filter_map(|e| e.ok()).collect();
+    assert!(files.is_empty(), "{files:?}");
+    let faulty = run(Launch { trace: false, ..Launch::new(&program, &["nan_a"]) });
+    let names: Vec<String> = std::fs::read_dir(&faulty.dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let host = cublasguard::ffi::process::hostname();
+    assert!(names[0].starts_with(&format!("cublasguard-{host}-")) && names[0].ends_with(".json"), "{names:?}");
+    let trace = cublasguard::trace::read(&faulty.dir.join(&names[0])).expect("valid trace");
+    assert_eq!(trace.faults.len(), 1);
+    assert!(faulty.stderr().contains(&names[0]), "stderr names the trace: {}", faulty.stderr());
+}
+
+#[test]
+fn example_workload_under_the_guard() {
+    let mlp = standin().join("bin/mlp");
+    let bare = run(Launch { guarded: false, ..Launch::new(&mlp, &[]) });
+    let guarded = run(Launch::new(&mlp, &[]));
+    assert_eq!(bare.stdout(), guarded.stdout());
+    assert_eq!(guarded.code(), Some(0));
+    assert!(guarded.trace().faults.is_empty());
+    let nan = run(Launch::new(&mlp, &["--inject", "nan"]));
+    let trace = nan.trace();
+    let first = &trace.faults[0];
+    assert_eq!(first.kind, FaultKind::NonfiniteInput);
+    assert_eq!(first.args["transa"], "T", "issued like PyTorch's nn.Linear");
+    let b = operand(first, "B");
+    assert_eq!((b.rows, b.cols), (8, 32), "the input batch: 8 features x 32 samples");
+    let pos = b.first_nonfinite.expect("position");
+    assert_eq!((pos.row, pos.col), (2, 3), "feature 2 of sample 3");
+}
