@@ -1,0 +1,173 @@
+//! The `cublasguard` command: runs programs under the guard and interprets its traces.
+
+mod diagnosis;
+mod doctor;
+mod report;
+mod run;
+mod timeline;
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// An error for the user, with the exit status it maps to.
+#[derive(Debug)]
+pub struct CliError {
+    pub message: String,
+    pub code: i32,
+}
+
+impl CliError {
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self { message: message.into(), code: 2 }
+    }
+}
+
+#[derive(Parser)]
+#[command(
+    name = "cublasguard",
+    version,
+    about = "Find which cuBLAS/CUDA call broke a run, and why",
+    long_about = "Runs programs with libcublasguard.so preloaded, which checks every cuBLAS GEMM and CUDA \
+                  memory call (arguments, pointers, extents, NaN/Inf, asynchronous errors) and writes a JSON \
+                  trace; then turns traces into a readable postmortem.\n\nStart with: cublasguard demo"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a command under the guard, then summarise what it found
+    #[command(after_help = "The options become CUBLASGUARD_* variables, inherited by child processes, \
+        so `cublasguard run -- torchrun --nproc_per_node 4 train.py` guards every rank.\n\
+        Exit status: the command's own (128 + N if it died by signal N).")]
+    Run {
+        /// Trace path pattern (%p pid, %h host, %r rank)
+        #[arg(long, value_name = "PATH", default_value = cublasguard::config::DEFAULT_TRACE_PATTERN)]
+        trace: String,
+        /// Checks to run: comma list of args, bounds, nan, sync; or all, none
+        #[arg(long, value_name = "LIST")]
+        checks: Option<String>,
+        /// What to do at a fault: continue, error (the call returns an error), abort
+        #[arg(long, value_name = "MODE")]
+        on_fault: Option<String>,
+        /// The command and its arguments
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<OsString>,
+    },
+    /// Explain trace files (or folders of them): first fault first, with causes and next steps
+    #[command(after_help = "Exit status: 0 no faults, 1 faults found, 2 unreadable input.")]
+    Report {
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: report::Format,
+    },
+    /// Check this machine's CUDA setup: driver, devices, libraries, versions, variables
+    #[command(after_help = "Exit status: 0 when no check fails, 1 otherwise.")]
+    Doctor {
+        /// Print the checks as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a trace's calls and faults as Chrome Trace Event JSON (Perfetto, chrome://tracing)
+    Timeline {
+        #[arg(required = true, value_name = "TRACE")]
+        traces: Vec<PathBuf>,
+        /// Output file
+        #[arg(short, long, value_name = "OUT.json")]
+        output: PathBuf,
+    },
+    /// Run the bundled example on the CPU stand-in CUDA stack with a NaN injected, and report
+    Demo,
+}
+
+fn colour() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+fn print(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::usage(format!("writing the report: {e}"))),
+    }
+}
+
+fn report_cmd(paths: &[PathBuf], format: report::Format) -> Result<i32, CliError> {
+    let loaded = report::load(paths).map_err(CliError::usage)?;
+    print(&report::render(&loaded, format))?;
+    let faults: u64 = loaded.iter().map(|l| l.trace.summary.faults.max(l.trace.faults.len() as u64)).sum();
+    Ok(if faults > 0 { 1 } else { 0 })
+}
+
+fn demo() -> Result<i32, CliError> {
+    let standin = PathBuf::from(env!("CUBLASGUARD_STANDIN_DIR"));
+    let mlp = standin.join("bin/mlp");
+    if !mlp.is_file() {
+        return Err(CliError::usage(format!("the demo program {} is missing: rebuild with cargo build --release", mlp.display())));
+    }
+    let dir = std::env::temp_dir().join(format!("cublasguard-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
+    let trace = dir.join("trace-%p.json");
+    eprintln!("cublasguard demo: training a small MLP with cublasSgemm on the CPU stand-in CUDA stack,");
+    eprintln!("with one NaN injected into the input features (examples/mlp.c --inject nan):\n");
+    let libpath = format!("{}:{}", standin.join("lib").display(), standin.join("driver").display());
+    let code = run::execute(run::Options {
+        trace: Some(trace.display().to_string()),
+        checks: None,
+        on_fault: None,
+        command: vec![mlp.into(), "--inject".into(), "nan".into(), "--epochs".into(), "2".into()],
+        env: vec![("LD_LIBRARY_PATH".into(), libpath), ("CUBLASGUARD_STDERR_LINES".into(), "3".into())],
+        quiet_summary: true,
+        stdout_to_stderr: true,
+    })?;
+    let traces = run::written_traces(&trace.display().to_string(), std::time::UNIX_EPOCH);
+    if traces.is_empty() {
+        return Err(CliError { message: format!("the demo wrote no trace (the example exited with {code})"), code: 1 });
+    }
+    eprintln!("\nThe guard's report (`cublasguard report {}`):\n", dir.display());
+    let loaded = report::load(&traces).map_err(CliError::usage)?;
+    print(&report::render(&loaded, report::Format::Text))?;
+    Ok(if code == 0 { 0 } else { code })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Run { trace, checks, on_fault, command } => {
+            run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env: Vec::new(), quiet_summary: false, stdout_to_stderr: false })
+        }
+        Cmd::Report { paths, format } => report_cmd(&paths, format),
+        Cmd::Doctor { json } => {
+            let checks = doctor::run_checks();
+            let text = if json {
+                serde_json::to_string_pretty(&checks).unwrap_or_default() + "\n"
+            } else {
+                doctor::render(&checks, colour())
+            };
+            print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::Status::Fail)))
+        }
+        Cmd::Timeline { traces, output } => report::load(&traces).map_err(CliError::usage).and_then(|loaded| {
+            let all: Vec<_> = loaded.into_iter().map(|l| l.trace).collect();
+            let json = serde_json::to_vec_pretty(&timeline::events(&all)).map_err(|e| CliError::usage(e.to_string()))?;
+            std::fs::write(&output, json).map_err(|e| CliError::usage(format!("{}: {e}", output.display())))?;
+            eprintln!("cublasguard: wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)", output.display());
+            Ok(0)
+        }),
+        Cmd::Demo => demo(),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("cublasguard: {}", e.message);
+            ExitCode::from(e.code.clamp(1, 255) as u8)
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! `cublasguard report`: traces in, a postmortem out, first fault first.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use cublasguard::trace::{self, Fault, FaultKind, Trace};
+use serde::Serialize;
+
+use crate::diagnosis::{self, bytes, Diagnosis};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Markdown,
+    Json,
+}
+
+/// A trace and where it came from.
+pub struct Loaded {
+    pub path: PathBuf,
+    pub trace: Trace,
+}
+
+/// Expands folders to the `*.json` files directly inside them, sorted.
+pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let entries = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut files: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
+                .collect();
+            files.sort();
+            if files.is_empty() {
+                return Err(format!("{}: no .json trace files in this folder", path.display()));
+            }
+            out.extend(files);
+        } else {
+            out.push(path.clone());
+        }
+    }
+    Ok(out)
+}
+
+pub fn load(paths: &[PathBuf]) -> Result<Vec<Loaded>, String> {
+    expand(paths)?
+        .into_iter()
+        .map(|path| match trace::read(&path) {
+            Ok(trace) => Ok(Loaded { path, trace }),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        })
+        .collect()
+}
+
+/// One fault of the merged run, with its process and diagnosis.
+#[derive(Serialize)]
+pub struct Entry<'a> {
+    pub trace: &'a Path,
+    pub pid: u32,
+    pub rank: Option<i64>,
+    pub hostname: &'a str,
+    pub fault: &'a Fault,
+    /// For NaN/Inf that an earlier fault of the same process already saw: that fault's seq.
+    pub propagated_from: Option<u64>,
+    pub diagnosis: Diagnosis,
+}
+
+/// Every fault of every trace, in time order, each diagnosed with what came before it.
+pub fn merge(loaded: &[Loaded]) -> Vec<Entry<'_>> {
+    let mut all: Vec<(&Loaded, &Fault)> = loaded.iter().flat_map(|l| l.trace.faults.iter().map(move |f| (l, f))).collect();
+    all.sort_by_key(|(l, f)| (f.time_ns, l.trace.process.pid, f.seq));
+    let mut first_nonfinite: std::collections::HashMap<u32, u64> = Default::default();
+    all.into_iter()
+        .map(|(l, f)| {
+            let pid = l.trace.process.pid;
+            let earlier = first_nonfinite.get(&pid).copied();
+            let nonfinite = matches!(f.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput);
+            if nonfinite {
+                first_nonfinite.entry(pid).or_insert(f.seq);
+            }
+            let propagated_from = earlier.filter(|_| f.kind == FaultKind::NonfiniteInput);
+            Entry {
+                trace: &l.path,
+                pid,
+                rank: l.trace.process.rank,
+                hostname: &l.trace.process.hostname,
+                fault: f,
+                propagated_from,
+                diagnosis: diagnosis::diagnose(f, propagated_from),
+            }
+        })
+        .collect()
+}
+
+fn call_text(f: &Fault) -> String {
+    let args: Vec<String> = f
+        .args
+        .iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect();
+    format!("{}({}) -> {} ({})", f.api, args.join(", "), f.status_name, f.status)
+}
+
+fn operand_text(o: &trace::Operand) -> String {
+    let mut s = format!("{} {} {} x {} (ld {}) at {}", o.name, o.dtype, o.rows, o.cols, o.ld, o.ptr);
+    if let Some(a) = &o.allocation {
+        s.push_str(&format!(", in allocation {} of {}", a.base, bytes(a.size)));
+    } else {
+        s.push_str(", in no allocation the guard saw");
+    }
+    if o.scanned {
+        match (o.nan.unwrap_or(0), o.inf.unwrap_or(0), o.first_nonfinite) {
+            (0, 0, _) => s.push_str(": finite"),
+            (nan, inf, first) => {
+                s.push_str(&format!(": {nan} NaN, {inf} Inf"));
+                if let Some(p) = first {
+                    s.push_str(&format!(", first at row {}, col {}", p.row, p.col));
+                }
+            }
+        }
+    } else {
+        s.push_str(": not scanned");
+    }
+    s
+}
+
+fn who(e: &Entry) -> String {
+    match e.rank {
+        Some(r) => format!("pid {} rank {r} on {}", e.pid, e.hostname),
+        None => format!("pid {} on {}", e.pid, e.hostname),
+    }
+}
+
+/// Shown in full; the rest are summarised by kind.
+const SHOWN: usize = 20;
+
+pub fn render(loaded: &[Loaded], format: Format) -> String {
+    let entries = merge(loaded);
+    match format {
+        Format::Json => {
+            #[derive(Serialize)]
+            struct Report<'a> {
+                traces: Vec<&'a Path>,
+                calls: u64,
+                faults: usize,
+                first: Option<&'a Entry<'a>>,
+                entries: &'a [Entry<'a>],
+            }
+            let calls = loaded.iter().map(|l| l.trace.summary.calls.values().sum::<u64>()).sum();
+            let report = Report {
+                traces: loaded.iter().map(|l| l.path.as_path()).collect(),
+                calls,
+                faults: entries.len(),
+                first: entries.first(),
+                entries: &entries,
+            };
+            serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")) + "\n"
+        }
+        Format::Text | Format::Markdown => text(loaded, &entries, format == Format::Markdown),
+    }
+}
+
+fn text(loaded: &[Loaded], entries: &[Entry], md: bool) -> String {
+    let mut out = String::new();
+    let calls: u64 = loaded.iter().map(|l| l.trace.summary.calls.values().sum::<u64>()).sum();
+    let dropped: u64 = loaded.iter().map(|l| l.trace.summary.faults.saturating_sub(l.trace.faults.len() as u64)).sum();
+    let h1 = if md { "# " } else { "" };
+    let _ = writeln!(
+        out,
+        "{h1}cublasguard report: {} fault(s) in {} intercepted call(s), {} process(es)",
+        entries.len() as u64 + dropped,
+        calls,
+        loaded.len()
+    );
+    if entries.is_empty() {
+        let _ = writeln!(out, "\nNo faults: every intercepted call passed the guard's checks.");
+        environment(&mut out, loaded, md);
+        return out;
+    }
+    let first = &entries[0];
+    let _ = writeln!(out, "\nFirst fault: {} #{} in {} ({})", first.fault.api, first.fault.seq, who(first), first.trace.display());
+    let mut compact = false;
+    for (i, e) in entries.iter().take(SHOWN).enumerate() {
+        let f = e.fault;
+        let d = &e.diagnosis;
+        if let Some(origin) = e.propagated_from {
+            // Propagation adds nothing new: one line, so the fault that matters stands out.
+            let gap = if compact { "" } else { "\n" };
+            let _ = writeln!(out, "{gap}[{}] {} #{}: {}, propagated from #{origin}: {}", i + 1, f.api, f.seq, f.kind.name(), f.message);
+            compact = true;
+            continue;
+        }
+        compact = false;
+        if md {
+            let _ = writeln!(out, "\n## {}. `{}` #{}: {}\n", i + 1, f.api, f.seq, f.kind.name());
+        } else {
+            let _ = writeln!(out, "\n[{}] {} #{}: {} ({}, thread {})", i + 1, f.api, f.seq, f.kind.name(), who(e), f.thread);
+        }
+        let bullet = if md { "- " } else { "    " };
+        let _ = writeln!(out, "{bullet}{}", f.message);
+        let _ = writeln!(out, "{bullet}call: {}", call_text(f));
+        if let Some(layer) = &d.layer {
+            let _ = writeln!(out, "{bullet}{layer}");
+        }
+        for o in &f.operands {
+            let _ = writeln!(out, "{bullet}operand {}", operand_text(o));
+        }
+        for r in &d.row_major {
+            let _ = writeln!(out, "{bullet}{r}");
+        }
+        if let Some(h) = &f.handle {
+            let tf32 = if h.reduced_precision { " (TF32: reduced precision)" } else { "" };
+            let _ = writeln!(out, "{bullet}handle {}: math {}{tf32}, pointer mode {}, stream {}", h.ptr, h.math_mode, h.pointer_mode, h.stream);
+        }
+        if let Some(e) = &f.error {
+            let _ = writeln!(out, "{bullet}CUDA error: {} ({}) from {}", e.name, e.code, e.call);
+        }
+        if let Some(m) = f.memory {
+            let device = match (m.free, m.total) {
+                (Some(free), Some(total)) => format!("{} free of {}", bytes(free), bytes(total)),
+                _ => "device memory unknown".into(),
+            };
+            let _ = writeln!(out, "{bullet}memory: {device}; {} live in {} allocations the guard saw", bytes(m.tracked_live_bytes), m.tracked_live_count);
+        }
+        let _ = writeln!(out, "{bullet}probable cause: {}", d.cause);
+        for step in &d.next_steps {
+            let _ = writeln!(out, "{bullet}next: {step}");
+        }
+        if let Some(frame) = f.backtrace.first() {
+            let _ = writeln!(out, "{bullet}called from: {frame}");
+        }
+    }
+    if entries.len() > SHOWN || dropped > 0 {
+        let mut kinds: std::collections::BTreeMap<&str, usize> = Default::default();
+        for e in entries.iter().skip(SHOWN) {
+            *kinds.entry(e.fault.kind.name()).or_default() += 1;
+        }
+        let summary: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        let _ = writeln!(
+            out,
+            "\n... and {} more fault(s) not shown ({}); {} counted but not stored by the guard",
+            entries.len().saturating_sub(SHOWN),
+            if summary.is_empty() { "none".into() } else { summary.join(", ") },
+            dropped
+        );
+    }
+    environment(&mut out, loaded, md);
+    out
+}
+
+fn environment(out: &mut String, loaded: &[Loaded], md: bool) {
+    let Some(first) = loaded.first() else { return };
+    let env = &first.trace.environment;
+    let v = |x: Option<i32>| x.map(|v| format!("{}.{}", v / 1000, v % 1000 / 10)).unwrap_or_else(|| "unknown".into());
+    let heading = if md { "\n## Environment\n" } else { "\nEnvironment:" };
+    let _ = writeln!(out, "{heading}");
+    let bullet = if md { "- " } else { "    " };
+    let _ = writeln!(
+        out,
+        "{bullet}CUDA runtime {}, driver {}{}, cuBLAS {}",
+        v(env.runtime_version),
+        v(env.driver_version),
+        if env.driver.loaded { "" } else { " (libcuda.so.1 not loaded)" },
+        env.cublas_version.map(|c| format!("{}.{}.{}", c / 10000, c / 100 % 100, c % 100)).unwrap_or_else(|| "unknown".into())
+    );
+    for lib in &env.libraries {
+        let _ = writeln!(out, "{bullet}{} => {}", lib.soname, lib.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folder_without_traces_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("cg-report-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(expand(&[dir.clone()]).unwrap_err().contains("no .json trace files"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn empty_report_says_no_faults() {
+        let loaded = vec![Loaded { path: "t.json".into(), trace: Trace::default() }];
+        let text = render(&loaded, Format::Text);
+        assert!(text.contains("0 fault(s)") && text.contains("No faults"), "{text}");
+    }
+}

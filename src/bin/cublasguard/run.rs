@@ -1,0 +1,231 @@
+//! `cublasguard run`: the program under the guard, its exit status passed through, and a
+//! short verdict at the end.
+
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::SystemTime;
+
+use cublasguard::config::{Checks, OnFault, DEFAULT_TRACE_PATTERN};
+
+use crate::report;
+use crate::CliError;
+
+pub struct Options {
+    pub trace: Option<String>,
+    pub checks: Option<String>,
+    pub on_fault: Option<String>,
+    pub command: Vec<OsString>,
+    /// Extra environment for the command (the demo sets the stand-in library path).
+    pub env: Vec<(String, String)>,
+    pub quiet_summary: bool,
+    /// Send the command's stdout to stderr, keeping stdout for the report (the demo).
+    pub stdout_to_stderr: bool,
+}
+
+/// `CUBLASGUARD_LIB`, else beside this executable, else in ../lib.
+pub fn find_guard_library() -> Result<PathBuf, CliError> {
+    if let Some(path) = std::env::var_os("CUBLASGUARD_LIB") {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(CliError::usage(format!("CUBLASGUARD_LIB={} is not a file", path.display())))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| CliError::usage(format!("cannot locate this executable: {e}")))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let candidates = [dir.join("libcublasguard.so"), dir.join("../lib/libcublasguard.so")];
+    candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
+        CliError::usage(format!(
+            "libcublasguard.so not found (looked at {} and {}); build it with `cargo build --release` or set CUBLASGUARD_LIB",
+            candidates[0].display(),
+            candidates[1].display()
+        ))
+    })
+}
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // A signal from the terminal already reached the whole foreground process group, child
+    // included; one sent to this process alone (kill, a job scheduler) is passed on.
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let sent_by_process = unsafe { (*info).si_code } == libc::SI_USER;
+    let child = CHILD.load(Ordering::Relaxed);
+    if sent_by_process && child > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(child, sig) };
+    }
+}
+
+fn install_forwarding() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction with a valid handler and SA_SIGINFO.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = forward_signal as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The trace pattern made absolute, so children that change folder write beside the others.
+fn absolute_pattern(pattern: &str) -> String {
+    let path = Path::new(pattern);
+    if path.is_absolute() {
+        return pattern.to_string();
+    }
+    match std::env::current_dir() {
+        Ok(cwd) => cwd.join(path).display().to_string(),
+        Err(_) => pattern.to_string(),
+    }
+}
+
+/// Whether `name` matches a trace file-name pattern whose `%p`, `%h`, `%r` may be anything.
+pub fn matches_pattern(pattern: &str, name: &str) -> bool {
+    let mut glob = String::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c == '%' {
+            match chars.next() {
+                Some('p' | 'h' | 'r') => glob.push('*'),
+                Some('%') => glob.push('%'),
+                Some(o) => {
+                    glob.push('%');
+                    glob.push(o);
+                }
+                None => glob.push('%'),
+            }
+        } else {
+            glob.push(c);
+        }
+    }
+    wildcard(glob.as_bytes(), name.as_bytes())
+}
+
+fn wildcard(p: &[u8], s: &[u8]) -> bool {
+    match p.split_first() {
+        None => s.is_empty(),
+        Some((b'*', rest)) => (0..=s.len()).any(|i| wildcard(rest, &s[i..])),
+        Some((c, rest)) => s.first() == Some(c) && wildcard(rest, &s[1..]),
+    }
+}
+
+/// Trace files the run wrote: those matching the pattern, modified since `since`.
+pub fn written_traces(pattern: &str, since: SystemTime) -> Vec<PathBuf> {
+    let path = Path::new(pattern);
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let Some(file_pattern) = path.file_name().and_then(|f| f.to_str()) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_str().is_some_and(|n| matches_pattern(file_pattern, n)))
+        .filter(|e| e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since))
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found
+}
+
+/// Runs the command under the guard; returns its exit status (128 + signal if it died by one).
+pub fn execute(opts: Options) -> Result<i32, CliError> {
+    if let Some(c) = &opts.checks {
+        Checks::parse(c).map_err(|e| CliError::usage(format!("--checks {c}: {e}")))?;
+    }
+    if let Some(m) = &opts.on_fault {
+        OnFault::parse(m).map_err(|e| CliError::usage(format!("--on-fault {m}: {e}")))?;
+    }
+    let (program, args) = opts.command.split_first().ok_or_else(|| CliError::usage("no command given: cublasguard run -- CMD [ARGS...]"))?;
+    let lib = find_guard_library()?;
+    let pattern = absolute_pattern(opts.trace.as_deref().unwrap_or(DEFAULT_TRACE_PATTERN));
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(existing) if !existing.trim().is_empty() => format!("{}:{existing}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args).env("LD_PRELOAD", preload).env("CUBLASGUARD_TRACE", &pattern);
+    if let Some(c) = &opts.checks {
+        cmd.env("CUBLASGUARD_CHECKS", c);
+    }
+    if let Some(m) = &opts.on_fault {
+        cmd.env("CUBLASGUARD_ON_FAULT", m);
+    }
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
+    if opts.stdout_to_stderr {
+        cmd.stdout(std::io::stderr());
+    }
+    // The child starts with default signal handling whatever this process installs.
+    // SAFETY: the pre-exec closure only calls async-signal-safe functions.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    let started = SystemTime::now() - std::time::Duration::from_secs(1);
+    install_forwarding();
+    let mut child = cmd.spawn().map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+        CliError { message: format!("cannot run {}: {e}", program.to_string_lossy()), code }
+    })?;
+    CHILD.store(child.id() as i32, Ordering::Relaxed);
+    let status = child.wait().map_err(|e| CliError::usage(format!("waiting for the command: {e}")))?;
+    CHILD.store(0, Ordering::Relaxed);
+    let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    if !opts.quiet_summary {
+        summarise(&written_traces(&pattern, started), &pattern);
+    }
+    Ok(code)
+}
+
+fn summarise(traces: &[PathBuf], pattern: &str) {
+    if traces.is_empty() {
+        eprintln!("cublasguard: no trace was written ({pattern}): the command made no CUDA call the guard saw");
+        return;
+    }
+    let loaded = match report::load(traces) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cublasguard: cannot read a trace: {e}");
+            return;
+        }
+    };
+    let entries = report::merge(&loaded);
+    let calls: u64 = loaded.iter().map(|l| l.trace.summary.calls.values().sum::<u64>()).sum();
+    let names: Vec<String> = traces.iter().map(|p| p.display().to_string()).collect();
+    if entries.is_empty() {
+        eprintln!("cublasguard: no faults in {calls} calls (trace: {})", names.join(", "));
+        return;
+    }
+    let total: u64 = loaded.iter().map(|l| l.trace.summary.faults).sum();
+    eprintln!("cublasguard: {total} fault(s) in {calls} calls; first ones:");
+    for e in entries.iter().take(3) {
+        eprintln!("  {} #{} [{}] {}", e.fault.api, e.fault.seq, e.fault.kind.name(), e.fault.message);
+    }
+    let first = &entries[0];
+    eprintln!("  probable cause: {}", first.diagnosis.cause);
+    eprintln!("  full report: cublasguard report {}", names.join(" "));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_patterns_match_their_files() {
+        assert!(matches_pattern("cublasguard-%h-%p.json", "cublasguard-node1-1234.json"));
+        assert!(matches_pattern("t-%r.json", "t-3.json"));
+        assert!(!matches_pattern("cublasguard-%h-%p.json", "other.json"));
+        assert!(!matches_pattern("t.json", "t.json.tmp"));
+        assert!(matches_pattern("t.json", "t.json"));
+    }
+}

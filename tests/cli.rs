@@ -1,0 +1,270 @@
+//! The `cublasguard` command, run as a user runs it.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn cublasguard(args: &[&str], dir: &Path, env: &[(&str, String)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cublasguard"));
+    cmd.args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("CUBLASGUARD_LIB", guard_lib())
+        .env("NO_COLOR", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run cublasguard")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn standin_path(driver: bool) -> String {
+    let s = standin();
+    if driver {
+        format!("{}:{}", s.join("lib").display(), s.join("driver").display())
+    } else {
+        s.join("lib").display().to_string()
+    }
+}
+
+/// Runs a scenario through `cublasguard run`, returning the output and the traces it wrote.
+fn run_scenario(name: &str, extra_env: &[(&str, String)], driver: bool) -> (Output, Vec<PathBuf>) {
+    let dir = temp_dir(&format!("cli-run-{name}"));
+    let program = scenarios().display().to_string();
+    let mut env = vec![("LD_LIBRARY_PATH", standin_path(driver))];
+    env.extend(extra_env.iter().cloned());
+    let out = cublasguard(&["run", "--", &program, name], &dir, &env);
+    let traces: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    (out, traces)
+}
+
+#[test]
+fn run_guards_and_keeps_the_exit_status() {
+    let (out, traces) = run_scenario("clean", &[], true);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("sgemm status=0"));
+    assert!(text(&out.stderr).contains("cublasguard: no faults in"), "{}", text(&out.stderr));
+    assert_eq!(traces.len(), 1, "one trace per process: {traces:?}");
+    assert!(cublasguard::trace::read(&traces[0]).unwrap().faults.is_empty());
+
+    let (out, _) = run_scenario("init", &[], false);
+    assert_eq!(out.status.code(), Some(3), "the program's own status");
+    let err = text(&out.stderr);
+    assert!(err.contains("init_failed") && err.contains("no NVIDIA driver"), "{err}");
+
+    let (out, traces) = run_scenario("nan_a", &[("CUBLASGUARD_ON_FAULT", "abort".into())], true);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGABRT), "died by SIGABRT");
+    assert_eq!(traces.len(), 1);
+}
+
+#[test]
+fn run_passes_options_and_keeps_an_existing_preload() {
+    let dir = temp_dir("cli-options");
+    let program = scenarios().display().to_string();
+    let env = [("LD_LIBRARY_PATH", standin_path(true))];
+    let out = cublasguard(&["run", "--checks", "args,bounds", "--trace", "mine-%p.json", "--", &program, "nan_a"], &dir, &env);
+    assert_eq!(out.status.code(), Some(0));
+    let traces: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).collect();
+    assert_eq!(traces.len(), 1);
+    assert!(traces[0].file_name().to_string_lossy().starts_with("mine-"));
+    let trace = cublasguard::trace::read(&traces[0].path()).unwrap();
+    assert!(trace.faults.is_empty(), "the nan check was off");
+    let preload = trace.environment.variables.get("LD_PRELOAD").cloned().unwrap_or_default();
+    assert!(preload.ends_with("libcublasguard.so"), "{preload}");
+
+    let bad = cublasguard(&["run", "--on-fault", "explode", "--", &program], &dir, &env);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("--on-fault explode"), "{}", text(&bad.stderr));
+    let missing = cublasguard(&["run", "--", "/nonexistent/program"], &dir, &env);
+    assert_eq!(missing.status.code(), Some(127));
+}
+
+fn report(paths: &[&Path], extra: &[&str]) -> Output {
+    let mut args = vec!["report"];
+    args.extend_from_slice(extra);
+    let strings: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    args.extend(strings.iter().map(String::as_str));
+    cublasguard(&args, Path::new("."), &[])
+}
+
+#[test]
+fn report_names_call_operand_and_next_step_for_each_kind() {
+    let cases: &[(&str, &[(&str, &str)], bool, &[&str])] = &[
+        ("nan_a", &[], true, &["nonfinite_input", "operand A", "holds 1 NaN and 1 Inf", "next:"]),
+        ("overflow", &[], true, &["nonfinite_output", "overflow", "learning rate"]),
+        ("bad_lda", &[], true, &["invalid_argument", "lda = 3", "in_features"]),
+        ("bad_handle", &[], true, &["invalid_handle", "cublasCreate"]),
+        ("host_pointer", &[], true, &["host_pointer", "operand A", ".to('cuda')", "cudaErrorIllegalAddress"]),
+        ("out_of_bounds", &[], true, &["out_of_bounds", "operand B", "feature width"]),
+        ("async", &[("CUDASHIM_ASYNC_FAULT", "2")], true, &["async_error", "culprit", "CUDA_LAUNCH_BLOCKING"]),
+        ("api_error", &[("CUDASHIM_FAIL", "cublasSgemm_v2:1:14")], true, &["api_error", "CUBLAS_STATUS_INTERNAL_ERROR"]),
+        ("alloc", &[], true, &["alloc_failed", "batch size"]),
+        ("init", &[], false, &["init_failed", "no NVIDIA driver", "Install the NVIDIA driver"]),
+    ];
+    for (name, env, driver, wanted) in cases {
+        let program = scenarios();
+        let args = [*name];
+        let run = common::run(Launch { env, driver: *driver, ..Launch::new(&program, &args) });
+        let out = report(&[&run.trace_path], &[]);
+        let body = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{name}: faults exit 1\n{body}");
+        assert!(body.contains("cublasSgemm_v2") || body.contains("cudaMalloc") || body.contains("cudaGetDeviceCount"), "{name}: {body}");
+        for w in *wanted {
+            assert!(body.contains(w), "{name}: report lacks '{w}':\n{body}");
+        }
+        let md = text(&report(&[&run.trace_path], &["--format", "markdown"]).stdout);
+        assert!(md.starts_with("# cublasguard report") && md.contains("\n## 1. `"), "{name}: {md}");
+        let json: serde_json::Value = serde_json::from_slice(&report(&[&run.trace_path], &["--format", "json"]).stdout).unwrap();
+        assert!(json["faults"].as_u64().unwrap() >= 1 && json["first"]["diagnosis"]["cause"].is_string(), "{name}: {json}");
+    }
+}
+
+#[test]
+fn report_of_a_clean_trace_exits_zero_and_links_a_linear_layer() {
+    let program = scenarios();
+    let clean = run(Launch::new(&program, &["clean"]));
+    let out = report(&[&clean.trace_path], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("No faults"));
+
+    let mlp = standin().join("bin/mlp");
+    let nan = run(Launch::new(&mlp, &["--inject", "nan"]));
+    let body = text(&report(&[&nan.trace_path], &[]).stdout);
+    assert!(body.contains("looks like nn.Linear(in_features=8, out_features=16) on a batch of 32"), "{body}");
+    assert!(body.contains("B as row-major: [32, 8] f32, first non-finite at [3, 2]"), "{body}");
+    assert!(body.contains("propagated from #"), "later NaNs are marked as propagation: {body}");
+}
+
+#[test]
+fn report_merges_traces_in_time_order_and_names_the_first_rank() {
+    let program = scenarios();
+    let dir = temp_dir("cli-merge");
+    let mut paths = Vec::new();
+    for (rank, scenario) in [("1", "bad_lda"), ("0", "nan_a")] {
+        let trace = dir.join(format!("rank{rank}.json"));
+        let trace_s = trace.display().to_string();
+        let env = [("RANK", rank), ("CUBLASGUARD_TRACE", trace_s.as_str())];
+        let r = run(Launch { env: &env, trace: false, ..Launch::new(&program, &[scenario]) });
+        assert!(r.output.status.success());
+        paths.push(trace);
+    }
+    let out = cublasguard(&["report", &dir.display().to_string()], Path::new("."), &[]);
+    let body = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(body.contains("2 process(es)"), "{body}");
+    let first_line = body.lines().find(|l| l.starts_with("First fault:")).unwrap_or_default();
+    assert!(first_line.contains("rank 1"), "rank 1 ran first: {body}");
+    let lda = body.find("invalid_argument").unwrap();
+    let nan = body.find("nonfinite_input").unwrap();
+    assert!(lda < nan, "time order: {body}");
+}
+
+#[test]
+fn report_rejects_unreadable_input_with_exit_2() {
+    let program = scenarios();
+    let run = run(Launch::new(&program, &["nan_a"]));
+    let full = std::fs::read(&run.trace_path).unwrap();
+    let dir = temp_dir("cli-bad");
+    let truncated = dir.join("truncated.json");
+    std::fs::write(&truncated, &full[..full.len() / 2]).unwrap();
+    let out = report(&[&truncated], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a complete JSON trace"), "{}", text(&out.stderr));
+    let foreign = dir.join("foreign.json");
+    std::fs::write(&foreign, br#"{"traceEvents": []}"#).unwrap();
+    let out = report(&[&foreign], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a cublasguard trace"), "{}", text(&out.stderr));
+    let out = report(&[Path::new("/nonexistent/trace.json")], &[]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn doctor_names_the_missing_driver_and_finds_the_libraries() {
+    let dir = temp_dir("cli-doctor");
+    let out = cublasguard(&["doctor"], &dir, &[("LD_LIBRARY_PATH", standin_path(false))]);
+    let body = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{body}");
+    assert!(body.contains("FAIL driver") && body.contains("no NVIDIA driver"), "{body}");
+    assert!(body.contains("libcudart: 12:") && body.contains("libcublas: 12:"), "{body}");
+    assert!(body.contains("fix: "), "{body}");
+
+    let out = cublasguard(
+        &["doctor", "--json"],
+        &dir,
+        &[("LD_LIBRARY_PATH", standin_path(true)), ("CUDA_VISIBLE_DEVICES", "".into()), ("CUDASHIM_DRIVER_VERSION", "11080".into())],
+    );
+    let checks: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let find = |name: &str| checks.as_array().unwrap().iter().filter(|c| c["name"] == name).cloned().collect::<Vec<_>>();
+    assert_eq!(find("driver")[0]["status"], "ok", "{checks}");
+    assert_eq!(find("runtime vs driver")[0]["status"], "fail", "{checks}");
+    assert_eq!(find("CUDA_VISIBLE_DEVICES")[0]["status"], "fail", "{checks}");
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn timeline_is_chrome_trace_event_json() {
+    let program = scenarios();
+    let run = run(Launch::new(&program, &["nan_a"]));
+    let out_path = temp_dir("cli-timeline").join("timeline.json");
+    let out = cublasguard(&["timeline", &run.trace_path.display().to_string(), "-o", &out_path.display().to_string()], Path::new("."), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_path).unwrap()).unwrap();
+    let events = value["traceEvents"].as_array().expect("traceEvents");
+    assert!(events.iter().all(|e| e["ph"].is_string() && e["pid"].is_u64() && e["name"].is_string()));
+    let calls = events.iter().filter(|e| e["cat"] == "call").count();
+    assert!(calls >= 5, "{calls}");
+    assert!(events.iter().all(|e| e["ph"] == "M" || e["ts"].is_f64()));
+    let faults: Vec<_> = events.iter().filter(|e| e["cat"] == "fault").collect();
+    assert_eq!(faults.len(), 2, "one on the thread, one on the stream track");
+    assert!(events.iter().any(|e| e["ph"] == "M" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with("stream "))));
+}
+
+#[test]
+fn demo_runs_and_reports_the_injected_nan() {
+    let dir = temp_dir("cli-demo");
+    let out = cublasguard(&["demo"], &dir, &[]);
+    let body = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{body}{}", text(&out.stderr));
+    assert!(body.starts_with("cublasguard report:"), "only the report on stdout: {body}");
+    assert!(body.contains("First fault: cublasSgemm_v2"), "{body}");
+    assert!(body.contains("looks like nn.Linear(in_features=8, out_features=16)"), "{body}");
+}
+
+#[test]
+fn every_subcommand_has_help() {
+    for sub in ["run", "report", "doctor", "timeline", "demo"] {
+        let out = cublasguard(&[sub, "--help"], Path::new("."), &[]);
+        assert_eq!(out.status.code(), Some(0), "{sub}");
+        assert!(text(&out.stdout).contains("Usage: cublasguard"), "{sub}");
+    }
+}
+
+#[test]
+fn run_forwards_termination_signals_to_the_command() {
+    let dir = temp_dir("cli-signal");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cublasguard"))
+        .args(["run", "--", "sleep", "30"])
+        .current_dir(&dir)
+        .env("CUBLASGUARD_LIB", guard_lib())
+        .env("CUBLASGUARD_QUIET", "1")
+        .spawn()
+        .expect("spawn");
+    // Wait until the command runs, then signal the CLI alone, as a scheduler would.
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    for _ in 0..200 {
+        if std::fs::read_to_string(&children).is_ok_and(|c| !c.trim().is_empty()) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "the command died by the forwarded SIGTERM");
+}
