@@ -4,9 +4,9 @@
 use std::ffi::c_int;
 
 use super::{Handle, Stream};
-use crate::check::{init, Finding};
+use crate::check::Finding;
 use crate::cuda;
-use crate::ffi::{environment, lifecycle, process};
+use crate::ffi::{lifecycle, process};
 use crate::recorder::CallArgs;
 use crate::session::Session;
 use crate::state::{HandleLookup, HandleState};
@@ -26,16 +26,8 @@ pub fn create(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut H
         s.handles.created(handle);
     }
     s.record_call(hook, seq, status, process::thread_id(), process::now_ns(), CallArgs::Handle { handle, value: 0 });
-    if status != cuda::CUBLAS_SUCCESS && s.first_init_failure(hook) {
-        let cause = init::classify(&environment::probe_driver(None));
-        s.set_driver_error(cause.message.clone());
-        let finding = Finding::new(
-            FaultKind::InitFailed,
-            format!("returned {} ({status}): {}", cuda::cublas_status_name(status), cause.message),
-        );
-        let mut fault = lifecycle::new_fault(s, seq, api(hook), finding, status, cuda::cublas_status_name(status));
-        fault.cause = Some(cause);
-        lifecycle::report(s, fault);
+    if status != cuda::CUBLAS_SUCCESS {
+        super::report_init_failure(s, hook, seq, status, cuda::cublas_status_name(status), None);
     }
     status
 }

@@ -4,9 +4,9 @@
 use std::ffi::{c_int, c_void};
 
 use super::Stream;
-use crate::check::{init, Finding};
+use crate::check::Finding;
 use crate::cuda;
-use crate::ffi::{environment, lifecycle, process};
+use crate::ffi::{lifecycle, process};
 use crate::recorder::CallArgs;
 use crate::session::Session;
 use crate::state::Allocation;
@@ -16,22 +16,6 @@ fn api(hook: usize) -> &'static str {
     super::HOOK_NAMES.get(hook).copied().unwrap_or("cuda")
 }
 
-
-/// Reports an initialisation failure once per hooked function, with its probed cause.
-fn init_failed(s: &Session, hook: usize, seq: u64, status: c_int, device_count: Option<(i32, Option<i32>)>) {
-    if !s.first_init_failure(hook) {
-        return;
-    }
-    let cause = init::classify(&environment::probe_driver(device_count));
-    s.set_driver_error(cause.message.clone());
-    let finding = Finding::new(
-        FaultKind::InitFailed,
-        format!("returned {} ({status}): {}", cuda::cuda_error_name(status), cause.message),
-    );
-    let mut fault = lifecycle::new_fault(s, seq, api(hook), finding, status, cuda::cuda_error_name(status));
-    fault.cause = Some(cause);
-    lifecycle::report(s, fault);
-}
 
 fn allocate(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut *mut c_void, size: usize, stream: Option<Stream>) -> c_int {
     let seq = s.begin(hook);
@@ -49,7 +33,7 @@ fn allocate(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut *mu
         return status;
     }
     if cuda::cuda_error_is_init_failure(status) {
-        init_failed(s, hook, seq, status, None);
+        super::report_init_failure(s, hook, seq, status, cuda::cuda_error_name(status), None);
         return status;
     }
     let finding = if status == 2 {
@@ -88,7 +72,7 @@ fn release(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, ptr: *mut c_vo
         return status;
     }
     if cuda::cuda_error_is_init_failure(status) {
-        init_failed(s, hook, seq, status, None);
+        super::report_init_failure(s, hook, seq, status, cuda::cuda_error_name(status), None);
         return status;
     }
     let mut message = format!("returned {} ({status})", cuda::cuda_error_name(status));
@@ -139,7 +123,7 @@ pub fn get_device_count(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, c
     };
     s.record_call(hook, seq, status, process::thread_id(), process::now_ns(), CallArgs::Size { size: written.unwrap_or(0).max(0) as u64, stream: None });
     if status != cuda::CUDA_SUCCESS {
-        init_failed(s, hook, seq, status, Some((status, None)));
+        super::report_init_failure(s, hook, seq, status, cuda::cuda_error_name(status), Some((status, None)));
     }
     status
 }

@@ -51,6 +51,31 @@ fn intercept<R: Copy>(forward: impl Fn() -> R, handler: impl FnOnce(&'static Ses
     }
 }
 
+/// Reports that CUDA could not start, once per hooked function (without a driver every call
+/// fails the same way), with the cause found by asking the driver.
+fn report_init_failure(
+    s: &Session,
+    hook: usize,
+    seq: u64,
+    status: c_int,
+    status_name: &str,
+    device_count: Option<(i32, Option<i32>)>,
+) {
+    if !s.first_init_failure(hook) {
+        return;
+    }
+    let cause = crate::check::init::classify(&super::environment::probe_driver(device_count));
+    s.set_driver_error(cause.message.clone());
+    let finding = crate::check::Finding::new(
+        crate::trace::FaultKind::InitFailed,
+        format!("returned {status_name} ({status}): {}", cause.message),
+    );
+    let api = HOOK_NAMES.get(hook).copied().unwrap_or("cuda");
+    let mut fault = lifecycle::new_fault(s, seq, api, finding, status, status_name);
+    fault.cause = Some(cause);
+    lifecycle::report(s, fault);
+}
+
 static MISSING_WARNED: AtomicBool = AtomicBool::new(false);
 
 fn missing_real(name: &str, library: Library) -> c_int {
