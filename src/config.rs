@@ -82,6 +82,10 @@ pub const DEFAULT_TRACE_PATTERN: &str = "cublasguard-%h-%p.json";
 pub const DEFAULT_RING: usize = 256;
 pub const MAX_RING: usize = 1 << 20;
 pub const DEFAULT_STDERR_LINES: u32 = 10;
+pub const DEFAULT_MAX_FAULTS: usize = 100;
+pub const MAX_MAX_FAULTS: usize = 100_000;
+/// Above this many bytes per operand, the NaN/Inf scan samples.
+pub const DEFAULT_SCAN_BYTES: u64 = 256 << 20;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -93,6 +97,10 @@ pub struct Config {
     pub on_fault: OnFault,
     pub ring: usize,
     pub stderr_lines: u32,
+    /// Faults stored in full; later ones are only counted.
+    pub max_faults: usize,
+    /// Bytes scanned per operand per call before the scan samples.
+    pub scan_bytes: u64,
     /// No banner line at start-up.
     pub quiet: bool,
 }
@@ -106,6 +114,8 @@ impl Default for Config {
             on_fault: OnFault::Continue,
             ring: DEFAULT_RING,
             stderr_lines: DEFAULT_STDERR_LINES,
+            max_faults: DEFAULT_MAX_FAULTS,
+            scan_bytes: DEFAULT_SCAN_BYTES,
             quiet: false,
         }
     }
@@ -158,6 +168,19 @@ impl Config {
             match parse_count(&v, u32::MAX as usize) {
                 Ok(n) => config.stderr_lines = n as u32,
                 Err(why) => reject("CUBLASGUARD_STDERR_LINES", &v, why, "10"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_MAX_FAULTS") {
+            match parse_count(&v, MAX_MAX_FAULTS) {
+                Ok(n) => config.max_faults = n,
+                Err(why) => reject("CUBLASGUARD_MAX_FAULTS", &v, why, "100"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_SCAN_BYTES") {
+            match parse_count(&v, usize::MAX) {
+                Ok(n) if n >= 4096 => config.scan_bytes = n as u64,
+                Ok(_) => reject("CUBLASGUARD_SCAN_BYTES", &v, "must be at least 4096".into(), "268435456"),
+                Err(why) => reject("CUBLASGUARD_SCAN_BYTES", &v, why, "268435456"),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_QUIET") {

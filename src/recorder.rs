@@ -52,6 +52,23 @@ impl Recorder {
         ring.next = (ring.next + 1) % ring.capacity;
     }
 
+    /// Held across fork() so no other thread leaves the ring locked in the child.
+    pub fn hold(&self) -> impl Sized + '_ {
+        self.ring.lock()
+    }
+
+    /// Runs `f` on the recorded calls (unordered) if the ring is free right now: for a signal
+    /// handler, which must not wait for a lock the crashed thread may hold.
+    pub fn try_visit(&self, f: impl FnOnce(&[RecordedCall])) -> bool {
+        match self.ring.try_lock() {
+            Some(ring) => {
+                f(&ring.slots);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The recorded calls, oldest first.
     pub fn snapshot(&self) -> Vec<RecordedCall> {
         let ring = self.ring.lock();

@@ -152,6 +152,10 @@ pub struct MatrixScan {
     pub inf: u64,
     /// (row, col) of the first non-finite element in column-major order, as stored.
     pub first_nonfinite: Option<(u64, u64)>,
+    /// Elements read; fewer than rows x cols when the scan sampled.
+    pub scanned_elements: u64,
+    /// The matrix was larger than the byte budget, so only evenly spaced columns were read.
+    pub sampled: bool,
 }
 
 /// Host buffer size for one chunk of a scan.
@@ -159,48 +163,74 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 
 /// Scans the `rows x cols` matrix stored column-major at `addr` with leading dimension `ld`,
 /// skipping the padding rows between columns. Reads go through `buf` in chunks, so the host
-/// memory used is bounded whatever the operand's size.
+/// memory used is bounded whatever the operand's size. Above `max_bytes` of elements, only
+/// evenly spaced columns (and at most `max_bytes` of each) are read.
 pub fn scan_matrix(
     reader: &dyn DeviceReader,
     addr: u64,
     shape: StoredShape,
     dtype: DType,
     buf: &mut Vec<u8>,
+    max_bytes: u64,
 ) -> Result<MatrixScan, i32> {
     let (Some(elem), true) = (dtype.size(), dtype.is_float()) else { return Ok(MatrixScan::default()) };
     if shape.rows <= 0 || shape.cols <= 0 || shape.ld < shape.rows {
         return Ok(MatrixScan::default());
     }
     let (rows, cols, ld) = (shape.rows as u64, shape.cols as u64, shape.ld as u64);
-    let total = ld.saturating_mul(cols - 1).saturating_add(rows);
     if buf.len() < CHUNK_BYTES {
         buf.resize(CHUNK_BYTES, 0);
     }
     let per_chunk = (CHUNK_BYTES as u64 / elem).max(1);
     let mut tally = Tally::default();
-    let mut start = 0u64;
-    while start < total {
-        let end = (start + per_chunk).min(total);
-        let bytes = &mut buf[..((end - start) * elem) as usize];
-        reader.read(addr + start * elem, bytes)?;
-        // The column segments [col * ld, col * ld + rows) that meet [start, end).
-        let mut col = start / ld;
-        while col * ld < end && col < cols {
-            let seg_start = (col * ld).max(start);
-            let seg_end = (col * ld + rows).min(end);
-            if seg_start < seg_end {
-                let lo = ((seg_start - start) * elem) as usize;
-                let hi = ((seg_end - start) * elem) as usize;
-                tally_elements(dtype, &bytes[lo..hi], seg_start, &mut tally);
+    let elements = rows.saturating_mul(cols);
+    let sampled = elements.saturating_mul(elem) > max_bytes;
+    // The runs to read, as (first element index, element count), each inside one column or,
+    // unsampled, spanning the whole extent (padding rows are skipped below).
+    let mut scanned = 0u64;
+    let mut read_run = |start: u64, count: u64, tally: &mut Tally| -> Result<(), i32> {
+        let end = start + count;
+        let mut at = start;
+        while at < end {
+            let stop = (at + per_chunk).min(end);
+            let bytes = &mut buf[..((stop - at) * elem) as usize];
+            reader.read(addr + at * elem, bytes)?;
+            // The column segments [col * ld, col * ld + rows) that meet [at, stop).
+            let mut col = at / ld;
+            while col * ld < stop && col < cols {
+                let seg_start = (col * ld).max(at);
+                let seg_end = (col * ld + rows).min(stop);
+                if seg_start < seg_end {
+                    let lo = ((seg_start - at) * elem) as usize;
+                    let hi = ((seg_end - at) * elem) as usize;
+                    tally_elements(dtype, &bytes[lo..hi], seg_start, tally);
+                    scanned += seg_end - seg_start;
+                }
+                col += 1;
             }
-            col += 1;
+            at = stop;
         }
-        start = end;
+        Ok(())
+    };
+    if !sampled {
+        read_run(0, ld * (cols - 1) + rows, &mut tally)?;
+    } else {
+        let budget = (max_bytes / elem).max(1);
+        let rows_per_column = rows.min(budget);
+        let columns = (budget / rows_per_column).clamp(1, cols);
+        let step = cols.div_ceil(columns);
+        let mut col = 0;
+        while col < cols {
+            read_run(col * ld, rows_per_column, &mut tally)?;
+            col += step;
+        }
     }
     Ok(MatrixScan {
         nan: tally.nan,
         inf: tally.inf,
         first_nonfinite: tally.first_index.map(|i| (i % ld, i / ld)),
+        scanned_elements: scanned,
+        sampled,
     })
 }
 
@@ -259,8 +289,27 @@ mod tests {
         let reader = Slice(f32_bytes(&m));
         let shape = StoredShape { rows: 3, cols: 2, ld: 4 };
         let mut buf = Vec::new();
-        let s = scan_matrix(&reader, 0, shape, DType::F32, &mut buf).unwrap();
+        let s = scan_matrix(&reader, 0, shape, DType::F32, &mut buf, u64::MAX).unwrap();
         assert_eq!((s.nan, s.inf, s.first_nonfinite), (0, 1, Some((1, 1))));
+        assert_eq!((s.scanned_elements, s.sampled), (6, false));
+    }
+
+    #[test]
+    fn samples_evenly_spaced_columns_above_the_budget() {
+        // 4 x 100 matrix, budget of 40 elements: 10 columns, every 10th, scanned.
+        let mut m = vec![0.0f32; 400];
+        m[4 * 50 + 1] = f32::NAN; // column 50: sampled
+        m[4 * 51 + 1] = f32::NAN; // column 51: not sampled
+        let reader = Slice(f32_bytes(&m));
+        let shape = StoredShape { rows: 4, cols: 100, ld: 4 };
+        let s = scan_matrix(&reader, 0, shape, DType::F32, &mut Vec::new(), 160).unwrap();
+        assert!(s.sampled);
+        assert_eq!(s.scanned_elements, 40);
+        assert_eq!((s.nan, s.first_nonfinite), (1, Some((1, 50))));
+        // One tall column larger than the budget: only its first rows are read.
+        let tall = StoredShape { rows: 400, cols: 1, ld: 400 };
+        let s = scan_matrix(&reader, 0, tall, DType::F32, &mut Vec::new(), 64).unwrap();
+        assert_eq!((s.scanned_elements, s.sampled), (16, true));
     }
 
     #[test]
@@ -271,7 +320,7 @@ mod tests {
         m[CHUNK_BYTES / 4] = f32::NAN;
         let reader = Slice(f32_bytes(&m));
         let shape = StoredShape { rows: n as i64, cols: 1, ld: n as i64 };
-        let s = scan_matrix(&reader, 0, shape, DType::F32, &mut Vec::new()).unwrap();
+        let s = scan_matrix(&reader, 0, shape, DType::F32, &mut Vec::new(), u64::MAX).unwrap();
         assert_eq!(s.nan, 2);
         assert_eq!(s.first_nonfinite, Some(((CHUNK_BYTES / 4) as u64, 0)));
     }
@@ -280,7 +329,7 @@ mod tests {
     fn read_errors_surface() {
         let reader = Slice(vec![0; 4]);
         let shape = StoredShape { rows: 4, cols: 4, ld: 4 };
-        assert_eq!(scan_matrix(&reader, 0, shape, DType::F32, &mut Vec::new()), Err(1));
+        assert_eq!(scan_matrix(&reader, 0, shape, DType::F32, &mut Vec::new(), u64::MAX), Err(1));
     }
 
     #[test]

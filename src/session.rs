@@ -12,14 +12,31 @@ use crate::recorder::{CallArgs, RecordedCall, Recorder};
 use crate::state::{Allocations, Handles};
 use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
 
+/// Who this process is and where its trace goes: both change in the child of a fork.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub process: Process,
+    /// The expanded trace path.
+    pub trace_path: String,
+}
+
+/// What became of a fault handed to the session.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Recorded {
+    /// Stored in full (false once `max_faults` are stored: then only counted).
+    pub stored: bool,
+    /// Lines for stderr (capped).
+    pub lines: Vec<String>,
+}
+
 pub struct Session {
     pub config: Config,
     pub handles: Handles,
     pub allocations: Allocations,
     pub recorder: Recorder,
-    pub process: Process,
-    /// The expanded trace path.
-    pub trace_path: String,
+    identity: Mutex<Identity>,
+    /// This process is the child of a fork() made after the guard started.
+    forked_child: AtomicBool,
     hook_names: &'static [&'static str],
     calls: Box<[AtomicU64]>,
     /// One `init_failed` per hooked function: without a driver every call fails the same way.
@@ -27,6 +44,7 @@ pub struct Session {
     seq: AtomicU64,
     faults: Mutex<Vec<Fault>>,
     fault_total: AtomicU64,
+    faults_stored: AtomicU64,
     stderr_lines: AtomicU32,
     known_error: Mutex<Option<KnownError>>,
     driver_error: Mutex<Option<String>>,
@@ -40,18 +58,60 @@ impl Session {
             handles: Handles::default(),
             allocations: Allocations::default(),
             recorder: Recorder::new(ring),
-            process,
-            trace_path,
+            identity: Mutex::new(Identity { process, trace_path }),
+            forked_child: AtomicBool::new(false),
             hook_names,
             calls: hook_names.iter().map(|_| AtomicU64::new(0)).collect(),
             init_reported: hook_names.iter().map(|_| AtomicBool::new(false)).collect(),
             seq: AtomicU64::new(0),
             faults: Mutex::new(Vec::new()),
             fault_total: AtomicU64::new(0),
+            faults_stored: AtomicU64::new(0),
             stderr_lines: AtomicU32::new(0),
             known_error: Mutex::new(None),
             driver_error: Mutex::new(None),
         }
+    }
+
+    pub fn trace_path(&self) -> String {
+        self.identity.lock().trace_path.clone()
+    }
+
+    pub fn identity(&self) -> Identity {
+        self.identity.lock().clone()
+    }
+
+    /// In the child of a fork: a new identity and trace, and a record that starts empty (the
+    /// parent's faults are the parent's). Handles, allocations and the recent calls are kept:
+    /// the child inherited them.
+    pub fn start_child(&self, identity: Identity) {
+        *self.identity.lock() = identity;
+        self.forked_child.store(true, Ordering::Relaxed);
+        self.faults.lock().clear();
+        self.fault_total.store(0, Ordering::Relaxed);
+        self.faults_stored.store(0, Ordering::Relaxed);
+        self.stderr_lines.store(0, Ordering::Relaxed);
+        *self.known_error.lock() = None;
+        for c in self.calls.iter() {
+            c.store(0, Ordering::Relaxed);
+        }
+        for b in self.init_reported.iter() {
+            b.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Every lock of the session, held by the forking thread across fork() and released in
+    /// both processes after it, so the child never inherits a lock another thread held.
+    pub fn hold_for_fork(&self) -> impl Sized + '_ {
+        (
+            self.faults.lock(),
+            self.known_error.lock(),
+            self.driver_error.lock(),
+            self.identity.lock(),
+            self.handles.hold(),
+            self.allocations.hold(),
+            self.recorder.hold(),
+        )
     }
 
     /// Counts a call of hook number `hook` and gives it its sequence number.
@@ -68,6 +128,21 @@ impl Session {
 
     pub fn fault_count(&self) -> u64 {
         self.fault_total.load(Ordering::Relaxed)
+    }
+
+    /// Faults counted but not stored; lock-free, for the crash handler.
+    pub fn dropped_fault_count(&self) -> u64 {
+        self.fault_count().saturating_sub(self.faults_stored.load(Ordering::Relaxed))
+    }
+
+    /// Calls per hooked function, without locks or allocation (the crash handler uses it).
+    pub fn visit_call_counts(&self, mut f: impl FnMut(&'static str, u64)) {
+        for (name, n) in self.hook_names.iter().zip(self.calls.iter()) {
+            let n = n.load(Ordering::Relaxed);
+            if n > 0 {
+                f(name, n);
+            }
+        }
     }
 
     pub fn record_call(&self, hook: usize, seq: u64, status: i32, thread: u32, time_ns: u64, args: CallArgs) {
@@ -99,34 +174,36 @@ impl Session {
         self.driver_error.lock().clone()
     }
 
-    /// Stores a fault; returns the stderr lines to print for it (capped).
-    pub fn add_fault(&self, fault: Fault) -> Vec<String> {
-        let line = format!(
-            "cublasguard: {} #{}: {} [{}]; trace: {}",
-            fault.api,
-            fault.seq,
-            fault.message,
-            fault.kind.name(),
-            self.trace_path
-        );
-        self.faults.lock().push(fault);
+    /// Stores a fault (or only counts it, past `max_faults`); returns what became of it.
+    pub fn add_fault(&self, fault: Fault) -> Recorded {
         self.fault_total.fetch_add(1, Ordering::Relaxed);
         let n = self.stderr_lines.fetch_add(1, Ordering::Relaxed);
         let cap = self.config.stderr_lines;
-        if n < cap {
-            vec![line]
+        let path = self.trace_path();
+        let lines = if n < cap {
+            vec![format!("cublasguard: {} #{}: {} [{}]; trace: {path}", fault.api, fault.seq, fault.message, fault.kind.name())]
         } else if n == cap {
-            vec![format!("cublasguard: further faults are recorded in {} only", self.trace_path)]
+            vec![format!("cublasguard: further faults are recorded in {path} only")]
         } else {
             Vec::new()
+        };
+        let mut faults = self.faults.lock();
+        let stored = faults.len() < self.config.max_faults;
+        if stored {
+            faults.push(fault);
+            self.faults_stored.fetch_add(1, Ordering::Relaxed);
         }
+        Recorded { stored, lines }
     }
 
     /// Whether the trace belongs on disk at exit. A named path is written for every process
     /// that used CUDA, so a shell wrapper that merely exits after its child does not replace
     /// the child's trace with an empty one.
+    /// A forked child (a DataLoader worker, say) that made no CUDA call of its own writes
+    /// nothing, so workers do not each leave an empty trace.
     pub fn should_write_at_exit(&self, cuda_loaded: bool) -> bool {
-        self.fault_count() > 0 || (self.config.trace_requested && (cuda_loaded || self.total_calls() > 0))
+        let used_cuda = self.total_calls() > 0 || (cuda_loaded && !self.forked_child.load(Ordering::Relaxed));
+        self.fault_count() > 0 || (self.config.trace_requested && used_cuda)
     }
 
     pub fn trace(&self, environment: Environment) -> Trace {
@@ -138,14 +215,16 @@ impl Session {
             .map(|(name, n)| (name.to_string(), n.load(Ordering::Relaxed)))
             .filter(|(_, n)| *n > 0)
             .collect();
+        let total = self.fault_count();
         Trace {
             format: trace::FORMAT.into(),
             version: trace::VERSION,
-            process: self.process.clone(),
+            process: self.identity.lock().process.clone(),
             environment,
             recent_calls: self.recorder.snapshot().iter().map(recent_call).collect(),
-            summary: Summary { calls, faults: self.fault_count() },
+            summary: Summary { calls, faults: total, dropped_faults: total.saturating_sub(faults.len() as u64) },
             faults,
+            crash: None,
         }
     }
 }
@@ -245,13 +324,45 @@ mod tests {
     #[test]
     fn caps_stderr_lines_with_one_summary_line() {
         let s = session(2);
-        let lines: Vec<Vec<String>> = (1..=5).map(|i| s.add_fault(fault(i))).collect();
+        let lines: Vec<Vec<String>> = (1..=5).map(|i| s.add_fault(fault(i)).lines).collect();
         assert_eq!(lines[0].len(), 1);
         assert!(lines[0][0].starts_with("cublasguard: cublasSgemm_v2 #1: m [api_error]; trace: t.json"));
         assert_eq!(lines[1].len(), 1);
         assert!(lines[2][0].contains("further faults"));
         assert!(lines[3].is_empty() && lines[4].is_empty());
         assert_eq!(s.trace(Environment::default()).faults.len(), 5);
+    }
+
+    #[test]
+    fn stores_up_to_max_faults_then_counts() {
+        let mut s = session(0);
+        s.config.max_faults = 3;
+        let stored: Vec<bool> = (1..=5).map(|i| s.add_fault(fault(i)).stored).collect();
+        assert_eq!(stored, [true, true, true, false, false]);
+        let t = s.trace(Environment::default());
+        assert_eq!((t.faults.len(), t.summary.faults, t.summary.dropped_faults), (3, 5, 2));
+    }
+
+    #[test]
+    fn a_forked_child_starts_its_own_record() {
+        let s = session(5);
+        s.begin(0);
+        s.add_fault(fault(1));
+        s.note_error(700, 1);
+        let mut child = s.identity();
+        child.process.pid = 99;
+        child.trace_path = "child.json".into();
+        s.start_child(child);
+        let t = s.trace(Environment::default());
+        assert!(t.faults.is_empty() && t.summary.calls.is_empty());
+        assert_eq!((t.process.pid, s.trace_path().as_str()), (99, "child.json"));
+        assert_eq!(s.known_error(), None);
+        let mut requested = session(1);
+        requested.config.trace_requested = true;
+        requested.start_child(requested.identity());
+        assert!(!requested.should_write_at_exit(true), "a worker that used no CUDA writes nothing");
+        requested.begin(1);
+        assert!(requested.should_write_at_exit(true));
     }
 
     #[test]

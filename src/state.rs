@@ -63,6 +63,11 @@ impl Handles {
         }
     }
 
+    /// Held across fork() so no other thread leaves the table locked in the child.
+    pub fn hold(&self) -> impl Sized + '_ {
+        self.map.lock()
+    }
+
     /// Applies a setting change to a live handle.
     pub fn update(&self, handle: u64, change: impl FnOnce(&mut HandleState)) {
         if let Some(HandleEntry::Alive(s)) = self.map.lock().get_mut(&handle) {
@@ -110,6 +115,11 @@ impl Allocations {
 
     pub fn span_containing(&self, ptr: u64) -> Option<Span> {
         self.containing(ptr).map(|a| Span { base: a.base, size: a.size })
+    }
+
+    /// Held across fork() so no other thread leaves the table locked in the child.
+    pub fn hold(&self) -> impl Sized + '_ {
+        self.map.write()
     }
 
     pub fn totals(&self) -> LiveTotals {

@@ -18,6 +18,19 @@ pub struct Trace {
     pub faults: Vec<Fault>,
     pub recent_calls: Vec<RecentCall>,
     pub summary: Summary,
+    /// Present when the process died by a fatal signal after the guard started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash: Option<Crash>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Crash {
+    pub signal: i32,
+    pub name: String,
+    pub thread: u32,
+    pub time_ns: u64,
+    /// The flight recorder was free to read; when false, `recent_calls` is empty.
+    pub recent_calls_saved: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -166,6 +179,9 @@ pub struct Operand {
     pub allocation: Option<AllocationRecord>,
     /// Whether the guard read this operand's values (NaN/Inf counts are null otherwise).
     pub scanned: bool,
+    /// Larger than CUBLASGUARD_SCAN_BYTES: only evenly spaced columns were read.
+    #[serde(default)]
+    pub sampled: bool,
     pub nan: Option<u64>,
     pub inf: Option<u64>,
     pub first_nonfinite: Option<Position>,
@@ -204,7 +220,11 @@ pub struct RecentCall {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     pub calls: BTreeMap<String, u64>,
+    /// Every fault found, stored or not.
     pub faults: u64,
+    /// Faults past `CUBLASGUARD_MAX_FAULTS`: counted here, not stored in `faults`.
+    #[serde(default)]
+    pub dropped_faults: u64,
 }
 
 /// A pointer as the trace spells it: hex, because JSON numbers lose bits above 2^53.

@@ -108,6 +108,9 @@ fn counts(scan: &MatrixScan) -> String {
     if let Some((row, col)) = scan.first_nonfinite {
         s.push_str(&format!(" (first at row {row}, col {col})"));
     }
+    if scan.sampled {
+        s.push_str(&format!(" in a sample of {} elements", scan.scanned_elements));
+    }
     s
 }
 
@@ -117,6 +120,7 @@ impl GemmCheck {
     pub fn before(
         call: GemmCall,
         checks: Checks,
+        scan_bytes: u64,
         handles: &Handles,
         allocations: &Allocations,
         known: Option<KnownError>,
@@ -221,7 +225,7 @@ impl GemmCheck {
             return check;
         }
         if checks.nan {
-            check.scan_inputs(allocations, device, buf);
+            check.scan_inputs(allocations, device, buf, scan_bytes);
         }
         check
     }
@@ -332,7 +336,7 @@ impl GemmCheck {
         })
     }
 
-    fn scan_inputs(&mut self, allocations: &Allocations, device: &dyn Device, buf: &mut Vec<u8>) {
+    fn scan_inputs(&mut self, allocations: &Allocations, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
         self.beta_is_zero = self.read_beta_is_zero(allocations, device);
         let reads_c = self.beta_is_zero != Some(true);
         let stream = self.stream();
@@ -346,7 +350,7 @@ impl GemmCheck {
                 continue;
             }
             let reader = StreamReader { device, stream };
-            match scan::scan_matrix(&reader, op.ptr, op.shape, op.dtype, buf) {
+            match scan::scan_matrix(&reader, op.ptr, op.shape, op.dtype, buf, scan_bytes) {
                 Ok(s) => {
                     op.scan = Some(s);
                     if !(s.nan == 0 && s.inf == 0) {
@@ -383,11 +387,13 @@ impl GemmCheck {
 
     /// The checks after the call returned `status` (or was refused with it). Returns the sticky
     /// error this call revealed, if any, for the session to remember.
+    #[allow(clippy::too_many_arguments)]
     pub fn after(
         &mut self,
         status: i32,
         forwarded: bool,
         checks: Checks,
+        scan_bytes: u64,
         known: Option<KnownError>,
         device: &dyn Device,
         buf: &mut Vec<u8>,
@@ -428,7 +434,7 @@ impl GemmCheck {
         {
             let reader = StreamReader { device, stream: self.stream() };
             let c = self.operands[2];
-            if let Ok(s) = scan::scan_matrix(&reader, c.ptr, c.shape, c.dtype, buf) {
+            if let Ok(s) = scan::scan_matrix(&reader, c.ptr, c.shape, c.dtype, buf, scan_bytes) {
                 self.operands[2].scan = Some(s);
                 if (s.nan > 0 || s.inf > 0) && self.inputs_scanned_finite {
                     self.finding = Some(Finding::new(

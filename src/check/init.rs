@@ -78,7 +78,7 @@ fn no_device_or_other(probe: &DriverProbe) -> (InitCauseKind, String) {
     }
     let status = match probe.device_count_status {
         Some(code) => format!("cudaGetDeviceCount returned {} ({code})", cuda::cuda_error_name(code)),
-        None => "the CUDA runtime is not loaded, so cudaGetDeviceCount could not be asked".into(),
+        None => "cudaGetDeviceCount could not be asked (no CUDA runtime loaded, or an error was already pending)".into(),
     };
     (
         InitCauseKind::Other,

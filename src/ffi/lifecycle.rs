@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use super::{backtrace, device, environment, process};
+use super::{backtrace, crash, device, environment, process};
 use crate::check::Finding;
 use crate::config::{self, Config, OnFault};
 use crate::session::Session;
@@ -16,6 +16,7 @@ use crate::trace::{self, CudaErrorRecord, Fault, MemoryState};
 static SESSION: OnceLock<Session> = OnceLock::new();
 static DISABLED: AtomicBool = AtomicBool::new(false);
 static WRITING: Mutex<()> = Mutex::new(());
+static ARMED: AtomicBool = AtomicBool::new(false);
 
 /// One line on stderr; a closed stderr is not the guard's business.
 pub fn say(line: &str) {
@@ -39,7 +40,68 @@ pub fn session() -> Option<&'static Session> {
         DISABLED.store(true, Ordering::Relaxed);
         return None;
     }
-    Some(SESSION.get_or_init(start))
+    let s = SESSION.get_or_init(start);
+    if !ARMED.swap(true, Ordering::SeqCst) {
+        arm(s);
+    }
+    Some(s)
+}
+
+/// The session if one started, without starting one (for signal and fork handlers).
+pub fn existing_session() -> Option<&'static Session> {
+    if DISABLED.load(Ordering::Relaxed) {
+        return None;
+    }
+    SESSION.get()
+}
+
+/// What the session needs once it exists: the fatal-signal handlers and the fork handlers.
+fn arm(s: &'static Session) {
+    crash::install(s, &s.trace(environment::collect(s.driver_error())));
+    // SAFETY: the three handlers are plain extern "C" functions that never unwind.
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
+}
+
+thread_local! {
+    /// The forking thread's hold on every lock of the guard, from before fork() to after it.
+    static FORK_HOLD: std::cell::RefCell<Option<Box<dyn std::any::Any>>> = const { std::cell::RefCell::new(None) };
+}
+
+extern "C" fn before_fork() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(s) = existing_session() {
+            let hold: Box<dyn std::any::Any> = Box::new((WRITING.lock(), s.hold_for_fork()));
+            let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(hold));
+        }
+    });
+}
+
+extern "C" fn after_fork_in_parent() {
+    let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
+}
+
+extern "C" fn after_fork_in_child() {
+    let _ = std::panic::catch_unwind(|| {
+        let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
+        process::reset_thread_id();
+        let Some(s) = existing_session() else { return };
+        let mut identity = s.identity();
+        let parent_path = identity.trace_path.clone();
+        identity.process.pid = std::process::id();
+        identity.process.started_at_ns = process::now_ns();
+        identity.process.started_at = process::rfc3339(identity.process.started_at_ns);
+        let mut path = config::expand_trace_path(&s.config.trace_pattern, identity.process.pid, &identity.process.hostname, identity.process.rank);
+        if path == parent_path {
+            // A pattern without %p: the child must still never write the parent's file.
+            path = match path.strip_suffix(".json") {
+                Some(stem) => format!("{stem}-{}.json", identity.process.pid),
+                None => format!("{path}-{}", identity.process.pid),
+            };
+        }
+        identity.trace_path = path.clone();
+        s.start_child(identity);
+        crash::update_path(&path);
+    });
 }
 
 /// After an internal error: every later call passes straight through.
@@ -102,12 +164,16 @@ pub fn new_fault(s: &Session, seq: u64, api: &str, finding: Finding, status: i32
     }
 }
 
-/// Records a fault: stderr (capped), the trace on disk, and `abort` when asked for.
+/// Records a fault: stderr (capped), the trace on disk, and `abort` when asked for. Past
+/// the fault cap the trace is not rewritten (its counts are brought up to date at exit).
 pub fn report(s: &Session, fault: Fault) {
-    for line in s.add_fault(fault) {
-        say(&line);
+    let recorded = s.add_fault(fault);
+    for line in &recorded.lines {
+        say(line);
     }
-    write_trace(s);
+    if recorded.stored || s.config.on_fault == OnFault::Abort {
+        write_trace(s);
+    }
     if s.config.on_fault == OnFault::Abort {
         say("cublasguard: aborting at the first fault (CUBLASGUARD_ON_FAULT=abort)");
         // SAFETY: abort has no preconditions.
@@ -120,9 +186,11 @@ static WRITE_FAILED: AtomicBool = AtomicBool::new(false);
 pub fn write_trace(s: &Session) {
     let _one_writer = WRITING.lock();
     let trace = s.trace(environment::collect(s.driver_error()));
-    if let Err(e) = trace::write_atomic(Path::new(&s.trace_path), &trace) {
-        warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {}: {e}", s.trace_path));
+    let path = s.trace_path();
+    if let Err(e) = trace::write_atomic(Path::new(&path), &trace) {
+        warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {path}: {e}"));
     }
+    crash::update_head(&trace);
 }
 
 #[cfg_attr(test, allow(dead_code))]
@@ -146,7 +214,7 @@ fn at_exit() {
             "cublasguard: {} fault(s) in {} intercepted call(s); trace: {}",
             s.fault_count(),
             s.total_calls(),
-            s.trace_path
+            s.trace_path()
         ));
     }
 }

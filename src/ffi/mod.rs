@@ -2,6 +2,7 @@
 //! makes into CUDA. All `unsafe` in the crate lives under this module.
 
 pub mod backtrace;
+pub mod crash;
 pub mod device;
 pub mod environment;
 pub mod hooks;

@@ -3,10 +3,13 @@
  * stdout can be compared with an unguarded one. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -145,6 +148,56 @@ int main(int argc, char **argv) {
         printf("last=%d\n", cudaGetLastError());                  /* still 2 */
         gemm(da, db, &zero, dc);
         printf("last=%d\n", cudaGetLastError());                  /* 0 */
+    } else if (!strcmp(s, "fault_then_wait")) {
+        a[0] = NAN;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc);
+        printf("ready\n");
+        fflush(stdout);
+        sleep(30); /* the test kills us */
+        return 5;
+    } else if (!strcmp(s, "fault_then_crash")) {
+        a[0] = NAN;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc);
+        fflush(stdout);
+        *(volatile int *)(uintptr_t)argc = 1; /* a real segfault, at a small address */
+    } else if (!strcmp(s, "fork")) {
+        a[0] = NAN;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc); /* the parent's fault */
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) {
+            int st = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 8, N, N, &one, db, 3, db, N, &zero, dc, 8);
+            printf("child sgemm status=%d\n", st); /* the child's own fault */
+            if (argc > 2) { /* and exec after fork */
+                fflush(stdout);
+                execl(argv[0], argv[0], "bad_lda", (char *)NULL);
+                _exit(9);
+            }
+            exit(0);
+        }
+        int status = 0;
+        waitpid(child, &status, 0);
+        printf("child exit=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        gemm(da, db, &one, dc);
+    } else if (!strcmp(s, "garbage") || !strcmp(s, "huge")) {
+        /* Bad input to the guard itself: wild enums, NULL outputs, garbage pointers, huge
+         * sizes. The one call whose kernel faults comes last, so the guard's synchronisation
+         * cannot make the sticky error visible to a later call sooner than without it. */
+        const float *wild = (const float *)(uintptr_t)0x10;
+        printf("sgemm status=%d\n", cublasSgemm(handle, 77, CUBLAS_OP_N, N, N, N, &one, da, N, db, N, &zero, dc, N));
+        printf("sgemm status=%d\n", cublasSgemm(handle, CUBLAS_OP_N, -5, N, N, N, &one, da, N, db, N, &zero, dc, N));
+        printf("cudaFree=%d\n", cudaFree((void *)wild));
+        printf("cudaMalloc=%d\n", cudaMalloc(NULL, 16));
+        printf("setmath=%d\n", cublasSetMathMode(handle, 12345));
+        printf("create=%d\n", cublasCreate(NULL));
+        if (!strcmp(s, "garbage"))
+            printf("sgemm status=%d\n", cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, (const float *)wild, wild, N, db, N, &zero, dc, N));
+        else
+            printf("sgemm status=%d\n", cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 0x7fffffff, 0x7fffffff, 0x7fffffff, &one, da, 0x7fffffff, db, 0x7fffffff, &zero, dc, 0x7fffffff));
+        printf("sync=%d\n", cudaDeviceSynchronize());
     } else if (!strcmp(s, "dlopen_local")) {
         const char *lib = getenv("SCENARIO_LIB");
         void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);

@@ -72,7 +72,7 @@ pub fn build_c(name: &str, sources: &[&str], shared: bool) -> PathBuf {
     }
     cmd.arg(format!("-I{}", s.join("include").display()))
         .arg(format!("-L{}", s.join("lib").display()))
-        .args(["-lcublas", "-lcudart", "-ldl", "-lm"]);
+        .args(["-lcublas", "-lcudart", "-ldl", "-lm", "-lpthread"]);
     let status = cmd.status().expect("run the C compiler");
     assert!(status.success(), "compiling {name} failed");
     built.insert(name.to_string(), out.clone());

@@ -239,6 +239,7 @@ mod tests {
                 bytes: Some(1024),
                 allocation: None,
                 scanned: true,
+                sampled: false,
                 nan: Some(1),
                 inf: Some(0),
                 first_nonfinite: Some(Position { row: 2, col: 3 }),

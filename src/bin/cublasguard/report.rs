@@ -117,6 +117,9 @@ fn operand_text(o: &trace::Operand) -> String {
             (0, 0, _) => s.push_str(": finite"),
             (nan, inf, first) => {
                 s.push_str(&format!(": {nan} NaN, {inf} Inf"));
+                if o.sampled {
+                    s.push_str(" (in a sample)");
+                }
                 if let Some(p) = first {
                     s.push_str(&format!(", first at row {}, col {}", p.row, p.col));
                 }

@@ -61,6 +61,18 @@ extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx:
     }
 }
 
+fn forwarded_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
+}
+
 fn install_forwarding() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: a zeroed sigaction with a valid handler and SA_SIGINFO.
@@ -161,23 +173,34 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
     if opts.stdout_to_stderr {
         cmd.stdout(std::io::stderr());
     }
-    // The child starts with default signal handling whatever this process installs.
+    // The signals to forward are blocked from before the spawn until the child's pid is
+    // known, so one that arrives in between waits and is then forwarded, not lost. The child
+    // starts with default handling and nothing blocked.
+    let forwarded = forwarded_set();
     // SAFETY: the pre-exec closure only calls async-signal-safe functions.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
                 libc::signal(sig, libc::SIG_DFL);
             }
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &forwarded, std::ptr::null_mut());
             Ok(())
         });
     }
     let started = SystemTime::now() - std::time::Duration::from_secs(1);
     install_forwarding();
-    let mut child = cmd.spawn().map_err(|e| {
+    // SAFETY: a valid signal set.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &forwarded, std::ptr::null_mut()) };
+    let spawned = cmd.spawn();
+    if let Ok(child) = &spawned {
+        CHILD.store(child.id() as i32, Ordering::Relaxed);
+    }
+    // SAFETY: as above.
+    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &forwarded, std::ptr::null_mut()) };
+    let mut child = spawned.map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
         CliError { message: format!("cannot run {}: {e}", program.to_string_lossy()), code }
     })?;
-    CHILD.store(child.id() as i32, Ordering::Relaxed);
     let status = child.wait().map_err(|e| CliError::usage(format!("waiting for the command: {e}")))?;
     CHILD.store(0, Ordering::Relaxed);
     let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));

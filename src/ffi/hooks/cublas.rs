@@ -26,8 +26,12 @@ pub fn create(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut H
         s.handles.created(handle);
     }
     s.record_call(hook, seq, status, process::thread_id(), process::now_ns(), CallArgs::Handle { handle, value: 0 });
-    if status != cuda::CUBLAS_SUCCESS {
+    if status == cuda::CUBLAS_NOT_INITIALIZED {
         super::report_init_failure(s, hook, seq, status, cuda::cublas_status_name(status), None);
+    } else if status != cuda::CUBLAS_SUCCESS {
+        let finding = Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cublas_status_name(status)));
+        let fault = lifecycle::new_fault(s, seq, api(hook), finding, status, cuda::cublas_status_name(status));
+        lifecycle::report(s, fault);
     }
     status
 }

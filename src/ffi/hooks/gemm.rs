@@ -84,7 +84,7 @@ pub fn run(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, call: GemmCall
     let checks = s.config.checks;
     let device = RealDevice;
     with_scan_buffer(|buf| {
-        let mut check = GemmCheck::before(call, checks, &s.handles, &s.allocations, known, &device, buf);
+        let mut check = GemmCheck::before(call, checks, s.config.scan_bytes, &s.handles, &s.allocations, known, &device, buf);
         if check.finding.is_some() && s.config.on_fault == OnFault::Abort {
             finish(s, hook, seq, &mut check, -1, &device); // reports, then aborts
         }
@@ -93,7 +93,7 @@ pub fn run(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, call: GemmCall
             Some(status) => (status, false),
             None => (forward(), true),
         };
-        if let Some(code) = check.after(status, forwarded, checks, known, &device, buf) {
+        if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, &device, buf) {
             s.note_error(code, seq);
         }
         let produced_here = matches!(
@@ -173,6 +173,7 @@ fn operand_record(op: &crate::check::gemm::OperandReport) -> Operand {
         bytes: op.extent,
         allocation: op.allocation.map(|a| AllocationRecord { base: hex(a.base), size: a.size }),
         scanned: op.scan.is_some(),
+        sampled: op.scan.is_some_and(|s| s.sampled),
         nan: op.scan.map(|s| s.nan),
         inf: op.scan.map(|s| s.inf),
         first_nonfinite: op.scan.and_then(|s| s.first_nonfinite).map(|(row, col)| Position { row, col }),
