@@ -236,18 +236,35 @@ pub fn hex(ptr: u64) -> String {
 /// reader never sees half a trace. The file is created mode 0600.
 pub fn write_atomic(path: &Path, trace: &Trace) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let bytes = serde_json::to_vec_pretty(trace).map_err(std::io::Error::other)?;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| std::io::Error::other("trace path has no file name"))?;
-    let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
-    let result = (|| {
-        let mut file = std::fs::OpenOptions::new()
+    let tmp = dir.join(format!(
+        ".{}.tmp{}.{}",
+        name.to_string_lossy(),
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    // A fresh file of our own (O_EXCL, never through a symlink), then renamed over the final
+    // path: rename replaces whatever is there, a symlink included, without following it.
+    let open = || {
+        std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+    };
+    let result = (|| {
+        let mut file = match open() {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                std::fs::remove_file(&tmp)?; // left by an earlier process with our pid
+                open()?
+            }
+            other => other?,
+        };
         file.write_all(&bytes)?;
         file.write_all(b"\n")?;
         file.sync_data()?;

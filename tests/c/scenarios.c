@@ -148,6 +148,15 @@ int main(int argc, char **argv) {
         printf("last=%d\n", cudaGetLastError());                  /* still 2 */
         gemm(da, db, &zero, dc);
         printf("last=%d\n", cudaGetLastError());                  /* 0 */
+    } else if (!strcmp(s, "big_nan")) {
+        enum { B = 64 };
+        static float big[B * B];
+        for (int i = 0; i < B * B; i++) big[i] = 1.0f / (float)(i + 1);
+        big[8 * B + 5] = NAN; /* row 5, col 8 */
+        big[9 * B + 6] = NAN; /* row 6, col 9 */
+        float *dbig = dev(big, B * B), *dout = dev(NULL, B * B);
+        int st = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, B, B, B, &one, dbig, B, dbig, B, &zero, dout, B);
+        printf("sgemm status=%d\n", st);
     } else if (!strcmp(s, "fault_then_wait")) {
         a[0] = NAN;
         cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);

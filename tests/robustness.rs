@@ -1,0 +1,281 @@
+//! The postmortem survives what broken runs do: fatal signals, threads, fork, many ranks,
+//! bad input, hostile paths; and loading the guard never changes what the program does.
+
+mod common;
+
+use common::*;
+use cublasguard::trace::{self, FaultKind};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+
+/// Starts `scenarios fault_then_wait` under the guard, waits for its fault, sends `signal`.
+fn kill_after_fault(signal: i32) -> (std::process::ExitStatus, std::path::PathBuf) {
+    let dir = temp_dir("signal");
+    let trace_path = dir.join("trace.json");
+    let s = standin();
+    let mut child = Command::new(scenarios())
+        .arg("fault_then_wait")
+        .current_dir(&dir)
+        .env_clear()
+        .env("LD_LIBRARY_PATH", format!("{}:{}", s.join("lib").display(), s.join("driver").display()))
+        .env("LD_PRELOAD", guard_lib())
+        .env("CUBLASGUARD_TRACE", &trace_path)
+        .env("CUBLASGUARD_QUIET", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let ready = BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l == "ready");
+    assert!(ready, "the program reached its fault");
+    unsafe { libc::kill(child.id() as i32, signal) };
+    (child.wait().expect("wait"), trace_path)
+}
+
+#[test]
+fn fatal_signals_after_a_fault_leave_a_valid_trace_and_the_same_death() {
+    for (signal, name) in [(libc::SIGSEGV, "SIGSEGV"), (libc::SIGABRT, "SIGABRT"), (libc::SIGBUS, "SIGBUS")] {
+        let (status, path) = kill_after_fault(signal);
+        assert_eq!(status.signal(), Some(signal), "{name}: the program still dies by its own signal");
+        let t = trace::read(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(only_fault(&t).kind, FaultKind::NonfiniteInput, "{name}");
+        let crash = t.crash.as_ref().unwrap_or_else(|| panic!("{name}: crash record"));
+        assert_eq!((crash.signal, crash.name.as_str()), (signal, name));
+        assert!(crash.recent_calls_saved);
+        assert!(t.recent_calls.iter().any(|c| c.api == "cublasSgemm_v2" && c.args["transa"] == "N"), "{name}: {:?}", t.recent_calls);
+        assert_eq!(t.summary.calls.get("cublasSgemm_v2"), Some(&1));
+    }
+}
+
+#[test]
+fn sigkill_after_a_fault_leaves_the_trace_written_at_the_fault() {
+    let (status, path) = kill_after_fault(libc::SIGKILL);
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    let t = trace::read(&path).expect("valid trace");
+    assert_eq!(only_fault(&t).kind, FaultKind::NonfiniteInput);
+    assert!(t.crash.is_none());
+}
+
+#[test]
+fn a_real_segfault_is_recorded_and_still_kills() {
+    let run = scenario("fault_then_crash", &[]);
+    assert_eq!(run.output.status.signal(), Some(libc::SIGSEGV));
+    let t = run.trace();
+    assert_eq!(t.crash.as_ref().map(|c| c.signal), Some(libc::SIGSEGV));
+    assert_eq!(t.faults.len(), 1);
+    let files: Vec<_> = std::fs::read_dir(&run.dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    assert_eq!(files.len(), 1, "no temporary files left: {files:?}");
+}
+
+#[test]
+fn threads_count_every_call_and_fault_exactly_once() {
+    let stress = build_c("stress", &["stress.c"], false);
+    let env = [("CUBLASGUARD_QUIET", "1")];
+    let run = run(Launch { env: &env, ..Launch::new(&stress, &["8", "2000", "100"]) });
+    assert!(run.output.status.success(), "{}", run.stderr());
+    assert_eq!(run.stdout(), "calls=16000 bad=160\n");
+    let t = run.trace();
+    assert_eq!(t.summary.calls.get("cublasSgemm_v2"), Some(&16000));
+    assert_eq!(t.summary.calls.get("cublasCreate_v2"), Some(&8));
+    assert_eq!(t.summary.calls.get("cudaMalloc"), Some(&24));
+    assert_eq!(t.summary.faults, 160);
+    assert_eq!(t.faults.len(), 100, "the default cap");
+    assert_eq!(t.summary.dropped_faults, 60);
+    assert!(t.faults.iter().all(|f| f.kind == FaultKind::InvalidArgument && f.message.starts_with("lda = 1")));
+    let mut seqs: Vec<u64> = t.faults.iter().map(|f| f.seq).collect();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 100, "each fault recorded once");
+    let threads: std::collections::BTreeSet<u32> = t.faults.iter().map(|f| f.thread).collect();
+    assert!(threads.len() > 1, "faults from several threads");
+    let stderr_faults = run.stderr().lines().filter(|l| l.contains("[invalid_argument]")).count();
+    assert_eq!(stderr_faults, 10, "stderr is capped");
+    assert_eq!(run.stderr().lines().filter(|l| l.contains("further faults are recorded")).count(), 1);
+}
+
+#[test]
+fn fork_gives_parent_and_child_their_own_traces() {
+    let program = scenarios();
+    for (args, label) in [(&["fork"][..], "fork"), (&["fork", "exec"][..], "fork+exec")] {
+        let dir = temp_dir("fork");
+        let pattern = dir.join("t-%p.json").display().to_string();
+        let env = [("CUBLASGUARD_TRACE", pattern.as_str())];
+        let run = run(Launch { env: &env, trace: false, ..Launch::new(&program, args) });
+        assert!(run.output.status.success(), "{label}: {}", run.stderr());
+        assert!(run.stdout().contains("child exit=0"), "{label}: {}", run.stdout());
+        let mut traces: Vec<trace::Trace> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| trace::read(&e.path()).expect("valid trace"))
+            .collect();
+        assert_eq!(traces.len(), 2, "{label}: one trace each");
+        traces.sort_by_key(|t| t.faults.iter().any(|f| f.kind == FaultKind::InvalidArgument));
+        let (parent, child) = (&traces[0], &traces[1]);
+        assert_ne!(parent.process.pid, child.process.pid);
+        assert!(parent.faults.iter().all(|f| f.kind == FaultKind::NonfiniteInput), "{label}: {:#?}", parent.faults);
+        assert_eq!(parent.faults.len(), 2);
+        assert!(child.faults.iter().all(|f| f.kind == FaultKind::InvalidArgument), "{label}: {:#?}", child.faults);
+        assert_eq!(child.faults.len(), 1, "{label}");
+    }
+}
+
+#[test]
+fn fork_with_a_fixed_trace_path_never_shares_the_file() {
+    let program = scenarios();
+    let dir = temp_dir("fork-fixed");
+    let path = dir.join("t.json").display().to_string();
+    let env = [("CUBLASGUARD_TRACE", path.as_str())];
+    let run = run(Launch { env: &env, trace: false, ..Launch::new(&program, &["fork"]) });
+    assert!(run.output.status.success());
+    let names: Vec<String> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains(&"t.json".to_string()));
+}
+
+#[test]
+fn four_ranks_write_four_traces() {
+    let program = scenarios();
+    let dir = temp_dir("ranks");
+    let pattern = dir.join("trace-%h-%r.json").display().to_string();
+    let children: Vec<_> = (0..4)
+        .map(|rank| {
+            let s = standin();
+            Command::new(&program)
+                .arg("nan_a")
+                .env_clear()
+                .env("LD_LIBRARY_PATH", format!("{}:{}", s.join("lib").display(), s.join("driver").display()))
+                .env("LD_PRELOAD", guard_lib())
+                .env("CUBLASGUARD_TRACE", &pattern)
+                .env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("WORLD_SIZE", "4")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let mut ranks: Vec<i64> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let t = trace::read(&e.path()).expect("valid trace");
+            assert_eq!(t.process.world_size, Some(4));
+            assert_eq!(t.process.local_rank, t.process.rank);
+            assert!(e.file_name().to_string_lossy().ends_with(&format!("-{}.json", t.process.rank.unwrap())));
+            t.process.rank.expect("rank")
+        })
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1, 2, 3]);
+}
+
+#[test]
+fn a_nan_storm_keeps_the_trace_small() {
+    let mlp = standin().join("bin/mlp");
+    let env = [("CUBLASGUARD_QUIET", "1")];
+    let run = run(Launch { env: &env, ..Launch::new(&mlp, &["--inject", "nan", "--epochs", "400"]) });
+    assert!(run.output.status.success());
+    let t = run.trace();
+    assert_eq!(t.faults.len(), 100);
+    assert!(t.summary.faults >= 1900, "{}", t.summary.faults);
+    let size = std::fs::metadata(&run.trace_path).unwrap().len();
+    assert!(size < 2 << 20, "trace is {size} bytes");
+    assert!(run.stderr().lines().count() < 15, "{}", run.stderr());
+}
+
+#[test]
+fn large_operands_are_scanned_by_sampling_within_the_budget() {
+    // A 64 x 64 float matrix (16 KiB) with NaN at (5, 8) and (6, 9). Fully scanned, both count.
+    let t = scenario("big_nan", &[]).trace();
+    let a = t.faults[0].operands.iter().find(|o| o.name == "A").unwrap();
+    assert_eq!((a.nan, a.sampled), (Some(2), false));
+    // With a 4 KiB budget, 16 evenly spaced columns (0, 4, 8, ...) are read: (5, 8) is seen,
+    // (6, 9) is not, and the fault says it sampled.
+    let t = scenario("big_nan", &[("CUBLASGUARD_SCAN_BYTES", "4096")]).trace();
+    let f = &t.faults[0];
+    let a = f.operands.iter().find(|o| o.name == "A").unwrap();
+    assert_eq!((a.nan, a.sampled), (Some(1), true));
+    assert_eq!(a.first_nonfinite.map(|p| (p.row, p.col)), Some((5, 8)));
+    assert!(f.message.contains("in a sample of 1024 elements"), "{}", f.message);
+}
+
+#[test]
+fn bad_input_to_the_guard_changes_nothing_the_program_sees() {
+    let program = scenarios();
+    for scenario in ["garbage", "huge"] {
+        let bare = run(Launch { guarded: false, ..Launch::new(&program, &[scenario]) });
+        let guarded = run(Launch::new(&program, &[scenario]));
+        assert_eq!(bare.stdout(), guarded.stdout(), "{scenario}");
+        assert_eq!(bare.code(), guarded.code(), "{scenario}");
+        let t = guarded.trace();
+        assert!(t.faults.iter().any(|f| f.message.contains("transa = 77")), "{scenario}");
+        let last = t.faults.last().unwrap();
+        let expected = if scenario == "garbage" { FaultKind::HostPointer } else { FaultKind::OutOfBounds };
+        assert_eq!(last.kind, expected, "{scenario}: {:#?}", t.faults);
+    }
+}
+
+#[test]
+fn an_unwritable_trace_path_warns_once_and_changes_nothing() {
+    let program = scenarios();
+    let bare = run(Launch { guarded: false, ..Launch::new(&program, &["nan_a"]) });
+    let env = [("CUBLASGUARD_TRACE", "/nonexistent/folder/trace.json")];
+    let guarded = run(Launch { env: &env, trace: false, ..Launch::new(&program, &["nan_a"]) });
+    assert_eq!(bare.stdout(), guarded.stdout());
+    assert_eq!(guarded.code(), Some(0));
+    let warnings = guarded.stderr().lines().filter(|l| l.contains("cannot write the trace")).count();
+    assert_eq!(warnings, 1, "{}", guarded.stderr());
+}
+
+#[test]
+fn the_trace_never_follows_a_symlink_or_leaks_secrets() {
+    let program = scenarios();
+    let dir = temp_dir("symlink");
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "precious").unwrap();
+    let path = dir.join("trace.json");
+    std::os::unix::fs::symlink(&victim, &path).unwrap();
+    let path_s = path.display().to_string();
+    let env = [("CUBLASGUARD_TRACE", path_s.as_str()), ("API_TOKEN", "s3cr3t"), ("CUDA_CACHE_DISABLE", "1")];
+    let run = run(Launch { env: &env, trace: false, ..Launch::new(&program, &["nan_a"]) });
+    assert!(run.output.status.success());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious", "the link's target is untouched");
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert!(meta.file_type().is_file(), "the link itself was replaced by the trace");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains("s3cr3t"), "no secrets in the trace");
+    let t = trace::parse(&text).unwrap();
+    assert_eq!(t.environment.variables.get("CUDA_CACHE_DISABLE").map(String::as_str), Some("1"));
+}
+
+#[test]
+fn guarded_runs_match_unguarded_ones() {
+    // In `continue` mode the guard is invisible: same stdout (which prints the results the
+    // program read back), same exit status. (Not `async`: there the guard's synchronisation
+    // makes the sticky error visible one call earlier, as CUDA_LAUNCH_BLOCKING=1 would.)
+    let program = scenarios();
+    for scenario in [
+        "clean", "nan_a", "nan_c_beta0", "nan_c_beta1", "overflow", "bad_lda", "bad_handle", "host_pointer",
+        "out_of_bounds", "api_error", "alloc", "free_twice", "streams", "capture", "device_scalars", "last_error",
+    ] {
+        let env: &[(&str, &str)] = if scenario == "api_error" { &[("CUDASHIM_FAIL", "cublasSgemm_v2:1:14")] } else { &[] };
+        let bare = run(Launch { env, guarded: false, ..Launch::new(&program, &[scenario]) });
+        let guarded = run(Launch { env, ..Launch::new(&program, &[scenario]) });
+        let strip = |s: String| s.lines().filter(|l| !l.starts_with("stream=")).collect::<Vec<_>>().join("\n");
+        assert_eq!(strip(bare.stdout()), strip(guarded.stdout()), "{scenario}");
+        assert_eq!(bare.code(), guarded.code(), "{scenario}");
+    }
+    let mlp = standin().join("bin/mlp");
+    for inject in ["none", "nan", "overflow", "width", "host", "lda"] {
+        let bare = run(Launch { guarded: false, ..Launch::new(&mlp, &["--inject", inject]) });
+        let guarded = run(Launch::new(&mlp, &["--inject", inject]));
+        assert_eq!(bare.stdout(), guarded.stdout(), "mlp --inject {inject}");
+        assert_eq!(bare.code(), guarded.code(), "mlp --inject {inject}");
+    }
+}
