@@ -2,7 +2,7 @@
 //! and symbol versions, and the C example workload linked against them by soname.
 //!
 //! Layout, under `$OUT_DIR/stand-in` and copied to `target/<profile>/stand-in`:
-//!   lib/      libcudart.so.12, libcublas.so.12 (+ unversioned links for `-lcudart -lcublas`)
+//!   lib/      libcudart.so.12, libcublas.so.12, libcublasLt.so.12 (+ unversioned links for `-lcudart ...`)
 //!   driver/   libcuda.so.1, apart so a test can leave the driver out
 //!   include/  the stand-in headers
 //!   bin/      example programs
@@ -25,6 +25,7 @@ const LIBRARIES: &[SharedLib] = &[
     SharedLib { source: "cuda", soname: "libcuda.so.1", folder: "driver", dev_link: "libcuda.so", links: &["-ldl"] },
     SharedLib { source: "cudart", soname: "libcudart.so.12", folder: "lib", dev_link: "libcudart.so", links: &["-ldl", "-lpthread"] },
     SharedLib { source: "cublas", soname: "libcublas.so.12", folder: "lib", dev_link: "libcublas.so", links: &["-lcudart", "-lpthread"] },
+    SharedLib { source: "cublasLt", soname: "libcublasLt.so.12", folder: "lib", dev_link: "libcublasLt.so", links: &["-lcudart", "-lpthread", "-lm"] },
 ];
 
 const EXAMPLES: &[&str] = &["mlp"];
@@ -82,6 +83,7 @@ fn main() {
         println!("cargo:rerun-if-changed=shims/{}.c", lib.source);
         println!("cargo:rerun-if-changed=shims/{}.map", lib.source);
     }
+    println!("cargo:rerun-if-changed=shims/elements.h");
     copy_tree(&shims.join("include"), &root.join("include"));
     println!("cargo:rerun-if-changed=shims/include");
 

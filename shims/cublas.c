@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "elements.h"
 #include "include/cublas_v2.h"
 
 #define SHIM_CUBLAS_VERSION 120903 /* 12.9.3, as cublasGetVersion encodes it */
@@ -166,58 +167,183 @@ const char *cublasGetStatusString(cublasStatus_t status) {
     }
 }
 
-static int max1(int v) { return v > 1 ? v : 1; }
+/* ---- the GEMM family: one core for every type, batch form and integer width ---- */
+
+/* An operand: a single matrix, a strided batch, or an array (in device memory) of matrices. */
+struct operand {
+    const void *ptr;          /* the matrix, the first of a strided batch, or the pointer array */
+    int type;
+    int64_t ld;
+    int64_t stride;           /* elements between strided batch members */
+    int pointer_array;
+};
+
+static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
 
 /* Bytes a column-major rows x cols matrix with leading dimension ld spans. */
-static size_t extent(int rows, int cols, int ld, size_t elem) {
-    if (rows == 0 || cols == 0) return 0;
+static size_t extent(int64_t rows, int64_t cols, int64_t ld, size_t elem) {
+    if (rows <= 0 || cols <= 0) return 0;
     return ((size_t)ld * (size_t)(cols - 1) + (size_t)rows) * elem;
 }
 
-static float at(const float *M, cublasOperation_t op, int ld, int row, int col) {
-    return op == CUBLAS_OP_N ? M[(size_t)col * ld + row] : M[(size_t)row * ld + col];
+/* The matrix of batch member b, or NULL when the kernel could not reach it. */
+static const void *member(const struct operand *op, int64_t b, size_t bytes) {
+    const void *m;
+    if (op->pointer_array) {
+        const void *const *array = (const void *const *)op->ptr;
+        if (!cudashim_is_device_range(&array[b], sizeof(void *))) return NULL;
+        m = array[b];
+    } else {
+        m = (const char *)op->ptr + (ptrdiff_t)(b * op->stride) * (ptrdiff_t)element_size(op->type);
+    }
+    return (bytes == 0 || cudashim_is_device_range(m, bytes)) ? m : NULL;
 }
 
-cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                              int m, int n, int k, const float *alpha, const float *A, int lda,
-                              const float *B, int ldb, const float *beta, float *C, int ldc) {
+/* Reads a scalar per the pointer mode; returns 0 when a device-mode scalar is unreachable. */
+static int scalar(const struct cublasContext *h, const void *p, int type, double *out) {
+    if (h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE && !cudashim_is_device_range(p, element_size(type))) return 0;
+    *out = load_element(type, p, 0);
+    return 1;
+}
+
+static double at(const void *m, int type, int op, int64_t ld, int64_t row, int64_t col) {
+    return op == CUBLAS_OP_N ? load_element(type, m, (size_t)(col * ld + row)) : load_element(type, m, (size_t)(row * ld + col));
+}
+
+/* compute < 0: a typed GEMM (no type combination to check). */
+static cublasStatus_t gemm_core(const char *name, cublasHandle_t handle, int transa, int transb, int64_t m, int64_t n,
+                                int64_t k, const void *alpha, const void *beta, int scale, struct operand A,
+                                struct operand B, struct operand C, int64_t batch, int compute) {
     struct cublasContext *h = alive(handle);
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    int valid_op_a = transa == CUBLAS_OP_N || transa == CUBLAS_OP_T || transa == CUBLAS_OP_C;
-    int valid_op_b = transb == CUBLAS_OP_N || transb == CUBLAS_OP_T || transb == CUBLAS_OP_C;
-    if (m < 0 || n < 0 || k < 0 || !valid_op_a || !valid_op_b) return CUBLAS_STATUS_INVALID_VALUE;
-    int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
-    int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
-    if (lda < max1(a_rows) || ldb < max1(b_rows) || ldc < max1(m) || !alpha || !beta)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    int injected = cudashim_inject("cublasSgemm_v2");
+    int ok_a = transa == CUBLAS_OP_N || transa == CUBLAS_OP_T || transa == CUBLAS_OP_C;
+    int ok_b = transb == CUBLAS_OP_N || transb == CUBLAS_OP_T || transb == CUBLAS_OP_C;
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || !ok_a || !ok_b) return CUBLAS_STATUS_INVALID_VALUE;
+    int64_t a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
+    int64_t b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
+    if (A.ld < max1(a_rows) || B.ld < max1(b_rows) || C.ld < max1(m) || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+    if (compute >= 0 && (A.type != B.type || !supported_combination(compute, A.type, C.type) || scale_type_of(compute) < 0))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    int injected = cudashim_inject(name);
     if (injected) return injected;
     if (cudashim_sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
 
     /* From here on this is the "kernel": it reports problems asynchronously. */
     if (cudashim_next_launch_faults()) {
         cudashim_raise_async(cudaErrorIllegalAddress);
         return CUBLAS_STATUS_SUCCESS;
     }
-    int device_scalars = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
-    int scalars_ok = !device_scalars || (cudashim_is_device_range(alpha, sizeof(float)) &&
-                                         cudashim_is_device_range(beta, sizeof(float)));
-    int a_ok = k == 0 || cudashim_is_device_range(A, extent(a_rows, a_cols, lda, sizeof(float)));
-    int b_ok = k == 0 || cudashim_is_device_range(B, extent(b_rows, b_cols, ldb, sizeof(float)));
-    int c_ok = cudashim_is_device_range(C, extent(m, n, ldc, sizeof(float)));
-    if (!scalars_ok || !a_ok || !b_ok || !c_ok) {
+    double a_scale, b_scale;
+    if (!scalar(h, alpha, scale, &a_scale) || !scalar(h, beta, scale, &b_scale)) {
         cudashim_raise_async(cudaErrorIllegalAddress);
         return CUBLAS_STATUS_SUCCESS;
     }
-    float a = *alpha, b = *beta;
-    for (int col = 0; col < n; col++) {
-        for (int row = 0; row < m; row++) {
-            float sum = 0.0f;
-            for (int p = 0; p < k; p++) sum += at(A, transa, lda, row, p) * at(B, transb, ldb, p, col);
-            float *c = &C[(size_t)col * ldc + row];
-            *c = b == 0.0f ? a * sum : a * sum + b * *c; /* beta == 0: C is not read */
+    size_t a_bytes = k ? extent(a_rows, a_cols, A.ld, element_size(A.type)) : 0;
+    size_t b_bytes = k ? extent(b_rows, b_cols, B.ld, element_size(B.type)) : 0;
+    size_t c_bytes = extent(m, n, C.ld, element_size(C.type));
+    for (int64_t bi = 0; bi < batch; bi++) { /* every member reachable, or nothing is computed */
+        if ((a_bytes && !member(&A, bi, a_bytes)) || (b_bytes && !member(&B, bi, b_bytes)) || !member(&C, bi, c_bytes)) {
+            cudashim_raise_async(cudaErrorIllegalAddress);
+            return CUBLAS_STATUS_SUCCESS;
+        }
+    }
+    for (int64_t bi = 0; bi < batch; bi++) {
+        const void *a = member(&A, bi, a_bytes), *b = member(&B, bi, b_bytes);
+        void *c = (void *)member(&C, bi, c_bytes);
+        for (int64_t col = 0; col < n; col++) {
+            for (int64_t row = 0; row < m; row++) {
+                double sum = 0;
+                for (int64_t p = 0; p < k; p++) sum += at(a, A.type, transa, A.ld, row, p) * at(b, B.type, transb, B.ld, p, col);
+                size_t i = (size_t)(col * C.ld + row);
+                /* beta == 0: C is not read */
+                double v = b_scale == 0 ? a_scale * sum : a_scale * sum + b_scale * load_element(C.type, c, i);
+                store_element(C.type, c, i, v);
+            }
         }
     }
     return CUBLAS_STATUS_SUCCESS;
 }
+
+#define PLAIN(p, t, l) ((struct operand){(p), (t), (l), 0, 0})
+#define STRIDED(p, t, l, s) ((struct operand){(p), (t), (l), (s), 0})
+#define ARRAY(p, t, l) ((struct operand){(p), (t), (l), 0, 1})
+
+/* Typed GEMMs, in `int` and `int64_t` widths. */
+#define TYPED_GEMM(NAME, T, TYPE, INT)                                                                              \
+    cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, INT m, INT n,     \
+                        INT k, const T *alpha, const T *A, INT lda, const T *B, INT ldb, const T *beta, T *C,       \
+                        INT ldc) {                                                                                  \
+        return gemm_core(#NAME, handle, transa, transb, m, n, k, alpha, beta, TYPE, PLAIN(A, TYPE, lda),          \
+                         PLAIN(B, TYPE, ldb), PLAIN(C, TYPE, ldc), 1, -1);                                        \
+    }
+TYPED_GEMM(cublasSgemm_v2, float, R_32F, int)
+TYPED_GEMM(cublasSgemm_v2_64, float, R_32F, int64_t)
+TYPED_GEMM(cublasDgemm_v2, double, R_64F, int)
+TYPED_GEMM(cublasDgemm_v2_64, double, R_64F, int64_t)
+TYPED_GEMM(cublasHgemm, __half, R_16F, int)
+TYPED_GEMM(cublasHgemm_64, __half, R_16F, int64_t)
+
+#define TYPED_STRIDED(NAME, T, TYPE, INT)                                                                           \
+    cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, INT m, INT n,     \
+                        INT k, const T *alpha, const T *A, INT lda, long long strideA, const T *B, INT ldb,         \
+                        long long strideB, const T *beta, T *C, INT ldc, long long strideC, INT batchCount) {       \
+        return gemm_core(#NAME, handle, transa, transb, m, n, k, alpha, beta, TYPE, STRIDED(A, TYPE, lda, strideA), \
+                         STRIDED(B, TYPE, ldb, strideB), STRIDED(C, TYPE, ldc, strideC), batchCount, -1);           \
+    }
+TYPED_STRIDED(cublasSgemmStridedBatched, float, R_32F, int)
+TYPED_STRIDED(cublasSgemmStridedBatched_64, float, R_32F, int64_t)
+TYPED_STRIDED(cublasDgemmStridedBatched, double, R_64F, int)
+TYPED_STRIDED(cublasDgemmStridedBatched_64, double, R_64F, int64_t)
+TYPED_STRIDED(cublasHgemmStridedBatched, __half, R_16F, int)
+TYPED_STRIDED(cublasHgemmStridedBatched_64, __half, R_16F, int64_t)
+
+#define SGEMM_BATCHED(NAME, INT)                                                                                    \
+    cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, INT m, INT n,     \
+                        INT k, const float *alpha, const float *const Aarray[], INT lda, const float *const Barray[], \
+                        INT ldb, const float *beta, float *const Carray[], INT ldc, INT batchCount) {               \
+        return gemm_core(#NAME, handle, transa, transb, m, n, k, alpha, beta, R_32F, ARRAY(Aarray, R_32F, lda),    \
+                         ARRAY(Barray, R_32F, ldb), ARRAY(Carray, R_32F, ldc), batchCount, -1);                     \
+    }
+SGEMM_BATCHED(cublasSgemmBatched, int)
+SGEMM_BATCHED(cublasSgemmBatched_64, int64_t)
+
+#define GEMM_EX(NAME, INT)                                                                                          \
+    cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, INT m, INT n,     \
+                        INT k, const void *alpha, const void *A, cudaDataType Atype, INT lda, const void *B,        \
+                        cudaDataType Btype, INT ldb, const void *beta, void *C, cudaDataType Ctype, INT ldc,        \
+                        cublasComputeType_t computeType, cublasGemmAlgo_t algo) {                                   \
+        (void)algo;                                                                                                 \
+        return gemm_core(#NAME, handle, transa, transb, m, n, k, alpha, beta, scale_type_of(computeType),          \
+                         PLAIN(A, Atype, lda), PLAIN(B, Btype, ldb), PLAIN(C, Ctype, ldc), 1, computeType);         \
+    }
+GEMM_EX(cublasGemmEx, int)
+GEMM_EX(cublasGemmEx_64, int64_t)
+
+#define GEMM_STRIDED_EX(NAME, INT)                                                                                  \
+    cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, INT m, INT n,     \
+                        INT k, const void *alpha, const void *A, cudaDataType Atype, INT lda, long long strideA,    \
+                        const void *B, cudaDataType Btype, INT ldb, long long strideB, const void *beta, void *C,   \
+                        cudaDataType Ctype, INT ldc, long long strideC, INT batchCount,                             \
+                        cublasComputeType_t computeType, cublasGemmAlgo_t algo) {                                   \
+        (void)algo;                                                                                                 \
+        return gemm_core(#NAME, handle, transa, transb, m, n, k, alpha, beta, scale_type_of(computeType),          \
+                         STRIDED(A, Atype, lda, strideA), STRIDED(B, Btype, ldb, strideB),                          \
+                         STRIDED(C, Ctype, ldc, strideC), batchCount, computeType);                                 \
+    }
+GEMM_STRIDED_EX(cublasGemmStridedBatchedEx, int)
+GEMM_STRIDED_EX(cublasGemmStridedBatchedEx_64, int64_t)
+
+#define GEMM_BATCHED_EX(NAME, INT)                                                                                  \
+    cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, INT m, INT n,     \
+                        INT k, const void *alpha, const void *const Aarray[], cudaDataType Atype, INT lda,          \
+                        const void *const Barray[], cudaDataType Btype, INT ldb, const void *beta,                  \
+                        void *const Carray[], cudaDataType Ctype, INT ldc, INT batchCount,                          \
+                        cublasComputeType_t computeType, cublasGemmAlgo_t algo) {                                   \
+        (void)algo;                                                                                                 \
+        return gemm_core(#NAME, handle, transa, transb, m, n, k, alpha, beta, scale_type_of(computeType),          \
+                         ARRAY(Aarray, Atype, lda), ARRAY(Barray, Btype, ldb), ARRAY(Carray, Ctype, ldc),           \
+                         batchCount, computeType);                                                                  \
+    }
+GEMM_BATCHED_EX(cublasGemmBatchedEx, int)
+GEMM_BATCHED_EX(cublasGemmBatchedEx_64, int64_t)

@@ -160,6 +160,67 @@ impl MathMode {
     }
 }
 
+/// `cublasComputeType_t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ComputeType {
+    F16,
+    F16Pedantic,
+    F32,
+    F32Pedantic,
+    F32Fast16F,
+    F32Fast16BF,
+    F32FastTF32,
+    F32Emulated16BFx9,
+    F64,
+    F64Pedantic,
+    I32,
+    I32Pedantic,
+    Unknown(i32),
+}
+
+impl ComputeType {
+    pub fn decode(raw: i32) -> Self {
+        match raw {
+            64 => Self::F16,
+            65 => Self::F16Pedantic,
+            68 => Self::F32,
+            69 => Self::F32Pedantic,
+            74 => Self::F32Fast16F,
+            75 => Self::F32Fast16BF,
+            77 => Self::F32FastTF32,
+            78 => Self::F32Emulated16BFx9,
+            70 => Self::F64,
+            71 => Self::F64Pedantic,
+            72 => Self::I32,
+            73 => Self::I32Pedantic,
+            other => Self::Unknown(other),
+        }
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Self::F16 => "CUBLAS_COMPUTE_16F".into(),
+            Self::F16Pedantic => "CUBLAS_COMPUTE_16F_PEDANTIC".into(),
+            Self::F32 => "CUBLAS_COMPUTE_32F".into(),
+            Self::F32Pedantic => "CUBLAS_COMPUTE_32F_PEDANTIC".into(),
+            Self::F32Fast16F => "CUBLAS_COMPUTE_32F_FAST_16F".into(),
+            Self::F32Fast16BF => "CUBLAS_COMPUTE_32F_FAST_16BF".into(),
+            Self::F32FastTF32 => "CUBLAS_COMPUTE_32F_FAST_TF32".into(),
+            Self::F32Emulated16BFx9 => "CUBLAS_COMPUTE_32F_EMULATED_16BFX9".into(),
+            Self::F64 => "CUBLAS_COMPUTE_64F".into(),
+            Self::F64Pedantic => "CUBLAS_COMPUTE_64F_PEDANTIC".into(),
+            Self::I32 => "CUBLAS_COMPUTE_32I".into(),
+            Self::I32Pedantic => "CUBLAS_COMPUTE_32I_PEDANTIC".into(),
+            Self::Unknown(v) => format!("unknown({v})"),
+        }
+    }
+
+    /// Float32 compute that may round inputs to TF32/f16/bf16: results differ from strict f32.
+    pub fn reduced_precision(self) -> bool {
+        matches!(self, Self::F32Fast16F | Self::F32Fast16BF | Self::F32FastTF32)
+    }
+}
+
 /// `cudaMemoryType`, as `cudaPointerGetAttributes` reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryType {
@@ -199,6 +260,14 @@ mod tests {
         assert_eq!(MemoryType::decode(42), MemoryType::Unknown(42));
         assert_eq!(cublas_status_name(13), "CUBLAS_STATUS_EXECUTION_FAILED");
         assert_eq!(cublas_status_name(99), "CUBLAS_STATUS_UNKNOWN");
+    }
+
+    #[test]
+    fn compute_types_decode_and_flag_fast_modes() {
+        assert_eq!(ComputeType::decode(77), ComputeType::F32FastTF32);
+        assert!(ComputeType::decode(77).reduced_precision());
+        assert!(!ComputeType::decode(68).reduced_precision());
+        assert_eq!(ComputeType::decode(0).name(), "unknown(0)");
     }
 
     #[test]

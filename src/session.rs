@@ -5,7 +5,7 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use crate::check::gemm::KnownError;
+use crate::check::matmul::KnownError;
 use crate::config::Config;
 use crate::cuda;
 use crate::recorder::{CallArgs, RecordedCall, Recorder};
@@ -32,6 +32,8 @@ pub struct Recorded {
 pub struct Session {
     pub config: Config,
     pub handles: Handles,
+    /// cublasLt handles, a table of their own.
+    pub lt_handles: Handles,
     pub allocations: Allocations,
     pub recorder: Recorder,
     identity: Mutex<Identity>,
@@ -56,6 +58,7 @@ impl Session {
         Self {
             config,
             handles: Handles::default(),
+            lt_handles: Handles::default(),
             allocations: Allocations::default(),
             recorder: Recorder::new(ring),
             identity: Mutex::new(Identity { process, trace_path }),
@@ -109,6 +112,7 @@ impl Session {
             self.driver_error.lock(),
             self.identity.lock(),
             self.handles.hold(),
+            self.lt_handles.hold(),
             self.allocations.hold(),
             self.recorder.hold(),
         )
@@ -194,6 +198,19 @@ impl Session {
             self.faults_stored.fetch_add(1, Ordering::Relaxed);
         }
         Recorded { stored, lines }
+    }
+
+    /// Replaces the stored fault of call `seq` with `fault` (its status is known now); false
+    /// when it was not stored (past the cap).
+    pub fn replace_fault(&self, fault: Fault) -> bool {
+        let mut faults = self.faults.lock();
+        match faults.iter_mut().rev().find(|f| f.seq == fault.seq && f.api == fault.api) {
+            Some(slot) => {
+                *slot = fault;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Whether the trace belongs on disk at exit. A named path is written for every process
@@ -331,6 +348,18 @@ mod tests {
         assert!(lines[2][0].contains("further faults"));
         assert!(lines[3].is_empty() && lines[4].is_empty());
         assert_eq!(s.trace(Environment::default()).faults.len(), 5);
+    }
+
+    #[test]
+    fn a_fault_reported_before_its_call_returns_is_amended_in_place() {
+        let s = session(5);
+        s.add_fault(fault(4));
+        let mut done = fault(4);
+        done.status = 7;
+        assert!(s.replace_fault(done));
+        let t = s.trace(Environment::default());
+        assert_eq!((t.faults.len(), t.faults[0].status, t.summary.faults), (1, 7, 1));
+        assert!(!s.replace_fault(fault(5)));
     }
 
     #[test]

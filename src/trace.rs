@@ -185,6 +185,17 @@ pub struct Operand {
     pub nan: Option<u64>,
     pub inf: Option<u64>,
     pub first_nonfinite: Option<Position>,
+    /// Batched operands: how many matrices, their stride in elements (strided batches), and
+    /// whether `ptr` is a device array of matrix pointers.
+    #[serde(default)]
+    pub batch_count: Option<u64>,
+    #[serde(default)]
+    pub stride: Option<i64>,
+    #[serde(default)]
+    pub pointer_array: bool,
+    /// The first batch member that broke a rule or held NaN/Inf.
+    #[serde(default)]
+    pub bad_member: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -2,7 +2,8 @@
 //! numbers: no pointers are dereferenced here, and all arithmetic is checked, because the
 //! numbers come straight from a caller that may be broken.
 
-use crate::cuda::Operation;
+use crate::cuda::{ComputeType, Operation};
+use crate::scan::DType;
 
 /// The integer arguments of a GEMM call (`int` or `int64_t` in the C API, widened).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,6 +18,8 @@ pub struct GemmArgs {
     pub ldc: i64,
     pub alpha_is_null: bool,
     pub beta_is_null: bool,
+    /// 1 for a single GEMM.
+    pub batch_count: i64,
 }
 
 /// The first rule a GEMM call breaks, in the order cuBLAS checks them.
@@ -80,7 +83,7 @@ pub fn shape_of_c(args: &GemmArgs) -> StoredShape {
 
 /// Checks a GEMM's arguments against NVIDIA's documented rules; `None` when all hold.
 pub fn check_gemm_args(args: &GemmArgs) -> Option<ArgProblem> {
-    for (name, value) in [("m", args.m), ("n", args.n), ("k", args.k)] {
+    for (name, value) in [("m", args.m), ("n", args.n), ("k", args.k), ("batchCount", args.batch_count)] {
         if value < 0 {
             return Some(ArgProblem::Negative { name, value });
         }
@@ -114,6 +117,56 @@ pub fn check_gemm_args(args: &GemmArgs) -> Option<ArgProblem> {
         return Some(ArgProblem::NullScalar { name: "beta" });
     }
     None
+}
+
+/// cublasGemmEx's supported combinations (NVIDIA's table for real types): compute type, the
+/// type of A and B (which must match), the type of C. `None` when supported, else why not.
+pub fn check_type_combination(compute: ComputeType, a: DType, b: DType, c: DType) -> Option<String> {
+    use DType::*;
+    let supported = a == b
+        && match compute {
+            ComputeType::F16 | ComputeType::F16Pedantic => a == F16 && c == F16,
+            ComputeType::F32 | ComputeType::F32Pedantic => matches!(
+                (a, c),
+                (BF16, BF16) | (BF16, F32) | (F16, F16) | (F16, F32) | (I8, F32) | (F32, F32)
+            ),
+            ComputeType::F32Fast16F | ComputeType::F32Fast16BF | ComputeType::F32FastTF32 | ComputeType::F32Emulated16BFx9 => {
+                a == F32 && c == F32
+            }
+            ComputeType::F64 | ComputeType::F64Pedantic => a == F64 && c == F64,
+            ComputeType::I32 | ComputeType::I32Pedantic => a == I8 && c == I32,
+            ComputeType::Unknown(_) => false,
+        };
+    if supported {
+        return None;
+    }
+    if let ComputeType::Unknown(raw) = compute {
+        return Some(format!("computeType = {raw} is not a cublasComputeType_t"));
+    }
+    let needs = match compute {
+        ComputeType::F16 | ComputeType::F16Pedantic => "A/B f16 with C f16",
+        ComputeType::F32 | ComputeType::F32Pedantic => "A/B bf16 or f16 with C of the same type or f32, A/B i8 with C f32, or all f32",
+        ComputeType::F64 | ComputeType::F64Pedantic => "all f64",
+        ComputeType::I32 | ComputeType::I32Pedantic => "A/B i8 with C i32",
+        _ => "all f32",
+    };
+    Some(format!(
+        "unsupported type combination: A {}, B {}, C {} with {} (it takes {needs})",
+        a.name(),
+        b.name(),
+        c.name(),
+        compute.name()
+    ))
+}
+
+/// The scale (alpha, beta) type a compute type implies.
+pub fn scale_type(compute: ComputeType) -> DType {
+    match compute {
+        ComputeType::F16 | ComputeType::F16Pedantic => DType::F16,
+        ComputeType::F64 | ComputeType::F64Pedantic => DType::F64,
+        ComputeType::I32 | ComputeType::I32Pedantic => DType::I32,
+        _ => DType::F32,
+    }
 }
 
 /// Bytes a column-major matrix spans: `(ld * (cols - 1) + rows) * elem_size`, or 0 when it
@@ -170,6 +223,7 @@ mod tests {
             ldc,
             alpha_is_null: false,
             beta_is_null: false,
+            batch_count: 1,
         }
     }
 
@@ -199,6 +253,28 @@ mod tests {
         let mut a = args(0, 0, 2, 4, 3, 2, 3, 2);
         a.beta_is_null = true;
         assert_eq!(check_gemm_args(&a), Some(ArgProblem::NullScalar { name: "beta" }));
+    }
+
+    #[test]
+    fn negative_batch_count_is_refused() {
+        let mut a = args(0, 0, 2, 4, 3, 2, 3, 2);
+        a.batch_count = -1;
+        assert_eq!(check_gemm_args(&a).unwrap().message(), "batchCount = -1 but batchCount must be >= 0");
+    }
+
+    #[test]
+    fn type_combinations_follow_the_gemm_ex_table() {
+        use DType::*;
+        let c = |compute: i32, a, b, cc| check_type_combination(ComputeType::decode(compute), a, b, cc);
+        assert_eq!(c(68, F16, F16, F32), None);
+        assert_eq!(c(68, BF16, BF16, BF16), None);
+        assert_eq!(c(77, F32, F32, F32), None);
+        assert_eq!(c(72, I8, I8, I32), None);
+        let why = c(77, F16, F16, F32).unwrap();
+        assert!(why.contains("A f16, B f16, C f32 with CUBLAS_COMPUTE_32F_FAST_TF32"), "{why}");
+        assert!(c(68, F16, BF16, F32).is_some());
+        assert!(c(0, F32, F32, F32).unwrap().contains("not a cublasComputeType_t"));
+        assert_eq!(scale_type(ComputeType::F16), F16);
     }
 
     #[test]

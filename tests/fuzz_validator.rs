@@ -18,10 +18,11 @@ fn dim() -> impl Strategy<Value = i64> {
 
 prop_compose! {
     fn gemm_args()(transa in -2i32..5, transb in -2i32..5, m in dim(), n in dim(), k in dim(),
-                   lda in dim(), ldb in dim(), ldc in dim(), alpha_null in any::<bool>(), beta_null in any::<bool>())
+                   lda in dim(), ldb in dim(), ldc in dim(), alpha_null in any::<bool>(), beta_null in any::<bool>(),
+                   batch_count in dim())
                    -> GemmArgs {
         GemmArgs { transa: Operation::decode(transa), transb: Operation::decode(transb), m, n, k, lda, ldb, ldc,
-                   alpha_is_null: alpha_null, beta_is_null: beta_null }
+                   alpha_is_null: alpha_null, beta_is_null: beta_null, batch_count }
     }
 }
 
@@ -42,7 +43,7 @@ proptest! {
     fn accepted_gemm_arguments_follow_nvidias_rules(args in gemm_args()) {
         let problem = validate::check_gemm_args(&args);
         if problem.is_none() {
-            prop_assert!(args.m >= 0 && args.n >= 0 && args.k >= 0);
+            prop_assert!(args.m >= 0 && args.n >= 0 && args.k >= 0 && args.batch_count >= 0);
             prop_assert!(!matches!(args.transa, Operation::Unknown(_)) && !matches!(args.transb, Operation::Unknown(_)));
             let a = validate::shape_of_a(&args);
             let b = validate::shape_of_b(&args);

@@ -210,13 +210,28 @@ fn bad_input_to_the_guard_changes_nothing_the_program_sees() {
         let bare = run(Launch { guarded: false, ..Launch::new(&program, &[scenario]) });
         let guarded = run(Launch::new(&program, &[scenario]));
         assert_eq!(bare.stdout(), guarded.stdout(), "{scenario}");
-        assert_eq!(bare.code(), guarded.code(), "{scenario}");
+        assert_eq!(bare.output.status.code(), guarded.output.status.code(), "{scenario}");
+        assert_eq!(bare.output.status.signal(), guarded.output.status.signal(), "{scenario}");
         let t = guarded.trace();
         assert!(t.faults.iter().any(|f| f.message.contains("transa = 77")), "{scenario}");
         let last = t.faults.last().unwrap();
         let expected = if scenario == "garbage" { FaultKind::HostPointer } else { FaultKind::OutOfBounds };
         assert_eq!(last.kind, expected, "{scenario}: {:#?}", t.faults);
     }
+}
+
+#[test]
+fn a_fault_found_before_the_call_is_on_disk_when_the_library_crashes() {
+    // `garbage` ends with a GEMM whose alpha and A are the wild pointer 0x10: the library
+    // reads alpha on the host and dies. The guard's finding was written before the call ran.
+    let run = scenario("garbage", &[]);
+    assert_eq!(run.output.status.signal(), Some(libc::SIGSEGV));
+    let t = run.trace();
+    let last = t.faults.last().unwrap();
+    assert_eq!(last.kind, FaultKind::HostPointer);
+    assert!(last.message.contains("at 0x10 is not device memory"), "{}", last.message);
+    assert_eq!(last.status, -1, "the call never returned");
+    assert_eq!(t.crash.as_ref().map(|c| c.signal), Some(libc::SIGSEGV));
 }
 
 #[test]

@@ -25,6 +25,7 @@ fuzz_target!(|data: &[u8]| {
         ldc: word(data, 7),
         alpha_is_null: word(data, 8) & 1 == 1,
         beta_is_null: word(data, 8) & 2 == 2,
+        batch_count: word(data, 12),
     };
     let _ = validate::check_gemm_args(&args).map(|p| p.message());
     for shape in [validate::shape_of_a(&args), validate::shape_of_b(&args), validate::shape_of_c(&args)] {

@@ -3,6 +3,8 @@
  * exported cublasSgemm_v2. */
 #ifndef CUBLASGUARD_STANDIN_CUBLAS_V2_H
 #define CUBLASGUARD_STANDIN_CUBLAS_V2_H
+#include <stdint.h>
+
 #include "cuda_runtime_api.h"
 #ifdef __cplusplus
 extern "C" {
@@ -33,6 +35,22 @@ typedef enum {
 typedef enum { MAJOR_VERSION = 0, MINOR_VERSION = 1, PATCH_LEVEL = 2 } libraryPropertyType;
 
 typedef struct cublasContext *cublasHandle_t;
+typedef struct __half { unsigned short x; } __half;
+
+typedef enum {
+    CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_8I = 3, CUDA_R_32I = 10, CUDA_R_16BF = 14,
+    CUDA_R_8F_E4M3 = 28, CUDA_R_8F_E5M2 = 29
+} cudaDataType;
+typedef cudaDataType cudaDataType_t;
+
+typedef enum {
+    CUBLAS_COMPUTE_16F = 64, CUBLAS_COMPUTE_16F_PEDANTIC = 65, CUBLAS_COMPUTE_32F = 68,
+    CUBLAS_COMPUTE_32F_PEDANTIC = 69, CUBLAS_COMPUTE_32F_FAST_16F = 74, CUBLAS_COMPUTE_32F_FAST_16BF = 75,
+    CUBLAS_COMPUTE_32F_FAST_TF32 = 77, CUBLAS_COMPUTE_64F = 70, CUBLAS_COMPUTE_64F_PEDANTIC = 71,
+    CUBLAS_COMPUTE_32I = 72, CUBLAS_COMPUTE_32I_PEDANTIC = 73
+} cublasComputeType_t;
+
+typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t *handle);
 cublasStatus_t cublasDestroy_v2(cublasHandle_t handle);
@@ -51,6 +69,90 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               const float *A, int lda, const float *B, int ldb, const float *beta,
                               float *C, int ldc);
 
+cublasStatus_t cublasSgemm_v2_64(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                 int64_t m, int64_t n, int64_t k, const float *alpha, const float *A, int64_t lda,
+                                 const float *B, int64_t ldb, const float *beta, float *C, int64_t ldc);
+cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                              int n, int k, const double *alpha, const double *A, int lda, const double *B, int ldb,
+                              const double *beta, double *C, int ldc);
+cublasStatus_t cublasDgemm_v2_64(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                 int64_t m, int64_t n, int64_t k, const double *alpha, const double *A, int64_t lda,
+                                 const double *B, int64_t ldb, const double *beta, double *C, int64_t ldc);
+cublasStatus_t cublasHgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                           int k, const __half *alpha, const __half *A, int lda, const __half *B, int ldb,
+                           const __half *beta, __half *C, int ldc);
+cublasStatus_t cublasHgemm_64(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int64_t m,
+                              int64_t n, int64_t k, const __half *alpha, const __half *A, int64_t lda,
+                              const __half *B, int64_t ldb, const __half *beta, __half *C, int64_t ldc);
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const float *alpha, const float *A, int lda,
+                                         long long strideA, const float *B, int ldb, long long strideB,
+                                         const float *beta, float *C, int ldc, long long strideC, int batchCount);
+cublasStatus_t cublasSgemmStridedBatched_64(cublasHandle_t handle, cublasOperation_t transa,
+                                            cublasOperation_t transb, int64_t m, int64_t n, int64_t k,
+                                            const float *alpha, const float *A, int64_t lda, long long strideA,
+                                            const float *B, int64_t ldb, long long strideB, const float *beta,
+                                            float *C, int64_t ldc, long long strideC, int64_t batchCount);
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const double *alpha, const double *A, int lda,
+                                         long long strideA, const double *B, int ldb, long long strideB,
+                                         const double *beta, double *C, int ldc, long long strideC, int batchCount);
+cublasStatus_t cublasDgemmStridedBatched_64(cublasHandle_t handle, cublasOperation_t transa,
+                                            cublasOperation_t transb, int64_t m, int64_t n, int64_t k,
+                                            const double *alpha, const double *A, int64_t lda, long long strideA,
+                                            const double *B, int64_t ldb, long long strideB, const double *beta,
+                                            double *C, int64_t ldc, long long strideC, int64_t batchCount);
+cublasStatus_t cublasHgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const __half *alpha, const __half *A, int lda,
+                                         long long strideA, const __half *B, int ldb, long long strideB,
+                                         const __half *beta, __half *C, int ldc, long long strideC, int batchCount);
+cublasStatus_t cublasHgemmStridedBatched_64(cublasHandle_t handle, cublasOperation_t transa,
+                                            cublasOperation_t transb, int64_t m, int64_t n, int64_t k,
+                                            const __half *alpha, const __half *A, int64_t lda, long long strideA,
+                                            const __half *B, int64_t ldb, long long strideB, const __half *beta,
+                                            __half *C, int64_t ldc, long long strideC, int64_t batchCount);
+cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                  int n, int k, const float *alpha, const float *const Aarray[], int lda,
+                                  const float *const Barray[], int ldb, const float *beta, float *const Carray[],
+                                  int ldc, int batchCount);
+cublasStatus_t cublasSgemmBatched_64(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                     int64_t m, int64_t n, int64_t k, const float *alpha, const float *const Aarray[],
+                                     int64_t lda, const float *const Barray[], int64_t ldb, const float *beta,
+                                     float *const Carray[], int64_t ldc, int64_t batchCount);
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmEx_64(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int64_t m,
+                               int64_t n, int64_t k, const void *alpha, const void *A, cudaDataType Atype,
+                               int64_t lda, const void *B, cudaDataType Btype, int64_t ldb, const void *beta, void *C,
+                               cudaDataType Ctype, int64_t ldc, cublasComputeType_t computeType,
+                               cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void *alpha, const void *A, cudaDataType Atype,
+                                          int lda, long long strideA, const void *B, cudaDataType Btype, int ldb,
+                                          long long strideB, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx_64(cublasHandle_t handle, cublasOperation_t transa,
+                                             cublasOperation_t transb, int64_t m, int64_t n, int64_t k,
+                                             const void *alpha, const void *A, cudaDataType Atype, int64_t lda,
+                                             long long strideA, const void *B, cudaDataType Btype, int64_t ldb,
+                                             long long strideB, const void *beta, void *C, cudaDataType Ctype,
+                                             int64_t ldc, long long strideC, int64_t batchCount,
+                                             cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                   int n, int k, const void *alpha, const void *const Aarray[], cudaDataType Atype,
+                                   int lda, const void *const Barray[], cudaDataType Btype, int ldb, const void *beta,
+                                   void *const Carray[], cudaDataType Ctype, int ldc, int batchCount,
+                                   cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmBatchedEx_64(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                      int64_t m, int64_t n, int64_t k, const void *alpha, const void *const Aarray[],
+                                      cudaDataType Atype, int64_t lda, const void *const Barray[], cudaDataType Btype,
+                                      int64_t ldb, const void *beta, void *const Carray[], cudaDataType Ctype,
+                                      int64_t ldc, int64_t batchCount, cublasComputeType_t computeType,
+                                      cublasGemmAlgo_t algo);
+
 #define cublasCreate cublasCreate_v2
 #define cublasDestroy cublasDestroy_v2
 #define cublasGetVersion cublasGetVersion_v2
@@ -59,6 +161,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
 #define cublasSetPointerMode cublasSetPointerMode_v2
 #define cublasGetPointerMode cublasGetPointerMode_v2
 #define cublasSgemm cublasSgemm_v2
+#define cublasDgemm cublasDgemm_v2
 
 #ifdef __cplusplus
 }

@@ -2,8 +2,9 @@
 //! memory and streams. The FFI layer implements `Device` with the real CUDA runtime; tests
 //! implement it with a model.
 
-pub mod gemm;
 pub mod init;
+pub mod lt;
+pub mod matmul;
 
 use crate::cuda::MemoryType;
 use crate::trace::FaultKind;

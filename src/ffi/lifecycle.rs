@@ -181,6 +181,13 @@ pub fn report(s: &Session, fault: Fault) {
     }
 }
 
+/// Brings a fault already reported (before its call ran) up to date with how the call ended.
+pub fn amend(s: &Session, fault: Fault) {
+    if s.replace_fault(fault) {
+        write_trace(s);
+    }
+}
+
 static WRITE_FAILED: AtomicBool = AtomicBool::new(false);
 
 pub fn write_trace(s: &Session) {

@@ -5,6 +5,7 @@
 mod cublas;
 mod cudart;
 mod gemm;
+mod lt;
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
@@ -19,6 +20,8 @@ use crate::session::Session;
 /// Opaque CUDA handles and streams, as the C API passes them.
 pub type Handle = *mut c_void;
 pub type Stream = *mut c_void;
+/// A data pointer (operand, scalar or array of operand pointers).
+pub type P = *const c_void;
 
 #[derive(Clone, Copy, Debug)]
 pub struct HookedSymbol {
@@ -133,11 +136,29 @@ hook_table! {
     Cublas fn cublasSetStream_v2(handle: Handle, stream: Stream) -> c_int => cublas::set_stream;
     Cublas fn cublasSetPointerMode_v2(handle: Handle, mode: c_int) -> c_int => cublas::set_pointer_mode;
     Cublas fn cublasSetMathMode(handle: Handle, mode: c_int) -> c_int => cublas::set_math_mode;
-    Cublas fn cublasSgemm_v2(
-        handle: Handle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
-        alpha: *const f32, a: *const f32, lda: c_int, b: *const f32, ldb: c_int,
-        beta: *const f32, c: *mut f32, ldc: c_int,
-    ) -> c_int => gemm::sgemm;
+    Cublas fn cublasSgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::sgemm;
+    Cublas fn cublasSgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::sgemm;
+    Cublas fn cublasDgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::dgemm;
+    Cublas fn cublasDgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::dgemm;
+    Cublas fn cublasHgemm(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::hgemm;
+    Cublas fn cublasHgemm_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::hgemm;
+    Cublas fn cublasSgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::sgemm_strided;
+    Cublas fn cublasSgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::sgemm_strided;
+    Cublas fn cublasDgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::dgemm_strided;
+    Cublas fn cublasDgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::dgemm_strided;
+    Cublas fn cublasHgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::hgemm_strided;
+    Cublas fn cublasHgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::hgemm_strided;
+    Cublas fn cublasSgemmBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int, count: c_int) -> c_int => gemm::sgemm_batched;
+    Cublas fn cublasSgemmBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64, count: i64) -> c_int => gemm::sgemm_batched;
+    Cublas fn cublasGemmEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, b: P, bt: c_int, ldb: c_int, beta: P, c: P, ct: c_int, ldc: c_int, compute: c_int, algo: c_int) -> c_int => gemm::gemm_ex;
+    Cublas fn cublasGemmEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, b: P, bt: c_int, ldb: i64, beta: P, c: P, ct: c_int, ldc: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_ex;
+    Cublas fn cublasGemmStridedBatchedEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, sa: i64, b: P, bt: c_int, ldb: c_int, sb: i64, beta: P, c: P, ct: c_int, ldc: c_int, sc: i64, count: c_int, compute: c_int, algo: c_int) -> c_int => gemm::gemm_strided_ex;
+    Cublas fn cublasGemmStridedBatchedEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, sa: i64, b: P, bt: c_int, ldb: i64, sb: i64, beta: P, c: P, ct: c_int, ldc: i64, sc: i64, count: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_strided_ex;
+    Cublas fn cublasGemmBatchedEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, b: P, bt: c_int, ldb: c_int, beta: P, c: P, ct: c_int, ldc: c_int, count: c_int, compute: c_int, algo: c_int) -> c_int => gemm::gemm_batched_ex;
+    Cublas fn cublasGemmBatchedEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, b: P, bt: c_int, ldb: i64, beta: P, c: P, ct: c_int, ldc: i64, count: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_batched_ex;
+    CublasLt fn cublasLtCreate(handle: *mut *mut c_void) -> c_int => lt::create;
+    CublasLt fn cublasLtDestroy(handle: *mut c_void) -> c_int => lt::destroy;
+    CublasLt fn cublasLtMatmul(h: *mut c_void, desc: *mut c_void, alpha: P, a: P, ad: *mut c_void, b: P, bd: *mut c_void, beta: P, c: P, cd: *mut c_void, d: *mut c_void, dd: *mut c_void, algo: P, ws: *mut c_void, ws_bytes: usize, stream: Stream) -> c_int => lt::matmul;
     Cudart fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int => cudart::malloc;
     Cudart fn cudaFree(dev_ptr: *mut c_void) -> c_int => cudart::free;
     Cudart fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int => cudart::malloc_async;
