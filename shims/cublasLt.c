@@ -163,14 +163,16 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout
                                                 const void *buf, size_t sizeInBytes) {
     struct layout *l = as_layout(matLayout);
     size_t size = 0;
-    return l ? set_field(layout_field(l, attr, &size), size, buf, sizeInBytes) : CUBLAS_STATUS_INVALID_VALUE;
+    void *field = l ? layout_field(l, attr, &size) : NULL; /* before `size` is read */
+    return set_field(field, size, buf, sizeInBytes);
 }
 
 cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t matLayout, cublasLtMatrixLayoutAttribute_t attr,
                                                 void *buf, size_t sizeInBytes, size_t *sizeWritten) {
     struct layout *l = as_layout(matLayout);
     size_t size = 0;
-    return l ? get_field(layout_field(l, attr, &size), size, buf, sizeInBytes, sizeWritten) : CUBLAS_STATUS_INVALID_VALUE;
+    void *field = l ? layout_field(l, attr, &size) : NULL;
+    return get_field(field, size, buf, sizeInBytes, sizeWritten);
 }
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc, cublasComputeType_t computeType,
@@ -195,14 +197,16 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
                                               const void *buf, size_t sizeInBytes) {
     struct desc *d = as_desc(matmulDesc);
     size_t size = 0;
-    return d ? set_field(desc_field(d, attr, &size), size, buf, sizeInBytes) : CUBLAS_STATUS_INVALID_VALUE;
+    void *field = d ? desc_field(d, attr, &size) : NULL;
+    return set_field(field, size, buf, sizeInBytes);
 }
 
 cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
                                               void *buf, size_t sizeInBytes, size_t *sizeWritten) {
     struct desc *d = as_desc(matmulDesc);
     size_t size = 0;
-    return d ? get_field(desc_field(d, attr, &size), size, buf, sizeInBytes, sizeWritten) : CUBLAS_STATUS_INVALID_VALUE;
+    void *field = d ? desc_field(d, attr, &size) : NULL;
+    return get_field(field, size, buf, sizeInBytes, sizeWritten);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {

@@ -81,6 +81,7 @@ fn libraries_carry_nvidia_sonames_and_symbol_versions() {
     for (path, soname) in [
         (s.join("lib/libcudart.so.12"), "libcudart.so.12"),
         (s.join("lib/libcublas.so.12"), "libcublas.so.12"),
+        (s.join("lib/libcublasLt.so.12"), "libcublasLt.so.12"),
         (s.join("driver/libcuda.so.1"), "libcuda.so.1"),
     ] {
         let dynamic = readelf(&["-d", "-W"], &path);
@@ -101,9 +102,11 @@ fn libraries_carry_nvidia_sonames_and_symbol_versions() {
 fn cublas_does_not_import_the_public_runtime() {
     // NVIDIA's libcublas carries its own static runtime; ours reaches the stand-in runtime
     // only through private cudashim_* functions, so runtime hooks never see cuBLAS's work.
-    let symbols = readelf(&["--dyn-syms", "-W"], &standin().join("lib/libcublas.so.12"));
-    let imported_cuda: Vec<&str> = symbols.lines().filter(|l| l.contains(" UND ") && l.contains(" cuda") && !l.contains(" cudashim_")).collect();
-    assert!(imported_cuda.is_empty(), "{imported_cuda:?}");
+    for lib in ["lib/libcublas.so.12", "lib/libcublasLt.so.12"] {
+        let symbols = readelf(&["--dyn-syms", "-W"], &standin().join(lib));
+        let imported_cuda: Vec<&str> = symbols.lines().filter(|l| l.contains(" UND ") && l.contains(" cuda") && !l.contains(" cudashim_")).collect();
+        assert!(imported_cuda.is_empty(), "{lib}: {imported_cuda:?}");
+    }
 }
 
 #[test]

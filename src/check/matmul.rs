@@ -445,11 +445,8 @@ impl MatmulCheck {
                             o.allocation = Some(span);
                             o.bad_member = (count > 1).then_some(b);
                         }
-                        let what = if spec.role == Role::Workspace {
-                            format!("the workspace of {extent} bytes at {}", hex(addr))
-                        } else {
-                            format!("{} spans {extent} bytes from {}", describe(&spec, (count > 1).then_some(b)), hex(addr))
-                        };
+                        let name = if spec.role == Role::Workspace { "the workspace".to_string() } else { describe(&spec, (count > 1).then_some(b)) };
+                        let what = format!("{name} spans {extent} bytes from {}", hex(addr));
                         return Some(Finding::new(
                             FaultKind::OutOfBounds,
                             format!(
@@ -903,6 +900,6 @@ mod tests {
         c.operands[3] = Some(OperandSpec::workspace(0x4000, 4096));
         let f = run(c, &allocs, &model).finding.expect("fault");
         assert_eq!(f.kind, FaultKind::OutOfBounds);
-        assert!(f.message.starts_with("the workspace of 4096 bytes"), "{}", f.message);
+        assert!(f.message.starts_with("the workspace spans 4096 bytes"), "{}", f.message);
     }
 }

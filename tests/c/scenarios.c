@@ -87,6 +87,11 @@ int main(int argc, char **argv) {
         gemm(da, db, &zero, dc);     /* produces Inf */
         float *dd = dev(c, N * N);
         gemm(db, db, &zero, dd);     /* unrelated, finite */
+    } else if (!strcmp(s, "tf32_overflow")) {
+        cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH);
+        for (int i = 0; i < N * N; i++) a[i] = 3e38f;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc);
     } else if (!strcmp(s, "bad_lda")) {
         int st = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 8, N, N, &one, da, 3, db, N, &zero, dc, 8);
         printf("sgemm status=%d\n", st);

@@ -71,8 +71,9 @@ pub fn build_c(name: &str, sources: &[&str], shared: bool) -> PathBuf {
         cmd.arg(manifest_dir().join("tests/c").join(src));
     }
     cmd.arg(format!("-I{}", s.join("include").display()))
+        .arg(format!("-I{}", manifest_dir().join("shims").display()))
         .arg(format!("-L{}", s.join("lib").display()))
-        .args(["-lcublas", "-lcudart", "-ldl", "-lm", "-lpthread"]);
+        .args(["-lcublasLt", "-lcublas", "-lcudart", "-ldl", "-lm", "-lpthread"]);
     let status = cmd.status().expect("run the C compiler");
     assert!(status.success(), "compiling {name} failed");
     built.insert(name.to_string(), out.clone());

@@ -1,0 +1,217 @@
+//! Every hooked GEMM variant and cublasLtMatmul, on the stand-in stack: a clean call gives
+//! identical results with and without the guard, and NaN inputs (f16/bf16 for the Ex forms),
+//! invalid arguments, operands out of bounds and bad batch members are each named.
+
+mod common;
+
+use common::*;
+use cublasguard::trace::{Fault, FaultKind, Trace};
+
+const VARIANTS: &[(&str, bool)] = &[
+    ("cublasSgemm_v2", false),
+    ("cublasSgemm_v2_64", false),
+    ("cublasDgemm_v2", false),
+    ("cublasDgemm_v2_64", false),
+    ("cublasHgemm", false),
+    ("cublasHgemm_64", false),
+    ("cublasSgemmStridedBatched", true),
+    ("cublasSgemmStridedBatched_64", true),
+    ("cublasDgemmStridedBatched", true),
+    ("cublasDgemmStridedBatched_64", true),
+    ("cublasHgemmStridedBatched", true),
+    ("cublasHgemmStridedBatched_64", true),
+    ("cublasSgemmBatched", true),
+    ("cublasSgemmBatched_64", true),
+    ("cublasGemmEx", false),
+    ("cublasGemmEx_64", false),
+    ("cublasGemmStridedBatchedEx", true),
+    ("cublasGemmStridedBatchedEx_64", true),
+    ("cublasGemmBatchedEx", true),
+    ("cublasGemmBatchedEx_64", true),
+];
+
+fn family(function: &str, case: &str, guarded: bool) -> Run {
+    let program = build_c("gemm_family", &["gemm_family.c"], false);
+    let args = [function, case];
+    run(Launch { guarded, ..Launch::new(&program, &args) })
+}
+
+fn the_fault<'a>(t: &'a Trace, function: &str, case: &str) -> &'a Fault {
+    assert_eq!(t.faults.len(), 1, "{function} {case}: {:#?}", t.faults);
+    let f = &t.faults[0];
+    assert_eq!(f.api, function, "{case}");
+    f
+}
+
+#[test]
+fn clean_calls_match_the_unguarded_results() {
+    for (function, batched) in VARIANTS {
+        let bare = family(function, "clean", false);
+        let guarded = family(function, "clean", true);
+        assert!(bare.stdout().contains("status=0\nsync=0\nC "), "{function}: {}", bare.stdout());
+        assert_eq!(bare.stdout(), guarded.stdout(), "{function}");
+        let t = guarded.trace();
+        assert!(t.faults.is_empty(), "{function}: {:#?}", t.faults);
+        assert_eq!(t.summary.calls.get(*function), Some(&1), "{function} was intercepted");
+        let values = guarded.stdout().lines().last().unwrap().split(' ').count() - 1;
+        assert_eq!(values, if *batched { 48 } else { 16 }, "{function}");
+    }
+}
+
+#[test]
+fn nan_inputs_are_named_with_their_batch_member() {
+    for (function, batched) in VARIANTS {
+        let run = family(function, "nan", true);
+        let t = run.trace();
+        let f = the_fault(&t, function, "nan");
+        assert_eq!(f.kind, FaultKind::NonfiniteInput, "{function}");
+        let a = f.operands.iter().find(|o| o.name == "A").unwrap();
+        assert_eq!(a.nan, Some(1), "{function}");
+        assert_eq!(a.first_nonfinite.map(|p| (p.row, p.col)), Some((1, 2)), "{function}");
+        if *batched {
+            assert_eq!(a.bad_member, Some(2), "{function}");
+            assert_eq!(a.batch_count, Some(3), "{function}");
+            assert!(f.message.contains("batch member 2 of 3"), "{function}: {}", f.message);
+            assert_eq!(f.args["batchCount"], 3, "{function}");
+        }
+        if function.contains("Ex") {
+            let dtype = &a.dtype;
+            assert!(dtype == "f16" || dtype == "bf16", "{function}: the Ex forms run in half precision: {dtype}");
+            assert_eq!(f.args["computeType"], "CUBLAS_COMPUTE_32F", "{function}");
+            assert_eq!(f.args["Ctype"], "f32", "{function}");
+        }
+        assert_eq!(f.handle.as_ref().map(|h| h.math_mode.as_str()), Some("CUBLAS_DEFAULT_MATH"), "{function}");
+    }
+}
+
+#[test]
+fn invalid_arguments_name_the_rule() {
+    for (function, _) in VARIANTS {
+        let run = family(function, "invalid", true);
+        assert!(run.stdout().contains("status=7"), "{function}: {}", run.stdout());
+        let t = run.trace();
+        let f = the_fault(&t, function, "invalid");
+        assert_eq!(f.kind, FaultKind::InvalidArgument);
+        assert_eq!(f.message, "lda = 1 but transa = N needs lda >= max(1, m) = 4", "{function}");
+    }
+}
+
+#[test]
+fn operands_out_of_bounds_name_the_member_that_overruns() {
+    for (function, batched) in VARIANTS {
+        let bare = family(function, "oob", false);
+        let guarded = family(function, "oob", true);
+        assert_eq!(bare.stdout(), guarded.stdout(), "{function}");
+        let t = guarded.trace();
+        let f = &t.faults[0];
+        assert_eq!(f.kind, FaultKind::OutOfBounds, "{function}: {:#?}", t.faults);
+        let b = f.operands.iter().find(|o| o.name == "B").unwrap();
+        if *batched {
+            assert_eq!(b.bad_member, Some(2), "{function}");
+            assert!(f.message.contains("operand B (batch member 2 of 3"), "{function}: {}", f.message);
+        } else {
+            assert!(f.message.starts_with("operand B ("), "{function}: {}", f.message);
+        }
+        assert_eq!(f.error.as_ref().map(|e| e.code), Some(700), "{function}: the illegal address the guard's sync saw");
+    }
+}
+
+#[test]
+fn unsupported_type_combinations_are_named() {
+    for function in ["cublasGemmEx", "cublasGemmEx_64", "cublasGemmStridedBatchedEx", "cublasGemmBatchedEx_64"] {
+        let run = family(function, "types", true);
+        assert!(run.stdout().contains("status=15"), "{function}: the library says NOT_SUPPORTED");
+        let t = run.trace();
+        let f = the_fault(&t, function, "types");
+        assert_eq!(f.kind, FaultKind::InvalidArgument);
+        assert!(f.message.starts_with("unsupported type combination: A ") && f.message.contains("CUBLAS_COMPUTE_32F_FAST_TF32"), "{}", f.message);
+        assert!(f.handle.as_ref().unwrap().reduced_precision, "{function}: a 32F_FAST compute type is flagged");
+    }
+}
+
+#[test]
+fn tf32_math_mode_is_flagged_on_a_fault() {
+    let t = scenario("tf32_overflow", &[]).trace();
+    let f = only_fault(&t);
+    assert_eq!(f.kind, FaultKind::NonfiniteOutput);
+    let h = f.handle.as_ref().unwrap();
+    assert_eq!(h.math_mode, "CUBLAS_TF32_TENSOR_OP_MATH");
+    assert!(h.reduced_precision);
+    assert!(f.message.contains("TF32"), "{}", f.message);
+}
+
+fn linear(case: &str, dtype: &str, guarded: bool) -> Run {
+    let program = build_c("lt_linear", &["lt_linear.c"], false);
+    let args = [case, dtype];
+    run(Launch { guarded, ..Launch::new(&program, &args) })
+}
+
+#[test]
+fn cublaslt_linear_with_bias_is_transparent_when_clean() {
+    for dtype in ["f32", "bf16"] {
+        let bare = linear("clean", dtype, false);
+        let guarded = linear("clean", dtype, true);
+        assert!(bare.stdout().contains("matmul=0\nsync=0\nD "), "{}", bare.stdout());
+        assert_eq!(bare.stdout(), guarded.stdout(), "{dtype}");
+        let t = guarded.trace();
+        assert!(t.faults.is_empty(), "{dtype}: {:#?}", t.faults);
+        assert_eq!(t.summary.calls.get("cublasLtMatmul"), Some(&1));
+        assert_eq!(t.summary.calls.get("cublasLtCreate"), Some(&1));
+        assert!(t.environment.libraries.iter().any(|l| l.soname == "libcublasLt.so.12"));
+    }
+}
+
+#[test]
+fn cublaslt_faults_name_m_n_k_and_the_bias() {
+    let t = linear("nan_input", "bf16", true).trace();
+    let f = only_fault(&t);
+    assert_eq!((f.api.as_str(), f.kind), ("cublasLtMatmul", FaultKind::NonfiniteInput));
+    assert_eq!((f.args["m"].as_i64(), f.args["n"].as_i64(), f.args["k"].as_i64()), (Some(16), Some(32), Some(8)));
+    assert_eq!(f.args["transa"], "T");
+    assert_eq!(f.args["epilogue"], "CUBLASLT_EPILOGUE_BIAS");
+    assert!(f.args["bias"].as_str().is_some_and(|b| b.starts_with("0x")));
+    let b = f.operands.iter().find(|o| o.name == "B").unwrap();
+    assert_eq!((b.dtype.as_str(), b.rows, b.cols), ("bf16", 8, 32));
+    assert_eq!(b.first_nonfinite.map(|p| (p.row, p.col)), Some((2, 3)), "feature 2 of sample 3");
+    assert!(f.operands.iter().any(|o| o.name == "bias" && o.rows == 16));
+    assert!(f.operands.iter().any(|o| o.name == "D"));
+
+    let t = linear("nan_bias", "f32", true).trace();
+    let f = only_fault(&t);
+    assert!(f.message.starts_with("operand bias (16 x 1"), "{}", f.message);
+
+    let run = linear("width", "f32", true);
+    assert!(run.stdout().contains("matmul=7"));
+    let t = run.trace();
+    let f = only_fault(&t);
+    assert_eq!(f.kind, FaultKind::InvalidArgument);
+    assert_eq!(f.message, "op(A) is 16 x 8 and op(B) is 12 x 32: k differs (8 vs 12)");
+
+    let t = linear("bias_short", "f32", true).trace();
+    let f = &t.faults[0];
+    assert_eq!(f.kind, FaultKind::OutOfBounds);
+    assert!(f.message.starts_with("operand bias (16 x 1") && f.message.contains("overruns it by 32 bytes"), "{}", f.message);
+
+    let t = linear("workspace_short", "f32", true).trace();
+    let f = &t.faults[0];
+    assert_eq!(f.kind, FaultKind::OutOfBounds);
+    assert!(f.message.starts_with("the workspace spans 1048576 bytes"), "{}", f.message);
+    assert_eq!(f.args["workspaceSizeInBytes"], 1048576);
+
+    let t = linear("overflow", "f32", true).trace();
+    let f = only_fault(&t);
+    assert_eq!(f.kind, FaultKind::NonfiniteOutput);
+    assert!(f.message.contains("operand D"), "{}", f.message);
+}
+
+#[test]
+fn the_report_recognises_a_linear_layer_in_cublaslt() {
+    let run = linear("nan_input", "f32", true);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cublasguard"))
+        .args(["report", &run.trace_path.display().to_string()])
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(body.contains("looks like nn.Linear(in_features=8, out_features=16) on a batch of 32"), "{body}");
+    assert!(body.contains("epilogue=CUBLASLT_EPILOGUE_BIAS"), "{body}");
+}
