@@ -50,6 +50,8 @@ pub struct Session {
     stderr_lines: AtomicU32,
     known_error: Mutex<Option<KnownError>>,
     driver_error: Mutex<Option<String>>,
+    /// What the program's own first cudaGetDeviceCount returned: (status, count).
+    device_count: Mutex<Option<(i32, Option<i32>)>>,
 }
 
 impl Session {
@@ -73,6 +75,7 @@ impl Session {
             stderr_lines: AtomicU32::new(0),
             known_error: Mutex::new(None),
             driver_error: Mutex::new(None),
+            device_count: Mutex::new(None),
         }
     }
 
@@ -110,6 +113,7 @@ impl Session {
             self.faults.lock(),
             self.known_error.lock(),
             self.driver_error.lock(),
+            self.device_count.lock(),
             self.identity.lock(),
             self.handles.hold(),
             self.lt_handles.hold(),
@@ -176,6 +180,14 @@ impl Session {
 
     pub fn driver_error(&self) -> Option<String> {
         self.driver_error.lock().clone()
+    }
+
+    pub fn note_device_count(&self, status: i32, count: Option<i32>) {
+        self.device_count.lock().get_or_insert((status, count));
+    }
+
+    pub fn device_count(&self) -> Option<(i32, Option<i32>)> {
+        *self.device_count.lock()
     }
 
     /// Stores a fault (or only counts it, past `max_faults`); returns what became of it.

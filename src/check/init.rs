@@ -30,10 +30,11 @@ fn version(v: i32) -> String {
 pub fn classify(probe: &DriverProbe) -> InitCause {
     let (kind, message) = if !probe.driver_loadable {
         let why = probe.load_error.clone().unwrap_or_else(|| "not found".into());
-        (
-            InitCauseKind::NoDriver,
-            format!("no NVIDIA driver: libcuda.so.1 cannot be loaded ({why})"),
-        )
+        let mut message = format!("no NVIDIA driver: libcuda.so.1 cannot be loaded ({why})");
+        if let Some(code) = probe.device_count_status.filter(|&c| c != 0) {
+            message.push_str(&format!("; cudaGetDeviceCount returns {} ({code})", cuda::cuda_error_name(code)));
+        }
+        (InitCauseKind::NoDriver, message)
     } else if let (Some(d), Some(r)) = (probe.driver_version, probe.runtime_version) {
         if d < r {
             (
@@ -100,6 +101,7 @@ mod tests {
         });
         assert_eq!(c.kind, InitCauseKind::NoDriver);
         assert!(c.message.starts_with("no NVIDIA driver"), "{}", c.message);
+        assert!(c.message.ends_with("cudaGetDeviceCount returns cudaErrorInsufficientDriver (35)"), "{}", c.message);
     }
 
     #[test]

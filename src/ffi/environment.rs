@@ -46,10 +46,37 @@ pub fn cuda_libraries() -> Vec<LoadedLibrary> {
     out
 }
 
-pub fn collect(driver_error: Option<String>) -> Environment {
+/// Versions learnt while the libraries were alive, for use when they may not be.
+#[derive(Clone, Copy, Default)]
+struct Versions {
+    runtime: Option<i32>,
+    driver: Option<i32>,
+    cublas: Option<i32>,
+}
+
+static VERSIONS: parking_lot::Mutex<Versions> = parking_lot::Mutex::new(Versions { runtime: None, driver: None, cublas: None });
+
+/// The environment for the trace. `live`: the CUDA libraries may be called (inside a hook);
+/// otherwise (at exit, when their destructors may already have run) only the versions learnt
+/// earlier are used and nothing calls into them.
+pub fn collect(driver_error: Option<String>, live: bool) -> Environment {
     let libraries = cuda_libraries();
     let driver_loaded = libraries.iter().any(|l| l.soname.starts_with("libcuda.so"));
-    let driver_version = device::driver_version_via_runtime().or_else(|| driver_version_if_loaded());
+    let versions = {
+        let mut cached = VERSIONS.lock();
+        if live {
+            let fresh = Versions {
+                runtime: device::runtime_version(),
+                driver: device::driver_version_via_runtime().or_else(driver_version_if_loaded),
+                cublas: device::cublas_version(),
+            };
+            // A library loaded later fills in what was unknown; nothing known is forgotten.
+            cached.runtime = fresh.runtime.or(cached.runtime);
+            cached.driver = fresh.driver.or(cached.driver);
+            cached.cublas = fresh.cublas.or(cached.cublas);
+        }
+        *cached
+    };
     let variables: BTreeMap<String, String> = if super::process::is_privileged() {
         BTreeMap::new()
     } else {
@@ -59,10 +86,10 @@ pub fn collect(driver_error: Option<String>) -> Environment {
             .collect()
     };
     Environment {
-        runtime_version: device::runtime_version(),
-        driver_version,
-        cublas_version: device::cublas_version(),
-        driver: DriverState { loaded: driver_loaded, version: driver_version, error: driver_error },
+        runtime_version: versions.runtime,
+        driver_version: versions.driver,
+        cublas_version: versions.cublas,
+        driver: DriverState { loaded: driver_loaded, version: versions.driver, error: driver_error },
         libraries,
         variables,
     }

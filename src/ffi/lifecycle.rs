@@ -17,6 +17,7 @@ static SESSION: OnceLock<Session> = OnceLock::new();
 static DISABLED: AtomicBool = AtomicBool::new(false);
 static WRITING: Mutex<()> = Mutex::new(());
 static ARMED: AtomicBool = AtomicBool::new(false);
+static EXITED: AtomicBool = AtomicBool::new(false);
 
 /// One line on stderr; a closed stderr is not the guard's business.
 pub fn say(line: &str) {
@@ -57,9 +58,15 @@ pub fn existing_session() -> Option<&'static Session> {
 
 /// What the session needs once it exists: the fatal-signal handlers and the fork handlers.
 fn arm(s: &'static Session) {
-    crash::install(s, &s.trace(environment::collect(s.driver_error())));
-    // SAFETY: the three handlers are plain extern "C" functions that never unwind.
-    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
+    crash::install(s, &s.trace(environment::collect(s.driver_error(), true)));
+    // SAFETY: the handlers are plain extern "C" functions that never unwind.
+    unsafe {
+        libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
+        // Registered now, after main started, this exit handler runs before the loader's
+        // _dl_fini tears the CUDA libraries down (the one registered when the library was
+        // loaded runs after it, and only covers processes whose session never started).
+        libc::atexit(on_exit);
+    }
 }
 
 thread_local! {
@@ -191,8 +198,13 @@ pub fn amend(s: &Session, fault: Fault) {
 static WRITE_FAILED: AtomicBool = AtomicBool::new(false);
 
 pub fn write_trace(s: &Session) {
+    write_trace_with(s, true);
+}
+
+/// `live`: the CUDA libraries may be called for their versions (false at exit).
+fn write_trace_with(s: &Session, live: bool) {
     let _one_writer = WRITING.lock();
-    let trace = s.trace(environment::collect(s.driver_error()));
+    let trace = s.trace(environment::collect(s.driver_error(), live));
     let path = s.trace_path();
     if let Err(e) = trace::write_atomic(Path::new(&path), &trace) {
         warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {path}: {e}"));
@@ -203,19 +215,20 @@ pub fn write_trace(s: &Session) {
 #[cfg_attr(test, allow(dead_code))]
 fn at_exit() {
     let Some(_inside) = super::reentry::Reentry::enter() else { return };
-    if DISABLED.load(Ordering::Relaxed) || process::is_privileged() {
+    if DISABLED.load(Ordering::Relaxed) || process::is_privileged() || EXITED.swap(true, Ordering::SeqCst) {
         return;
     }
     // A process that never reached a hook still gets its trace when one was asked for.
     if SESSION.get().is_none() && process::var("CUBLASGUARD_TRACE").is_none() {
         return;
     }
-    let Some(s) = session() else { return };
+    // Not `session()`: arming it would call into CUDA libraries that may be torn down by now.
+    let s = SESSION.get_or_init(start);
     let cuda_loaded = !environment::cuda_libraries().is_empty();
     if !s.should_write_at_exit(cuda_loaded) {
         return;
     }
-    write_trace(s);
+    write_trace_with(s, false);
     if !WRITE_FAILED.load(Ordering::Relaxed) && (s.fault_count() > 0 || !s.config.quiet) {
         say(&format!(
             "cublasguard: {} fault(s) in {} intercepted call(s); trace: {}",

@@ -11,7 +11,8 @@ int main(int argc, char **argv) {
         printf("dlopen failed: %s\n", dlerror());
         return 4;
     }
-    int (*run)(void) = (int (*)(void))dlsym(h, "scenario_lib_run");
+    const char *entry = argc > 2 ? argv[2] : "scenario_lib_run";
+    int (*run)(void) = (int (*)(void))dlsym(h, entry);
     int st = run ? run() : -2;
     printf("lib=%d\n", st);
     return st == 0 ? 0 : 1;

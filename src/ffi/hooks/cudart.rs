@@ -122,6 +122,7 @@ pub fn get_device_count(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, c
         None
     };
     s.record_call(hook, seq, status, process::thread_id(), process::now_ns(), CallArgs::Size { size: written.unwrap_or(0).max(0) as u64, stream: None });
+    s.note_device_count(status, written);
     if status != cuda::CUDA_SUCCESS {
         super::report_init_failure(s, hook, seq, status, cuda::cuda_error_name(status), Some((status, None)));
     }

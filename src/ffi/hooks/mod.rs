@@ -67,7 +67,9 @@ fn report_init_failure(
     if !s.first_init_failure(hook) {
         return;
     }
-    let cause = crate::check::init::classify(&super::environment::probe_driver(device_count));
+    // The program's own cudaGetDeviceCount answer, if it asked, beats asking again (a pending
+    // error would stop the guard from asking without disturbing it).
+    let cause = crate::check::init::classify(&super::environment::probe_driver(device_count.or_else(|| s.device_count())));
     s.set_driver_error(cause.message.clone());
     let finding = crate::check::Finding::new(
         crate::trace::FaultKind::InitFailed,
