@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Creates a virtual environment with PyTorch 2.15.0's CUDA 13.2 wheel from PyPI (with its
+# NVIDIA packages, about 5 GB installed) in the cache folder, for tests/pytorch.rs. It
+# installs without a GPU. .ci/run calls it; with a warm pip cache it takes about a minute.
+set -euo pipefail
+cache=${CUBLASGUARD_CACHE:-$HOME/.cache/cublasguard}
+venv=$cache/torch-venv
+if [ -f "$venv/.complete" ]; then
+    exit 0
+fi
+rm -rf "$venv"
+mkdir -p "$cache"
+echo "fetch-torch: installing torch==2.15.0 into $venv" >&2
+python3 -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check torch==2.15.0
+touch "$venv/.complete"

@@ -1,0 +1,100 @@
+//! PyTorch (2.15, CUDA 13.2 wheel) under the guard on a machine without a GPU: importing
+//! torch, a CPU matrix product, torch.cuda.is_available() and a failing CUDA allocation behave
+//! exactly as without the guard, with no crash or hang at import or exit, and the trace names
+//! libcudart.so.13 and the missing driver.
+//!
+//! Needs the virtual environment from scripts/fetch-torch.sh; without it these tests say so
+//! and pass, unless CUBLASGUARD_REQUIRE_TORCH=1 (set by .ci/run, which creates it first).
+
+mod common;
+
+use common::*;
+use cublasguard::trace::{self, FaultKind, InitCauseKind};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn python() -> Option<PathBuf> {
+    let cache = std::env::var_os("CUBLASGUARD_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/cublasguard"));
+    let venv = cache.join("torch-venv");
+    if venv.join(".complete").exists() {
+        return Some(venv.join("bin/python"));
+    }
+    assert!(
+        std::env::var("CUBLASGUARD_REQUIRE_TORCH").is_err(),
+        "no PyTorch environment in {}: run scripts/fetch-torch.sh",
+        venv.display()
+    );
+    eprintln!("skipped: no PyTorch environment in {} (run scripts/fetch-torch.sh)", venv.display());
+    None
+}
+
+/// Runs to completion, or fails the test after `limit` (a hang at import or exit).
+fn run_with_limit(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn python");
+    let started = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("python did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn python_run(python: &PathBuf, args: &[&str], guard: Option<&std::path::Path>) -> Output {
+    let mut cmd = Command::new(python);
+    cmd.args(args).env_remove("LD_PRELOAD").env_remove("CUBLASGUARD_TRACE").env("PYTHONWARNINGS", "ignore");
+    if let Some(trace) = guard {
+        cmd.env("LD_PRELOAD", guard_lib()).env("CUBLASGUARD_TRACE", trace);
+    }
+    run_with_limit(cmd, Duration::from_secs(300))
+}
+
+#[test]
+fn torch_behaves_the_same_under_the_guard() {
+    let Some(python) = python() else { return };
+    let script = manifest_dir().join("tests/python/smoke.py");
+    let script = script.to_str().unwrap();
+    let bare = python_run(&python, &[script], None);
+    let trace_path = temp_dir("torch").join("trace.json");
+    let guarded = python_run(&python, &[script], Some(&trace_path));
+    let out = String::from_utf8_lossy(&bare.stdout).into_owned();
+    assert!(bare.status.success(), "{out}{}", String::from_utf8_lossy(&bare.stderr));
+    assert!(out.contains("cpu matmul [[5.0, 14.0], [14.0, 50.0]]") && out.contains("cuda available False"), "{out}");
+    assert!(out.contains("zeros on cuda failed: RuntimeError"), "{out}");
+    assert_eq!(out, String::from_utf8_lossy(&guarded.stdout), "same stdout");
+    assert_eq!(bare.status.code(), guarded.status.code(), "same exit status: {}", String::from_utf8_lossy(&guarded.stderr));
+
+    let t = trace::read(&trace_path).expect("a trace at exit");
+    let cudart = t.environment.libraries.iter().find(|l| l.soname == "libcudart.so.13").expect("libcudart.so.13 mapped");
+    assert!(cudart.path.contains("torch-venv") && cudart.path.ends_with("libcudart.so.13"), "{}", cudart.path);
+    assert_eq!(t.environment.runtime_version, Some(13020));
+    assert!(!t.environment.driver.loaded);
+    assert!(t.crash.is_none());
+    let init = t.faults.iter().find(|f| f.kind == FaultKind::InitFailed).expect("CUDA's failed start");
+    assert_eq!(init.api, "cudaGetDeviceCount");
+    assert_eq!(init.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
+    assert!(init.message.contains("no NVIDIA driver"), "{}", init.message);
+}
+
+#[test]
+fn the_training_example_runs_the_same_under_the_guard() {
+    let Some(python) = python() else { return };
+    let train = manifest_dir().join("examples/train.py");
+    let train = train.to_str().unwrap();
+    for (inject, ok) in [("none", true), ("nan", true), ("width", false)] {
+        let args = [train, "--device", "cpu", "--steps", "2", "--inject", inject];
+        let bare = python_run(&python, &args, None);
+        let trace_path = temp_dir("train").join("trace.json");
+        let guarded = python_run(&python, &args, Some(&trace_path));
+        assert_eq!(bare.status.success(), ok, "{inject}: {}", String::from_utf8_lossy(&bare.stderr));
+        assert_eq!(bare.stdout, guarded.stdout, "{inject}");
+        assert_eq!(bare.status.code(), guarded.status.code(), "{inject}");
+    }
+}
