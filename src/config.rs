@@ -87,7 +87,7 @@ pub const MAX_MAX_FAULTS: usize = 100_000;
 /// Above this many bytes per operand, the NaN/Inf scan samples.
 pub const DEFAULT_SCAN_BYTES: u64 = 256 << 20;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// The trace path pattern (`%p`, `%h`, `%r`).
     pub trace_pattern: String,
@@ -101,6 +101,11 @@ pub struct Config {
     pub max_faults: usize,
     /// Bytes scanned per operand per call before the scan samples.
     pub scan_bytes: u64,
+    /// Scan one call in N per call site (1: every call).
+    pub scan_every: u32,
+    /// Keep the time spent scanning under this fraction of wall time by skipping scans
+    /// (argument and bounds checks always run); `None`: no budget.
+    pub budget: Option<f64>,
     /// No banner line at start-up.
     pub quiet: bool,
 }
@@ -116,6 +121,8 @@ impl Default for Config {
             stderr_lines: DEFAULT_STDERR_LINES,
             max_faults: DEFAULT_MAX_FAULTS,
             scan_bytes: DEFAULT_SCAN_BYTES,
+            scan_every: 1,
+            budget: None,
             quiet: false,
         }
     }
@@ -183,6 +190,19 @@ impl Config {
                 Err(why) => reject("CUBLASGUARD_SCAN_BYTES", &v, why, "268435456"),
             }
         }
+        if let Some(v) = lookup("CUBLASGUARD_SCAN_EVERY") {
+            match parse_count(&v, u32::MAX as usize) {
+                Ok(n) if n >= 1 => config.scan_every = n as u32,
+                Ok(_) => reject("CUBLASGUARD_SCAN_EVERY", &v, "must be at least 1".into(), "1"),
+                Err(why) => reject("CUBLASGUARD_SCAN_EVERY", &v, why, "1"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_BUDGET") {
+            match v.trim().parse::<f64>() {
+                Ok(f) if f > 0.0 && f <= 1.0 => config.budget = Some(f),
+                _ => reject("CUBLASGUARD_BUDGET", &v, "not a fraction in (0, 1]".into(), "no budget"),
+            }
+        }
         if let Some(v) = lookup("CUBLASGUARD_QUIET") {
             config.quiet = !matches!(v.trim(), "" | "0" | "false" | "no");
         }
@@ -247,6 +267,8 @@ mod tests {
             ("CUBLASGUARD_ON_FAULT", "error"),
             ("CUBLASGUARD_RING", "16"),
             ("CUBLASGUARD_QUIET", "1"),
+            ("CUBLASGUARD_SCAN_EVERY", "10"),
+            ("CUBLASGUARD_BUDGET", "0.05"),
         ]));
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(config.trace_pattern, "/tmp/t-%p.json");
@@ -255,6 +277,7 @@ mod tests {
         assert_eq!(config.on_fault, OnFault::Error);
         assert_eq!(config.ring, 16);
         assert!(config.quiet);
+        assert_eq!((config.scan_every, config.budget), (10, Some(0.05)));
     }
 
     #[test]
@@ -263,11 +286,13 @@ mod tests {
             ("CUBLASGUARD_CHECKS", "args,speed"),
             ("CUBLASGUARD_ON_FAULT", "explode"),
             ("CUBLASGUARD_RING", "-3"),
+            ("CUBLASGUARD_BUDGET", "2"),
         ]));
         assert_eq!(config.checks, Checks::ALL);
         assert_eq!(config.on_fault, OnFault::Continue);
         assert_eq!(config.ring, DEFAULT_RING);
-        assert_eq!(problems.len(), 3);
+        assert_eq!(config.budget, None);
+        assert_eq!(problems.len(), 4);
         assert!(problems[0].contains("CUBLASGUARD_CHECKS='args,speed'") && problems[0].contains("speed"));
         assert!(problems[1].contains("CUBLASGUARD_ON_FAULT='explode'"));
         assert!(problems[2].contains("CUBLASGUARD_RING='-3'"));

@@ -21,6 +21,8 @@ pub struct RecordedCall {
     pub time_ns: u64,
     pub thread: u32,
     pub args: CallArgs,
+    /// The call's operands were scanned for NaN/Inf.
+    pub scanned: bool,
 }
 
 pub struct Recorder {
@@ -83,7 +85,7 @@ mod tests {
     use super::*;
 
     fn call(seq: u64) -> RecordedCall {
-        RecordedCall { seq, api: "cudaMalloc", status: 0, time_ns: seq, thread: 1, args: CallArgs::None }
+        RecordedCall { seq, api: "cudaMalloc", status: 0, time_ns: seq, thread: 1, args: CallArgs::None, scanned: false }
     }
 
     #[test]

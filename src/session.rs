@@ -52,7 +52,16 @@ pub struct Session {
     driver_error: Mutex<Option<String>>,
     /// What the program's own first cudaGetDeviceCount returned: (status, count).
     device_count: Mutex<Option<(i32, Option<i32>)>>,
+    /// Calls per call site (hashed), for CUBLASGUARD_SCAN_EVERY.
+    site_calls: Box<[AtomicU32]>,
+    /// Time spent scanning, for CUBLASGUARD_BUDGET.
+    scan_ns: AtomicU64,
+    scanned_calls: AtomicU64,
+    skipped_scans: AtomicU64,
 }
+
+/// Call sites tracked for CUBLASGUARD_SCAN_EVERY (hash buckets; a collision only shares a count).
+const SITES: usize = 1024;
 
 impl Session {
     pub fn new(config: Config, hook_names: &'static [&'static str], process: Process, trace_path: String) -> Self {
@@ -76,6 +85,10 @@ impl Session {
             known_error: Mutex::new(None),
             driver_error: Mutex::new(None),
             device_count: Mutex::new(None),
+            site_calls: (0..SITES).map(|_| AtomicU32::new(0)).collect(),
+            scan_ns: AtomicU64::new(0),
+            scanned_calls: AtomicU64::new(0),
+            skipped_scans: AtomicU64::new(0),
         }
     }
 
@@ -122,6 +135,32 @@ impl Session {
         )
     }
 
+    /// Whether this call's operands are scanned: one call in `scan_every` per call site (a
+    /// site is the hooked function and the call's shape, which tells the layers of a model
+    /// apart), and none while the scans are over the time budget. `now_ns` is wall time.
+    pub fn should_scan(&self, site: u64, now_ns: u64) -> bool {
+        let every = self.config.scan_every.max(1);
+        let turn = every == 1 || {
+            let bucket = (site.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % SITES;
+            self.site_calls[bucket].fetch_add(1, Ordering::Relaxed) % every == 0
+        };
+        let within_budget = match self.config.budget {
+            None => true,
+            Some(fraction) => {
+                let elapsed = now_ns.saturating_sub(self.identity.lock().process.started_at_ns).max(1);
+                (self.scan_ns.load(Ordering::Relaxed) as f64) < fraction * elapsed as f64
+            }
+        };
+        let scan = turn && within_budget;
+        let counter = if scan { &self.scanned_calls } else { &self.skipped_scans };
+        counter.fetch_add(1, Ordering::Relaxed);
+        scan
+    }
+
+    pub fn add_scan_time(&self, ns: u64) {
+        self.scan_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
     /// Counts a call of hook number `hook` and gives it its sequence number.
     pub fn begin(&self, hook: usize) -> u64 {
         if let Some(c) = self.calls.get(hook) {
@@ -154,8 +193,13 @@ impl Session {
     }
 
     pub fn record_call(&self, hook: usize, seq: u64, status: i32, thread: u32, time_ns: u64, args: CallArgs) {
+        self.record_scanned_call(hook, seq, status, thread, time_ns, args, false);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_scanned_call(&self, hook: usize, seq: u64, status: i32, thread: u32, time_ns: u64, args: CallArgs, scanned: bool) {
         let api = self.hook_names.get(hook).copied().unwrap_or("?");
-        self.recorder.record(RecordedCall { seq, api, status, time_ns, thread, args });
+        self.recorder.record(RecordedCall { seq, api, status, time_ns, thread, args, scanned });
     }
 
     pub fn known_error(&self) -> Option<KnownError> {
@@ -251,7 +295,13 @@ impl Session {
             process: self.identity.lock().process.clone(),
             environment,
             recent_calls: self.recorder.snapshot().iter().map(recent_call).collect(),
-            summary: Summary { calls, faults: total, dropped_faults: total.saturating_sub(faults.len() as u64) },
+            summary: Summary {
+                calls,
+                faults: total,
+                dropped_faults: total.saturating_sub(faults.len() as u64),
+                scanned_calls: self.scanned_calls.load(Ordering::Relaxed),
+                skipped_scans: self.skipped_scans.load(Ordering::Relaxed),
+            },
             faults,
             crash: None,
         }
@@ -266,6 +316,7 @@ fn recent_call(call: &RecordedCall) -> RecentCall {
         time_ns: call.time_ns,
         thread: call.thread,
         args: args_map(&call.args),
+        scanned: call.scanned,
     }
 }
 
@@ -372,6 +423,24 @@ mod tests {
         let t = s.trace(Environment::default());
         assert_eq!((t.faults.len(), t.faults[0].status, t.summary.faults), (1, 7, 1));
         assert!(!s.replace_fault(fault(5)));
+    }
+
+    #[test]
+    fn scans_one_call_in_n_per_site_and_stay_within_the_budget() {
+        let mut s = session(1);
+        s.config.scan_every = 3;
+        let site_a: Vec<bool> = (0..6).map(|_| s.should_scan(1, 10)).collect();
+        assert_eq!(site_a, [true, false, false, true, false, false]);
+        assert!(s.should_scan(2, 10), "another site keeps its own count");
+        s.config.scan_every = 1;
+        s.config.budget = Some(0.5);
+        let start = s.identity().process.started_at_ns;
+        assert!(s.should_scan(1, start + 1000));
+        s.add_scan_time(600); // 60% of the first 1000 ns
+        assert!(!s.should_scan(1, start + 1000), "over budget: skip");
+        assert!(s.should_scan(1, start + 2000), "back under budget later");
+        let t = s.trace(Environment::default());
+        assert_eq!((t.summary.scanned_calls, t.summary.skipped_scans), (5, 5));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! allocations. Locks here are held for a lookup or an insert, never across a real call.
 
 use parking_lot::{Mutex, RwLock};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::validate::Span;
 
@@ -34,12 +36,33 @@ enum HandleEntry {
     Destroyed(u64),
 }
 
+/// Handles are pointers: already well spread, so one multiply mixes them enough, where the
+/// default SipHash would cost more than the rest of a lookup.
+#[derive(Default)]
+pub struct PointerHasher(u64);
+
+impl std::hash::Hasher for PointerHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type PointerMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<PointerHasher>>;
+
 /// How many destroyed handles are remembered, to name use-after-destroy.
 const REMEMBERED_DESTROYED: usize = 4096;
 
 #[derive(Default)]
 pub struct Handles {
-    map: Mutex<HashMap<u64, HandleEntry>>,
+    map: Mutex<PointerMap<HandleEntry>>,
 }
 
 impl Handles {
@@ -84,10 +107,36 @@ pub struct Allocation {
     pub stream: Option<u64>,
 }
 
-/// Live device allocations by base address: O(log n) lookup of the one holding a pointer.
+/// Live device allocations by base address: O(log n) lookup of the one holding a pointer,
+/// in front of which each thread keeps its last few hits. GEMM operands repeat from call to
+/// call (the same weights every step), so most lookups are answered there without touching
+/// the shared tree; a generation number, bumped on every insert and remove, invalidates them.
 #[derive(Default)]
 pub struct Allocations {
     map: RwLock<BTreeMap<u64, Allocation>>,
+    generation: AtomicU64,
+}
+
+const RECENT: usize = 8;
+const RECENT_MISSES: usize = 4;
+
+struct Recent {
+    /// Which table and generation the entries belong to (0: none).
+    table: usize,
+    generation: u64,
+    next: usize,
+    hits: [Option<Allocation>; RECENT],
+    /// Pointers recently found in no allocation (alpha and beta in host memory, every call).
+    next_miss: usize,
+    misses: [u64; RECENT_MISSES],
+}
+
+impl Recent {
+    const EMPTY: Self = Self { table: 0, generation: 0, next: 0, hits: [None; RECENT], next_miss: 0, misses: [0; RECENT_MISSES] };
+}
+
+thread_local! {
+    static RECENT_HITS: RefCell<Recent> = const { RefCell::new(Recent::EMPTY) };
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,19 +147,67 @@ pub struct LiveTotals {
 
 impl Allocations {
     pub fn insert(&self, allocation: Allocation) {
-        self.map.write().insert(allocation.base, allocation);
+        let mut map = self.map.write();
+        map.insert(allocation.base, allocation);
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Forgets the allocation at `base`; false when there was none.
     pub fn remove(&self, base: u64) -> bool {
-        self.map.write().remove(&base).is_some()
+        let mut map = self.map.write();
+        let removed = map.remove(&base).is_some();
+        self.generation.fetch_add(1, Ordering::Release);
+        removed
     }
 
     /// The live allocation whose range holds `ptr`.
     pub fn containing(&self, ptr: u64) -> Option<Allocation> {
-        let map = self.map.read();
-        let (_, a) = map.range(..=ptr).next_back()?;
-        (ptr - a.base < a.size.max(1)).then_some(*a)
+        let holds = |a: &Allocation| ptr.wrapping_sub(a.base) < a.size.max(1);
+        let table = self as *const Self as usize;
+        let generation = self.generation.load(Ordering::Acquire);
+        // Some(answer) when this thread's recent lookups already know it.
+        let known = RECENT_HITS
+            .try_with(|cell| {
+                let r = cell.try_borrow().ok()?;
+                if r.table != table || r.generation != generation {
+                    return None;
+                }
+                if let Some(hit) = r.hits.iter().flatten().find(|a| holds(a)) {
+                    return Some(Some(*hit));
+                }
+                (ptr != 0 && r.misses.contains(&ptr)).then_some(None)
+            })
+            .ok()
+            .flatten();
+        if let Some(answer) = known {
+            return answer;
+        }
+        let (found, generation) = {
+            let map = self.map.read();
+            // Read under the lock: the generation that matches what was found.
+            let generation = self.generation.load(Ordering::Acquire);
+            (map.range(..=ptr).next_back().map(|(_, a)| *a).filter(holds), generation)
+        };
+        let _ = RECENT_HITS.try_with(|cell| {
+            if let Ok(mut r) = cell.try_borrow_mut() {
+                if r.table != table || r.generation != generation {
+                    *r = Recent { table, generation, ..Recent::EMPTY };
+                }
+                match found {
+                    Some(a) => {
+                        let slot = r.next;
+                        r.hits[slot] = Some(a);
+                        r.next = (slot + 1) % RECENT;
+                    }
+                    None => {
+                        let slot = r.next_miss;
+                        r.misses[slot] = ptr;
+                        r.next_miss = (slot + 1) % RECENT_MISSES;
+                    }
+                }
+            }
+        });
+        found
     }
 
     pub fn span_containing(&self, ptr: u64) -> Option<Span> {
@@ -161,5 +258,26 @@ mod tests {
         assert!(a.remove(100));
         assert!(!a.remove(100));
         assert_eq!(a.containing(120), None);
+    }
+
+    #[test]
+    fn recent_hits_never_outlive_a_change_of_the_table() {
+        let a = Allocations::default();
+        a.insert(Allocation { base: 100, size: 50, time_ns: 0, stream: None });
+        assert!(a.containing(120).is_some()); // now a recent hit
+        assert!(a.containing(120).is_some());
+        a.remove(100);
+        assert_eq!(a.containing(120), None, "a freed allocation is not found again");
+        a.insert(Allocation { base: 110, size: 5, time_ns: 0, stream: None });
+        assert_eq!(a.containing(120), None);
+        assert_eq!(a.containing(112).map(|x| x.base), Some(110));
+        // A remembered miss is forgotten when the table changes too.
+        assert_eq!(a.containing(300), None);
+        assert_eq!(a.containing(300), None);
+        a.insert(Allocation { base: 300, size: 8, time_ns: 0, stream: None });
+        assert_eq!(a.containing(300).map(|x| x.base), Some(300));
+        // Two tables on one thread do not see each other's hits.
+        let b = Allocations::default();
+        assert_eq!(b.containing(112), None);
     }
 }

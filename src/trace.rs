@@ -226,6 +226,9 @@ pub struct RecentCall {
     pub time_ns: u64,
     pub thread: u32,
     pub args: BTreeMap<String, serde_json::Value>,
+    /// Whether the guard scanned this call's operands (GEMMs).
+    #[serde(default)]
+    pub scanned: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -236,6 +239,12 @@ pub struct Summary {
     /// Faults past `CUBLASGUARD_MAX_FAULTS`: counted here, not stored in `faults`.
     #[serde(default)]
     pub dropped_faults: u64,
+    /// Calls whose operands were scanned for NaN/Inf, and calls whose scan was skipped by
+    /// CUBLASGUARD_SCAN_EVERY or CUBLASGUARD_BUDGET.
+    #[serde(default)]
+    pub scanned_calls: u64,
+    #[serde(default)]
+    pub skipped_scans: u64,
 }
 
 /// A pointer as the trace spells it: hex, because JSON numbers lose bits above 2^53.

@@ -359,3 +359,26 @@ fn example_workload_under_the_guard() {
     let pos = b.first_nonfinite.expect("position");
     assert_eq!((pos.row, pos.col), (2, 3), "feature 2 of sample 3");
 }
+
+#[test]
+fn scan_every_and_budget_sample_scans_but_never_the_argument_checks() {
+    let mlp = standin().join("bin/mlp");
+    // Every call site (shape) is scanned on its first call only.
+    let env = [("CUBLASGUARD_SCAN_EVERY", "1000000")];
+    let run = run(Launch { env: &env, ..Launch::new(&mlp, &["--inject", "nan", "--epochs", "3"]) });
+    let t = run.trace();
+    assert!(t.summary.scanned_calls > 0 && t.summary.skipped_scans > 0, "{:?}", t.summary);
+    assert_eq!(t.summary.scanned_calls + t.summary.skipped_scans, 15, "every GEMM decided once");
+    let first = &t.faults[0];
+    assert_eq!(first.kind, FaultKind::NonfiniteInput, "the first call of the first layer was scanned");
+    let gemms: Vec<bool> = t.recent_calls.iter().filter(|c| c.api == "cublasSgemm_v2").map(|c| c.scanned).collect();
+    assert!(gemms.contains(&true) && gemms.contains(&false), "{gemms:?}");
+    // Argument checks still run on unscanned calls.
+    let env = [("CUBLASGUARD_SCAN_EVERY", "1000000")];
+    let lda = common::run(Launch { env: &env, ..Launch::new(&mlp, &["--inject", "lda"]) });
+    assert_eq!(only_fault(&lda.trace()).kind, FaultKind::InvalidArgument);
+    // A tiny budget skips most scans once the first ones have used it up.
+    let env = [("CUBLASGUARD_BUDGET", "0.000001")];
+    let t = common::run(Launch { env: &env, ..Launch::new(&mlp, &["--epochs", "20"]) }).trace();
+    assert!(t.summary.skipped_scans > t.summary.scanned_calls, "{:?}", t.summary);
+}

@@ -102,8 +102,8 @@ pub struct MatmulCall {
 
 /// What the guard learnt about one operand.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct OperandReport {
-    pub spec: OperandSpec,
+pub struct OperandReport<'a> {
+    pub spec: &'a OperandSpec,
     /// Bytes one member spans.
     pub extent: Option<u64>,
     /// The allocation holding the first member (or the member that broke a rule).
@@ -115,12 +115,14 @@ pub struct OperandReport {
     pub bad_member: Option<u64>,
 }
 
-/// State carried from the checks before the call to those after it.
+/// State carried from the checks before the call to those after it. It borrows the call:
+/// this runs on every intercepted GEMM, and copying kilobytes of operand state per call was
+/// most of the guard's cost (BENCHMARKS.md).
 #[derive(Debug)]
-pub struct MatmulCheck {
-    pub call: MatmulCall,
+pub struct MatmulCheck<'a> {
+    pub call: &'a MatmulCall,
     pub handle: Option<HandleState>,
-    pub operands: [Option<OperandReport>; MAX_OPERANDS],
+    pub operands: [Option<OperandReport<'a>>; MAX_OPERANDS],
     /// Member addresses of pointer-array operands, read from device memory.
     arrays: [Vec<u64>; MAX_OPERANDS],
     pub finding: Option<Finding>,
@@ -203,11 +205,11 @@ fn check_member(addr: u64, extent: u64, allocations: &Allocations, device: &dyn 
     }
 }
 
-impl MatmulCheck {
+impl<'a> MatmulCheck<'a> {
     /// The checks before the call. `buf` is the caller's reusable scan buffer.
     #[allow(clippy::too_many_arguments)]
     pub fn before(
-        call: MatmulCall,
+        call: &'a MatmulCall,
         checks: Checks,
         scan_bytes: u64,
         handles: &Handles,
@@ -216,17 +218,21 @@ impl MatmulCheck {
         device: &dyn Device,
         buf: &mut Vec<u8>,
     ) -> Self {
-        let mut check = Self {
-            operands: call.operands.map(|spec| {
-                spec.map(|spec| OperandReport {
+        let mut operands = [None; MAX_OPERANDS];
+        for (report, spec) in operands.iter_mut().zip(call.operands.iter()) {
+            if let Some(spec) = spec {
+                *report = Some(OperandReport {
                     spec,
                     extent: validate::operand_extent(spec.shape, spec.dtype.size().unwrap_or(1)),
                     allocation: None,
                     readable: false,
                     scan: None,
                     bad_member: None,
-                })
-            }),
+                });
+            }
+        }
+        let mut check = Self {
+            operands,
             call,
             handle: None,
             arrays: Default::default(),
@@ -243,21 +249,21 @@ impl MatmulCheck {
         }
         if checks.args {
             let (create, destroy) = if check.call.lt { ("cublasLtCreate", "cublasLtDestroy") } else { ("cublasCreate", "cublasDestroy") };
-            let h = hex(check.call.handle);
+            let h = || hex(check.call.handle);
             let why = match lookup {
                 HandleLookup::Alive(_) => None,
-                HandleLookup::Destroyed(seq) => Some(format!("handle {h} was destroyed by {destroy} at call #{seq}")),
+                HandleLookup::Destroyed(seq) => Some(format!("handle {} was destroyed by {destroy} at call #{seq}", h())),
                 HandleLookup::Unknown if check.call.handle == 0 => Some(format!("handle is NULL; create one with {create}")),
-                HandleLookup::Unknown => Some(format!("handle {h} was not created by {create} in this process")),
+                HandleLookup::Unknown => Some(format!("handle {} was not created by {create} in this process", h())),
             };
             if let Some(why) = why {
                 check.finding = Some(Finding::new(FaultKind::InvalidHandle, why));
                 return check;
             }
         }
-        if let Some(problem) = check.call.argument_problem.clone() {
+        if let Some(problem) = &check.call.argument_problem {
             if checks.args {
-                check.finding = Some(Finding::new(FaultKind::InvalidArgument, problem));
+                check.finding = Some(Finding::new(FaultKind::InvalidArgument, problem.clone()));
             }
             return check; // the library refuses the call: nothing is read or written
         }
@@ -305,7 +311,7 @@ impl MatmulCheck {
         !self.operands.iter().flatten().any(|o| o.spec.role.written() && o.extent.unwrap_or(0) > 0 && o.spec.members.count() > 0)
     }
 
-    fn used(o: &OperandReport) -> bool {
+    fn used(o: &OperandReport<'_>) -> bool {
         o.extent.unwrap_or(1) > 0 && o.spec.members.count() > 0
     }
 
@@ -381,11 +387,11 @@ impl MatmulCheck {
             if !Self::used(&o) {
                 continue;
             }
-            let spec = o.spec;
+            let spec: &OperandSpec = o.spec;
             let Some(extent) = o.extent else {
                 return Some(Finding::new(
                     FaultKind::OutOfBounds,
-                    format!("{}: its extent overflows a 64-bit byte count", describe(&spec, None)),
+                    format!("{}: its extent overflows a 64-bit byte count", describe(spec, None)),
                 ));
             };
             if matches!(spec.members, Members::Array { .. }) && self.arrays[i].is_empty() {
@@ -407,10 +413,10 @@ impl MatmulCheck {
                     (true, v) => v - 1,
                     (false, v) => v,
                 };
-                let Some(addr) = member_addr(&spec, &self.arrays[i], b) else {
+                let Some(addr) = member_addr(spec, &self.arrays[i], b) else {
                     return Some(Finding::new(
                         FaultKind::OutOfBounds,
-                        format!("{}: its address overflows", describe(&spec, Some(b))),
+                        format!("{}: its address overflows", describe(spec, Some(b))),
                     ));
                 };
                 match check_member(addr, extent, allocations, device) {
@@ -430,7 +436,7 @@ impl MatmulCheck {
                             format!(
                                 "{} at {} is not device memory (cudaPointerGetAttributes says {seen}, and no live \
                                  cudaMalloc holds it): a host (CPU) buffer was passed to a GPU call",
-                                describe(&spec, (count > 1).then_some(b)),
+                                describe(spec, (count > 1).then_some(b)),
                                 hex(addr)
                             ),
                         );
@@ -445,7 +451,7 @@ impl MatmulCheck {
                             o.allocation = Some(span);
                             o.bad_member = (count > 1).then_some(b);
                         }
-                        let name = if spec.role == Role::Workspace { "the workspace".to_string() } else { describe(&spec, (count > 1).then_some(b)) };
+                        let name = if spec.role == Role::Workspace { "the workspace".to_string() } else { describe(spec, (count > 1).then_some(b)) };
                         let what = format!("{name} spans {extent} bytes from {}", hex(addr));
                         return Some(Finding::new(
                             FaultKind::OutOfBounds,
@@ -541,7 +547,7 @@ impl MatmulCheck {
         let mut bad = None;
         let mut b = 0;
         while b < count {
-            let addr = member_addr(&o.spec, &self.arrays[i], b)?;
+            let addr = member_addr(o.spec, &self.arrays[i], b)?;
             let s = scan::scan_matrix(&reader, addr, o.spec.shape, o.spec.dtype, buf, per_member).ok()?;
             if (s.nan > 0 || s.inf > 0) && bad.is_none() {
                 bad = Some(b);
@@ -594,7 +600,7 @@ impl MatmulCheck {
         if let Some(i) = first_bad {
             let Some(o) = self.operands[i] else { return };
             let scan = o.scan.unwrap_or_default();
-            let mut message = format!("{} holds {}", describe(&o.spec, o.bad_member), counts(&scan));
+            let mut message = format!("{} holds {}", describe(o.spec, o.bad_member), counts(&scan));
             if matches!(o.spec.role, Role::Accumulator | Role::Addend) {
                 message.push_str("; beta != 0, so the library reads C");
             }
@@ -665,7 +671,7 @@ impl MatmulCheck {
                     let mut message = format!(
                         "this call produced {} in its output {} from finite inputs (overflow, or Inf - Inf)",
                         counts(&s),
-                        describe(&o.spec, o.bad_member)
+                        describe(o.spec, o.bad_member)
                     );
                     if self.call.reduced_precision_compute {
                         message.push_str(" [the compute type rounds float32 inputs to a reduced precision]");
@@ -774,10 +780,25 @@ mod tests {
         StoredShape { rows, cols, ld: rows }
     }
 
-    fn run(call: MatmulCall, allocations: &Allocations, model: &Model) -> MatmulCheck {
+    /// The finding and the operand reports' (bad member, first NaN position, allocation).
+    struct Outcome {
+        finding: Option<Finding>,
+        operands: Vec<(Option<u64>, Option<(u64, u64)>, Option<u64>)>,
+    }
+
+    fn run(call: MatmulCall, allocations: &Allocations, model: &Model) -> Outcome {
         let handles = Handles::default();
         handles.created(7);
-        MatmulCheck::before(call, Checks::ALL, u64::MAX, &handles, allocations, None, model, &mut Vec::new())
+        let check = MatmulCheck::before(&call, Checks::ALL, u64::MAX, &handles, allocations, None, model, &mut Vec::new());
+        Outcome {
+            finding: check.finding.clone(),
+            operands: check
+                .operands
+                .iter()
+                .flatten()
+                .map(|o| (o.bad_member, o.scan.and_then(|s| s.first_nonfinite), o.scan.map(|s| s.nan)))
+                .collect(),
+        }
     }
 
     #[test]
@@ -804,9 +825,8 @@ mod tests {
         let f = c.finding.expect("fault");
         assert_eq!(f.kind, FaultKind::NonfiniteInput);
         assert!(f.message.contains("batch member 2 of 3"), "{}", f.message);
-        let a = c.operands[0].unwrap();
-        assert_eq!(a.bad_member, Some(2));
-        assert_eq!(a.scan.unwrap().first_nonfinite, Some((1, 0)));
+        assert_eq!(c.operands[0].0, Some(2));
+        assert_eq!(c.operands[0].1, Some((1, 0)));
     }
 
     #[test]

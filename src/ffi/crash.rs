@@ -235,7 +235,7 @@ fn call_json(w: &mut Writer, c: &RecordedCall) {
             w.field("value", value);
         }
     }
-    w.bytes(b"}}");
+    w.bytes(if c.scanned { b"},\"scanned\":true}" } else { b"},\"scanned\":false}" });
 }
 
 fn now_ns() -> u64 {
@@ -378,6 +378,7 @@ mod tests {
             time_ns: 5,
             thread: 9,
             args: CallArgs::Gemm { transa: 1, transb: 0, m: 2, n: 3, k: 4, lda: 4, ldb: 4, ldc: 2 },
+            scanned: true,
         });
         w.bytes(b"],\"summary\":{\"calls\":{\"cublasSgemm_v2\":1},\"faults\":0,\"dropped_faults\":0},\"crash\":{\"signal\":11,\"name\":\"SIGSEGV\",\"thread\":1,\"time_ns\":2,\"recent_calls_saved\":true}}");
         let len = w.len;
@@ -386,6 +387,7 @@ mod tests {
         assert_eq!(parsed.recent_calls[0].status, -7);
         assert_eq!(parsed.recent_calls[0].args["transa"], "T");
         assert_eq!(parsed.crash.unwrap().name, "SIGSEGV");
+        assert!(parsed.recent_calls[0].scanned);
     }
 
     #[test]

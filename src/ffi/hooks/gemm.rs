@@ -196,7 +196,7 @@ fn typed(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, g: Gemm, dtype: 
         Batch::Strided { count, a, b, c } => ExArgs { batch_count: Some(count), strides: Some((a, b, c)), ..Default::default() },
         Batch::Arrays { count } => ExArgs { batch_count: Some(count), ..Default::default() },
     };
-    run(s, hook, forward, call, g.record(), ex)
+    run(s, hook, forward, &call, g.record(), ex)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -213,7 +213,7 @@ fn ex(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, g: Gemm, types: (i3
         }
         Batch::Arrays { count } => extra.batch_count = Some(count),
     }
-    run(s, hook, forward, call, g.record(), extra)
+    run(s, hook, forward, &call, g.record(), extra)
 }
 
 macro_rules! typed_gemm {
@@ -290,13 +290,19 @@ pub fn gemm_batched_ex<I: Into<i64>>(
 }
 
 /// The checks around one matrix multiply, for cuBLAS and cublasLt alike.
-pub fn run(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, call: MatmulCall, record: CallArgs, extra: ExArgs) -> c_int {
+pub fn run(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, call: &MatmulCall, record: CallArgs, extra: ExArgs) -> c_int {
     let seq = s.begin(hook);
     let known = s.known_error();
-    let checks = s.config.checks;
+    let mut checks = s.config.checks;
+    let site = match record {
+        CallArgs::Gemm { m, n, k, .. } => (hook as u64) ^ (m as u64) << 8 ^ (n as u64) << 24 ^ (k as u64) << 40,
+        _ => hook as u64,
+    };
+    let scan_started = if checks.nan { process::now_ns() } else { 0 };
+    checks.nan = checks.nan && s.should_scan(site, scan_started);
     let device = RealDevice;
     let handles = if call.lt { &s.lt_handles } else { &s.handles };
-    with_scan_buffer(|buf| {
+    let body = |buf: &mut Vec<u8>| {
         let mut check = MatmulCheck::before(call, checks, s.config.scan_bytes, handles, &s.allocations, known, &device, buf);
         // A fault found before the call is on disk before the call runs: a call with bad
         // pointers may well crash the process inside the library.
@@ -321,11 +327,22 @@ pub fn run(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, call: MatmulCa
         } else {
             status
         };
-        s.record_call(hook, seq, returned, process::thread_id(), process::now_ns(), record);
+        let now = process::now_ns();
+        if checks.nan {
+            // The whole guarded call counts against the budget: scans dominate it.
+            s.add_scan_time(now.saturating_sub(scan_started));
+        }
+        s.record_scanned_call(hook, seq, returned, process::thread_id(), now, record, checks.nan);
         let stage = if early { Stage::Amend } else { Stage::AfterCall };
         finish(s, hook, seq, &check, returned, record, extra, &device, stage);
         returned
-    })
+    };
+    // Only scans use the buffer: without them the thread-local is not touched at all.
+    if checks.nan {
+        with_scan_buffer(body)
+    } else {
+        body(&mut Vec::new())
+    }
 }
 
 /// When a fault is written: before the call (status not known yet), amended after it, or
@@ -342,7 +359,7 @@ fn finish(
     s: &Session,
     hook: usize,
     seq: u64,
-    check: &MatmulCheck,
+    check: &MatmulCheck<'_>,
     returned: i32,
     record: CallArgs,
     extra: ExArgs,
@@ -378,7 +395,7 @@ fn finish(
     }
 }
 
-fn args_map(s: &Session, record: &CallArgs, extra: ExArgs, check: &MatmulCheck, device: &dyn Device) -> BTreeMap<String, serde_json::Value> {
+fn args_map(s: &Session, record: &CallArgs, extra: ExArgs, check: &MatmulCheck<'_>, device: &dyn Device) -> BTreeMap<String, serde_json::Value> {
     use serde_json::json;
     let mut map = session::args_map(record);
     let host_mode = check.call.pointer_mode.or(check.handle.map(|h| h.pointer_mode)) == Some(0);
@@ -436,7 +453,7 @@ fn scalar_json(dtype: DType, bytes: [u8; 8]) -> serde_json::Value {
     }
 }
 
-fn operand_record(op: &OperandReport) -> Operand {
+fn operand_record(op: &OperandReport<'_>) -> Operand {
     let spec = op.spec;
     let (batch_count, stride) = match spec.members {
         crate::check::matmul::Members::One => (None, None),

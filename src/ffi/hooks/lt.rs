@@ -222,5 +222,5 @@ pub fn matmul(
         reduced_precision_compute: reduced,
         operands,
     };
-    gemm::run(s, hook, forward, call, record, extra)
+    gemm::run(s, hook, forward, &call, record, extra)
 }

@@ -1,0 +1,58 @@
+//! The guard's cost per intercepted call, measured on whole processes: the same GEMM loop
+//! (benches/c/gemm_loop.c, on the stand-in stack) runs bare and guarded, interleaved
+//! (A B A B ...), and the medians of its own per-call timings are compared.
+//!   cargo bench --bench overhead
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const ROUNDS: usize = 9;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    let standin = PathBuf::from(env!("CUBLASGUARD_STANDIN_DIR"));
+    let exe = std::env::current_exe().expect("bench exe");
+    let guard = exe.parent().expect("deps").join("libcublasguard.so");
+    assert!(guard.exists(), "{} missing", guard.display());
+    let program = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gemm_loop");
+    let built = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&program)
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/c/gemm_loop.c"))
+        .arg(format!("-I{}", standin.join("include").display()))
+        .arg(format!("-L{}", standin.join("lib").display()))
+        .args(["-lcublas", "-lcudart"])
+        .status()
+        .expect("cc");
+    assert!(built.success());
+    let libpath = format!("{}:{}", standin.join("lib").display(), standin.join("driver").display());
+    let time = |dims: [&str; 4], checks: Option<&str>| -> f64 {
+        let mut cmd = Command::new(&program);
+        cmd.args(dims).env("LD_LIBRARY_PATH", &libpath).env_remove("LD_PRELOAD").env_remove("CUBLASGUARD_TRACE");
+        if let Some(checks) = checks {
+            cmd.env("LD_PRELOAD", &guard).env("CUBLASGUARD_CHECKS", checks).env("CUBLASGUARD_QUIET", "1");
+        }
+        let out = cmd.output().expect("run gemm_loop");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().parse().expect("ns per call")
+    };
+    println!("{:<42} {:>12} {:>12} {:>12} {:>8}", "workload", "bare ns", "guarded ns", "added ns", "ratio");
+    for (label, dims, checks) in [
+        ("2x2x2 sgemm, checks args,bounds", ["2", "2", "2", "200000"], "args,bounds"),
+        ("2x2x2 sgemm, all checks", ["2", "2", "2", "50000"], "all"),
+        ("64x64x64 sgemm, args,bounds", ["64", "64", "64", "2000"], "args,bounds"),
+        ("64x64x64 sgemm, all checks", ["64", "64", "64", "2000"], "all"),
+    ] {
+        let (mut bare, mut guarded) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            bare.push(time(dims, None));
+            guarded.push(time(dims, Some(checks)));
+        }
+        let (b, g) = (median(bare), median(guarded));
+        println!("{label:<42} {b:>12.1} {g:>12.1} {:>12.1} {:>8.3}", g - b, g / b);
+    }
+}
