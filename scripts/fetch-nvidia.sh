@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs NVIDIA's CUDA runtime and cuBLAS (with cublasLt) from PyPI, pinned, for CUDA 12 and
-# CUDA 13, into a cache folder outside the repository (they are large: about 1.3 GB each
+# CUDA 13 (and CUDA 12's ptxas), into a cache folder outside the repository (they are large: about 1.3 GB each
 # unpacked). tests/nvidia.rs runs against them; .ci/run calls this script first.
 # The CUDA 13 versions are the ones PyTorch 2.15's wheel pins (cuda-toolkit 13.2.2).
 set -euo pipefail
@@ -21,3 +21,5 @@ install() {
 
 install nvidia-cu12 nvidia-cuda-runtime-cu12==12.9.79 nvidia-cublas-cu12==12.9.3.13
 install nvidia-cu13 nvidia-cuda-runtime==13.2.86 nvidia-cublas==13.4.1.3
+# ptxas, to check that the on-device scan's PTX assembles (tests/ptx.rs).
+install nvidia-nvcc-cu12 nvidia-cuda-nvcc-cu12==12.9.86

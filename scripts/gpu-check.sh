@@ -130,6 +130,32 @@ if [ -x "$out/mlp" ]; then
     run_c "cublasLt linear width" 'faults[0]["kind"] == "invalid_argument"' "$out/lt_linear" width
 fi
 
+# The on-device scan: known answers and bandwidth, then the same fault found either way.
+say "on-device scan"
+if cc -O2 -o "$out/device_scan_check" tests/c/device_scan_check.c -I"$root/target/release/stand-in/include" \
+    -L"$cuda_lib" -l:libcudart.so.13 -ldl; then
+    LD_LIBRARY_PATH=$cuda_lib CUBLASGUARD_DEVICE_SCAN=on CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib \
+        "$out/device_scan_check" >"$out/device_scan.log" 2>&1
+    code=$?
+    passes=$(grep -c '^PASS' "$out/device_scan.log")
+    fails=$(grep -c '^FAIL' "$out/device_scan.log")
+    if [ "$code" -eq 0 ] && [ "$fails" -eq 0 ]; then
+        row "device scan vs planted NaN/Inf" PASS "$passes cases"
+    else
+        row "device scan vs planted NaN/Inf" FAIL "$fails of $((passes + fails)) wrong, exit $code (see $out/device_scan.log)"
+    fi
+    while read -r line; do
+        row "device scan bandwidth" INFO "${line#bandwidth } (target: ratio >= 0.70)"
+    done < <(grep '^bandwidth' "$out/device_scan.log")
+    CUBLASGUARD_TRACE="$out/train-device-%p.json" CUBLASGUARD_DEVICE_SCAN=on CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib \
+        "$python" examples/train.py --inject nan >"$out/train-device.log" 2>&1
+    code=$?
+    result=$(expect device "$out/train-device-*.json" 'faults and faults[0]["kind"] == "nonfinite_input"' "$code")
+    row "train.py nan, device scan" "${result%% *}" "${result#* }"
+else
+    row "device scan" FAIL "could not build tests/c/device_scan_check.c"
+fi
+
 echo
 echo "cublasguard GPU check, $(date -u +%Y-%m-%dT%H:%MZ), $gpu, $(git rev-parse --short HEAD 2>/dev/null)"
 printf '%-34s %-5s %s\n' "check" "" "result"

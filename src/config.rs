@@ -106,6 +106,9 @@ pub struct Config {
     /// Keep the time spent scanning under this fraction of wall time by skipping scans
     /// (argument and bounds checks always run); `None`: no budget.
     pub budget: Option<f64>,
+    /// Scan operands on the GPU (PTX kernel through the driver API) instead of copying them to
+    /// the host; off by default until verified on real GPUs.
+    pub device_scan: bool,
     /// No banner line at start-up.
     pub quiet: bool,
 }
@@ -123,6 +126,7 @@ impl Default for Config {
             scan_bytes: DEFAULT_SCAN_BYTES,
             scan_every: 1,
             budget: None,
+            device_scan: false,
             quiet: false,
         }
     }
@@ -201,6 +205,13 @@ impl Config {
             match v.trim().parse::<f64>() {
                 Ok(f) if f > 0.0 && f <= 1.0 => config.budget = Some(f),
                 _ => reject("CUBLASGUARD_BUDGET", &v, "not a fraction in (0, 1]".into(), "no budget"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_DEVICE_SCAN") {
+            match v.trim() {
+                "on" | "1" => config.device_scan = true,
+                "off" | "0" => config.device_scan = false,
+                _ => reject("CUBLASGUARD_DEVICE_SCAN", &v, "not on or off".into(), "off"),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_QUIET") {

@@ -59,6 +59,9 @@ pub struct Environment {
     pub libraries: Vec<LoadedLibrary>,
     /// An allow-list of variables (CUDA_*, CUBLAS*, TORCH_*, ...), never the whole environment.
     pub variables: BTreeMap<String, String>,
+    /// Why the on-device scan (CUBLASGUARD_DEVICE_SCAN=on) fell back to the host, if it did.
+    #[serde(default)]
+    pub device_scan_fallback: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -548,7 +548,10 @@ impl<'a> MatmulCheck<'a> {
         let mut b = 0;
         while b < count {
             let addr = member_addr(o.spec, &self.arrays[i], b)?;
-            let s = scan::scan_matrix(&reader, addr, o.spec.shape, o.spec.dtype, buf, per_member).ok()?;
+            let s = match device.scan_on_device(addr, o.spec.shape, o.spec.dtype, self.stream()) {
+                Some(s) => s,
+                None => scan::scan_matrix(&reader, addr, o.spec.shape, o.spec.dtype, buf, per_member).ok()?,
+            };
             if (s.nan > 0 || s.inf > 0) && bad.is_none() {
                 bad = Some(b);
                 total_scan.first_nonfinite = s.first_nonfinite;

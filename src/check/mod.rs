@@ -22,6 +22,10 @@ pub trait Device {
     fn synchronize(&self, stream: u64) -> i32;
     /// Whether `stream` is capturing a CUDA graph; `None` when unknown.
     fn is_capturing(&self, stream: u64) -> Option<bool>;
+    /// Scans a matrix on the device itself, on `stream`; `None`: scan it on the host.
+    fn scan_on_device(&self, _addr: u64, _shape: crate::validate::StoredShape, _dtype: crate::scan::DType, _stream: u64) -> Option<crate::scan::MatrixScan> {
+        None
+    }
 }
 
 /// A fault found by a check, before the call's outcome is known.

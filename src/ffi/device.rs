@@ -57,9 +57,19 @@ fn quietly(call: impl FnOnce() -> c_int) -> c_int {
     code
 }
 
-pub struct RealDevice;
+/// The guard's view of the CUDA runtime (and, when enabled, of the driver for on-device scans).
+pub struct RealDevice {
+    pub scan_on_device: bool,
+}
 
 impl Device for RealDevice {
+    fn scan_on_device(&self, addr: u64, shape: crate::validate::StoredShape, dtype: crate::scan::DType, stream: u64) -> Option<crate::scan::MatrixScan> {
+        if !self.scan_on_device {
+            return None;
+        }
+        super::device_scan::scan(addr, shape, dtype, stream)
+    }
+
     fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
         type F = unsafe extern "C" fn(*mut PointerAttributes, *const c_void) -> c_int;
         // SAFETY: true signature; attrs is a valid out-parameter of the right layout.

@@ -92,6 +92,7 @@ pub fn collect(driver_error: Option<String>, live: bool) -> Environment {
         driver: DriverState { loaded: driver_loaded, version: versions.driver, error: driver_error },
         libraries,
         variables,
+        device_scan_fallback: super::device_scan::failure(),
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod backtrace;
 pub mod crash;
 pub mod device;
+pub mod device_scan;
 pub mod environment;
 pub mod hooks;
 pub mod lifecycle;

@@ -300,7 +300,7 @@ pub fn run(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, call: &MatmulC
     };
     let scan_started = if checks.nan { process::now_ns() } else { 0 };
     checks.nan = checks.nan && s.should_scan(site, scan_started);
-    let device = RealDevice;
+    let device = RealDevice { scan_on_device: s.config.device_scan };
     let handles = if call.lt { &s.lt_handles } else { &s.handles };
     let body = |buf: &mut Vec<u8>| {
         let mut check = MatmulCheck::before(call, checks, s.config.scan_bytes, handles, &s.allocations, known, &device, buf);
