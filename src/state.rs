@@ -9,17 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::validate::Span;
 
 /// A cuBLAS handle's settings, as the program last set them through hooked calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HandleState {
     pub stream: u64,
     pub pointer_mode: i32,
     pub math_mode: i32,
-}
-
-impl Default for HandleState {
-    fn default() -> Self {
-        Self { stream: 0, pointer_mode: 0, math_mode: 0 }
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

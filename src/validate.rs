@@ -211,6 +211,7 @@ pub fn containment(ptr: u64, extent: u64, allocation: Span) -> Containment {
 mod tests {
     use super::*;
 
+    #[allow(clippy::too_many_arguments)]
     fn args(transa: i32, transb: i32, m: i64, n: i64, k: i64, lda: i64, ldb: i64, ldc: i64) -> GemmArgs {
         GemmArgs {
             transa: Operation::decode(transa),

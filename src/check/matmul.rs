@@ -789,6 +789,10 @@ mod tests {
         operands: Vec<(Option<u64>, Option<(u64, u64)>, Option<u64>)>,
     }
 
+    fn strided(name: &'static str, ptr: u64, role: Role) -> OperandSpec {
+        OperandSpec { name, ptr, shape: shape(2, 2), dtype: DType::F32, members: Members::Strided { count: 3, stride: 4 }, role }
+    }
+
     fn run(call: MatmulCall, allocations: &Allocations, model: &Model) -> Outcome {
         let handles = Handles::default();
         handles.created(7);
@@ -812,14 +816,6 @@ mod tests {
         model.put(&allocs, 0x1000, f32s(&batch));
         model.put(&allocs, 0x2000, f32s(&[1.0; 12]));
         model.put(&allocs, 0x3000, f32s(&[0.0; 12]));
-        let strided = |name, ptr, role| OperandSpec {
-            name,
-            ptr,
-            shape: shape(2, 2),
-            dtype: DType::F32,
-            members: Members::Strided { count: 3, stride: 4 },
-            role,
-        };
         let c = run(
             call(strided("A", 0x1000, Role::Input), strided("B", 0x2000, Role::Input), strided("C", 0x3000, Role::Accumulator)),
             &allocs,
@@ -838,14 +834,6 @@ mod tests {
         model.put(&allocs, 0x1000, f32s(&[1.0; 10])); // 2.5 members of 4 floats
         model.put(&allocs, 0x2000, f32s(&[1.0; 12]));
         model.put(&allocs, 0x3000, f32s(&[0.0; 12]));
-        let strided = |name, ptr, role| OperandSpec {
-            name,
-            ptr,
-            shape: shape(2, 2),
-            dtype: DType::F32,
-            members: Members::Strided { count: 3, stride: 4 },
-            role,
-        };
         let c = run(
             call(strided("A", 0x1000, Role::Input), strided("B", 0x2000, Role::Input), strided("C", 0x3000, Role::Accumulator)),
             &allocs,

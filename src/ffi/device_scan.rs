@@ -50,7 +50,10 @@ fn load_driver() -> Result<Driver, String> {
                 if p.is_null() {
                     return Err(format!("the driver has no {}", $name));
                 }
-                std::mem::transmute::<*mut c_void, _>(p)
+                // The target type is the Driver field's signature.
+                #[allow(clippy::missing_transmute_annotations)]
+                let f = std::mem::transmute::<*mut c_void, _>(p);
+                f
             }};
         }
         Ok(Driver {
@@ -186,19 +189,6 @@ pub fn scan(addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_kernel_is_shipped_with_its_entry_point() {
-        assert!(KERNEL_PTX.contains(".visible .entry cublasguard_nonfinite("));
-        assert!(KERNEL_PTX.contains(".target sm_70"));
-        assert_eq!(kind(DType::BF16), Some(14));
-        assert_eq!(kind(DType::I8), None);
-    }
-}
-
 /// For scripts/gpu-check.sh: scans `rows x cols` (leading dimension `ld`) elements of
 /// `cuda_data_type` at device address `data` on the device, writing NaN count, Inf count and
 /// the first bad stored index (or all ones) to `out`. Returns 0, or -1 when the device scan
@@ -229,5 +219,18 @@ pub unsafe extern "C" fn cublasguard_scan_on_device(
             0
         }
         _ => -1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_is_shipped_with_its_entry_point() {
+        assert!(KERNEL_PTX.contains(".visible .entry cublasguard_nonfinite("));
+        assert!(KERNEL_PTX.contains(".target sm_70"));
+        assert_eq!(kind(DType::BF16), Some(14));
+        assert_eq!(kind(DType::I8), None);
     }
 }

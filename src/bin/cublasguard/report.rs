@@ -283,7 +283,7 @@ mod tests {
     fn folder_without_traces_is_an_error() {
         let dir = std::env::temp_dir().join(format!("cg-report-empty-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        assert!(expand(&[dir.clone()]).unwrap_err().contains("no .json trace files"));
+        assert!(expand(std::slice::from_ref(&dir)).unwrap_err().contains("no .json trace files"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -9,7 +9,7 @@ use crate::cuda;
 use crate::ffi::{lifecycle, process};
 use crate::recorder::CallArgs;
 use crate::session::Session;
-use crate::state::{HandleLookup, HandleState};
+use crate::state::{HandleLookup, HandleState, Handles};
 use crate::trace::{hex, FaultKind};
 
 fn api(hook: usize) -> &'static str {
@@ -17,13 +17,19 @@ fn api(hook: usize) -> &'static str {
 }
 
 pub fn create(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut Handle) -> c_int {
+    create_handle(s, hook, forward, out, &s.handles)
+}
+
+/// cublasCreate and cublasLtCreate: the new handle into its table; a failure is reported
+/// with its cause (NOT_INITIALIZED: CUDA could not start).
+pub fn create_handle(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut Handle, table: &Handles) -> c_int {
     let seq = s.begin(hook);
     let status = forward();
     let mut handle = 0u64;
     if status == cuda::CUBLAS_SUCCESS && !out.is_null() {
-        // SAFETY: on success cuBLAS wrote the new handle through `out`.
+        // SAFETY: on success the library wrote the new handle through `out`.
         handle = unsafe { out.read() } as u64;
-        s.handles.created(handle);
+        table.created(handle);
     }
     s.record_call(hook, seq, status, process::thread_id(), process::now_ns(), CallArgs::Handle { handle, value: 0 });
     if status == cuda::CUBLAS_NOT_INITIALIZED {

@@ -75,19 +75,7 @@ fn read_desc(desc: *mut c_void) -> Option<MatmulDesc> {
 }
 
 pub fn create(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut *mut c_void) -> c_int {
-    let seq = s.begin(hook);
-    let status = forward();
-    let mut handle = 0u64;
-    if status == cuda::CUBLAS_SUCCESS && !out.is_null() {
-        // SAFETY: on success cublasLt wrote the new handle through `out`.
-        handle = unsafe { out.read() } as u64;
-        s.lt_handles.created(handle);
-    }
-    s.record_call(hook, seq, status, process::thread_id(), process::now_ns(), CallArgs::Handle { handle, value: 0 });
-    if status == cuda::CUBLAS_NOT_INITIALIZED {
-        super::report_init_failure(s, hook, seq, status, cuda::cublas_status_name(status), None);
-    }
-    status
+    super::cublas::create_handle(s, hook, forward, out, &s.lt_handles)
 }
 
 pub fn destroy(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, handle: *mut c_void) -> c_int {
