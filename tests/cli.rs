@@ -238,6 +238,19 @@ fn demo_runs_and_reports_the_injected_nan() {
 }
 
 #[test]
+fn the_guard_library_is_found_without_being_told_where() {
+    // As after `cargo run --release -- demo` on a fresh clone: the library sits in deps/.
+    let out = Command::new(env!("CARGO_BIN_EXE_cublasguard"))
+        .arg("demo")
+        .current_dir(temp_dir("cli-demo-find"))
+        .env_remove("CUBLASGUARD_LIB")
+        .output()
+        .expect("run demo");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("cublasguard report:"));
+}
+
+#[test]
 fn every_subcommand_has_help() {
     for sub in ["run", "report", "doctor", "timeline", "demo"] {
         let out = cublasguard(&[sub, "--help"], Path::new("."), &[]);

@@ -25,7 +25,8 @@ pub struct Options {
     pub stdout_to_stderr: bool,
 }
 
-/// `CUBLASGUARD_LIB`, else beside this executable, else in ../lib.
+/// `CUBLASGUARD_LIB`, else beside this executable (or in its `deps/`, where `cargo run` and
+/// `cargo test` leave it without copying it up: the newer of the two), else in ../lib.
 pub fn find_guard_library() -> Result<PathBuf, CliError> {
     if let Some(path) = std::env::var_os("CUBLASGUARD_LIB") {
         let path = PathBuf::from(path);
@@ -37,12 +38,20 @@ pub fn find_guard_library() -> Result<PathBuf, CliError> {
     }
     let exe = std::env::current_exe().map_err(|e| CliError::usage(format!("cannot locate this executable: {e}")))?;
     let dir = exe.parent().unwrap_or(Path::new("."));
-    let candidates = [dir.join("libcublasguard.so"), dir.join("../lib/libcublasguard.so")];
-    candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
+    let beside = [dir.join("libcublasguard.so"), dir.join("deps/libcublasguard.so")];
+    let newest = beside
+        .iter()
+        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(modified, _)| *modified)
+        .map(|(_, p)| p.clone());
+    let installed = dir.join("../lib/libcublasguard.so");
+    newest.or_else(|| installed.is_file().then_some(installed.clone())).ok_or_else(|| {
         CliError::usage(format!(
-            "libcublasguard.so not found (looked at {} and {}); build it with `cargo build --release` or set CUBLASGUARD_LIB",
-            candidates[0].display(),
-            candidates[1].display()
+            "libcublasguard.so not found (looked at {}, {} and {}); build it with `cargo build --release` or set \
+             CUBLASGUARD_LIB",
+            beside[0].display(),
+            beside[1].display(),
+            installed.display()
         ))
     })
 }
