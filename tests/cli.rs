@@ -64,6 +64,20 @@ fn run_guards_and_keeps_the_exit_status() {
 }
 
 #[test]
+fn a_wrapper_shell_that_uses_no_cuda_stays_silent() {
+    let dir = temp_dir("cli-shell");
+    let program = scenarios().display().to_string();
+    let env = [("LD_LIBRARY_PATH", standin_path(true))];
+    let script = format!("{program} clean; true");
+    let out = cublasguard(&["run", "--", "sh", "-c", &script], &dir, &env);
+    assert_eq!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert_eq!(err.matches("cublasguard: guarding pid").count(), 1, "only the CUDA program is guarded aloud: {err}");
+    let traces: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).collect();
+    assert_eq!(traces.len(), 1, "one trace, the program's, not the shell's");
+}
+
+#[test]
 fn run_passes_options_and_keeps_an_existing_preload() {
     let dir = temp_dir("cli-options");
     let program = scenarios().display().to_string();

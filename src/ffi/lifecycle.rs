@@ -218,13 +218,14 @@ fn at_exit() {
     if DISABLED.load(Ordering::Relaxed) || process::is_privileged() || EXITED.swap(true, Ordering::SeqCst) {
         return;
     }
-    // A process that never reached a hook still gets its trace when one was asked for.
-    if SESSION.get().is_none() && process::var("CUBLASGUARD_TRACE").is_none() {
+    let cuda_loaded = !environment::cuda_libraries().is_empty();
+    // A process that never reached a hook still gets its trace when one was asked for, if it
+    // used CUDA at all: a shell wrapping the program must stay silent.
+    if SESSION.get().is_none() && (process::var("CUBLASGUARD_TRACE").is_none() || !cuda_loaded) {
         return;
     }
     // Not `session()`: arming it would call into CUDA libraries that may be torn down by now.
     let s = SESSION.get_or_init(start);
-    let cuda_loaded = !environment::cuda_libraries().is_empty();
     if !s.should_write_at_exit(cuda_loaded) {
         return;
     }
