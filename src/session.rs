@@ -37,6 +37,9 @@ pub struct Session {
     pub allocations: Allocations,
     pub recorder: Recorder,
     identity: Mutex<Identity>,
+    /// `identity.process.started_at_ns`, readable without the lock (the scan budget asks on
+    /// every call).
+    started_ns: AtomicU64,
     /// This process is the child of a fork() made after the guard started.
     forked_child: AtomicBool,
     hook_names: &'static [&'static str],
@@ -72,6 +75,7 @@ impl Session {
             lt_handles: Handles::default(),
             allocations: Allocations::default(),
             recorder: Recorder::new(ring),
+            started_ns: AtomicU64::new(process.started_at_ns),
             identity: Mutex::new(Identity { process, trace_path }),
             forked_child: AtomicBool::new(false),
             hook_names,
@@ -104,6 +108,7 @@ impl Session {
     /// parent's faults are the parent's). Handles, allocations and the recent calls are kept:
     /// the child inherited them.
     pub fn start_child(&self, identity: Identity) {
+        self.started_ns.store(identity.process.started_at_ns, Ordering::Relaxed);
         *self.identity.lock() = identity;
         self.forked_child.store(true, Ordering::Relaxed);
         self.faults.lock().clear();
@@ -147,7 +152,7 @@ impl Session {
         let within_budget = match self.config.budget {
             None => true,
             Some(fraction) => {
-                let elapsed = now_ns.saturating_sub(self.identity.lock().process.started_at_ns).max(1);
+                let elapsed = now_ns.saturating_sub(self.started_ns.load(Ordering::Relaxed)).max(1);
                 (self.scan_ns.load(Ordering::Relaxed) as f64) < fraction * elapsed as f64
             }
         };

@@ -205,6 +205,17 @@ fn cublaslt_faults_name_m_n_k_and_the_bias() {
 }
 
 #[test]
+fn a_cublaslt_handle_destroyed_twice_is_named() {
+    let run = linear("double_destroy", "f32", true);
+    assert!(run.stdout().contains("destroy again=1"), "{}", run.stdout());
+    let t = run.trace();
+    let f = only_fault(&t);
+    assert_eq!((f.api.as_str(), f.kind), ("cublasLtDestroy", FaultKind::InvalidHandle));
+    assert!(f.message.contains("was destroyed by cublasLtDestroy at call #"), "{}", f.message);
+    assert!(f.args["handle"].as_str().is_some_and(|h| h.starts_with("0x")));
+}
+
+#[test]
 fn the_report_recognises_a_linear_layer_in_cublaslt() {
     let run = linear("nan_input", "f32", true);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_cublasguard"))

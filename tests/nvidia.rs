@@ -205,22 +205,7 @@ fn argument_checks_agree_with_the_libraries() {
         }
     }
     // The same table behind a live stand-in handle.
-    let standin_build = {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("programs").join(format!("real_nvidia_standin_{}", std::process::id()));
-        let s = standin();
-        let ok = Command::new("cc")
-            .args(["-O1", "-Wall", "-Werror", "-o"])
-            .arg(&out)
-            .arg(manifest_dir().join("tests/c/real_nvidia.c"))
-            .arg(format!("-I{}", s.join("include").display()))
-            .arg(format!("-L{}", s.join("lib").display()))
-            .args(["-lcublasLt", "-lcublas", "-lcudart"])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-        out
-    };
+    let standin_build = build_c("real_nvidia", &["real_nvidia.c"], false);
     let env = [("REAL_NVIDIA_HANDLE", "1")];
     let run = run(Launch { env: &env, ..Launch::new(&standin_build, &[]) });
     let t = run.trace();

@@ -431,7 +431,7 @@ impl<'a> MatmulCheck<'a> {
                     Err(MemberProblem::Untracked) => all_inside = false,
                     Err(MemberProblem::Host(t)) => {
                         let seen = t.map(|t| format!("{t:?}")).unwrap_or_else(|| "unknown".into());
-                        let mut f = Finding::new(
+                        let f = Finding::new(
                             FaultKind::HostPointer,
                             format!(
                                 "{} at {} is not device memory (cudaPointerGetAttributes says {seen}, and no live \
@@ -440,7 +440,6 @@ impl<'a> MatmulCheck<'a> {
                                 hex(addr)
                             ),
                         );
-                        f.error = None;
                         if let Some(o) = self.operands[i].as_mut() {
                             o.bad_member = (count > 1).then_some(b);
                         }

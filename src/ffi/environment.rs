@@ -99,6 +99,16 @@ pub fn collect(driver_error: Option<String>, live: bool) -> Environment {
 type IntOut = unsafe extern "C" fn(*mut c_int) -> c_int;
 type Init = unsafe extern "C" fn(c_uint) -> c_int;
 
+/// `cuDriverGetVersion` through an open libcuda.so.1 handle.
+///
+/// # Safety
+/// `handle` is a live dlopen handle of libcuda.so.1.
+unsafe fn driver_version(handle: *mut libc::c_void) -> Option<i32> {
+    let f = libc::dlsym(handle, c"cuDriverGetVersion".as_ptr());
+    let mut v: c_int = 0;
+    (!f.is_null() && std::mem::transmute::<*mut libc::c_void, IntOut>(f)(&mut v) == 0).then_some(v)
+}
+
 /// `cuDriverGetVersion`, when libcuda.so.1 is already mapped (never loads it).
 fn driver_version_if_loaded() -> Option<i32> {
     // SAFETY: RTLD_NOLOAD never maps anything; dlsym'd symbol has the driver API signature.
@@ -107,11 +117,9 @@ fn driver_version_if_loaded() -> Option<i32> {
         if handle.is_null() {
             return None;
         }
-        let f = libc::dlsym(handle, c"cuDriverGetVersion".as_ptr());
-        let mut v: c_int = 0;
-        let ok = !f.is_null() && std::mem::transmute::<*mut libc::c_void, IntOut>(f)(&mut v) == 0;
+        let version = driver_version(handle);
         libc::dlclose(handle);
-        (ok && v > 0).then_some(v)
+        version.filter(|&v| v > 0)
     }
 }
 
@@ -137,13 +145,7 @@ pub fn probe_driver(device_count: Option<(i32, Option<i32>)>) -> DriverProbe {
             return probe;
         }
         probe.driver_loadable = true;
-        let get_version = libc::dlsym(handle, c"cuDriverGetVersion".as_ptr());
-        if !get_version.is_null() {
-            let mut v: c_int = 0;
-            if std::mem::transmute::<*mut libc::c_void, IntOut>(get_version)(&mut v) == 0 {
-                probe.driver_version = Some(v);
-            }
-        }
+        probe.driver_version = driver_version(handle);
         let init = libc::dlsym(handle, c"cuInit".as_ptr());
         if !init.is_null() {
             probe.cu_init = Some(std::mem::transmute::<*mut libc::c_void, Init>(init)(0));

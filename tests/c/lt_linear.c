@@ -5,7 +5,7 @@
  * limit; the heuristic's algorithm; D written in place of C.
  *   lt_linear CASE [f32|bf16]
  *     clean | nan_input | nan_bias | width (the input has 12 features, not 8) | bias_short
- *     (the bias holds 8 values, not 16) | workspace_short | overflow */
+ *     (the bias holds 8 values, not 16) | workspace_short | overflow | double_destroy */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,5 +95,6 @@ int main(int argc, char **argv) {
     cublasLtMatmulDescDestroy(desc);
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtDestroy(lt);
+    if (!strcmp(c, "double_destroy")) printf("destroy again=%d\n", cublasLtDestroy(lt));
     return 0;
 }

@@ -12,10 +12,6 @@ use crate::session::Session;
 use crate::state::{HandleLookup, HandleState, Handles};
 use crate::trace::{hex, FaultKind};
 
-fn api(hook: usize) -> &'static str {
-    super::HOOK_NAMES.get(hook).copied().unwrap_or("cublas")
-}
-
 pub fn create(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut Handle) -> c_int {
     create_handle(s, hook, forward, out, &s.handles)
 }
@@ -36,20 +32,33 @@ pub fn create_handle(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out:
         super::report_init_failure(s, hook, seq, status, cuda::cublas_status_name(status), None);
     } else if status != cuda::CUBLAS_SUCCESS {
         let finding = Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cublas_status_name(status)));
-        let fault = lifecycle::new_fault(s, seq, api(hook), finding, status, cuda::cublas_status_name(status));
+        let fault = lifecycle::new_fault(s, seq, super::hook_name(hook), finding, status, cuda::cublas_status_name(status));
         lifecycle::report(s, fault);
     }
     status
 }
 
 pub fn destroy(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, handle: Handle) -> c_int {
+    destroy_handle(s, hook, forward, handle, &s.handles, CUBLAS)
+}
+
+/// The create/destroy pair that owns a handle table, for naming misuse.
+pub struct HandleApi {
+    pub create: &'static str,
+    pub destroy: &'static str,
+}
+
+pub const CUBLAS: HandleApi = HandleApi { create: "cublasCreate", destroy: "cublasDestroy" };
+
+/// cublasDestroy and cublasLtDestroy: the handle leaves its table when the library agrees.
+pub fn destroy_handle(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, handle: Handle, table: &Handles, names: HandleApi) -> c_int {
     let seq = s.begin(hook);
-    let before = s.handles.lookup(handle as u64);
+    let before = table.lookup(handle as u64);
     let status = forward();
     if status == cuda::CUBLAS_SUCCESS {
-        s.handles.destroyed(handle as u64, seq);
+        table.destroyed(handle as u64, seq);
     }
-    finish_setter(s, hook, seq, handle, 0, before, status);
+    finish_handle_call(s, hook, seq, handle, None, before, status, names);
     status
 }
 
@@ -68,30 +77,43 @@ fn setter(
     if status == cuda::CUBLAS_SUCCESS {
         s.handles.update(handle as u64, apply);
     }
-    finish_setter(s, hook, seq, handle, value, before, status);
+    finish_handle_call(s, hook, seq, handle, Some(value), before, status, CUBLAS);
     status
 }
 
-fn finish_setter(s: &Session, hook: usize, seq: u64, handle: Handle, value: i64, before: HandleLookup, status: c_int) {
+/// Records a call on a handle (`value`: what a setter set) and reports its failure, naming a
+/// destroyed or unknown handle.
+#[allow(clippy::too_many_arguments)]
+fn finish_handle_call(
+    s: &Session,
+    hook: usize,
+    seq: u64,
+    handle: Handle,
+    value: Option<i64>,
+    before: HandleLookup,
+    status: c_int,
+    names: HandleApi,
+) {
     let handle = handle as u64;
-    s.record_call(hook, seq, status, process::thread_id(), process::now_ns(), CallArgs::Handle { handle, value });
+    let record = CallArgs::Handle { handle, value: value.unwrap_or(0) };
+    s.record_call(hook, seq, status, process::thread_id(), process::now_ns(), record);
     if status == cuda::CUBLAS_SUCCESS {
         return;
     }
     let finding = match before {
         HandleLookup::Destroyed(at) if s.config.checks.args => Finding::new(
             FaultKind::InvalidHandle,
-            format!("handle {} was destroyed by cublasDestroy at call #{at}", hex(handle)),
+            format!("handle {} was destroyed by {} at call #{at}", hex(handle), names.destroy),
         ),
         HandleLookup::Unknown if s.config.checks.args => Finding::new(
             FaultKind::InvalidHandle,
-            format!("handle {} was not created by cublasCreate in this process", hex(handle)),
+            format!("handle {} was not created by {} in this process", hex(handle), names.create),
         ),
         _ => Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cublas_status_name(status))),
     };
-    let mut fault = lifecycle::new_fault(s, seq, api(hook), finding, status, cuda::cublas_status_name(status));
+    let mut fault = lifecycle::new_fault(s, seq, super::hook_name(hook), finding, status, cuda::cublas_status_name(status));
     fault.args.insert("handle".into(), serde_json::json!(hex(handle)));
-    if api(hook) != "cublasDestroy_v2" {
+    if let Some(value) = value {
         fault.args.insert("value".into(), serde_json::json!(value));
     }
     lifecycle::report(s, fault);

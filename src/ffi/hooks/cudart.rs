@@ -12,10 +12,6 @@ use crate::session::Session;
 use crate::state::Allocation;
 use crate::trace::{hex, FaultKind};
 
-fn api(hook: usize) -> &'static str {
-    super::HOOK_NAMES.get(hook).copied().unwrap_or("cuda")
-}
-
 
 fn allocate(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut *mut c_void, size: usize, stream: Option<Stream>) -> c_int {
     let seq = s.begin(hook);
@@ -39,12 +35,12 @@ fn allocate(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut *mu
     let finding = if status == 2 {
         Finding::new(
             FaultKind::AllocFailed,
-            format!("{} of {size} bytes failed: out of device memory (see memory for what was free)", api(hook)),
+            format!("{} of {size} bytes failed: out of device memory (see memory for what was free)", super::hook_name(hook)),
         )
     } else {
         Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cuda_error_name(status)))
     };
-    let mut fault = lifecycle::new_fault(s, seq, api(hook), finding, status, cuda::cuda_error_name(status));
+    let mut fault = lifecycle::new_fault(s, seq, super::hook_name(hook), finding, status, cuda::cuda_error_name(status));
     fault.args.insert("size".into(), serde_json::json!(size));
     fault.stream = stream.map(hex);
     lifecycle::report(s, fault);
@@ -82,7 +78,7 @@ fn release(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, ptr: *mut c_vo
             hex(base)
         ));
     }
-    let mut fault = lifecycle::new_fault(s, seq, api(hook), Finding::new(FaultKind::ApiError, message), status, cuda::cuda_error_name(status));
+    let mut fault = lifecycle::new_fault(s, seq, super::hook_name(hook), Finding::new(FaultKind::ApiError, message), status, cuda::cuda_error_name(status));
     fault.args.insert("devPtr".into(), serde_json::json!(hex(base)));
     fault.stream = stream.map(hex);
     lifecycle::report(s, fault);

@@ -367,7 +367,7 @@ fn finish(
     stage: Stage,
 ) {
     let Some(finding) = check.finding.clone() else { return };
-    let api = super::HOOK_NAMES.get(hook).copied().unwrap_or("gemm");
+    let api = super::hook_name(hook);
     let status_name = if returned < 0 { "not returned (the fault was recorded before the call ran)" } else { cuda::cublas_status_name(returned) };
     let mut fault = lifecycle::new_fault(s, seq, api, finding, returned, status_name);
     let state = check.handle.unwrap_or_default();

@@ -3,19 +3,17 @@
 
 use std::ffi::{c_int, c_void};
 
+use super::cublas;
 use super::gemm::{self, ExArgs};
 use super::Stream;
 use crate::check::lt::{self, Layout, MatmulDesc};
 use crate::check::matmul::{MatmulCall, Members, OperandSpec, Role, MAX_OPERANDS};
-use crate::check::Finding;
-use crate::cuda::{self, ComputeType};
+use crate::cuda::ComputeType;
 use crate::ffi::real::{Library, RealSymbol};
-use crate::ffi::{lifecycle, process};
 use crate::recorder::CallArgs;
 use crate::scan::DType;
 use crate::session::Session;
-use crate::state::HandleLookup;
-use crate::trace::{hex, FaultKind};
+use crate::trace::hex;
 use crate::validate::StoredShape;
 
 type Ptr = *const c_void;
@@ -75,28 +73,12 @@ fn read_desc(desc: *mut c_void) -> Option<MatmulDesc> {
 }
 
 pub fn create(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut *mut c_void) -> c_int {
-    super::cublas::create_handle(s, hook, forward, out, &s.lt_handles)
+    cublas::create_handle(s, hook, forward, out, &s.lt_handles)
 }
 
 pub fn destroy(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, handle: *mut c_void) -> c_int {
-    let seq = s.begin(hook);
-    let before = s.lt_handles.lookup(handle as u64);
-    let status = forward();
-    if status == cuda::CUBLAS_SUCCESS {
-        s.lt_handles.destroyed(handle as u64, seq);
-    }
-    s.record_call(hook, seq, status, process::thread_id(), process::now_ns(), CallArgs::Handle { handle: handle as u64, value: 0 });
-    if status != cuda::CUBLAS_SUCCESS {
-        let message = match before {
-            HandleLookup::Destroyed(at) => format!("handle {} was destroyed by cublasLtDestroy at call #{at}", hex(handle as u64)),
-            HandleLookup::Unknown => format!("handle {} was not created by cublasLtCreate in this process", hex(handle as u64)),
-            HandleLookup::Alive(_) => format!("returned {} ({status})", cuda::cublas_status_name(status)),
-        };
-        let kind = if matches!(before, HandleLookup::Alive(_)) { FaultKind::ApiError } else { FaultKind::InvalidHandle };
-        let fault = lifecycle::new_fault(s, seq, "cublasLtDestroy", Finding::new(kind, message), status, cuda::cublas_status_name(status));
-        lifecycle::report(s, fault);
-    }
-    status
+    let names = cublas::HandleApi { create: "cublasLtCreate", destroy: "cublasLtDestroy" };
+    cublas::destroy_handle(s, hook, forward, handle, &s.lt_handles, names)
 }
 
 #[allow(clippy::too_many_arguments)]

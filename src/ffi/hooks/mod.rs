@@ -17,6 +17,11 @@ use super::real::{Library, RealSymbol};
 use super::reentry::Reentry;
 use crate::session::Session;
 
+/// The hooked function's name, for faults.
+fn hook_name(hook: usize) -> &'static str {
+    HOOK_NAMES.get(hook).copied().unwrap_or("?")
+}
+
 /// Opaque CUDA handles and streams, as the C API passes them.
 pub type Handle = *mut c_void;
 pub type Stream = *mut c_void;
@@ -75,8 +80,7 @@ fn report_init_failure(
         crate::trace::FaultKind::InitFailed,
         format!("returned {status_name} ({status}): {}", cause.message),
     );
-    let api = HOOK_NAMES.get(hook).copied().unwrap_or("cuda");
-    let mut fault = lifecycle::new_fault(s, seq, api, finding, status, status_name);
+    let mut fault = lifecycle::new_fault(s, seq, hook_name(hook), finding, status, status_name);
     fault.cause = Some(cause);
     lifecycle::report(s, fault);
 }
