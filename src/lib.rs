@@ -9,6 +9,7 @@ pub mod check;
 pub mod config;
 pub mod cuda;
 pub mod ffi;
+pub(crate) mod guard;
 pub mod recorder;
 pub mod scan;
 pub mod session;

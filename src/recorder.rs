@@ -1,7 +1,13 @@
-//! The flight recorder: a fixed ring of the most recent intercepted calls. Entries are plain
-//! `Copy` data, so recording a call allocates nothing.
+//! The flight recorder: a fixed ring of the most recent intercepted calls that takes no lock.
+//! Each slot is a sequence lock over plain atomic words: a writer marks the slot odd, stores the
+//! call, marks it even; a reader keeps what it read only when the mark did not move meanwhile.
+//! So recording costs a few stores, and a signal handler reads the ring without waiting for a
+//! thread that may have crashed in the middle of writing it.
+//!
+//! A call's arguments are rendered in one place, `CallArgs::visit`, for both the trace (serde)
+//! and the signal-safe crash writer (which cannot allocate).
 
-use parking_lot::Mutex;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// The arguments worth keeping for a call, in a fixed-size form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,10 +19,82 @@ pub enum CallArgs {
     Handle { handle: u64, value: i64 },
 }
 
+/// One argument's value, as both renderers need it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgValue {
+    Int(i64),
+    /// A pointer, handle or stream: rendered as a hex string.
+    Address(u64),
+    /// A `cublasOperation_t`: rendered as N, T, C or unknown(v).
+    Operation(i32),
+}
+
+impl ArgValue {
+    /// The operation's label without allocating (`None`: an unknown value).
+    pub fn operation_label(raw: i32) -> Option<&'static str> {
+        match raw {
+            0 => Some("N"),
+            1 => Some("T"),
+            2 => Some("C"),
+            _ => None,
+        }
+    }
+
+    pub fn to_json(self) -> serde_json::Value {
+        match self {
+            Self::Int(v) => serde_json::json!(v),
+            Self::Address(v) => serde_json::json!(crate::trace::hex(v)),
+            Self::Operation(v) => serde_json::json!(crate::cuda::Operation::decode(v).label()),
+        }
+    }
+}
+
+impl CallArgs {
+    /// Each argument by its name in NVIDIA's headers, in a fixed order.
+    pub fn visit(&self, mut f: impl FnMut(&'static str, ArgValue)) {
+        match *self {
+            Self::None => {}
+            Self::Gemm { transa, transb, m, n, k, lda, ldb, ldc } => {
+                f("transa", ArgValue::Operation(transa));
+                f("transb", ArgValue::Operation(transb));
+                for (name, v) in [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)] {
+                    f(name, ArgValue::Int(v));
+                }
+            }
+            Self::Size { size, stream } => {
+                f("size", ArgValue::Int(size.min(i64::MAX as u64) as i64));
+                if let Some(s) = stream {
+                    f("stream", ArgValue::Address(s));
+                }
+            }
+            Self::Pointer { ptr, stream } => {
+                f("ptr", ArgValue::Address(ptr));
+                if let Some(s) = stream {
+                    f("stream", ArgValue::Address(s));
+                }
+            }
+            Self::Handle { handle, value } => {
+                f("handle", ArgValue::Address(handle));
+                f("value", ArgValue::Int(value));
+            }
+        }
+    }
+
+    /// The arguments as named JSON values, for the trace.
+    pub fn to_map(&self) -> std::collections::BTreeMap<String, serde_json::Value> {
+        let mut map = std::collections::BTreeMap::new();
+        self.visit(|name, value| {
+            map.insert(name.to_string(), value.to_json());
+        });
+        map
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordedCall {
     pub seq: u64,
-    pub api: &'static str,
+    /// The hooked function, by its index in the hook table.
+    pub hook: u16,
     pub status: i32,
     pub time_ns: u64,
     pub thread: u32,
@@ -25,58 +103,160 @@ pub struct RecordedCall {
     pub scanned: bool,
 }
 
-pub struct Recorder {
-    ring: Mutex<Ring>,
+/// Words per recorded call (the slot's mark aside).
+const WORDS: usize = 11;
+
+impl RecordedCall {
+    fn encode(&self) -> [u64; WORDS] {
+        let mut w = [0u64; WORDS];
+        w[0] = self.seq;
+        w[1] = self.time_ns;
+        w[2] = (self.status as u32 as u64) | (self.thread as u64) << 32;
+        let (tag, payload): (u64, [u64; 7]) = match self.args {
+            CallArgs::None => (0, [0; 7]),
+            CallArgs::Gemm { transa, transb, m, n, k, lda, ldb, ldc } => (
+                1,
+                [transa as u32 as u64 | (transb as u32 as u64) << 32, m as u64, n as u64, k as u64, lda as u64, ldb as u64, ldc as u64],
+            ),
+            CallArgs::Size { size, stream } => (2 | (stream.is_some() as u64) << 4, [size, stream.unwrap_or(0), 0, 0, 0, 0, 0]),
+            CallArgs::Pointer { ptr, stream } => (3 | (stream.is_some() as u64) << 4, [ptr, stream.unwrap_or(0), 0, 0, 0, 0, 0]),
+            CallArgs::Handle { handle, value } => (4, [handle, value as u64, 0, 0, 0, 0, 0]),
+        };
+        w[3] = self.hook as u64 | tag << 16 | (self.scanned as u64) << 32;
+        w[4..].copy_from_slice(&payload);
+        w
+    }
+
+    fn decode(w: &[u64; WORDS]) -> Option<Self> {
+        if w[0] == 0 {
+            return None; // an empty slot (sequence numbers start at 1)
+        }
+        let tag = (w[3] >> 16) & 0xffff;
+        let has_stream = tag & 0x10 != 0;
+        let stream = |v: u64| has_stream.then_some(v);
+        let args = match tag & 0xf {
+            0 => CallArgs::None,
+            1 => CallArgs::Gemm {
+                transa: w[4] as u32 as i32,
+                transb: (w[4] >> 32) as u32 as i32,
+                m: w[5] as i64,
+                n: w[6] as i64,
+                k: w[7] as i64,
+                lda: w[8] as i64,
+                ldb: w[9] as i64,
+                ldc: w[10] as i64,
+            },
+            2 => CallArgs::Size { size: w[4], stream: stream(w[5]) },
+            3 => CallArgs::Pointer { ptr: w[4], stream: stream(w[5]) },
+            4 => CallArgs::Handle { handle: w[4], value: w[5] as i64 },
+            _ => return None,
+        };
+        Some(Self {
+            seq: w[0],
+            hook: (w[3] & 0xffff) as u16,
+            status: w[2] as u32 as i32,
+            time_ns: w[1],
+            thread: (w[2] >> 32) as u32,
+            args,
+            scanned: (w[3] >> 32) & 1 != 0,
+        })
+    }
 }
 
-struct Ring {
-    slots: Vec<RecordedCall>,
-    capacity: usize,
-    next: usize,
+struct Slot {
+    /// Even: stable; odd: a writer is storing. Bumped by 2 per write.
+    mark: AtomicU64,
+    words: [AtomicU64; WORDS],
 }
+
+impl Slot {
+    fn new() -> Self {
+        Self { mark: AtomicU64::new(0), words: std::array::from_fn(|_| AtomicU64::new(0)) }
+    }
+
+    /// The slot's call, if a consistent copy could be read within `tries` attempts.
+    fn read(&self, tries: u32) -> Result<Option<RecordedCall>, ()> {
+        for _ in 0..tries {
+            let before = self.mark.load(Ordering::Acquire);
+            if before & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let words: [u64; WORDS] = std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
+            fence(Ordering::Acquire);
+            if self.mark.load(Ordering::Relaxed) == before {
+                return Ok(RecordedCall::decode(&words));
+            }
+        }
+        Err(())
+    }
+}
+
+pub struct Recorder {
+    slots: Box<[Slot]>,
+    next: AtomicU64,
+}
+
+/// A reader gives up on a slot that keeps changing after this many attempts (the crash handler
+/// must not wait on a writer that will never finish).
+const READ_TRIES: u32 = 64;
 
 impl Recorder {
     pub fn new(capacity: usize) -> Self {
-        Self { ring: Mutex::new(Ring { slots: Vec::with_capacity(capacity), capacity, next: 0 }) }
+        Self { slots: (0..capacity).map(|_| Slot::new()).collect(), next: AtomicU64::new(0) }
     }
 
-    pub fn record(&self, call: RecordedCall) {
-        let mut ring = self.ring.lock();
-        if ring.capacity == 0 {
+    pub fn record(&self, call: &RecordedCall) {
+        let n = self.slots.len() as u64;
+        if n == 0 {
             return;
         }
-        if ring.slots.len() < ring.capacity {
-            ring.slots.push(call);
-        } else {
-            let at = ring.next;
-            ring.slots[at] = call;
-        }
-        ring.next = (ring.next + 1) % ring.capacity;
-    }
-
-    /// Held across fork() so no other thread leaves the ring locked in the child.
-    pub fn hold(&self) -> impl Sized + '_ {
-        self.ring.lock()
-    }
-
-    /// Runs `f` on the recorded calls (unordered) if the ring is free right now: for a signal
-    /// handler, which must not wait for a lock the crashed thread may hold.
-    pub fn try_visit(&self, f: impl FnOnce(&[RecordedCall])) -> bool {
-        match self.ring.try_lock() {
-            Some(ring) => {
-                f(&ring.slots);
-                true
+        let slot = &self.slots[(self.next.fetch_add(1, Ordering::Relaxed) % n) as usize];
+        // Two writers meet in one slot only when the ring wraps around during a write: the
+        // second waits for the first's few stores.
+        let mark = loop {
+            let mark = slot.mark.load(Ordering::Relaxed);
+            if mark & 1 == 0 && slot.mark.compare_exchange_weak(mark, mark + 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                break mark;
             }
-            None => false,
+            std::hint::spin_loop();
+        };
+        fence(Ordering::Release);
+        for (word, value) in slot.words.iter().zip(call.encode()) {
+            word.store(value, Ordering::Relaxed);
         }
+        slot.mark.store(mark + 2, Ordering::Release);
+    }
+
+    /// Visits the recorded calls, unordered, without locks or allocation (for a signal
+    /// handler). Returns false when a slot could not be read consistently (it was skipped).
+    pub fn visit(&self, mut f: impl FnMut(&RecordedCall)) -> bool {
+        let mut complete = true;
+        for slot in self.slots.iter() {
+            match slot.read(READ_TRIES) {
+                Ok(Some(call)) => f(&call),
+                Ok(None) => {}
+                Err(()) => complete = false,
+            }
+        }
+        complete
     }
 
     /// The recorded calls, oldest first.
     pub fn snapshot(&self) -> Vec<RecordedCall> {
-        let ring = self.ring.lock();
-        let mut calls = ring.slots.clone();
+        let mut calls = Vec::with_capacity(self.slots.len());
+        self.visit(|c| calls.push(*c));
         calls.sort_by_key(|c| c.seq);
         calls
+    }
+
+    /// A recorder of the same size holding the same calls (a forked child's copy).
+    pub fn copy(&self) -> Self {
+        let copy = Self::new(self.slots.len());
+        for call in self.snapshot() {
+            copy.record(&call);
+        }
+        copy
     }
 }
 
@@ -84,15 +264,15 @@ impl Recorder {
 mod tests {
     use super::*;
 
-    fn call(seq: u64) -> RecordedCall {
-        RecordedCall { seq, api: "cudaMalloc", status: 0, time_ns: seq, thread: 1, args: CallArgs::None, scanned: false }
+    fn call(seq: u64, args: CallArgs) -> RecordedCall {
+        RecordedCall { seq, hook: 3, status: -7, time_ns: seq * 10, thread: 42, args, scanned: seq % 2 == 0 }
     }
 
     #[test]
     fn keeps_the_last_n_in_order() {
         let r = Recorder::new(3);
         for seq in 1..=5 {
-            r.record(call(seq));
+            r.record(&call(seq, CallArgs::None));
         }
         let seqs: Vec<u64> = r.snapshot().iter().map(|c| c.seq).collect();
         assert_eq!(seqs, [3, 4, 5]);
@@ -101,7 +281,65 @@ mod tests {
     #[test]
     fn zero_capacity_records_nothing() {
         let r = Recorder::new(0);
-        r.record(call(1));
+        r.record(&call(1, CallArgs::None));
         assert!(r.snapshot().is_empty());
+    }
+
+    #[test]
+    fn every_argument_form_survives_the_ring_unchanged() {
+        let forms = [
+            CallArgs::None,
+            CallArgs::Gemm { transa: 1, transb: 7, m: -1, n: 1 << 40, k: 3, lda: 4, ldb: i64::MAX, ldc: 6 },
+            CallArgs::Size { size: u64::MAX, stream: Some(0xdead) },
+            CallArgs::Size { size: 4, stream: None },
+            CallArgs::Pointer { ptr: 0x7f00_0000_1000, stream: Some(0) },
+            CallArgs::Pointer { ptr: 0, stream: None },
+            CallArgs::Handle { handle: 0x55, value: -3 },
+        ];
+        let r = Recorder::new(forms.len());
+        for (i, args) in forms.iter().enumerate() {
+            r.record(&call(i as u64 + 1, *args));
+        }
+        let got: Vec<CallArgs> = r.snapshot().iter().map(|c| c.args).collect();
+        assert_eq!(got, forms);
+        let first = r.snapshot()[1];
+        assert_eq!((first.status, first.thread, first.hook, first.scanned), (-7, 42, 3, true));
+    }
+
+    #[test]
+    fn concurrent_writers_never_leave_a_torn_record() {
+        let r = std::sync::Arc::new(Recorder::new(8));
+        let writers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    for i in 1..=20_000u64 {
+                        let v = (t << 32 | i) as i64;
+                        r.record(&call(t << 32 | i, CallArgs::Gemm { transa: 0, transb: 1, m: v, n: v, k: v, lda: v, ldb: v, ldc: 1 }));
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..2000 {
+            r.visit(|c| {
+                if let CallArgs::Gemm { m, n, k, lda, ldb, .. } = c.args {
+                    assert!(m == c.seq as i64 && [n, k, lda, ldb].iter().all(|&x| x == m), "torn: {c:?}");
+                }
+            });
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert_eq!(r.snapshot().len(), 8);
+    }
+
+    #[test]
+    fn arguments_render_with_the_headers_names() {
+        let map = CallArgs::Gemm { transa: 1, transb: 9, m: 2, n: 3, k: 4, lda: 4, ldb: 4, ldc: 2 }.to_map();
+        assert_eq!(map["transa"], "T");
+        assert_eq!(map["transb"], "unknown(9)");
+        assert_eq!(map["ldc"], 2);
+        let map = CallArgs::Pointer { ptr: 0x10, stream: Some(0x20) }.to_map();
+        assert_eq!((map["ptr"].as_str(), map["stream"].as_str()), (Some("0x10"), Some("0x20")));
     }
 }

@@ -80,9 +80,9 @@ impl Handles {
         }
     }
 
-    /// Held across fork() so no other thread leaves the table locked in the child.
-    pub fn hold(&self) -> impl Sized + '_ {
-        self.map.lock()
+    /// A table with the same entries (a forked child's copy).
+    pub fn copy(&self) -> Self {
+        Self { map: Mutex::new(self.map.lock().clone()) }
     }
 
     /// Applies a setting change to a live handle.
@@ -90,6 +90,32 @@ impl Handles {
         if let Some(HandleEntry::Alive(s)) = self.map.lock().get_mut(&handle) {
             change(s);
         }
+    }
+}
+
+/// Live objects of one kind that this process created (cublasLt descriptors): the guard reads
+/// an object only when it is in here, so a wild pointer is never dereferenced by the guard.
+#[derive(Default)]
+pub struct LiveObjects {
+    set: Mutex<PointerMap<()>>,
+}
+
+impl LiveObjects {
+    pub fn created(&self, ptr: u64) {
+        self.set.lock().insert(ptr, ());
+    }
+
+    pub fn destroyed(&self, ptr: u64) {
+        self.set.lock().remove(&ptr);
+    }
+
+    pub fn contains(&self, ptr: u64) -> bool {
+        ptr != 0 && self.set.lock().contains_key(&ptr)
+    }
+
+    /// A table with the same objects (a forked child's copy).
+    pub fn copy(&self) -> Self {
+        Self { set: Mutex::new(self.set.lock().clone()) }
     }
 }
 
@@ -208,9 +234,9 @@ impl Allocations {
         self.containing(ptr).map(|a| Span { base: a.base, size: a.size })
     }
 
-    /// Held across fork() so no other thread leaves the table locked in the child.
-    pub fn hold(&self) -> impl Sized + '_ {
-        self.map.write()
+    /// A table with the same allocations (a forked child's copy).
+    pub fn copy(&self) -> Self {
+        Self { map: RwLock::new(self.map.read().clone()), generation: AtomicU64::new(0) }
     }
 
     pub fn totals(&self) -> LiveTotals {

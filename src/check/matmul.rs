@@ -715,49 +715,8 @@ impl scan::DeviceReader for StreamReader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::MemoryType;
-    use crate::state::Allocation;
-    use std::cell::RefCell;
-    use std::collections::BTreeMap;
 
-    /// Device memory as a map of byte buffers; everything else is host memory.
-    #[derive(Default)]
-    struct Model {
-        memory: RefCell<BTreeMap<u64, Vec<u8>>>,
-        sync_error: std::cell::Cell<i32>,
-    }
-
-    impl Model {
-        fn put(&self, allocations: &Allocations, base: u64, bytes: Vec<u8>) {
-            allocations.insert(Allocation { base, size: bytes.len() as u64, time_ns: 0, stream: None });
-            self.memory.borrow_mut().insert(base, bytes);
-        }
-    }
-
-    impl Device for Model {
-        fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
-            let mem = self.memory.borrow();
-            let inside = mem.range(..=ptr).next_back().is_some_and(|(b, v)| ptr < b + v.len() as u64);
-            Some(if inside { MemoryType::Device } else { MemoryType::Unregistered })
-        }
-        fn read(&self, addr: u64, out: &mut [u8], _stream: u64) -> Result<(), i32> {
-            let mem = self.memory.borrow();
-            let (base, v) = mem.range(..=addr).next_back().ok_or(1)?;
-            let start = (addr - base) as usize;
-            out.copy_from_slice(v.get(start..start + out.len()).ok_or(1)?);
-            Ok(())
-        }
-        fn read_host(&self, _addr: u64, out: &mut [u8]) -> bool {
-            out.fill(0); // beta == 0
-            true
-        }
-        fn synchronize(&self, _stream: u64) -> i32 {
-            self.sync_error.get()
-        }
-        fn is_capturing(&self, _stream: u64) -> Option<bool> {
-            Some(false)
-        }
-    }
+    use crate::check::model::ModelDevice as Model;
 
     fn f32s(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -882,7 +841,7 @@ mod tests {
     #[test]
     fn an_empty_call_touches_nothing() {
         let (allocs, model) = (Allocations::default(), Model::default());
-        model.sync_error.set(700);
+        model.sync_errors.borrow_mut().push(700);
         let c = run(
             call(
                 OperandSpec::matrix("A", 0x1, shape(0, 3), DType::F32, Role::Input),

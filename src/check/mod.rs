@@ -5,6 +5,8 @@
 pub mod init;
 pub mod lt;
 pub mod matmul;
+#[cfg(test)]
+pub(crate) mod model;
 
 use crate::cuda::MemoryType;
 use crate::trace::FaultKind;
@@ -24,6 +26,27 @@ pub trait Device {
     fn is_capturing(&self, stream: u64) -> Option<bool>;
     /// Scans a matrix on the device itself, on `stream`; `None`: scan it on the host.
     fn scan_on_device(&self, _addr: u64, _shape: crate::validate::StoredShape, _dtype: crate::scan::DType, _stream: u64) -> Option<crate::scan::MatrixScan> {
+        None
+    }
+    /// `cudaMemGetInfo` (free, total), asked only when the runtime can answer undisturbed.
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        None
+    }
+    /// Asks the driver directly why CUDA could not start (after an initialisation failure).
+    fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> init::DriverProbe {
+        let mut probe = init::DriverProbe::default();
+        if let Some((status, n)) = device_count {
+            probe.device_count_status = Some(status);
+            probe.device_count = n;
+        }
+        probe
+    }
+    /// A cublasLt matrix layout's attributes; `None` when cublasLt refuses the object.
+    fn lt_layout(&self, _layout: u64) -> Option<lt::Layout> {
+        None
+    }
+    /// A cublasLt matmul descriptor's attributes; `None` when cublasLt refuses the object.
+    fn lt_matmul_desc(&self, _desc: u64) -> Option<lt::MatmulDesc> {
         None
     }
 }

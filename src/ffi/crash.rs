@@ -8,7 +8,7 @@
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
-use crate::recorder::{CallArgs, RecordedCall};
+use crate::recorder::{ArgValue, RecordedCall};
 use crate::session::Session;
 use crate::trace::Trace;
 
@@ -62,7 +62,7 @@ fn publish(slot: &Published, bytes: Vec<u8>) {
 }
 
 /// The trace rendered without `recent_calls` and what follows, for the handler to complete.
-pub fn render_head(trace: &Trace) -> Option<Vec<u8>> {
+pub(crate) fn render_head(trace: &Trace) -> Option<Vec<u8>> {
     let mut t = trace.clone();
     t.recent_calls.clear();
     t.summary = Default::default();
@@ -73,7 +73,7 @@ pub fn render_head(trace: &Trace) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-pub fn update_head(trace: &Trace) {
+pub(crate) fn update_head(trace: &Trace) {
     if INSTALLED.load(Ordering::Relaxed) {
         if let Some(head) = render_head(trace) {
             publish(&HEAD, head);
@@ -81,7 +81,7 @@ pub fn update_head(trace: &Trace) {
     }
 }
 
-pub fn update_path(path: &str) {
+pub(crate) fn update_path(path: &str) {
     let tmp = {
         let p = std::path::Path::new(path);
         let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -97,7 +97,7 @@ pub fn update_path(path: &str) {
 }
 
 /// Installs the handlers once: they then serve the whole process, its forked children too.
-pub fn install(s: &Session, trace: &Trace) {
+pub(crate) fn install(s: &Session, trace: &Trace) {
     if INSTALLED.swap(true, Ordering::SeqCst) {
         return;
     }
@@ -180,20 +180,31 @@ impl Writer {
     }
 }
 
-fn op_label(raw: i32) -> &'static [u8] {
-    match raw {
-        0 => b"\"N\"",
-        1 => b"\"T\"",
-        2 => b"\"C\"",
-        _ => b"\"?\"",
+/// One argument's value, rendered as `ArgValue::to_json` renders it for the trace.
+fn arg_value(w: &mut Writer, value: ArgValue) {
+    match value {
+        ArgValue::Int(v) => w.int(v),
+        ArgValue::Address(v) => w.hex(v),
+        ArgValue::Operation(raw) => match ArgValue::operation_label(raw) {
+            Some(label) => {
+                w.bytes(b"\"");
+                w.bytes(label.as_bytes());
+                w.bytes(b"\"");
+            }
+            None => {
+                w.bytes(b"\"unknown(");
+                w.int(raw as i64);
+                w.bytes(b")\"");
+            }
+        },
     }
 }
 
-fn call_json(w: &mut Writer, c: &RecordedCall) {
+fn call_json(w: &mut Writer, c: &RecordedCall, api: &str) {
     w.bytes(b"{");
     w.field("seq", c.seq as i64);
     w.bytes(b",\"api\":\"");
-    w.bytes(c.api.as_bytes());
+    w.bytes(api.as_bytes());
     w.bytes(b"\",");
     w.field("status", c.status as i64);
     w.bytes(b",");
@@ -201,40 +212,17 @@ fn call_json(w: &mut Writer, c: &RecordedCall) {
     w.bytes(b",");
     w.field("thread", c.thread as i64);
     w.bytes(b",\"args\":{");
-    match c.args {
-        CallArgs::None => {}
-        CallArgs::Gemm { transa, transb, m, n, k, lda, ldb, ldc } => {
-            w.bytes(b"\"transa\":");
-            w.bytes(op_label(transa));
-            w.bytes(b",\"transb\":");
-            w.bytes(op_label(transb));
-            for (name, v) in [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)] {
-                w.bytes(b",");
-                w.field(name, v);
-            }
-        }
-        CallArgs::Size { size, stream } => {
-            w.field("size", size as i64);
-            if let Some(s) = stream {
-                w.bytes(b",\"stream\":");
-                w.hex(s);
-            }
-        }
-        CallArgs::Pointer { ptr, stream } => {
-            w.bytes(b"\"ptr\":");
-            w.hex(ptr);
-            if let Some(s) = stream {
-                w.bytes(b",\"stream\":");
-                w.hex(s);
-            }
-        }
-        CallArgs::Handle { handle, value } => {
-            w.bytes(b"\"handle\":");
-            w.hex(handle);
+    let mut first = true;
+    c.args.visit(|name, value| {
+        if !first {
             w.bytes(b",");
-            w.field("value", value);
         }
-    }
+        first = false;
+        w.bytes(b"\"");
+        w.bytes(name.as_bytes());
+        w.bytes(b"\":");
+        arg_value(w, value);
+    });
     w.bytes(if c.scanned { b"},\"scanned\":true}" } else { b"},\"scanned\":false}" });
 }
 
@@ -264,23 +252,29 @@ fn write_crash_trace(sig: libc::c_int, name: &str) {
     let mut w = Writer { buf: scratch.as_ptr() as *mut u8, cap: scratch.len(), len: 0 };
     w.bytes(head);
     w.bytes(b",\"recent_calls\":[");
-    let saved = s.recorder.try_visit(|calls| {
-        // Oldest first: the ring is small, so a selection by seq costs nothing that matters.
-        let mut last = 0u64;
-        let mut first = true;
-        for _ in 0..calls.len() {
-            let Some(next) = calls.iter().filter(|c| c.seq > last).min_by_key(|c| c.seq) else { break };
-            if w.room() < TAIL_RESERVE {
-                break;
+    // Oldest first, without allocating: each pass over the ring (which takes no lock) picks
+    // the next sequence number; the ring is small, so the passes cost nothing that matters.
+    let mut saved = true;
+    let mut last = 0u64;
+    let mut first = true;
+    loop {
+        let mut next: Option<RecordedCall> = None;
+        saved &= s.recorder.visit(|c| {
+            if c.seq > last && next.is_none_or(|n| c.seq < n.seq) {
+                next = Some(*c);
             }
-            if !first {
-                w.bytes(b",");
-            }
-            first = false;
-            call_json(&mut w, next);
-            last = next.seq;
+        });
+        let Some(next) = next else { break };
+        if w.room() < TAIL_RESERVE {
+            break;
         }
-    });
+        if !first {
+            w.bytes(b",");
+        }
+        first = false;
+        call_json(&mut w, &next, s.hook_name(next.hook as usize));
+        last = next.seq;
+    }
     w.bytes(b"],\"summary\":{\"calls\":{");
     let mut first = true;
     s.visit_call_counts(|api, n| {
@@ -360,6 +354,7 @@ extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recorder::CallArgs;
     use crate::trace;
 
     #[test]
@@ -371,21 +366,23 @@ mod tests {
         let mut w = Writer { buf: buf.as_mut_ptr(), cap: buf.len(), len: 0 };
         w.bytes(&head);
         w.bytes(b",\"recent_calls\":[");
-        call_json(&mut w, &RecordedCall {
+        let call = RecordedCall {
             seq: 3,
-            api: "cublasSgemm_v2",
+            hook: 0,
             status: -7,
             time_ns: 5,
             thread: 9,
-            args: CallArgs::Gemm { transa: 1, transb: 0, m: 2, n: 3, k: 4, lda: 4, ldb: 4, ldc: 2 },
+            args: CallArgs::Gemm { transa: 1, transb: 9, m: 2, n: 3, k: 4, lda: 4, ldb: 4, ldc: 2 },
             scanned: true,
-        });
+        };
+        call_json(&mut w, &call, "cublasSgemm_v2");
         w.bytes(b"],\"summary\":{\"calls\":{\"cublasSgemm_v2\":1},\"faults\":0,\"dropped_faults\":0},\"crash\":{\"signal\":11,\"name\":\"SIGSEGV\",\"thread\":1,\"time_ns\":2,\"recent_calls_saved\":true}}");
         let len = w.len;
         let parsed = trace::parse(std::str::from_utf8(&buf[..len]).unwrap()).expect("valid trace");
         assert_eq!(parsed.process.argv, t.process.argv);
         assert_eq!(parsed.recent_calls[0].status, -7);
-        assert_eq!(parsed.recent_calls[0].args["transa"], "T");
+        assert_eq!(parsed.recent_calls[0].args, call.args.to_map(), "the crash writer renders arguments as the trace does");
+        assert_eq!(parsed.recent_calls[0].args["transb"], "unknown(9)");
         assert_eq!(parsed.crash.unwrap().name, "SIGSEGV");
         assert!(parsed.recent_calls[0].scanned);
     }

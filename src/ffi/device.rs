@@ -1,92 +1,55 @@
-//! The guard's own calls into the CUDA runtime, behind `check::Device`. Each one leaves the
-//! program's view as it was: a call that fails and sets the thread's last error is followed
-//! by clearing it, when the program had no error pending before.
+//! The guard's own calls into CUDA, behind `check::Device`. Each one leaves the program's view
+//! as it was (`quietly`): a call that fails and sets the thread's last error is followed by
+//! clearing it, when the program had no error pending before.
 
 use std::ffi::{c_int, c_void};
 
-use super::real::{Library, RealSymbol};
+use super::cuda_api::{self as api, PointerAttributes};
+use crate::check::init::DriverProbe;
+use crate::check::lt::{Layout, MatmulDesc};
 use crate::check::Device;
 use crate::cuda::MemoryType;
-
-#[allow(non_upper_case_globals)]
-mod symbols {
-    use super::*;
-    pub static cudaMemcpyAsync: RealSymbol = RealSymbol::new("cudaMemcpyAsync\0", Library::Cudart);
-    pub static cudaStreamSynchronize: RealSymbol = RealSymbol::new("cudaStreamSynchronize\0", Library::Cudart);
-    pub static cudaStreamIsCapturing: RealSymbol = RealSymbol::new("cudaStreamIsCapturing\0", Library::Cudart);
-    pub static cudaPointerGetAttributes: RealSymbol = RealSymbol::new("cudaPointerGetAttributes\0", Library::Cudart);
-    pub static cudaMemGetInfo: RealSymbol = RealSymbol::new("cudaMemGetInfo\0", Library::Cudart);
-    pub static cudaPeekAtLastError: RealSymbol = RealSymbol::new("cudaPeekAtLastError\0", Library::Cudart);
-    pub static cudaGetLastError: RealSymbol = RealSymbol::new("cudaGetLastError\0", Library::Cudart);
-    pub static cudaRuntimeGetVersion: RealSymbol = RealSymbol::new("cudaRuntimeGetVersion\0", Library::Cudart);
-    pub static cudaDriverGetVersion: RealSymbol = RealSymbol::new("cudaDriverGetVersion\0", Library::Cudart);
-    pub static cudaGetDeviceCount: RealSymbol = RealSymbol::new("cudaGetDeviceCount\0", Library::Cudart);
-    pub static cublasGetProperty: RealSymbol = RealSymbol::new("cublasGetProperty\0", Library::Cublas);
-}
-
-type NoArgs = unsafe extern "C" fn() -> c_int;
-type IntOut = unsafe extern "C" fn(*mut c_int) -> c_int;
-
-/// `struct cudaPointerAttributes` (CUDA 11 and later).
-#[repr(C)]
-struct PointerAttributes {
-    kind: c_int,
-    device: c_int,
-    device_pointer: *mut c_void,
-    host_pointer: *mut c_void,
-}
 
 const MEMCPY_DEVICE_TO_HOST: c_int = 2;
 
 fn peek_last_error() -> Option<c_int> {
-    // SAFETY: true signature of cudaPeekAtLastError.
-    let peek = unsafe { symbols::cudaPeekAtLastError.get::<NoArgs>() }?;
-    Some(unsafe { peek() })
+    api::cudaPeekAtLastError()
 }
 
 /// Runs a runtime call that may fail, then restores the program's "no last error".
-fn quietly(call: impl FnOnce() -> c_int) -> c_int {
+fn quietly(call: impl FnOnce() -> Option<c_int>) -> Option<c_int> {
     let before = peek_last_error();
-    let code = call();
+    let code = call()?;
     if code != 0 && before == Some(0) {
-        // SAFETY: true signature of cudaGetLastError.
-        if let Some(clear) = unsafe { symbols::cudaGetLastError.get::<NoArgs>() } {
-            unsafe { clear() };
-        }
+        api::cudaGetLastError();
     }
-    code
+    Some(code)
 }
 
-/// The guard's view of the CUDA runtime (and, when enabled, of the driver for on-device scans).
-pub struct RealDevice {
-    pub scan_on_device: bool,
+/// The guard's view of CUDA (and, when enabled, of the driver for on-device scans).
+pub(crate) struct RealDevice<'a> {
+    pub session: &'a crate::session::Session,
 }
 
-impl Device for RealDevice {
+impl Device for RealDevice<'_> {
     fn scan_on_device(&self, addr: u64, shape: crate::validate::StoredShape, dtype: crate::scan::DType, stream: u64) -> Option<crate::scan::MatrixScan> {
-        if !self.scan_on_device {
+        if !self.session.config.device_scan {
             return None;
         }
-        super::device_scan::scan(addr, shape, dtype, stream)
+        super::device_scan::scan(&self.session.device_scan, addr, shape, dtype, stream)
     }
 
     fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
-        type F = unsafe extern "C" fn(*mut PointerAttributes, *const c_void) -> c_int;
-        // SAFETY: true signature; attrs is a valid out-parameter of the right layout.
-        let f = unsafe { symbols::cudaPointerGetAttributes.get::<F>() }?;
         let mut attrs = PointerAttributes { kind: 0, device: 0, device_pointer: std::ptr::null_mut(), host_pointer: std::ptr::null_mut() };
-        let code = quietly(|| unsafe { f(&mut attrs, ptr as *const c_void) });
+        let code = quietly(|| api::cudaPointerGetAttributes(&mut attrs, ptr as *const c_void))?;
         (code == 0).then(|| MemoryType::decode(attrs.kind))
     }
 
     fn read(&self, addr: u64, out: &mut [u8], stream: u64) -> Result<(), i32> {
-        type Copy = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, *mut c_void) -> c_int;
-        // SAFETY: true signature; `out` is valid for out.len() bytes, and callers pass only
-        // device ranges already verified inside a live allocation.
-        let f = unsafe { symbols::cudaMemcpyAsync.get::<Copy>() }.ok_or(-1)?;
-        let code = quietly(|| unsafe {
-            f(out.as_mut_ptr() as *mut c_void, addr as *const c_void, out.len(), MEMCPY_DEVICE_TO_HOST, stream as *mut c_void)
-        });
+        // `out` is valid for out.len() bytes; callers pass only device ranges already verified
+        // inside a live allocation.
+        let dst = out.as_mut_ptr() as *mut c_void;
+        let code = quietly(|| api::cudaMemcpyAsync(dst, addr as *const c_void, out.len(), MEMCPY_DEVICE_TO_HOST, stream as *mut c_void)).ok_or(-1)?;
         if code != 0 {
             return Err(code);
         }
@@ -97,102 +60,139 @@ impl Device for RealDevice {
     }
 
     fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
-        if addr == 0 {
-            return false;
-        }
-        // process_vm_readv on ourselves reports a bad address as EFAULT instead of crashing,
-        // so a garbage scalar pointer never takes the program down inside the guard.
-        let local = libc::iovec { iov_base: out.as_mut_ptr() as *mut c_void, iov_len: out.len() };
-        let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: out.len() };
-        // SAFETY: both iovecs describe `out.len()` bytes; the kernel validates `remote`.
-        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-        if n == out.len() as isize {
-            return true;
-        }
-        let errno = std::io::Error::last_os_error().raw_os_error();
-        if n < 0 && matches!(errno, Some(libc::ENOSYS) | Some(libc::EPERM)) {
-            // The system call is filtered (some container profiles): read it as cuBLAS is
-            // about to, in host pointer mode, during this same call.
-            // SAFETY: cuBLAS dereferences this host scalar pointer itself during the call.
-            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
-            return true;
-        }
-        false
+        read_host(addr, out)
     }
 
     fn synchronize(&self, stream: u64) -> i32 {
-        type F = unsafe extern "C" fn(*mut c_void) -> c_int;
-        // SAFETY: true signature.
-        match unsafe { symbols::cudaStreamSynchronize.get::<F>() } {
-            Some(f) => quietly(|| unsafe { f(stream as *mut c_void) }),
-            None => 0,
-        }
+        quietly(|| api::cudaStreamSynchronize(stream as *mut c_void)).unwrap_or(0)
     }
 
     fn is_capturing(&self, stream: u64) -> Option<bool> {
-        type F = unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int;
-        // SAFETY: true signature; status is a valid out-parameter.
-        let f = unsafe { symbols::cudaStreamIsCapturing.get::<F>() }?;
         let mut status: c_int = 0;
-        let code = quietly(|| unsafe { f(stream as *mut c_void, &mut status) });
+        let code = quietly(|| api::cudaStreamIsCapturing(stream as *mut c_void, &mut status))?;
         (code == 0).then_some(status != 0)
+    }
+
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        memory_info()
+    }
+
+    fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> DriverProbe {
+        super::environment::probe_driver(device_count)
+    }
+
+    fn lt_layout(&self, layout: u64) -> Option<Layout> {
+        let get = |attr: c_int, size: usize| attribute(api::cublasLtMatrixLayoutGetAttribute, layout, attr, size);
+        Some(Layout {
+            dtype: i32_of(get(0, 4)?),
+            order: i32_of(get(1, 4)?),
+            rows: u64::from_le_bytes(get(2, 8)?),
+            cols: u64::from_le_bytes(get(3, 8)?),
+            ld: i64::from_le_bytes(get(4, 8)?),
+            batch: i32_of(get(5, 4)?),
+            stride: i64::from_le_bytes(get(6, 8)?),
+        })
+    }
+
+    fn lt_matmul_desc(&self, desc: u64) -> Option<MatmulDesc> {
+        let get = |attr: c_int, size: usize| attribute(api::cublasLtMatmulDescGetAttribute, desc, attr, size);
+        let ptr_size = std::mem::size_of::<*const c_void>();
+        Some(MatmulDesc {
+            compute: i32_of(get(0, 4)?),
+            scale: i32_of(get(1, 4)?),
+            pointer_mode: get(2, 4).map(i32_of).unwrap_or(0),
+            transa: get(3, 4).map(i32_of).unwrap_or(0),
+            transb: get(4, 4).map(i32_of).unwrap_or(0),
+            epilogue: get(7, 4).map(|b| i32_of(b) as u32).unwrap_or(1),
+            bias: get(8, ptr_size).map(u64::from_le_bytes).unwrap_or(0),
+            bias_stride: get(10, 8).map(i64::from_le_bytes).unwrap_or(0),
+            bias_type: get(26, 4).map(i32_of).unwrap_or(-1),
+        })
     }
 }
 
+type GetAttribute = fn(*mut c_void, c_int, *mut c_void, usize, *mut usize) -> Option<c_int>;
+
+/// Reads one attribute of `size` (<= 8) bytes; `None` when the library refuses.
+fn attribute(get: GetAttribute, object: u64, attr: c_int, size: usize) -> Option<[u8; 8]> {
+    let mut buf = [0u8; 8];
+    let mut written = 0usize;
+    let status = get(object as *mut c_void, attr, buf.as_mut_ptr() as *mut c_void, size.min(8), &mut written)?;
+    (status == 0 && written == size).then_some(buf)
+}
+
+fn i32_of(b: [u8; 8]) -> i32 {
+    i32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// Reads a scalar the program passed by host pointer, never crashing on a bad one.
+fn read_host(addr: u64, out: &mut [u8]) -> bool {
+    if addr == 0 {
+        return false;
+    }
+    // process_vm_readv on ourselves reports a bad address as EFAULT instead of crashing,
+    // so a garbage scalar pointer never takes the program down inside the guard.
+    let local = libc::iovec { iov_base: out.as_mut_ptr() as *mut c_void, iov_len: out.len() };
+    let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: out.len() };
+    // SAFETY: both iovecs describe `out.len()` bytes; the kernel validates `remote`.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n == out.len() as isize {
+        return true;
+    }
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    if n < 0 && matches!(errno, Some(libc::ENOSYS) | Some(libc::EPERM)) {
+        // The system call is filtered (some container profiles): read it as cuBLAS is about
+        // to, in host pointer mode, during this same call.
+        // SAFETY: cuBLAS dereferences this host scalar pointer itself during the call.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
+        return true;
+    }
+    false
+}
+
 /// `cudaMemGetInfo`, when the runtime can answer without disturbing the program.
-pub fn memory_info() -> Option<(u64, u64)> {
-    type F = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
-    // SAFETY: true signature; valid out-parameters.
-    let f = unsafe { symbols::cudaMemGetInfo.get::<F>() }?;
-    // After a failed cudaMalloc the last error is 2, and memory is exactly what the user
-    // needs to see; a context that is broken or never started cannot answer, so don't ask.
+pub(crate) fn memory_info() -> Option<(u64, u64)> {
+    // After a failed cudaMalloc the last error is 2, and memory is exactly what the user needs
+    // to see; a context that is broken or never started cannot answer, so don't ask.
     let pending = peek_last_error()?;
     if crate::cuda::cuda_error_is_sticky(pending) || crate::cuda::cuda_error_is_init_failure(pending) {
         return None;
     }
     let (mut free, mut total) = (0usize, 0usize);
-    let code = quietly(|| unsafe { f(&mut free, &mut total) });
+    let code = quietly(|| api::cudaMemGetInfo(&mut free, &mut total))?;
     (code == 0).then_some((free as u64, total as u64))
 }
 
-
-fn int_query(symbol: &RealSymbol) -> Option<(c_int, c_int)> {
-    // SAFETY: every symbol passed here has the signature `cudaError_t f(int *)`.
-    let f = unsafe { symbol.get::<IntOut>() }?;
+fn int_query(query: impl FnOnce(*mut c_int) -> Option<c_int>) -> Option<(c_int, c_int)> {
     let mut value: c_int = 0;
-    let code = quietly(|| unsafe { f(&mut value) });
+    let code = quietly(|| query(&mut value))?;
     Some((code, value))
 }
 
-pub fn runtime_version() -> Option<i32> {
-    int_query(&symbols::cudaRuntimeGetVersion).and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
+pub(crate) fn runtime_version() -> Option<i32> {
+    int_query(|v| api::cudaRuntimeGetVersion(v)).and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
 }
 
 /// The driver's version as the runtime reports it; `None` when there is no driver.
-pub fn driver_version_via_runtime() -> Option<i32> {
-    int_query(&symbols::cudaDriverGetVersion).and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
+pub(crate) fn driver_version_via_runtime() -> Option<i32> {
+    int_query(|v| api::cudaDriverGetVersion(v)).and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
 }
 
 /// `cudaGetDeviceCount`'s status and count, asked only when the program has no error pending.
-pub fn device_count() -> Option<(i32, Option<i32>)> {
+pub(crate) fn device_count() -> Option<(i32, Option<i32>)> {
     if peek_last_error() != Some(0) {
         return None;
     }
     const UNWRITTEN: c_int = -1;
-    // SAFETY: true signature.
-    let f = unsafe { symbols::cudaGetDeviceCount.get::<IntOut>() }?;
     let mut count = UNWRITTEN;
-    let code = quietly(|| unsafe { f(&mut count) });
+    let code = quietly(|| api::cudaGetDeviceCount(&mut count))?;
     Some((code, (code == 0 && count != UNWRITTEN).then_some(count)))
 }
 
-pub fn cublas_version() -> Option<i32> {
-    type F = unsafe extern "C" fn(c_int, *mut c_int) -> c_int;
-    // SAFETY: true signature of cublasGetProperty(libraryPropertyType, int *).
-    let f = unsafe { symbols::cublasGetProperty.get::<F>() }?;
+pub(crate) fn cublas_version() -> Option<i32> {
     let mut parts = [0 as c_int; 3];
     for (kind, part) in parts.iter_mut().enumerate() {
-        if unsafe { f(kind as c_int, part) } != 0 {
+        if api::cublasGetProperty(kind as c_int, part)? != 0 {
             return None;
         }
     }

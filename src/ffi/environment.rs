@@ -2,11 +2,13 @@
 //! mapped in the process, and an allow-list of environment variables.
 
 use std::collections::BTreeMap;
-use std::ffi::{c_int, c_uint, CStr};
+use std::ffi::{c_int, CStr};
 
+use super::cuda_api as api;
 use super::device;
 use super::real;
 use crate::check::init::DriverProbe;
+use crate::session::Session;
 use crate::trace::{DriverState, Environment, LoadedLibrary};
 
 const LIBRARY_PREFIXES: &[&str] = &["libcudart.so", "libcublas.so", "libcublasLt.so", "libcuda.so"];
@@ -25,12 +27,12 @@ const VARIABLE_NAMES: &[&str] = &[
     "PMI_RANK",
 ];
 
-pub fn is_recorded_variable(name: &str) -> bool {
+pub(crate) fn is_recorded_variable(name: &str) -> bool {
     VARIABLE_NAMES.contains(&name) || VARIABLE_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// The CUDA libraries mapped in this process, by soname and path.
-pub fn cuda_libraries() -> Vec<LoadedLibrary> {
+pub(crate) fn cuda_libraries() -> Vec<LoadedLibrary> {
     let mut out: Vec<LoadedLibrary> = real::loaded_objects()
         .into_iter()
         .filter(|(path, _)| {
@@ -46,36 +48,21 @@ pub fn cuda_libraries() -> Vec<LoadedLibrary> {
     out
 }
 
-/// Versions learnt while the libraries were alive, for use when they may not be.
-#[derive(Clone, Copy, Default)]
-struct Versions {
-    runtime: Option<i32>,
-    driver: Option<i32>,
-    cublas: Option<i32>,
-}
-
-static VERSIONS: parking_lot::Mutex<Versions> = parking_lot::Mutex::new(Versions { runtime: None, driver: None, cublas: None });
-
 /// The environment for the trace. `live`: the CUDA libraries may be called (inside a hook);
 /// otherwise (at exit, when their destructors may already have run) only the versions learnt
 /// earlier are used and nothing calls into them.
-pub fn collect(driver_error: Option<String>, live: bool) -> Environment {
+pub(crate) fn collect(s: &Session, live: bool) -> Environment {
     let libraries = cuda_libraries();
     let driver_loaded = libraries.iter().any(|l| l.soname.starts_with("libcuda.so"));
-    let versions = {
-        let mut cached = VERSIONS.lock();
-        if live {
-            let fresh = Versions {
-                runtime: device::runtime_version(),
-                driver: device::driver_version_via_runtime().or_else(driver_version_if_loaded),
-                cublas: device::cublas_version(),
-            };
-            // A library loaded later fills in what was unknown; nothing known is forgotten.
-            cached.runtime = fresh.runtime.or(cached.runtime);
-            cached.driver = fresh.driver.or(cached.driver);
-            cached.cublas = fresh.cublas.or(cached.cublas);
-        }
-        *cached
+    let driver_error = s.driver_error();
+    let versions = if live {
+        s.learn_versions(crate::session::Versions {
+            runtime: device::runtime_version(),
+            driver: device::driver_version_via_runtime().or_else(driver_version_if_loaded),
+            cublas: device::cublas_version(),
+        })
+    } else {
+        s.versions()
     };
     let variables: BTreeMap<String, String> = if super::process::is_privileged() {
         BTreeMap::new()
@@ -92,66 +79,41 @@ pub fn collect(driver_error: Option<String>, live: bool) -> Environment {
         driver: DriverState { loaded: driver_loaded, version: versions.driver, error: driver_error },
         libraries,
         variables,
-        device_scan_fallback: super::device_scan::failure(),
+        device_scan_fallback: s.device_scan.failure(),
     }
-}
-
-type IntOut = unsafe extern "C" fn(*mut c_int) -> c_int;
-type Init = unsafe extern "C" fn(c_uint) -> c_int;
-
-/// `cuDriverGetVersion` through an open libcuda.so.1 handle.
-///
-/// # Safety
-/// `handle` is a live dlopen handle of libcuda.so.1.
-unsafe fn driver_version(handle: *mut libc::c_void) -> Option<i32> {
-    let f = libc::dlsym(handle, c"cuDriverGetVersion".as_ptr());
-    let mut v: c_int = 0;
-    (!f.is_null() && std::mem::transmute::<*mut libc::c_void, IntOut>(f)(&mut v) == 0).then_some(v)
 }
 
 /// `cuDriverGetVersion`, when libcuda.so.1 is already mapped (never loads it).
 fn driver_version_if_loaded() -> Option<i32> {
-    // SAFETY: RTLD_NOLOAD never maps anything; dlsym'd symbol has the driver API signature.
-    unsafe {
-        let handle = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-        if handle.is_null() {
-            return None;
-        }
-        let version = driver_version(handle);
-        libc::dlclose(handle);
-        version.filter(|&v| v > 0)
-    }
+    let mut v: c_int = 0;
+    (api::cuDriverGetVersion(&mut v)? == 0 && v > 0).then_some(v)
 }
 
 /// Asks the driver directly why CUDA could not start. Only called after an initialisation
 /// failure, where loading libcuda.so.1 (as the runtime itself tried to) changes nothing.
-pub fn probe_driver(device_count: Option<(i32, Option<i32>)>) -> DriverProbe {
+pub(crate) fn probe_driver(device_count: Option<(i32, Option<i32>)>) -> DriverProbe {
     let mut probe = DriverProbe {
         runtime_version: device::runtime_version().or_else(runtime_version_from_soname),
         ..Default::default()
     };
-    let count = device_count.or_else(device::device_count);
-    if let Some((status, n)) = count {
+    if let Some((status, n)) = device_count.or_else(device::device_count) {
         probe.device_count_status = Some(status);
         probe.device_count = n;
     }
-    // SAFETY: dlopen/dlsym with valid strings; the symbols have the driver API signatures.
-    unsafe {
-        let handle = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        if handle.is_null() {
-            let err = libc::dlerror();
-            probe.load_error =
-                Some(if err.is_null() { "not found".into() } else { CStr::from_ptr(err).to_string_lossy().into_owned() });
-            return probe;
-        }
-        probe.driver_loadable = true;
-        probe.driver_version = driver_version(handle);
-        let init = libc::dlsym(handle, c"cuInit".as_ptr());
-        if !init.is_null() {
-            probe.cu_init = Some(std::mem::transmute::<*mut libc::c_void, Init>(init)(0));
-        }
-        // The handle stays open: unloading a driver library is never worth the risk.
+    // SAFETY: dlopen with a valid NUL-terminated name; dlerror's text is copied at once. The
+    // handle stays open: unloading a driver library is never worth the risk, and the typed
+    // table below finds the now-loaded driver by its soname.
+    let loaded = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if loaded.is_null() {
+        // SAFETY: dlerror returns NULL or a NUL-terminated string owned by the loader.
+        let err = unsafe { libc::dlerror() };
+        probe.load_error = Some(if err.is_null() { "not found".into() } else { unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned() });
+        return probe;
     }
+    probe.driver_loadable = true;
+    let mut v: c_int = 0;
+    probe.driver_version = (api::cuDriverGetVersion(&mut v) == Some(0)).then_some(v);
+    probe.cu_init = api::cuInit(0);
     probe
 }
 

@@ -1,31 +1,71 @@
 //! The guard's life in a process: the session created by the first hook, faults written to
 //! the trace as they are found, the final trace at exit, and the one-line warnings.
 
-use parking_lot::Mutex;
+use std::cell::RefCell;
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
-use super::{backtrace, crash, device, environment, process};
-use crate::check::Finding;
-use crate::config::{self, Config, OnFault};
-use crate::session::Session;
-use crate::trace::{self, CudaErrorRecord, Fault, MemoryState};
+use super::{backtrace, crash, environment, process};
+use crate::config::{self, Config};
+use crate::guard::Outlet;
+use crate::session::{ChildSeed, Session};
+use crate::trace;
 
 static SESSION: OnceLock<Session> = OnceLock::new();
+/// A forked child's own session (the parent's `SESSION` is left as the fork found it: the
+/// child never touches a lock another parent thread may have held).
+static CHILD_SESSION: AtomicPtr<Session> = AtomicPtr::new(std::ptr::null_mut());
 static DISABLED: AtomicBool = AtomicBool::new(false);
-static WRITING: Mutex<()> = Mutex::new(());
 static ARMED: AtomicBool = AtomicBool::new(false);
 static EXITED: AtomicBool = AtomicBool::new(false);
 
+/// Where the guard's findings leave the process: stderr, the trace on disk, abort.
+pub(crate) struct RealOutlet;
+
+impl Outlet for RealOutlet {
+    fn publish(&self, session: &Session, lines: &[String], stored: bool) {
+        for line in lines {
+            say(line);
+        }
+        if stored {
+            write_trace(session);
+        }
+    }
+    fn backtrace(&self) -> Vec<String> {
+        backtrace::capture()
+    }
+    fn abort(&self) {
+        say("cublasguard: aborting at the first fault (CUBLASGUARD_ON_FAULT=abort)");
+        // SAFETY: abort has no preconditions.
+        unsafe { libc::abort() };
+    }
+    fn now_ns(&self) -> u64 {
+        process::now_ns()
+    }
+    fn thread_id(&self) -> u32 {
+        process::thread_id()
+    }
+}
+
+/// The session in force: a forked child's own, else the one this process started.
+fn current() -> Option<&'static Session> {
+    let child = CHILD_SESSION.load(Ordering::Acquire);
+    if !child.is_null() {
+        // SAFETY: a child session is leaked when installed and never freed.
+        return Some(unsafe { &*child });
+    }
+    SESSION.get()
+}
+
 /// One line on stderr; a closed stderr is not the guard's business.
-pub fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Says `line` the first time `flag` is seen unset.
-pub fn warn_once(flag: &AtomicBool, line: &str) {
+pub(crate) fn warn_once(flag: &AtomicBool, line: &str) {
     if !flag.swap(true, Ordering::Relaxed) {
         say(line);
     }
@@ -33,7 +73,7 @@ pub fn warn_once(flag: &AtomicBool, line: &str) {
 
 /// The session, created on first use; `None` once the guard has disabled itself, or in a
 /// set-uid/set-gid process.
-pub fn session() -> Option<&'static Session> {
+pub(crate) fn session() -> Option<&'static Session> {
     if DISABLED.load(Ordering::Relaxed) {
         return None;
     }
@@ -41,7 +81,10 @@ pub fn session() -> Option<&'static Session> {
         DISABLED.store(true, Ordering::Relaxed);
         return None;
     }
-    let s = SESSION.get_or_init(start);
+    let s = match current() {
+        Some(s) => s,
+        None => SESSION.get_or_init(start),
+    };
     if !ARMED.swap(true, Ordering::SeqCst) {
         arm(s);
     }
@@ -49,16 +92,16 @@ pub fn session() -> Option<&'static Session> {
 }
 
 /// The session if one started, without starting one (for signal and fork handlers).
-pub fn existing_session() -> Option<&'static Session> {
+pub(crate) fn existing_session() -> Option<&'static Session> {
     if DISABLED.load(Ordering::Relaxed) {
         return None;
     }
-    SESSION.get()
+    current()
 }
 
 /// What the session needs once it exists: the fatal-signal handlers and the fork handlers.
 fn arm(s: &'static Session) {
-    crash::install(s, &s.trace(environment::collect(s.driver_error(), true)));
+    crash::install(s, &s.trace(environment::collect(s, true)));
     // SAFETY: the handlers are plain extern "C" functions that never unwind.
     unsafe {
         libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
@@ -70,35 +113,38 @@ fn arm(s: &'static Session) {
 }
 
 thread_local! {
-    /// The forking thread's hold on every lock of the guard, from before fork() to after it.
-    static FORK_HOLD: std::cell::RefCell<Option<Box<dyn std::any::Any>>> = const { std::cell::RefCell::new(None) };
+    /// What the child of the fork under way starts from, prepared by the forking thread.
+    static CHILD_SEED: RefCell<Option<ChildSeed>> = const { RefCell::new(None) };
 }
 
+/// Before fork(): the child's session is prepared here, in the parent, where locks are
+/// ordinary. Nothing is held across fork().
 extern "C" fn before_fork() {
     let _ = std::panic::catch_unwind(|| {
         if let Some(s) = existing_session() {
-            let hold: Box<dyn std::any::Any> = Box::new((WRITING.lock(), s.hold_for_fork()));
-            let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(hold));
+            let seed = s.prepare_child(environment::collect(s, false));
+            let _ = CHILD_SEED.try_with(|slot| *slot.borrow_mut() = Some(seed));
         }
     });
 }
 
 extern "C" fn after_fork_in_parent() {
-    let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
+    let _ = CHILD_SEED.try_with(|slot| slot.borrow_mut().take());
 }
 
+/// In the child: a session of its own from the seed. The parent's session stays untouched
+/// (its locks may be held by parent threads that do not exist here).
 extern "C" fn after_fork_in_child() {
     let _ = std::panic::catch_unwind(|| {
-        let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
         process::reset_thread_id();
-        let Some(s) = existing_session() else { return };
-        let mut identity = s.identity();
-        let parent_path = identity.trace_path.clone();
+        let Some(seed) = CHILD_SEED.try_with(|slot| slot.borrow_mut().take()).ok().flatten() else { return };
+        let parent = seed.identity();
+        let mut identity = parent.clone();
         identity.process.pid = std::process::id();
         identity.process.started_at_ns = process::now_ns();
         identity.process.started_at = process::rfc3339(identity.process.started_at_ns);
-        let mut path = config::expand_trace_path(&s.config.trace_pattern, identity.process.pid, &identity.process.hostname, identity.process.rank);
-        if path == parent_path {
+        let mut path = config::expand_trace_path(&seed.config().trace_pattern, identity.process.pid, &identity.process.hostname, identity.process.rank);
+        if path == parent.trace_path {
             // A pattern without %p: the child must still never write the parent's file.
             path = match path.strip_suffix(".json") {
                 Some(stem) => format!("{stem}-{}.json", identity.process.pid),
@@ -106,13 +152,17 @@ extern "C" fn after_fork_in_child() {
             };
         }
         identity.trace_path = path.clone();
-        s.start_child(identity);
+        let environment = seed.environment.clone();
+        let child: &'static Session = Box::leak(Box::new(seed.into_session(identity)));
+        CHILD_SESSION.store(child as *const Session as *mut Session, Ordering::Release);
         crash::update_path(&path);
+        // The crash writer's head now names the child, not the parent and its faults.
+        crash::update_head(&child.trace(environment));
     });
 }
 
 /// After an internal error: every later call passes straight through.
-pub fn disable(reason: &str) {
+pub(crate) fn disable(reason: &str) {
     if !DISABLED.swap(true, Ordering::Relaxed) {
         say(&format!("cublasguard: {reason}; the guard is off for the rest of this process, calls pass through"));
     }
@@ -137,74 +187,16 @@ fn start() -> Session {
     Session::new(config, super::hooks::HOOK_NAMES, process, path)
 }
 
-/// A fault with the facts every kind shares; the caller adds what is specific to its call.
-pub fn new_fault(s: &Session, seq: u64, api: &str, finding: Finding, status: i32, status_name: &str) -> Fault {
-    let known = s.known_error();
-    let memory_info = if known.is_none() && s.driver_error().is_none() { device::memory_info() } else { None };
-    let totals = s.allocations.totals();
-    Fault {
-        seq,
-        api: api.to_string(),
-        kind: finding.kind,
-        message: finding.message,
-        status,
-        status_name: status_name.to_string(),
-        error: finding.error.map(|(code, call)| CudaErrorRecord {
-            code,
-            name: crate::cuda::cuda_error_name(code).to_string(),
-            call: call.to_string(),
-        }),
-        cause: None,
-        thread: process::thread_id(),
-        stream: None,
-        time_ns: process::now_ns(),
-        handle: None,
-        args: Default::default(),
-        operands: Vec::new(),
-        memory: Some(MemoryState {
-            free: memory_info.map(|m| m.0),
-            total: memory_info.map(|m| m.1),
-            tracked_live_bytes: totals.bytes,
-            tracked_live_count: totals.count,
-        }),
-        backtrace: backtrace::capture(),
-    }
-}
-
-/// Records a fault: stderr (capped), the trace on disk, and `abort` when asked for. Past
-/// the fault cap the trace is not rewritten (its counts are brought up to date at exit).
-pub fn report(s: &Session, fault: Fault) {
-    let recorded = s.add_fault(fault);
-    for line in &recorded.lines {
-        say(line);
-    }
-    if recorded.stored || s.config.on_fault == OnFault::Abort {
-        write_trace(s);
-    }
-    if s.config.on_fault == OnFault::Abort {
-        say("cublasguard: aborting at the first fault (CUBLASGUARD_ON_FAULT=abort)");
-        // SAFETY: abort has no preconditions.
-        unsafe { libc::abort() };
-    }
-}
-
-/// Brings a fault already reported (before its call ran) up to date with how the call ended.
-pub fn amend(s: &Session, fault: Fault) {
-    if s.replace_fault(fault) {
-        write_trace(s);
-    }
-}
-
 static WRITE_FAILED: AtomicBool = AtomicBool::new(false);
 
-pub fn write_trace(s: &Session) {
+pub(crate) fn write_trace(s: &Session) {
     write_trace_with(s, true);
 }
 
 /// `live`: the CUDA libraries may be called for their versions (false at exit).
 fn write_trace_with(s: &Session, live: bool) {
-    let _one_writer = WRITING.lock();
-    let trace = s.trace(environment::collect(s.driver_error(), live));
+    let _one_writer = s.writer_lock();
+    let trace = s.trace(environment::collect(s, live));
     let path = s.trace_path();
     if let Err(e) = trace::write_atomic(Path::new(&path), &trace) {
         warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {path}: {e}"));
@@ -221,11 +213,14 @@ fn at_exit() {
     let cuda_loaded = !environment::cuda_libraries().is_empty();
     // A process that never reached a hook still gets its trace when one was asked for, if it
     // used CUDA at all: a shell wrapping the program must stay silent.
-    if SESSION.get().is_none() && (process::var("CUBLASGUARD_TRACE").is_none() || !cuda_loaded) {
+    if current().is_none() && (process::var("CUBLASGUARD_TRACE").is_none() || !cuda_loaded) {
         return;
     }
     // Not `session()`: arming it would call into CUDA libraries that may be torn down by now.
-    let s = SESSION.get_or_init(start);
+    let s = match current() {
+        Some(s) => s,
+        None => SESSION.get_or_init(start),
+    };
     if !s.should_write_at_exit(cuda_loaded) {
         return;
     }

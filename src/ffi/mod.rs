@@ -1,13 +1,16 @@
 //! The FFI edge: exported hooks, finding the real functions, and the calls the guard itself
 //! makes into CUDA. All `unsafe` in the crate lives under this module.
 
-pub mod backtrace;
-pub mod crash;
-pub mod device;
-pub mod device_scan;
-pub mod environment;
-pub mod hooks;
-pub mod lifecycle;
+pub(crate) mod backtrace;
+pub(crate) mod crash;
+pub(crate) mod cuda_api;
+pub(crate) mod device;
+pub(crate) mod device_scan;
+pub(crate) mod environment;
+pub(crate) mod hooks;
+pub(crate) mod lifecycle;
+pub(crate) mod out_param;
 pub mod process;
-pub mod real;
-pub mod reentry;
+pub(crate) mod real;
+pub(crate) mod reentry;
+pub(crate) mod thread;

@@ -1,7 +1,6 @@
 //! Facts about this process, gathered once: identity, rank, time, thread ids.
 
-use std::cell::Cell;
-
+use super::thread::PER_THREAD;
 use crate::config;
 use crate::trace::Process;
 
@@ -34,25 +33,22 @@ pub fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
-thread_local! {
-    static TID: Cell<u32> = const { Cell::new(0) };
-}
-
 /// The kernel's id for the calling thread, asked once per thread.
 pub fn thread_id() -> u32 {
-    TID.try_with(|tid| {
-        if tid.get() == 0 {
-            // SAFETY: gettid has no preconditions.
-            tid.set(unsafe { libc::gettid() } as u32);
-        }
-        tid.get()
-    })
+    PER_THREAD
+        .try_with(|t| {
+            if t.tid.get() == 0 {
+                // SAFETY: gettid has no preconditions.
+                t.tid.set(unsafe { libc::gettid() } as u32);
+            }
+            t.tid.get()
+        })
     .unwrap_or_else(|_| unsafe { libc::gettid() } as u32)
 }
 
 /// Forgets the cached thread id (the child of a fork has a new one).
 pub fn reset_thread_id() {
-    let _ = TID.try_with(|tid| tid.set(0));
+    let _ = PER_THREAD.try_with(|t| t.tid.set(0));
 }
 
 pub fn describe() -> Process {

@@ -61,12 +61,9 @@ impl RealSymbol {
         Self { name, library, ptr: AtomicPtr::new(null_mut()) }
     }
 
+    #[cfg(test)]
     pub fn name(&self) -> &'static str {
         self.name.trim_end_matches('\0')
-    }
-
-    pub fn library(&self) -> Library {
-        self.library
     }
 
     /// The function as type `F` (an `unsafe extern "C" fn` type), if it can be found.

@@ -1,26 +1,22 @@
 //! A thread-local flag set while a hook runs: calls made meanwhile (by the guard, or by the
 //! real library internally) are forwarded untouched and not recorded.
 
-use std::cell::Cell;
-
-thread_local! {
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
-}
+use super::thread::PER_THREAD;
 
 /// Set for the lifetime of the value; `None` when this thread is already inside a hook.
-pub struct Reentry(());
+pub(crate) struct Reentry(());
 
 impl Reentry {
-    pub fn enter() -> Option<Self> {
+    pub(crate) fn enter() -> Option<Self> {
         // During thread teardown the flag may be gone: treat that as "inside" and forward.
-        let entered = INSIDE.try_with(|inside| !inside.replace(true)).unwrap_or(false);
+        let entered = PER_THREAD.try_with(|t| !t.inside.replace(true)).unwrap_or(false);
         entered.then_some(Self(()))
     }
 }
 
 impl Drop for Reentry {
     fn drop(&mut self) {
-        let _ = INSIDE.try_with(|inside| inside.set(false));
+        let _ = PER_THREAD.try_with(|t| t.inside.set(false));
     }
 }
 

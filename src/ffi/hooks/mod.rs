@@ -2,43 +2,31 @@
 //! handler; the exported function, the cached real-function pointer and the list of hooked
 //! names are all generated from it, so they cannot drift apart.
 
-mod cublas;
-mod cudart;
-mod gemm;
-mod lt;
-
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicBool;
 
-use super::lifecycle;
+use super::device::RealDevice;
+use super::lifecycle::{self, RealOutlet};
 use super::real::{Library, RealSymbol};
 use super::reentry::Reentry;
-use crate::session::Session;
-
-/// The hooked function's name, for faults.
-fn hook_name(hook: usize) -> &'static str {
-    HOOK_NAMES.get(hook).copied().unwrap_or("?")
-}
+use crate::guard::{gemm, handles, lt, memory, Call};
+use crate::recorder::CallArgs;
 
 /// Opaque CUDA handles and streams, as the C API passes them.
-pub type Handle = *mut c_void;
-pub type Stream = *mut c_void;
+type Handle = *mut c_void;
+type Stream = *mut c_void;
 /// A data pointer (operand, scalar or array of operand pointers).
-pub type P = *const c_void;
-
-#[derive(Clone, Copy, Debug)]
-pub struct HookedSymbol {
-    pub name: &'static str,
-    pub library: Library,
-}
+type P = *const c_void;
 
 /// Runs `handler` around the real call, unless this thread is already inside a hook (the
-/// guard's own calls, or the library calling itself), or the guard is off. A panic inside
-/// the guard never crosses into C: it disables the guard and the real result is returned
-/// (the real function is called if the handler had not yet called it).
-fn intercept<R: Copy>(forward: impl Fn() -> R, handler: impl FnOnce(&'static Session, &dyn Fn() -> R) -> R) -> R {
+/// guard's own calls, or the library calling itself), or the guard is off. The handler gets
+/// one `Call`: numbered, counted, able to forward, record and report. A call its handler did
+/// not record is recorded here, so none is missing from the flight recorder. A panic inside
+/// the guard never crosses into C: it disables the guard and the real result is returned (the
+/// real function is called if the handler had not yet called it).
+fn intercept<R: Copy + Into<i64>>(hook: Hook, forward: impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
     let Some(_inside) = Reentry::enter() else { return forward() };
     let result = Cell::new(None);
     let tracked = || {
@@ -47,7 +35,15 @@ fn intercept<R: Copy>(forward: impl Fn() -> R, handler: impl FnOnce(&'static Ses
         r
     };
     let outcome = catch_unwind(AssertUnwindSafe(|| match lifecycle::session() {
-        Some(s) => handler(s, &tracked),
+        Some(s) => {
+            let device = RealDevice { session: s };
+            let call = Call::begin(s, hook, &device, &RealOutlet, &tracked);
+            let r = handler(&call);
+            if !call.was_recorded() {
+                call.record(r.into() as i32, CallArgs::None);
+            }
+            r
+        }
         None => tracked(),
     }));
     match outcome {
@@ -57,32 +53,6 @@ fn intercept<R: Copy>(forward: impl Fn() -> R, handler: impl FnOnce(&'static Ses
             result.get().unwrap_or_else(&forward)
         }
     }
-}
-
-/// Reports that CUDA could not start, once per hooked function (without a driver every call
-/// fails the same way), with the cause found by asking the driver.
-fn report_init_failure(
-    s: &Session,
-    hook: usize,
-    seq: u64,
-    status: c_int,
-    status_name: &str,
-    device_count: Option<(i32, Option<i32>)>,
-) {
-    if !s.first_init_failure(hook) {
-        return;
-    }
-    // The program's own cudaGetDeviceCount answer, if it asked, beats asking again (a pending
-    // error would stop the guard from asking without disturbing it).
-    let cause = crate::check::init::classify(&super::environment::probe_driver(device_count.or_else(|| s.device_count())));
-    s.set_driver_error(cause.message.clone());
-    let finding = crate::check::Finding::new(
-        crate::trace::FaultKind::InitFailed,
-        format!("returned {status_name} ({status}): {}", cause.message),
-    );
-    let mut fault = lifecycle::new_fault(s, seq, hook_name(hook), finding, status, status_name);
-    fault.cause = Some(cause);
-    lifecycle::report(s, fault);
 }
 
 static MISSING_WARNED: AtomicBool = AtomicBool::new(false);
@@ -101,15 +71,26 @@ fn missing_real(name: &str, library: Library) -> c_int {
 
 macro_rules! hook_table {
     ( $( $lib:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty => $handler:path ; )* ) => {
+        /// A hooked function, by the order of the table.
         #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        enum Hook { $( $name, )* }
+        pub(crate) enum Hook { $( $name, )* }
 
-        /// Every hooked symbol, in table order.
-        pub static HOOKED: &[HookedSymbol] = &[ $( HookedSymbol { name: stringify!($name), library: Library::$lib }, )* ];
+        /// Names of the hooked symbols, in table order (the session counts calls by index).
+        pub(crate) static HOOK_NAMES: &[&str] = &[ $( stringify!($name), )* ];
 
-        /// Names of the hooked symbols, indexed like `HOOKED`.
-        pub static HOOK_NAMES: &[&str] = &[ $( stringify!($name), )* ];
+        impl Hook {
+            #[cfg(test)]
+            pub(crate) const ALL: &'static [Hook] = &[ $( Hook::$name, )* ];
+
+            pub(crate) fn index(self) -> usize {
+                self as usize
+            }
+
+            pub(crate) fn name(self) -> &'static str {
+                HOOK_NAMES[self as usize]
+            }
+        }
 
         #[allow(non_upper_case_globals)]
         mod reals {
@@ -127,21 +108,18 @@ macro_rules! hook_table {
                 let Some(real) = reals::$name.get::<Real>() else {
                     return missing_real(stringify!($name), Library::$lib);
                 };
-                intercept(
-                    || real( $( $arg ),* ),
-                    |session, forward| $handler(session, Hook::$name as usize, forward, $( $arg ),* ),
-                )
+                intercept(Hook::$name, || real( $( $arg ),* ), |call| $handler(call, $( $arg ),* ))
             }
         )*
     };
 }
 
 hook_table! {
-    Cublas fn cublasCreate_v2(handle: *mut Handle) -> c_int => cublas::create;
-    Cublas fn cublasDestroy_v2(handle: Handle) -> c_int => cublas::destroy;
-    Cublas fn cublasSetStream_v2(handle: Handle, stream: Stream) -> c_int => cublas::set_stream;
-    Cublas fn cublasSetPointerMode_v2(handle: Handle, mode: c_int) -> c_int => cublas::set_pointer_mode;
-    Cublas fn cublasSetMathMode(handle: Handle, mode: c_int) -> c_int => cublas::set_math_mode;
+    Cublas fn cublasCreate_v2(handle: *mut Handle) -> c_int => handles::create;
+    Cublas fn cublasDestroy_v2(handle: Handle) -> c_int => handles::destroy;
+    Cublas fn cublasSetStream_v2(handle: Handle, stream: Stream) -> c_int => handles::set_stream;
+    Cublas fn cublasSetPointerMode_v2(handle: Handle, mode: c_int) -> c_int => handles::set_pointer_mode;
+    Cublas fn cublasSetMathMode(handle: Handle, mode: c_int) -> c_int => handles::set_math_mode;
     Cublas fn cublasSgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::sgemm;
     Cublas fn cublasSgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::sgemm;
     Cublas fn cublasDgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::dgemm;
@@ -164,12 +142,16 @@ hook_table! {
     Cublas fn cublasGemmBatchedEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, b: P, bt: c_int, ldb: i64, beta: P, c: P, ct: c_int, ldc: i64, count: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_batched_ex;
     CublasLt fn cublasLtCreate(handle: *mut *mut c_void) -> c_int => lt::create;
     CublasLt fn cublasLtDestroy(handle: *mut c_void) -> c_int => lt::destroy;
+    CublasLt fn cublasLtMatmulDescCreate(desc: *mut *mut c_void, compute: c_int, scale: c_int) -> c_int => lt::matmul_desc_create;
+    CublasLt fn cublasLtMatmulDescDestroy(desc: *mut c_void) -> c_int => lt::descriptor_destroy;
+    CublasLt fn cublasLtMatrixLayoutCreate(layout: *mut *mut c_void, dtype: c_int, rows: u64, cols: u64, ld: i64) -> c_int => lt::layout_create;
+    CublasLt fn cublasLtMatrixLayoutDestroy(layout: *mut c_void) -> c_int => lt::descriptor_destroy;
     CublasLt fn cublasLtMatmul(h: *mut c_void, desc: *mut c_void, alpha: P, a: P, ad: *mut c_void, b: P, bd: *mut c_void, beta: P, c: P, cd: *mut c_void, d: *mut c_void, dd: *mut c_void, algo: P, ws: *mut c_void, ws_bytes: usize, stream: Stream) -> c_int => lt::matmul;
-    Cudart fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int => cudart::malloc;
-    Cudart fn cudaFree(dev_ptr: *mut c_void) -> c_int => cudart::free;
-    Cudart fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int => cudart::malloc_async;
-    Cudart fn cudaFreeAsync(dev_ptr: *mut c_void, stream: Stream) -> c_int => cudart::free_async;
-    Cudart fn cudaGetDeviceCount(count: *mut c_int) -> c_int => cudart::get_device_count;
+    Cudart fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int => memory::malloc;
+    Cudart fn cudaFree(dev_ptr: *mut c_void) -> c_int => memory::free;
+    Cudart fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int => memory::malloc_async;
+    Cudart fn cudaFreeAsync(dev_ptr: *mut c_void, stream: Stream) -> c_int => memory::free_async;
+    Cudart fn cudaGetDeviceCount(count: *mut c_int) -> c_int => memory::get_device_count;
 }
 
 #[cfg(test)]
@@ -177,12 +159,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_and_table_agree() {
-        assert_eq!(HOOKED.len(), HOOK_NAMES.len());
-        for (i, h) in HOOKED.iter().enumerate() {
-            assert_eq!(HOOK_NAMES[i], h.name);
+    fn every_hook_has_its_name_and_its_real_symbol() {
+        assert_eq!(Hook::ALL.len(), HOOK_NAMES.len());
+        for (i, hook) in Hook::ALL.iter().enumerate() {
+            assert_eq!(hook.index(), i);
+            assert!(!hook.name().is_empty());
         }
-        assert_eq!(Hook::cublasSgemm_v2 as usize, HOOK_NAMES.iter().position(|n| *n == "cublasSgemm_v2").unwrap());
+        assert_eq!(Hook::cublasSgemm_v2.name(), "cublasSgemm_v2");
         assert_eq!(reals::cudaMalloc.name(), "cudaMalloc");
+        let mut names = HOOK_NAMES.to_vec();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), HOOK_NAMES.len(), "a function is hooked twice");
     }
 }

@@ -1,91 +1,71 @@
-//! cublasLt hooks: handles, and cublasLtMatmul with its layouts and epilogue recovered by
-//! asking the real library about the descriptors.
+//! cublasLt handlers: handles, descriptors, and cublasLtMatmul with its layouts and epilogue
+//! recovered by asking the real library about the descriptors (through `Device`). A descriptor
+//! is read back only when this process created it and has not destroyed it, so wild pointers
+//! passed as descriptors are never touched by the guard (cublasLt itself returns an error).
 
 use std::ffi::{c_int, c_void};
 
-use super::cublas;
-use super::gemm::{self, ExArgs};
-use super::Stream;
-use crate::check::lt::{self, Layout, MatmulDesc};
+use super::handles::{self, HandleApi};
+use super::matmul::{self, ExArgs};
+use super::Call;
+use crate::check::lt::{self, Layout};
 use crate::check::matmul::{MatmulCall, Members, OperandSpec, Role, MAX_OPERANDS};
 use crate::cuda::ComputeType;
-use crate::ffi::real::{Library, RealSymbol};
+use crate::ffi::out_param;
 use crate::recorder::CallArgs;
 use crate::scan::DType;
-use crate::session::Session;
+use crate::state::HandleLookup;
 use crate::trace::hex;
 use crate::validate::StoredShape;
 
 type Ptr = *const c_void;
-type GetAttribute = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, usize, *mut usize) -> c_int;
+type Stream = *mut c_void;
 
-static LAYOUT_GET: RealSymbol = RealSymbol::new("cublasLtMatrixLayoutGetAttribute\0", Library::CublasLt);
-static DESC_GET: RealSymbol = RealSymbol::new("cublasLtMatmulDescGetAttribute\0", Library::CublasLt);
+const LT: HandleApi = HandleApi { create: "cublasLtCreate", destroy: "cublasLtDestroy" };
 
-/// Reads one attribute of `size` bytes; `None` when the library refuses.
-fn attribute(get: GetAttribute, object: *mut c_void, attr: c_int, size: usize) -> Option<[u8; 8]> {
-    let mut buf = [0u8; 8];
-    let mut written = 0usize;
-    // SAFETY: the real GetAttribute writes at most `size` (<= 8) bytes into buf.
-    let status = unsafe { get(object, attr, buf.as_mut_ptr() as *mut c_void, size, &mut written) };
-    (status == 0 && written == size).then_some(buf)
+pub(crate) fn create(call: &Call<'_, c_int>, out: *mut *mut c_void) -> c_int {
+    handles::create_handle(call, out, &call.session.lt_handles)
 }
 
-fn i32_of(b: [u8; 8]) -> i32 {
-    i32::from_le_bytes([b[0], b[1], b[2], b[3]])
+pub(crate) fn destroy(call: &Call<'_, c_int>, handle: *mut c_void) -> c_int {
+    handles::destroy_handle(call, handle, &call.session.lt_handles, LT)
 }
 
-fn read_layout(layout: *mut c_void) -> Option<Layout> {
-    // SAFETY: the true signature of cublasLtMatrixLayoutGetAttribute.
-    let get = unsafe { LAYOUT_GET.get::<GetAttribute>() }?;
-    if layout.is_null() {
-        return None;
+/// cublasLtMatmulDescCreate and cublasLtMatrixLayoutCreate: the new descriptor becomes readable.
+fn descriptor_created(call: &Call<'_, c_int>, out: *mut *mut c_void) -> c_int {
+    let status = call.forward();
+    let created = if status == 0 { out_param::written(out).map_or(0, |d| d as u64) } else { 0 };
+    if created != 0 {
+        call.session.lt_descriptors.created(created);
     }
-    Some(Layout {
-        dtype: i32_of(attribute(get, layout, 0, 4)?),
-        order: i32_of(attribute(get, layout, 1, 4)?),
-        rows: u64::from_le_bytes(attribute(get, layout, 2, 8)?),
-        cols: u64::from_le_bytes(attribute(get, layout, 3, 8)?),
-        ld: i64::from_le_bytes(attribute(get, layout, 4, 8)?),
-        batch: i32_of(attribute(get, layout, 5, 4)?),
-        stride: i64::from_le_bytes(attribute(get, layout, 6, 8)?),
-    })
+    call.record(status, CallArgs::Handle { handle: created, value: 0 });
+    status
 }
 
-fn read_desc(desc: *mut c_void) -> Option<MatmulDesc> {
-    // SAFETY: the true signature of cublasLtMatmulDescGetAttribute.
-    let get = unsafe { DESC_GET.get::<GetAttribute>() }?;
-    if desc.is_null() {
-        return None;
-    }
-    let ptr_size = std::mem::size_of::<*const c_void>();
-    Some(MatmulDesc {
-        compute: i32_of(attribute(get, desc, 0, 4)?),
-        scale: i32_of(attribute(get, desc, 1, 4)?),
-        pointer_mode: attribute(get, desc, 2, 4).map(i32_of).unwrap_or(0),
-        transa: attribute(get, desc, 3, 4).map(i32_of).unwrap_or(0),
-        transb: attribute(get, desc, 4, 4).map(i32_of).unwrap_or(0),
-        epilogue: attribute(get, desc, 7, 4).map(|b| i32_of(b) as u32).unwrap_or(1),
-        bias: attribute(get, desc, 8, ptr_size).map(u64::from_le_bytes).unwrap_or(0),
-        bias_stride: attribute(get, desc, 10, 8).map(i64::from_le_bytes).unwrap_or(0),
-        bias_type: attribute(get, desc, 26, 4).map(i32_of).unwrap_or(-1),
-    })
+/// cublasLtMatmulDescDestroy and cublasLtMatrixLayoutDestroy: never read again. Forgotten
+/// before the real destroy, so a concurrent create that reuses the address is not lost.
+fn descriptor_destroyed(call: &Call<'_, c_int>, descriptor: *mut c_void) -> c_int {
+    call.session.lt_descriptors.destroyed(descriptor as u64);
+    let status = call.forward();
+    call.record(status, CallArgs::Handle { handle: descriptor as u64, value: 0 });
+    status
 }
 
-pub fn create(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, out: *mut *mut c_void) -> c_int {
-    cublas::create_handle(s, hook, forward, out, &s.lt_handles)
+pub(crate) fn matmul_desc_create(call: &Call<'_, c_int>, out: *mut *mut c_void, _compute: c_int, _scale: c_int) -> c_int {
+    descriptor_created(call, out)
 }
 
-pub fn destroy(s: &Session, hook: usize, forward: &dyn Fn() -> c_int, handle: *mut c_void) -> c_int {
-    let names = cublas::HandleApi { create: "cublasLtCreate", destroy: "cublasLtDestroy" };
-    cublas::destroy_handle(s, hook, forward, handle, &s.lt_handles, names)
+pub(crate) fn layout_create(call: &Call<'_, c_int>, out: *mut *mut c_void, _dtype: c_int, _rows: u64, _cols: u64, _ld: i64) -> c_int {
+    descriptor_created(call, out)
+}
+
+pub(crate) fn descriptor_destroy(call: &Call<'_, c_int>, descriptor: *mut c_void) -> c_int {
+    descriptor_destroyed(call, descriptor)
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn matmul(
-    s: &Session,
-    hook: usize,
-    forward: &dyn Fn() -> c_int,
+pub(crate) fn matmul(
+    call: &Call<'_, c_int>,
     handle: *mut c_void,
     desc: *mut c_void,
     alpha: Ptr,
@@ -103,7 +83,10 @@ pub fn matmul(
     workspace_bytes: usize,
     stream: Stream,
 ) -> c_int {
-    let described = read_desc(desc);
+    let known = |d: *mut c_void| call.session.lt_descriptors.contains(d as u64);
+    let read_layout = |l: *mut c_void| if known(l) { call.device.lt_layout(l as u64) } else { None };
+    let described = if known(desc) { call.device.lt_matmul_desc(desc as u64) } else { None };
+    let alive = matches!(call.session.lt_handles.lookup(handle as u64), HandleLookup::Alive(_));
     let layouts = [a_desc, b_desc, c_desc, d_desc].map(read_layout);
     let mut operands = [None; MAX_OPERANDS];
     let mut problem = None;
@@ -113,7 +96,8 @@ pub fn matmul(
     let mut pointer_mode = 0;
     let mut reduced = false;
     match (described, layouts) {
-        (None, _) => problem = Some(format!("computeDesc ({}) is not a matmul descriptor cublasLt accepts", hex(desc as u64))),
+        (None, _) if !alive => {} // the handle check names the fault
+        (None, _) => problem = Some(format!("computeDesc ({}) is not a matmul descriptor this process created", hex(desc as u64))),
         (Some(md), [Some(la), Some(lb), Some(lc), Some(ld)]) => {
             let compute = ComputeType::decode(md.compute);
             scalar = DType::from_cuda(md.scale);
@@ -177,10 +161,12 @@ pub fn matmul(
         (Some(_), layouts) => {
             let names = ["Adesc", "Bdesc", "Cdesc", "Ddesc"];
             let bad = layouts.iter().position(Option::is_none).unwrap_or(0);
-            problem = Some(format!("{} is not a matrix layout cublasLt accepts", names[bad]));
+            if alive {
+                problem = Some(format!("{} is not a matrix layout this process created", names[bad]));
+            }
         }
     }
-    let call = MatmulCall {
+    let matmul = MatmulCall {
         handle: handle as u64,
         lt: true,
         argument_problem: problem,
@@ -192,5 +178,5 @@ pub fn matmul(
         reduced_precision_compute: reduced,
         operands,
     };
-    gemm::run(s, hook, forward, &call, record, extra)
+    matmul::guard(call, &matmul, record, extra)
 }

@@ -1,0 +1,71 @@
+//! A model of the CUDA device for the checks' and the policy's unit tests.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use super::init::DriverProbe;
+use super::Device;
+use crate::cuda::MemoryType;
+use crate::state::{Allocation, Allocations};
+
+/// Device memory as a map of byte buffers (everything else is host memory); host scalars by
+/// address (any other host address reads as zero); the errors the next synchronisations report.
+#[derive(Default)]
+pub struct ModelDevice {
+    pub memory: RefCell<BTreeMap<u64, Vec<u8>>>,
+    pub host: RefCell<BTreeMap<u64, Vec<u8>>>,
+    pub sync_errors: RefCell<Vec<i32>>,
+    pub probe: RefCell<DriverProbe>,
+}
+
+impl ModelDevice {
+    /// Device memory at `base`, entered in `allocations` as the program's cudaMalloc would.
+    pub fn put(&self, allocations: &Allocations, base: u64, bytes: Vec<u8>) {
+        allocations.insert(Allocation { base, size: bytes.len() as u64, time_ns: 0, stream: None });
+        self.memory.borrow_mut().insert(base, bytes);
+    }
+}
+
+impl Device for ModelDevice {
+    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
+        let mem = self.memory.borrow();
+        let inside = mem.range(..=ptr).next_back().is_some_and(|(b, v)| ptr < b + v.len() as u64);
+        Some(if inside { MemoryType::Device } else { MemoryType::Unregistered })
+    }
+    fn read(&self, addr: u64, out: &mut [u8], _stream: u64) -> Result<(), i32> {
+        let mem = self.memory.borrow();
+        let (base, v) = mem.range(..=addr).next_back().ok_or(1)?;
+        let start = (addr - base) as usize;
+        out.copy_from_slice(v.get(start..start + out.len()).ok_or(1)?);
+        Ok(())
+    }
+    fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
+        match self.host.borrow().get(&addr) {
+            Some(v) if v.len() >= out.len() => out.copy_from_slice(&v[..out.len()]),
+            _ => out.fill(0),
+        }
+        true
+    }
+    fn synchronize(&self, _stream: u64) -> i32 {
+        let mut errors = self.sync_errors.borrow_mut();
+        if errors.is_empty() {
+            0
+        } else {
+            errors.remove(0)
+        }
+    }
+    fn is_capturing(&self, _stream: u64) -> Option<bool> {
+        Some(false)
+    }
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        Some((1 << 30, 2 << 30))
+    }
+    fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> DriverProbe {
+        let mut probe = self.probe.borrow().clone();
+        if let Some((status, n)) = device_count {
+            probe.device_count_status = Some(status);
+            probe.device_count = n;
+        }
+        probe
+    }
+}

@@ -1,0 +1,73 @@
+//! Every CUDA function the guard calls itself, declared once with its C signature, looked up
+//! once (in the library the program already loaded, never loading one), and callable without
+//! `unsafe` at the call site. Each returns `None` when its library is not loaded or lacks it.
+//!
+//! Why not cudarc's `sys` declarations: its functions are reached either by linking (the guard
+//! must not link CUDA: it is preloaded into programs that may never load it) or through its
+//! dynamic loader, which opens the library by its own search (`libcuda.so` first), can load a
+//! library the program did not, and panics when one is missing; and its enums are Rust enums,
+//! which a C value outside the declared set makes undefined behaviour. The guard must find the
+//! exact copy the program loaded (RTLD_LOCAL included, see `real.rs`) and take plain integers.
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use super::real::{Library, RealSymbol};
+
+/// `struct cudaPointerAttributes` (CUDA 11 and later).
+#[repr(C)]
+pub(crate) struct PointerAttributes {
+    pub kind: c_int,
+    pub device: c_int,
+    pub device_pointer: *mut c_void,
+    pub host_pointer: *mut c_void,
+}
+
+macro_rules! cuda_functions {
+    ( $( $lib:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty ; )* ) => {
+        #[allow(non_upper_case_globals)]
+        mod symbols {
+            use super::*;
+            $( pub static $name: RealSymbol = RealSymbol::new(concat!(stringify!($name), "\0"), Library::$lib); )*
+        }
+        $(
+            #[allow(non_snake_case, clippy::too_many_arguments)]
+            pub(crate) fn $name( $( $arg : $ty ),* ) -> Option<$ret> {
+                type F = unsafe extern "C" fn( $( $ty ),* ) -> $ret;
+                // SAFETY: `F` is the function's C signature as NVIDIA's headers declare it (this
+                // table is the one place it is written down). The pointers passed are the
+                // callers' in ffi/: valid out-parameters, NUL-terminated strings, and device
+                // ranges verified inside a live allocation (see each call site).
+                let f = unsafe { symbols::$name.get::<F>() }?;
+                Some(unsafe { f( $( $arg ),* ) })
+            }
+        )*
+    };
+}
+
+type Ptr = *mut c_void;
+
+cuda_functions! {
+    Cudart fn cudaMemcpyAsync(dst: Ptr, src: *const c_void, count: usize, kind: c_int, stream: Ptr) -> c_int;
+    Cudart fn cudaStreamSynchronize(stream: Ptr) -> c_int;
+    Cudart fn cudaStreamIsCapturing(stream: Ptr, status: *mut c_int) -> c_int;
+    Cudart fn cudaPointerGetAttributes(attributes: *mut PointerAttributes, ptr: *const c_void) -> c_int;
+    Cudart fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int;
+    Cudart fn cudaPeekAtLastError() -> c_int;
+    Cudart fn cudaGetLastError() -> c_int;
+    Cudart fn cudaRuntimeGetVersion(version: *mut c_int) -> c_int;
+    Cudart fn cudaDriverGetVersion(version: *mut c_int) -> c_int;
+    Cudart fn cudaGetDeviceCount(count: *mut c_int) -> c_int;
+    Cublas fn cublasGetProperty(kind: c_int, value: *mut c_int) -> c_int;
+    CublasLt fn cublasLtMatrixLayoutGetAttribute(layout: Ptr, attr: c_int, buf: Ptr, size: usize, written: *mut usize) -> c_int;
+    CublasLt fn cublasLtMatmulDescGetAttribute(desc: Ptr, attr: c_int, buf: Ptr, size: usize, written: *mut usize) -> c_int;
+    Driver fn cuDriverGetVersion(version: *mut c_int) -> c_int;
+    Driver fn cuInit(flags: c_uint) -> c_int;
+    Driver fn cuCtxGetCurrent(ctx: *mut Ptr) -> c_int;
+    Driver fn cuModuleLoadData(module: *mut Ptr, image: *const c_void) -> c_int;
+    Driver fn cuModuleGetFunction(function: *mut Ptr, module: Ptr, name: *const c_char) -> c_int;
+    Driver fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) -> c_int;
+    Driver fn cuMemsetD8Async(dptr: u64, value: u8, count: usize, stream: Ptr) -> c_int;
+    Driver fn cuLaunchKernel(f: Ptr, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Ptr, params: *mut Ptr, extra: *mut Ptr) -> c_int;
+    Driver fn cuMemcpyDtoHAsync_v2(dst: Ptr, src: u64, bytes: usize, stream: Ptr) -> c_int;
+    Driver fn cuStreamSynchronize(stream: Ptr) -> c_int;
+}

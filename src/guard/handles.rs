@@ -1,0 +1,128 @@
+//! cuBLAS handle handlers: keep each handle's stream, pointer mode and math mode, and report
+//! failed initialisation with its cause.
+
+use std::ffi::{c_int, c_void};
+
+use super::Call;
+use crate::check::Finding;
+use crate::cuda;
+use crate::ffi::out_param;
+use crate::recorder::CallArgs;
+use crate::state::{HandleLookup, HandleState, Handles};
+use crate::trace::{hex, FaultKind};
+
+type Handle = *mut c_void;
+type Stream = *mut c_void;
+
+pub(crate) fn create(call: &Call<'_, c_int>, out: *mut Handle) -> c_int {
+    create_handle(call, out, &call.session.handles)
+}
+
+/// cublasCreate and cublasLtCreate: the new handle into its table; a failure is reported
+/// with its cause (NOT_INITIALIZED: CUDA could not start).
+pub(crate) fn create_handle(call: &Call<'_, c_int>, out: *mut Handle, table: &Handles) -> c_int {
+    let status = call.forward();
+    let mut handle = 0u64;
+    if status == cuda::CUBLAS_SUCCESS {
+        // On success the library wrote the new handle through `out`.
+        handle = out_param::written(out).map_or(0, |h| h as u64);
+        if handle != 0 {
+            table.created(handle);
+        }
+    }
+    call.record(status, CallArgs::Handle { handle, value: 0 });
+    if status == cuda::CUBLAS_NOT_INITIALIZED {
+        call.report_init_failure(status, cuda::cublas_status_name(status), None);
+    } else if status != cuda::CUBLAS_SUCCESS {
+        let finding = Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cublas_status_name(status)));
+        call.report(call.fault(finding, status, cuda::cublas_status_name(status)));
+    }
+    status
+}
+
+pub(crate) fn destroy(call: &Call<'_, c_int>, handle: Handle) -> c_int {
+    destroy_handle(call, handle, &call.session.handles, CUBLAS)
+}
+
+/// The create/destroy pair that owns a handle table, for naming misuse.
+pub(crate) struct HandleApi {
+    pub create: &'static str,
+    pub destroy: &'static str,
+}
+
+pub(crate) const CUBLAS: HandleApi = HandleApi { create: "cublasCreate", destroy: "cublasDestroy" };
+
+/// cublasDestroy and cublasLtDestroy: the handle leaves its table when the library agrees.
+pub(crate) fn destroy_handle(call: &Call<'_, c_int>, handle: Handle, table: &Handles, names: HandleApi) -> c_int {
+    let before = table.lookup(handle as u64);
+    let status = call.forward();
+    if status == cuda::CUBLAS_SUCCESS {
+        table.destroyed(handle as u64, call.seq);
+    }
+    finish_handle_call(call, handle, None, before, status, names);
+    status
+}
+
+/// Forwards a handle setter and applies the change when cuBLAS accepted it.
+fn setter(
+    call: &Call<'_, c_int>,
+    handle: Handle,
+    value: i64,
+    apply: impl FnOnce(&mut HandleState),
+) -> c_int {
+    let before = call.session.handles.lookup(handle as u64);
+    let status = call.forward();
+    if status == cuda::CUBLAS_SUCCESS {
+        call.session.handles.update(handle as u64, apply);
+    }
+    finish_handle_call(call, handle, Some(value), before, status, CUBLAS);
+    status
+}
+
+/// Records a call on a handle (`value`: what a setter set) and reports its failure, naming a
+/// destroyed or unknown handle.
+fn finish_handle_call(
+    call: &Call<'_, c_int>,
+    handle: Handle,
+    value: Option<i64>,
+    before: HandleLookup,
+    status: c_int,
+    names: HandleApi,
+) {
+    let handle = handle as u64;
+    let record = CallArgs::Handle { handle, value: value.unwrap_or(0) };
+    call.record(status, record);
+    let s = call.session;
+    if status == cuda::CUBLAS_SUCCESS {
+        return;
+    }
+    let finding = match before {
+        HandleLookup::Destroyed(at) if s.config.checks.args => Finding::new(
+            FaultKind::InvalidHandle,
+            format!("handle {} was destroyed by {} at call #{at}", hex(handle), names.destroy),
+        ),
+        HandleLookup::Unknown if s.config.checks.args => Finding::new(
+            FaultKind::InvalidHandle,
+            format!("handle {} was not created by {} in this process", hex(handle), names.create),
+        ),
+        _ => Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cublas_status_name(status))),
+    };
+    let mut fault = call.fault(finding, status, cuda::cublas_status_name(status));
+    fault.args.insert("handle".into(), serde_json::json!(hex(handle)));
+    if let Some(value) = value {
+        fault.args.insert("value".into(), serde_json::json!(value));
+    }
+    call.report(fault);
+}
+
+pub(crate) fn set_stream(call: &Call<'_, c_int>, handle: Handle, stream: Stream) -> c_int {
+    setter(call, handle, stream as i64, |h| h.stream = stream as u64)
+}
+
+pub(crate) fn set_pointer_mode(call: &Call<'_, c_int>, handle: Handle, mode: c_int) -> c_int {
+    setter(call, handle, mode.into(), |h| h.pointer_mode = mode)
+}
+
+pub(crate) fn set_math_mode(call: &Call<'_, c_int>, handle: Handle, mode: c_int) -> c_int {
+    setter(call, handle, mode.into(), |h| h.math_mode = mode)
+}

@@ -1,0 +1,344 @@
+//! The guard around one matrix multiply, for cuBLAS and cublasLt alike: the checks before the
+//! call, the real call (or its refusal), the checks after it, and the fault they add up to.
+
+use std::collections::BTreeMap;
+
+use super::Call;
+use crate::check::matmul::{MatmulCall, MatmulCheck, Members, OperandReport};
+use crate::config::OnFault;
+use crate::cuda::{self, ComputeType, MathMode, PointerMode};
+use crate::recorder::CallArgs;
+use crate::scan::DType;
+use crate::trace::{hex, AllocationRecord, FaultKind, HandleRecord, Operand, Position};
+
+/// Extra arguments of the Ex, batched and cublasLt forms, recorded in a fault's `args`.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ExArgs {
+    pub types: Option<(DType, DType, DType)>,
+    pub compute: Option<ComputeType>,
+    pub algo: Option<i32>,
+    pub batch_count: Option<i64>,
+    pub strides: Option<(i64, i64, i64)>,
+    /// cublasLt: the epilogue, the bias pointer, the workspace (pointer, bytes).
+    pub epilogue: Option<u32>,
+    pub bias: Option<u64>,
+    pub workspace: Option<(u64, u64)>,
+}
+
+/// When a fault is written: before the call (status not known yet), amended after it, or
+/// found after it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    BeforeCall,
+    Amend,
+    AfterCall,
+}
+
+/// Runs the checks around the real call and returns what the program gets back.
+pub(crate) fn guard(call: &Call<'_, i32>, matmul: &MatmulCall, record: CallArgs, extra: ExArgs) -> i32 {
+    let s = call.session;
+    let known = s.known_error();
+    let mut checks = s.config.checks;
+    let site = match record {
+        CallArgs::Gemm { m, n, k, .. } => (call.hook.index() as u64) ^ (m as u64) << 8 ^ (n as u64) << 24 ^ (k as u64) << 40,
+        _ => call.hook.index() as u64,
+    };
+    let scan_started = if checks.nan { call.outlet.now_ns() } else { 0 };
+    checks.nan = checks.nan && s.should_scan(site, scan_started);
+    let handles = if matmul.lt { &s.lt_handles } else { &s.handles };
+    let body = |buf: &mut Vec<u8>| {
+        let mut check = MatmulCheck::before(matmul, checks, s.config.scan_bytes, handles, &s.allocations, known, call.device, buf);
+        // A fault found before the call is on disk before the call runs: a call with bad
+        // pointers may well crash the process inside the library.
+        let early = check.finding.is_some();
+        if early {
+            finish(call, &check, -1, record, extra, Stage::BeforeCall); // aborts in abort mode
+        }
+        let (status, forwarded) = match check.refusal(s.config.on_fault) {
+            Some(status) => (status, false),
+            None => (call.forward(), true),
+        };
+        if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, call.device, buf) {
+            s.note_error(code, call.seq);
+        }
+        let produced_here = matches!(check.finding.as_ref().map(|f| f.kind), Some(FaultKind::AsyncError | FaultKind::NonfiniteOutput));
+        let returned = if forwarded && s.config.on_fault == OnFault::Error && !check.found_before && produced_here {
+            cuda::CUBLAS_EXECUTION_FAILED
+        } else {
+            status
+        };
+        if checks.nan {
+            // The whole guarded call counts against the budget: scans dominate it.
+            s.add_scan_time(call.outlet.now_ns().saturating_sub(scan_started));
+        }
+        call.record_scanned(returned, record, checks.nan);
+        let stage = if early { Stage::Amend } else { Stage::AfterCall };
+        finish(call, &check, returned, record, extra, stage);
+        returned
+    };
+    // Only scans use the buffer: without them the per-thread buffer is not touched at all.
+    if checks.nan {
+        crate::ffi::thread::with_scan_buffer(body)
+    } else {
+        body(&mut Vec::new())
+    }
+}
+
+fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: CallArgs, extra: ExArgs, stage: Stage) {
+    let Some(finding) = check.finding.clone() else { return };
+    let status_name = if returned < 0 { "not returned (the fault was recorded before the call ran)" } else { cuda::cublas_status_name(returned) };
+    let mut fault = call.fault(finding, returned, status_name);
+    let state = check.handle.unwrap_or_default();
+    let stream = check.call.stream.unwrap_or(state.stream);
+    fault.stream = Some(hex(stream));
+    let math = MathMode(state.math_mode);
+    let reduced = math.uses_tf32() || check.call.reduced_precision_compute;
+    if !check.call.lt {
+        fault.handle = Some(HandleRecord {
+            ptr: hex(check.call.handle),
+            math_mode: math.label(),
+            pointer_mode: PointerMode::decode(state.pointer_mode).label(),
+            stream: hex(state.stream),
+            reduced_precision: reduced,
+        });
+    }
+    if math.uses_tf32() && !check.call.lt && matches!(fault.kind, FaultKind::NonfiniteOutput) {
+        fault.message.push_str(" [the handle uses TF32 tensor-op math: float32 inputs are rounded to 10 mantissa bits]");
+    }
+    fault.args = args_map(call, &record, extra, check);
+    fault.operands = check.operands.iter().flatten().map(operand_record).collect();
+    match stage {
+        Stage::Amend => call.amend(fault),
+        Stage::BeforeCall | Stage::AfterCall => call.report(fault),
+    }
+}
+
+fn args_map(call: &Call<'_, i32>, record: &CallArgs, extra: ExArgs, check: &MatmulCheck<'_>) -> BTreeMap<String, serde_json::Value> {
+    use serde_json::json;
+    let mut map = record.to_map();
+    let host_mode = check.call.pointer_mode.or(check.handle.map(|h| h.pointer_mode)) == Some(0);
+    for (name, ptr) in [("alpha", check.call.alpha), ("beta", check.call.beta)] {
+        let value = match check.call.scalar.size() {
+            Some(size) if host_mode && ptr != 0 && call.session.allocations.containing(ptr).is_none() => {
+                let mut bytes = [0u8; 8];
+                call.device.read_host(ptr, &mut bytes[..size as usize]).then(|| scalar_json(check.call.scalar, bytes))
+            }
+            _ => None,
+        };
+        map.insert(name.to_string(), value.unwrap_or_else(|| json!(hex(ptr))));
+    }
+    map.insert("handle".into(), json!(hex(check.call.handle)));
+    if let Some((a, b, c)) = extra.types {
+        map.insert("Atype".into(), json!(a.name()));
+        map.insert("Btype".into(), json!(b.name()));
+        map.insert("Ctype".into(), json!(c.name()));
+    }
+    if let Some(compute) = extra.compute {
+        map.insert("computeType".into(), json!(compute.name()));
+    }
+    if let Some(algo) = extra.algo {
+        map.insert("algo".into(), json!(algo));
+    }
+    if let Some(count) = extra.batch_count {
+        map.insert("batchCount".into(), json!(count));
+    }
+    if let Some(epilogue) = extra.epilogue {
+        map.insert("epilogue".into(), json!(crate::check::lt::epilogue_name(epilogue)));
+    }
+    if let Some(bias) = extra.bias {
+        map.insert("bias".into(), json!(hex(bias)));
+    }
+    if let Some((ptr, bytes)) = extra.workspace {
+        map.insert("workspace".into(), json!(hex(ptr)));
+        map.insert("workspaceSizeInBytes".into(), json!(bytes));
+    }
+    if let Some((a, b, c)) = extra.strides {
+        map.insert("strideA".into(), json!(a));
+        map.insert("strideB".into(), json!(b));
+        map.insert("strideC".into(), json!(c));
+    }
+    map
+}
+
+fn scalar_json(dtype: DType, bytes: [u8; 8]) -> serde_json::Value {
+    use serde_json::json;
+    match dtype {
+        DType::F64 => json!(f64::from_le_bytes(bytes)),
+        DType::F32 => json!(f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
+        DType::I32 => json!(i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
+        DType::F16 => json!(format!("f16 bits {:#06x}", u16::from_le_bytes([bytes[0], bytes[1]]))),
+        _ => json!(null),
+    }
+}
+
+fn operand_record(op: &OperandReport<'_>) -> Operand {
+    let spec = op.spec;
+    let (batch_count, stride) = match spec.members {
+        Members::One => (None, None),
+        Members::Strided { count, stride } => (Some(count), Some(stride)),
+        Members::Array { count } => (Some(count), None),
+    };
+    Operand {
+        name: spec.name.to_string(),
+        ptr: hex(spec.ptr),
+        dtype: spec.dtype.name(),
+        rows: spec.shape.rows,
+        cols: spec.shape.cols,
+        ld: spec.shape.ld,
+        bytes: op.extent,
+        allocation: op.allocation.map(|a| AllocationRecord { base: hex(a.base), size: a.size }),
+        scanned: op.scan.is_some(),
+        sampled: op.scan.is_some_and(|s| s.sampled),
+        nan: op.scan.map(|s| s.nan),
+        inf: op.scan.map(|s| s.inf),
+        first_nonfinite: op.scan.and_then(|s| s.first_nonfinite).map(|(row, col)| Position { row, col }),
+        batch_count,
+        stride,
+        pointer_array: matches!(spec.members, Members::Array { .. }),
+        bad_member: op.bad_member,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::{session, ModelDevice, ModelOutlet};
+    use super::super::{gemm, Call, Hook};
+    use crate::config::{Config, OnFault};
+    use crate::cuda;
+    use crate::session::Session;
+    use crate::trace::FaultKind;
+    use std::cell::Cell;
+
+    const HANDLE: u64 = 0x4000;
+    const A: u64 = 0x1000;
+    const B: u64 = 0x2000;
+    const C: u64 = 0x3000;
+    const ALPHA: u64 = 0x10;
+    const BETA: u64 = 0x20;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// A 2 x 2 x 2 sgemm on the model, A holding `a00`; the real call returns `status` and is
+    /// counted in `calls`.
+    struct Setup {
+        session: Session,
+        device: ModelDevice,
+        outlet: ModelOutlet,
+    }
+
+    fn setup(on_fault: OnFault, a00: f32) -> Setup {
+        let session = session(Config { on_fault, quiet: true, ..Config::default() });
+        session.handles.created(HANDLE);
+        let device = ModelDevice::default();
+        device.put(&session.allocations, A, f32s(&[a00, 1.0, 1.0, 1.0]));
+        device.put(&session.allocations, B, f32s(&[1.0; 4]));
+        device.put(&session.allocations, C, f32s(&[0.0; 4]));
+        device.host.borrow_mut().insert(ALPHA, f32s(&[1.0]));
+        device.host.borrow_mut().insert(BETA, f32s(&[0.0]));
+        Setup { session, device, outlet: ModelOutlet::default() }
+    }
+
+    fn sgemm(s: &Setup, a: u64, lda: i32, status: i32, calls: &Cell<u32>) -> i32 {
+        let forward = || {
+            calls.set(calls.get() + 1);
+            status
+        };
+        let call = Call::begin(&s.session, Hook::cublasSgemm_v2, &s.device, &s.outlet, &forward);
+        gemm::sgemm(&call, HANDLE as _, 0, 0, 2, 2, 2, ALPHA as _, a as _, lda, B as _, 2, BETA as _, C as _, 2)
+    }
+
+    fn faults(s: &Setup) -> Vec<crate::trace::Fault> {
+        s.session.trace(Default::default()).faults
+    }
+
+    #[test]
+    fn on_fault_continue_records_the_fault_and_returns_the_librarys_status() {
+        let s = setup(OnFault::Continue, f32::NAN);
+        let calls = Cell::new(0);
+        assert_eq!(sgemm(&s, A, 2, 0, &calls), 0);
+        assert_eq!(calls.get(), 1, "the real call ran");
+        let f = faults(&s);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].kind, FaultKind::NonfiniteInput);
+        assert_eq!(f[0].status, 0);
+        assert!(!s.outlet.aborted.get());
+        assert_eq!(s.outlet.lines.borrow().len(), 1);
+    }
+
+    #[test]
+    fn on_fault_error_refuses_a_call_with_a_fault_found_before_it() {
+        let s = setup(OnFault::Error, 1.0);
+        let calls = Cell::new(0);
+        // lda 1 < m 2: the library would refuse it too; the guard refuses without calling.
+        assert_eq!(sgemm(&s, A, 1, 0, &calls), cuda::CUBLAS_INVALID_VALUE);
+        assert_eq!(calls.get(), 0, "the real call was not made");
+        let f = faults(&s);
+        assert_eq!((f.len(), f[0].kind, f[0].status), (1, FaultKind::InvalidArgument, cuda::CUBLAS_INVALID_VALUE));
+        let s = setup(OnFault::Error, f32::INFINITY);
+        assert_eq!(sgemm(&s, A, 2, 0, &calls), cuda::CUBLAS_EXECUTION_FAILED, "NaN/Inf input refused as execution failure");
+        assert_eq!(calls.get(), 0);
+    }
+
+    #[test]
+    fn on_fault_error_turns_an_asynchronous_fault_of_the_call_into_a_failure_status() {
+        let s = setup(OnFault::Error, 1.0);
+        s.device.sync_errors.borrow_mut().extend([0, 700]); // clean before, faulted after
+        let calls = Cell::new(0);
+        assert_eq!(sgemm(&s, A, 2, 0, &calls), cuda::CUBLAS_EXECUTION_FAILED);
+        assert_eq!(calls.get(), 1);
+        let f = faults(&s);
+        assert_eq!((f[0].kind, f[0].error.as_ref().map(|e| e.code)), (FaultKind::AsyncError, Some(700)));
+        assert_eq!(s.session.known_error().map(|k| k.code), Some(700));
+    }
+
+    #[test]
+    fn on_fault_abort_publishes_the_fault_then_aborts() {
+        let s = setup(OnFault::Abort, f32::NAN);
+        let calls = Cell::new(0);
+        sgemm(&s, A, 2, 0, &calls);
+        assert!(s.outlet.aborted.get());
+        assert!(s.outlet.publications.get() >= 1, "the trace is written before the abort");
+        assert_eq!(faults(&s)[0].kind, FaultKind::NonfiniteInput);
+    }
+
+    #[test]
+    fn a_fault_found_before_the_call_is_amended_with_the_status_it_returned() {
+        let s = setup(OnFault::Continue, 1.0);
+        let calls = Cell::new(0);
+        // A points at host memory: found before the call, published before it runs.
+        let status = sgemm(&s, 0x9999_0000, 2, cuda::CUBLAS_EXECUTION_FAILED, &calls);
+        assert_eq!(status, cuda::CUBLAS_EXECUTION_FAILED);
+        let f = faults(&s);
+        assert_eq!(f.len(), 1, "amended in place, not added twice: {f:#?}");
+        assert_eq!(f[0].kind, FaultKind::HostPointer);
+        assert_eq!((f[0].status, f[0].status_name.as_str()), (13, "CUBLAS_STATUS_EXECUTION_FAILED"));
+        assert_eq!(s.outlet.publications.get(), 2, "published before the call and again after it");
+        assert_eq!(s.session.fault_count(), 1);
+    }
+
+    #[test]
+    fn an_error_pending_before_the_call_is_not_blamed_on_it() {
+        let s = setup(OnFault::Continue, 1.0);
+        s.device.sync_errors.borrow_mut().push(719);
+        let calls = Cell::new(0);
+        sgemm(&s, A, 2, 0, &calls);
+        let f = faults(&s);
+        assert_eq!(f[0].kind, FaultKind::AsyncError);
+        assert!(f[0].message.contains("already pending before this call"), "{}", f[0].message);
+        assert_eq!(f[0].operands.iter().filter(|o| o.scanned).count(), 0, "nothing is scanned on a broken context");
+    }
+
+    #[test]
+    fn a_clean_call_is_recorded_once_with_its_shape() {
+        let s = setup(OnFault::Continue, 1.0);
+        let calls = Cell::new(0);
+        assert_eq!(sgemm(&s, A, 2, 0, &calls), 0);
+        assert!(faults(&s).is_empty());
+        let t = s.session.trace(Default::default());
+        assert_eq!(t.recent_calls.len(), 1);
+        assert_eq!((t.recent_calls[0].api.as_str(), t.recent_calls[0].args["m"].as_i64()), ("cublasSgemm_v2", Some(2)));
+        assert!(t.recent_calls[0].scanned);
+    }
+}

@@ -1,0 +1,204 @@
+//! The policy core: what the guard does around each hooked call, in safe Rust. A handler gets
+//! one `Call`, which numbers the call, forwards it, records it in the flight recorder, and
+//! turns findings into faults. Everything the guard asks of CUDA goes through `check::Device`;
+//! everything that leaves the process (stderr, the trace on disk, abort) through `Outlet`. The
+//! FFI layer supplies the real ones; the tests here supply models.
+
+pub(crate) mod gemm;
+pub(crate) mod handles;
+pub(crate) mod lt;
+pub(crate) mod matmul;
+pub(crate) mod memory;
+
+use std::cell::Cell;
+
+use crate::check::{init, Device, Finding};
+use crate::config::OnFault;
+use crate::recorder::{CallArgs, RecordedCall};
+use crate::session::Session;
+use crate::trace::{CudaErrorRecord, Fault, FaultKind, MemoryState};
+
+pub(crate) use crate::ffi::hooks::Hook;
+
+/// Where the guard's findings go. The real outlet writes stderr and the trace, and aborts; the
+/// tests' outlet keeps what it was given.
+pub(crate) trait Outlet {
+    /// Publishes a fault the session has just counted (`stored`: it is kept in full), or one
+    /// brought up to date after its call returned (`amended`).
+    fn publish(&self, session: &Session, lines: &[String], stored: bool);
+    /// The native call stack at the fault, without the guard's frames.
+    fn backtrace(&self) -> Vec<String>;
+    /// Ends the process (CUBLASGUARD_ON_FAULT=abort). The real one does not return.
+    fn abort(&self);
+    /// Monotonic enough wall time, in nanoseconds.
+    fn now_ns(&self) -> u64;
+    /// The calling thread's kernel id.
+    fn thread_id(&self) -> u32;
+}
+
+/// One intercepted call, from its number to its faults. `R` is what the hooked function returns.
+pub(crate) struct Call<'a, R: Copy> {
+    pub session: &'a Session,
+    pub hook: Hook,
+    pub seq: u64,
+    pub device: &'a dyn Device,
+    pub outlet: &'a dyn Outlet,
+    forward: &'a dyn Fn() -> R,
+    recorded: Cell<bool>,
+}
+
+impl<'a, R: Copy> Call<'a, R> {
+    /// Counts the call and gives it its sequence number.
+    pub fn begin(session: &'a Session, hook: Hook, device: &'a dyn Device, outlet: &'a dyn Outlet, forward: &'a dyn Fn() -> R) -> Self {
+        let seq = session.begin(hook.index());
+        Self { session, hook, seq, device, outlet, forward, recorded: Cell::new(false) }
+    }
+
+    /// The real function, with the program's arguments.
+    pub fn forward(&self) -> R {
+        (self.forward)()
+    }
+
+    pub fn api(&self) -> &'static str {
+        self.hook.name()
+    }
+
+    /// Enters the call in the flight recorder with how it ended.
+    pub fn record(&self, status: i32, args: CallArgs) {
+        self.record_scanned(status, args, false);
+    }
+
+    pub fn record_scanned(&self, status: i32, args: CallArgs, scanned: bool) {
+        self.recorded.set(true);
+        let call = RecordedCall {
+            seq: self.seq,
+            hook: self.hook.index() as u16,
+            status,
+            time_ns: self.outlet.now_ns(),
+            thread: self.outlet.thread_id(),
+            args,
+            scanned,
+        };
+        self.session.recorder.record(&call);
+    }
+
+    /// Whether the handler entered the call in the recorder (the hook layer records the
+    /// calls of handlers that did not, so no call is ever missing from it).
+    pub fn was_recorded(&self) -> bool {
+        self.recorded.get()
+    }
+
+    /// A fault with the facts every kind shares; the caller adds what is specific to its call.
+    pub fn fault(&self, finding: Finding, status: i32, status_name: &str) -> Fault {
+        let s = self.session;
+        let known = s.known_error();
+        let memory_info = if known.is_none() && s.driver_error().is_none() { self.device.memory_info() } else { None };
+        let totals = s.allocations.totals();
+        Fault {
+            seq: self.seq,
+            api: self.api().to_string(),
+            kind: finding.kind,
+            message: finding.message,
+            status,
+            status_name: status_name.to_string(),
+            error: finding.error.map(|(code, call)| CudaErrorRecord {
+                code,
+                name: crate::cuda::cuda_error_name(code).to_string(),
+                call: call.to_string(),
+            }),
+            cause: None,
+            thread: self.outlet.thread_id(),
+            stream: None,
+            time_ns: self.outlet.now_ns(),
+            handle: None,
+            args: Default::default(),
+            operands: Vec::new(),
+            memory: Some(MemoryState {
+                free: memory_info.map(|m| m.0),
+                total: memory_info.map(|m| m.1),
+                tracked_live_bytes: totals.bytes,
+                tracked_live_count: totals.count,
+            }),
+            backtrace: self.outlet.backtrace(),
+        }
+    }
+
+    /// Records a fault: the session counts it, the outlet publishes it, and abort mode ends
+    /// the process.
+    pub fn report(&self, fault: Fault) {
+        let s = self.session;
+        let recorded = s.add_fault(fault);
+        let abort = s.config.on_fault == OnFault::Abort;
+        self.outlet.publish(s, &recorded.lines, recorded.stored || abort);
+        if abort {
+            self.outlet.abort();
+        }
+    }
+
+    /// Brings a fault reported before its call ran up to date with how the call ended.
+    pub fn amend(&self, fault: Fault) {
+        if self.session.replace_fault(fault) {
+            self.outlet.publish(self.session, &[], true);
+        }
+    }
+
+    /// Reports that CUDA could not start, once per hooked function (without a driver every call
+    /// fails the same way), with the cause found by asking the driver.
+    pub fn report_init_failure(&self, status: i32, status_name: &str, device_count: Option<(i32, Option<i32>)>) {
+        let s = self.session;
+        if !s.first_init_failure(self.hook.index()) {
+            return;
+        }
+        // The program's own cudaGetDeviceCount answer, if it asked, beats asking again (a
+        // pending error would stop the guard from asking without disturbing it).
+        let cause = init::classify(&self.device.probe_driver(device_count.or_else(|| s.device_count())));
+        s.set_driver_error(cause.message.clone());
+        let finding = Finding::new(FaultKind::InitFailed, format!("returned {status_name} ({status}): {}", cause.message));
+        let mut fault = self.fault(finding, status, status_name);
+        fault.cause = Some(cause);
+        self.report(fault);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod model {
+    //! A model of the outside world for the policy's unit tests.
+
+    use super::*;
+    use crate::config::Config;
+    use crate::trace::Process;
+    use std::cell::RefCell;
+
+    /// Keeps what was published; `abort` only notes that it was asked for.
+    #[derive(Default)]
+    pub struct ModelOutlet {
+        pub lines: RefCell<Vec<String>>,
+        pub publications: Cell<u32>,
+        pub aborted: Cell<bool>,
+    }
+
+    impl Outlet for ModelOutlet {
+        fn publish(&self, _session: &Session, lines: &[String], _stored: bool) {
+            self.lines.borrow_mut().extend(lines.iter().cloned());
+            self.publications.set(self.publications.get() + 1);
+        }
+        fn backtrace(&self) -> Vec<String> {
+            vec!["model frame".into()]
+        }
+        fn abort(&self) {
+            self.aborted.set(true);
+        }
+        fn now_ns(&self) -> u64 {
+            1
+        }
+        fn thread_id(&self) -> u32 {
+            7
+        }
+    }
+
+    pub use crate::check::model::ModelDevice;
+
+    pub fn session(config: Config) -> Session {
+        Session::new(config, crate::ffi::hooks::HOOK_NAMES, Process::default(), "model.json".into())
+    }
+}

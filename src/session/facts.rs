@@ -1,0 +1,118 @@
+//! Facts about the process and its CUDA: who it is, where its trace goes, what the driver and
+//! runtime said, the sticky error it already attributed, the versions it learnt.
+
+use parking_lot::Mutex;
+
+use crate::check::matmul::KnownError;
+use crate::cuda;
+use crate::trace::Process;
+
+/// Who this process is and where its trace goes.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub process: Process,
+    /// The expanded trace path.
+    pub trace_path: String,
+}
+
+/// Where a forked child came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkOrigin {
+    pub parent_pid: u32,
+    /// The first hooked call the parent made (it initialised CUDA then), if it made one.
+    pub parent_first_call: Option<String>,
+}
+
+/// CUDA versions learnt while the libraries were alive, for use when they may not be.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Versions {
+    pub runtime: Option<i32>,
+    pub driver: Option<i32>,
+    pub cublas: Option<i32>,
+}
+
+pub(super) struct ProcessFacts {
+    identity: Mutex<Identity>,
+    pub forked_from: Option<ForkOrigin>,
+    known_error: Mutex<Option<KnownError>>,
+    driver_error: Mutex<Option<String>>,
+    /// What the program's own first cudaGetDeviceCount returned: (status, count).
+    device_count: Mutex<Option<(i32, Option<i32>)>>,
+    versions: Mutex<Versions>,
+}
+
+impl ProcessFacts {
+    pub fn new(identity: Identity) -> Self {
+        Self {
+            identity: Mutex::new(identity),
+            forked_from: None,
+            known_error: Mutex::new(None),
+            driver_error: Mutex::new(None),
+            device_count: Mutex::new(None),
+            versions: Mutex::new(Versions::default()),
+        }
+    }
+
+    /// A copy for a forked child; the first call the parent made is kept for the child's
+    /// fork origin. What the child learns about errors it learns afresh.
+    pub fn copy_with_first_call(&self, first_call: Option<String>) -> Self {
+        let identity = self.identity();
+        let parent_pid = identity.process.pid;
+        Self {
+            identity: Mutex::new(identity),
+            forked_from: Some(ForkOrigin { parent_pid, parent_first_call: first_call }),
+            known_error: Mutex::new(None),
+            driver_error: Mutex::new(None),
+            device_count: Mutex::new(None),
+            versions: Mutex::new(*self.versions.lock()),
+        }
+    }
+
+    pub fn for_child(self, identity: Identity) -> Self {
+        *self.identity.lock() = identity;
+        self
+    }
+
+    pub fn identity(&self) -> Identity {
+        self.identity.lock().clone()
+    }
+
+    pub fn known_error(&self) -> Option<KnownError> {
+        *self.known_error.lock()
+    }
+
+    pub fn note_error(&self, code: i32, seq: u64) {
+        if cuda::cuda_error_is_sticky(code) {
+            self.known_error.lock().get_or_insert(KnownError { code, seq });
+        }
+    }
+
+    pub fn set_driver_error(&self, text: String) {
+        self.driver_error.lock().get_or_insert(text);
+    }
+
+    pub fn driver_error(&self) -> Option<String> {
+        self.driver_error.lock().clone()
+    }
+
+    pub fn note_device_count(&self, status: i32, count: Option<i32>) {
+        self.device_count.lock().get_or_insert((status, count));
+    }
+
+    pub fn device_count(&self) -> Option<(i32, Option<i32>)> {
+        *self.device_count.lock()
+    }
+
+    pub fn versions(&self) -> Versions {
+        *self.versions.lock()
+    }
+
+    /// A library loaded later fills in what was unknown; nothing known is forgotten.
+    pub fn learn_versions(&self, fresh: Versions) -> Versions {
+        let mut cached = self.versions.lock();
+        cached.runtime = fresh.runtime.or(cached.runtime);
+        cached.driver = fresh.driver.or(cached.driver);
+        cached.cublas = fresh.cublas.or(cached.cublas);
+        *cached
+    }
+}

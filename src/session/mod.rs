@@ -1,0 +1,491 @@
+//! One guarded process's record, grouped by lifetime:
+//! - `CallCounts`: how many calls of each hooked function, and their sequence numbers;
+//! - `FaultLog`: the faults found so far (and the one-writer lock for the trace file);
+//! - `ScanPolicy`: which calls get their operands scanned (sampling, time budget, counters);
+//! - `ProcessFacts`: who this process is and what it learnt about CUDA;
+//! - the CUDA object tables (handles, allocations) and the flight recorder.
+//!
+//! A forked child gets a new session (`ChildSeed`), prepared by the parent before `fork()`:
+//! the objects and recent calls it inherited are copied, everything it counts starts afresh.
+//! Nothing is held across `fork()`, so the child never waits on or releases a lock that
+//! another parent thread held at that moment. Safe Rust; the FFI layer owns the instances.
+
+mod device_scan;
+mod facts;
+mod faults;
+mod scans;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+pub use crate::check::matmul::KnownError;
+use crate::config::Config;
+use crate::recorder::{RecordedCall, Recorder};
+use crate::state::{Allocations, Handles, LiveObjects};
+use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
+pub use device_scan::DeviceScanState;
+pub use facts::{ForkOrigin, Identity, Versions};
+pub use faults::Recorded;
+
+use facts::ProcessFacts;
+use faults::FaultLog;
+use scans::ScanPolicy;
+
+/// Calls per hooked function and the running sequence number.
+struct CallCounts {
+    hook_names: &'static [&'static str],
+    calls: Box<[AtomicU64]>,
+    /// One `init_failed` per hooked function: without a driver every call fails the same way.
+    init_reported: Box<[AtomicBool]>,
+    seq: AtomicU64,
+}
+
+impl CallCounts {
+    fn new(hook_names: &'static [&'static str]) -> Self {
+        Self {
+            hook_names,
+            calls: hook_names.iter().map(|_| AtomicU64::new(0)).collect(),
+            init_reported: hook_names.iter().map(|_| AtomicBool::new(false)).collect(),
+            seq: AtomicU64::new(0),
+        }
+    }
+}
+
+pub struct Session {
+    pub config: Config,
+    pub handles: Handles,
+    /// cublasLt handles, a table of their own.
+    pub lt_handles: Handles,
+    pub allocations: Allocations,
+    /// cublasLt matmul descriptors and matrix layouts this process created and has not
+    /// destroyed: the only ones the guard reads back.
+    pub lt_descriptors: LiveObjects,
+    pub recorder: Recorder,
+    pub device_scan: DeviceScanState,
+    counts: CallCounts,
+    faults: FaultLog,
+    scans: ScanPolicy,
+    facts: ProcessFacts,
+}
+
+/// What a forked child's session starts from, prepared in the parent before `fork()`.
+pub struct ChildSeed {
+    config: Config,
+    hook_names: &'static [&'static str],
+    handles: Handles,
+    lt_handles: Handles,
+    allocations: Allocations,
+    lt_descriptors: LiveObjects,
+    recorder: Recorder,
+    facts: ProcessFacts,
+    /// The parent's environment, for the crash writer's head until the child learns its own.
+    pub environment: Environment,
+}
+
+impl ChildSeed {
+    /// The parent's identity, as it was when the fork began.
+    pub fn identity(&self) -> Identity {
+        self.facts.identity()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The child's session, once it knows its pid, start time and trace path.
+    pub fn into_session(self, identity: Identity) -> Session {
+        let started = identity.process.started_at_ns;
+        Session {
+            config: self.config,
+            handles: self.handles,
+            lt_handles: self.lt_handles,
+            allocations: self.allocations,
+            lt_descriptors: self.lt_descriptors,
+            recorder: self.recorder,
+            device_scan: DeviceScanState::default(),
+            counts: CallCounts::new(self.hook_names),
+            faults: FaultLog::default(),
+            scans: ScanPolicy::new(started),
+            facts: self.facts.for_child(identity),
+        }
+    }
+}
+
+impl Session {
+    pub fn new(config: Config, hook_names: &'static [&'static str], process: Process, trace_path: String) -> Self {
+        let started = process.started_at_ns;
+        Self {
+            recorder: Recorder::new(config.ring),
+            config,
+            handles: Handles::default(),
+            lt_handles: Handles::default(),
+            allocations: Allocations::default(),
+            lt_descriptors: LiveObjects::default(),
+            device_scan: DeviceScanState::default(),
+            counts: CallCounts::new(hook_names),
+            faults: FaultLog::default(),
+            scans: ScanPolicy::new(started),
+            facts: ProcessFacts::new(Identity { process, trace_path }),
+        }
+    }
+
+    /// Everything a forked child keeps, copied now (in the parent, before `fork()`).
+    pub fn prepare_child(&self, environment: Environment) -> ChildSeed {
+        ChildSeed {
+            config: self.config.clone(),
+            hook_names: self.counts.hook_names,
+            handles: self.handles.copy(),
+            lt_handles: self.lt_handles.copy(),
+            allocations: self.allocations.copy(),
+            lt_descriptors: self.lt_descriptors.copy(),
+            recorder: self.recorder.copy(),
+            facts: self.facts.copy_with_first_call(self.first_cuda_call()),
+            environment,
+        }
+    }
+
+    pub fn trace_path(&self) -> String {
+        self.facts.identity().trace_path
+    }
+
+    pub fn identity(&self) -> Identity {
+        self.facts.identity()
+    }
+
+    /// Set when this process is the child of a fork made after the guard started.
+    pub fn forked_from(&self) -> Option<ForkOrigin> {
+        self.facts.forked_from.clone()
+    }
+
+    /// The one-writer lock for the trace file: the crash writer and the normal writer never
+    /// write at once.
+    pub fn writer_lock(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.faults.writer.lock()
+    }
+
+    /// Whether this call's operands are scanned: one call in `scan_every` per call site (a
+    /// site is the hooked function and the call's shape, which tells the layers of a model
+    /// apart), and none while the scans are over the time budget. `now_ns` is wall time.
+    pub fn should_scan(&self, site: u64, now_ns: u64) -> bool {
+        self.scans.should_scan(&self.config, site, now_ns)
+    }
+
+    pub fn add_scan_time(&self, ns: u64) {
+        self.scans.add_time(ns);
+    }
+
+    /// Counts a call of hook number `hook` and gives it its sequence number.
+    pub fn begin(&self, hook: usize) -> u64 {
+        if let Some(c) = self.counts.calls.get(hook) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        self.counts.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub fn total_calls(&self) -> u64 {
+        self.counts.calls.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The first hooked call this process made (the recorder's oldest entry, or a count).
+    fn first_cuda_call(&self) -> Option<String> {
+        let oldest = self.recorder.snapshot().into_iter().next();
+        match oldest {
+            Some(c) if c.seq == 1 => Some(self.hook_name(c.hook as usize).to_string()),
+            _ => self.counts.hook_names.iter().zip(self.counts.calls.iter()).find(|(_, n)| n.load(Ordering::Relaxed) > 0).map(|(name, _)| name.to_string()),
+        }
+    }
+
+    pub fn hook_name(&self, hook: usize) -> &'static str {
+        self.counts.hook_names.get(hook).copied().unwrap_or("?")
+    }
+
+    pub fn fault_count(&self) -> u64 {
+        self.faults.total()
+    }
+
+    /// Faults counted but not stored; lock-free, for the crash handler.
+    pub fn dropped_fault_count(&self) -> u64 {
+        self.faults.dropped()
+    }
+
+    /// Calls per hooked function, without locks or allocation (the crash handler uses it).
+    pub fn visit_call_counts(&self, mut f: impl FnMut(&'static str, u64)) {
+        for (name, n) in self.counts.hook_names.iter().zip(self.counts.calls.iter()) {
+            let n = n.load(Ordering::Relaxed);
+            if n > 0 {
+                f(name, n);
+            }
+        }
+    }
+
+    pub fn known_error(&self) -> Option<KnownError> {
+        self.facts.known_error()
+    }
+
+    /// Remembers a sticky error first revealed at call `seq`.
+    pub fn note_error(&self, code: i32, seq: u64) {
+        self.facts.note_error(code, seq);
+    }
+
+    /// True the first time hook number `hook` reports an initialisation failure.
+    pub fn first_init_failure(&self, hook: usize) -> bool {
+        self.counts.init_reported.get(hook).is_some_and(|b| !b.swap(true, Ordering::Relaxed))
+    }
+
+    pub fn set_driver_error(&self, text: String) {
+        self.facts.set_driver_error(text);
+    }
+
+    pub fn driver_error(&self) -> Option<String> {
+        self.facts.driver_error()
+    }
+
+    pub fn note_device_count(&self, status: i32, count: Option<i32>) {
+        self.facts.note_device_count(status, count);
+    }
+
+    pub fn device_count(&self) -> Option<(i32, Option<i32>)> {
+        self.facts.device_count()
+    }
+
+    /// CUDA versions learnt while the libraries were alive: (runtime, driver, cuBLAS).
+    pub fn versions(&self) -> Versions {
+        self.facts.versions()
+    }
+
+    pub fn learn_versions(&self, fresh: Versions) -> Versions {
+        self.facts.learn_versions(fresh)
+    }
+
+    /// Stores a fault (or only counts it, past `max_faults`); returns what became of it.
+    pub fn add_fault(&self, fault: Fault) -> Recorded {
+        self.faults.add(&self.config, fault, &self.trace_path())
+    }
+
+    /// Replaces the stored fault of call `seq` with `fault` (its status is known now); false
+    /// when it was not stored (past the cap).
+    pub fn replace_fault(&self, fault: Fault) -> bool {
+        self.faults.replace(fault)
+    }
+
+    /// Whether the trace belongs on disk at exit. A named path is written for every process
+    /// that used CUDA, so a shell wrapper that merely exits after its child does not replace
+    /// the child's trace with an empty one.
+    /// A forked child (a DataLoader worker, say) that made no CUDA call of its own writes
+    /// nothing, so workers do not each leave an empty trace.
+    pub fn should_write_at_exit(&self, cuda_loaded: bool) -> bool {
+        let used_cuda = self.total_calls() > 0 || (cuda_loaded && self.facts.forked_from.is_none());
+        self.fault_count() > 0 || (self.config.trace_requested && used_cuda)
+    }
+
+    pub fn trace(&self, environment: Environment) -> Trace {
+        let faults = self.faults.stored();
+        let calls = self
+            .counts
+            .hook_names
+            .iter()
+            .zip(self.counts.calls.iter())
+            .map(|(name, n)| (name.to_string(), n.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        let total = self.fault_count();
+        let (scanned_calls, skipped_scans) = self.scans.counts();
+        Trace {
+            format: trace::FORMAT.into(),
+            version: trace::VERSION,
+            process: self.facts.identity().process,
+            environment,
+            recent_calls: self.recorder.snapshot().iter().map(|c| self.recent_call(c)).collect(),
+            summary: Summary {
+                calls,
+                faults: total,
+                dropped_faults: total.saturating_sub(faults.len() as u64),
+                scanned_calls,
+                skipped_scans,
+            },
+            faults,
+            crash: None,
+        }
+    }
+
+    fn recent_call(&self, call: &RecordedCall) -> RecentCall {
+        RecentCall {
+            seq: call.seq,
+            api: self.hook_name(call.hook as usize).to_string(),
+            status: call.status,
+            time_ns: call.time_ns,
+            thread: call.thread,
+            args: call.args.to_map(),
+            scanned: call.scanned,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recorder::CallArgs;
+    use crate::trace::FaultKind;
+    use std::collections::BTreeMap;
+
+    static NAMES: &[&str] = &["cudaMalloc", "cublasSgemm_v2"];
+
+    fn session(stderr_lines: u32) -> Session {
+        let config = Config { stderr_lines, ..Config::default() };
+        Session::new(config, NAMES, Process::default(), "t.json".into())
+    }
+
+    fn fault(seq: u64) -> Fault {
+        Fault {
+            seq,
+            api: "cublasSgemm_v2".into(),
+            kind: FaultKind::ApiError,
+            message: "m".into(),
+            status: 13,
+            status_name: "CUBLAS_STATUS_EXECUTION_FAILED".into(),
+            error: None,
+            cause: None,
+            thread: 1,
+            stream: None,
+            time_ns: 0,
+            handle: None,
+            args: BTreeMap::new(),
+            operands: vec![],
+            memory: None,
+            backtrace: vec![],
+        }
+    }
+
+    fn child_of(s: &Session, pid: u32, path: &str) -> Session {
+        let mut identity = s.identity();
+        identity.process.pid = pid;
+        identity.process.started_at_ns = 5_000;
+        identity.trace_path = path.into();
+        s.prepare_child(Environment::default()).into_session(identity)
+    }
+
+    #[test]
+    fn counts_calls_per_hook_and_numbers_them() {
+        let s = session(10);
+        assert_eq!(s.begin(1), 1);
+        assert_eq!(s.begin(1), 2);
+        assert_eq!(s.begin(0), 3);
+        let t = s.trace(Environment::default());
+        assert_eq!(t.summary.calls.get("cublasSgemm_v2"), Some(&2));
+        assert_eq!(t.summary.calls.get("cudaMalloc"), Some(&1));
+        assert_eq!(t.format, trace::FORMAT);
+    }
+
+    #[test]
+    fn caps_stderr_lines_with_one_summary_line() {
+        let s = session(2);
+        let lines: Vec<Vec<String>> = (1..=5).map(|i| s.add_fault(fault(i)).lines).collect();
+        assert_eq!(lines[0].len(), 1);
+        assert!(lines[0][0].starts_with("cublasguard: cublasSgemm_v2 #1: m [api_error]; trace: t.json"));
+        assert_eq!(lines[1].len(), 1);
+        assert!(lines[2][0].contains("further faults"));
+        assert!(lines[3].is_empty() && lines[4].is_empty());
+        assert_eq!(s.trace(Environment::default()).faults.len(), 5);
+    }
+
+    #[test]
+    fn a_fault_reported_before_its_call_returns_is_amended_in_place() {
+        let s = session(5);
+        s.add_fault(fault(4));
+        let mut done = fault(4);
+        done.status = 7;
+        assert!(s.replace_fault(done));
+        let t = s.trace(Environment::default());
+        assert_eq!((t.faults.len(), t.faults[0].status, t.summary.faults), (1, 7, 1));
+        assert!(!s.replace_fault(fault(5)));
+    }
+
+    #[test]
+    fn scans_one_call_in_n_per_site_and_stay_within_the_budget() {
+        let mut s = session(1);
+        s.config.scan_every = 3;
+        let site_a: Vec<bool> = (0..6).map(|_| s.should_scan(1, 10)).collect();
+        assert_eq!(site_a, [true, false, false, true, false, false]);
+        assert!(s.should_scan(2, 10), "another site keeps its own count");
+        s.config.scan_every = 1;
+        s.config.budget = Some(0.5);
+        let start = s.identity().process.started_at_ns;
+        assert!(s.should_scan(1, start + 1000));
+        s.add_scan_time(600); // 60% of the first 1000 ns
+        assert!(!s.should_scan(1, start + 1000), "over budget: skip");
+        assert!(s.should_scan(1, start + 2000), "back under budget later");
+        let t = s.trace(Environment::default());
+        assert_eq!((t.summary.scanned_calls, t.summary.skipped_scans), (5, 5));
+    }
+
+    #[test]
+    fn stores_up_to_max_faults_then_counts() {
+        let mut s = session(0);
+        s.config.max_faults = 3;
+        let stored: Vec<bool> = (1..=5).map(|i| s.add_fault(fault(i)).stored).collect();
+        assert_eq!(stored, [true, true, true, false, false]);
+        let t = s.trace(Environment::default());
+        assert_eq!((t.faults.len(), t.summary.faults, t.summary.dropped_faults), (3, 5, 2));
+    }
+
+    #[test]
+    fn a_forked_child_starts_its_own_record() {
+        let s = session(5);
+        s.begin(0);
+        s.add_fault(fault(1));
+        s.note_error(700, 1);
+        s.handles.created(0x77);
+        s.recorder.record(&RecordedCall { seq: 1, hook: 0, status: 0, time_ns: 1, thread: 1, args: CallArgs::None, scanned: false });
+        let child = child_of(&s, 99, "child.json");
+        let t = child.trace(Environment::default());
+        assert!(t.faults.is_empty() && t.summary.calls.is_empty());
+        assert_eq!((t.process.pid, child.trace_path().as_str()), (99, "child.json"));
+        assert_eq!(child.known_error(), None);
+        assert!(matches!(child.handles.lookup(0x77), crate::state::HandleLookup::Alive(_)), "inherited handles are kept");
+        assert_eq!(t.recent_calls.len(), 1, "inherited recent calls are kept");
+        let origin = child.forked_from().expect("fork origin");
+        assert_eq!((origin.parent_pid, origin.parent_first_call.as_deref()), (0, Some("cudaMalloc")));
+        assert_eq!(s.fault_count(), 1, "the parent keeps its own");
+        let mut requested = session(1);
+        requested.config.trace_requested = true;
+        let worker = child_of(&requested, 5, "w.json");
+        assert!(!worker.should_write_at_exit(true), "a worker that used no CUDA writes nothing");
+        worker.begin(1);
+        assert!(worker.should_write_at_exit(true));
+    }
+
+    #[test]
+    fn a_forked_child_under_a_budget_measures_only_its_own_scans() {
+        let mut s = session(1);
+        s.config.budget = Some(0.5);
+        let start = s.identity().process.started_at_ns;
+        assert!(s.should_scan(1, start + 1_000_000));
+        s.add_scan_time(10_000_000); // the parent is far over budget
+        assert!(!s.should_scan(1, start + 1_000_000));
+        let child = child_of(&s, 7, "c.json");
+        assert!(child.should_scan(1, 5_000 + 1_000), "the child scans as a fresh process");
+        let t = child.trace(Environment::default());
+        assert_eq!((t.summary.scanned_calls, t.summary.skipped_scans), (1, 0), "only the child's own scans");
+    }
+
+    #[test]
+    fn remembers_only_the_first_sticky_error() {
+        let s = session(1);
+        s.note_error(1, 3); // not sticky
+        assert_eq!(s.known_error(), None);
+        s.note_error(700, 4);
+        s.note_error(719, 9);
+        assert_eq!(s.known_error(), Some(KnownError { code: 700, seq: 4 }));
+    }
+
+    #[test]
+    fn writes_at_exit_only_when_it_should() {
+        let s = session(1);
+        assert!(!s.should_write_at_exit(true));
+        let mut requested = session(1);
+        requested.config.trace_requested = true;
+        assert!(!requested.should_write_at_exit(false));
+        assert!(requested.should_write_at_exit(true));
+        s.add_fault(fault(1));
+        assert!(s.should_write_at_exit(false));
+    }
+}
