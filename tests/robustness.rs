@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use cublasguard::trace::{self, FaultKind};
 use std::io::{BufRead, BufReader};
+use std::os::fd::FromRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 
@@ -293,4 +294,72 @@ fn guarded_runs_match_unguarded_ones() {
         assert_eq!(bare.stdout(), guarded.stdout(), "mlp --inject {inject}");
         assert_eq!(bare.code(), guarded.code(), "mlp --inject {inject}");
     }
+}
+
+#[test]
+fn forked_children_never_hang_while_other_threads_are_inside_the_guard() {
+    // What subprocess.run does from a training process: fork + exec while 16 threads run GEMMs
+    // through the guard. A child must never wait on a lock a parent thread held at the fork.
+    let storm = build_c("fork_storm", &["fork_storm.c"], false);
+    let run = run(Launch { env: &[("CUBLASGUARD_QUIET", "1")], ..Launch::new(&storm, &["16", "300", "exec"]) });
+    assert!(run.stdout().contains("hung=0 children=300"), "{}\n{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), Some(0));
+}
+
+#[test]
+fn a_forked_child_writes_its_own_trace_while_parent_threads_store_faults() {
+    // Parent threads store a fault at every call (each rewrites the trace and collects the
+    // environment) while children fork, make a NaN GEMM of their own and exit.
+    let storm = build_c("fork_storm", &["fork_storm.c"], false);
+    let dir = temp_dir("fork-storm");
+    let pattern = dir.join("t-%p.json").display().to_string();
+    let env = [("CUBLASGUARD_TRACE", pattern.as_str()), ("CUBLASGUARD_QUIET", "1"), ("CUBLASGUARD_MAX_FAULTS", "400"), ("CUBLASGUARD_STDERR_LINES", "0")];
+    let run = run(Launch { env: &env, trace: false, ..Launch::new(&storm, &["8", "40", "cuda", "nan"]) });
+    assert!(run.stdout().contains("hung=0 children=40"), "{}\n{}", run.stdout(), run.stderr());
+    let traces: Vec<trace::Trace> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| trace::read(&e.path()).expect("valid trace")).collect();
+    assert_eq!(traces.len(), 41, "the parent's trace and one per child");
+    let parent_pid = traces.iter().map(|t| t.summary.faults).max().and_then(|most| traces.iter().find(|t| t.summary.faults == most)).map(|t| t.process.pid).unwrap();
+    for child in traces.iter().filter(|t| t.process.pid != parent_pid) {
+        assert_eq!(child.summary.faults, 1, "a child counts only its own fault: {:#?}", child.summary);
+        assert_eq!(child.faults[0].kind, FaultKind::NonfiniteInput);
+        assert_eq!(child.summary.calls.get("cublasSgemm_v2"), Some(&1), "and only its own calls");
+    }
+}
+
+#[test]
+fn a_closed_stderr_pipe_never_kills_the_program() {
+    // The banner and the fault lines go to a pipe whose reader is gone: without the guard the
+    // program would exit 0, so it must under the guard too (not die of SIGPIPE).
+    let program = scenarios();
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe writes two fds into the array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fds[0] is ours; closing the read end makes every write to fds[1] EPIPE.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: fds[1] is an open fd we own and hand over.
+    let write_end = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) };
+    let dir = temp_dir("epipe");
+    let s = standin();
+    let status = std::process::Command::new(&program)
+        .arg("nan_a")
+        .current_dir(&dir)
+        .env("LD_LIBRARY_PATH", format!("{}:{}", s.join("lib").display(), s.join("driver").display()))
+        .env("LD_PRELOAD", guard_lib())
+        .env("CUBLASGUARD_TRACE", dir.join("t.json"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(write_end))
+        .status()
+        .expect("run");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(trace::read(&dir.join("t.json")).expect("trace").faults.len(), 1);
+}
+
+#[test]
+fn a_daemons_data_file_on_fd_2_never_gets_the_guards_lines() {
+    let run = scenario("daemon", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(run.stdout().contains("data fd=2"), "{}", run.stdout());
+    let data = std::fs::read_to_string(run.dir.join("data.txt")).expect("data file");
+    assert_eq!(data, "payload\n", "the guard wrote into the program's data");
+    assert!(run.stderr().contains("cublasguard: cublasSgemm_v2 #"), "the fault line went to the original stderr: {}", run.stderr());
 }

@@ -4,11 +4,15 @@ use std::ffi::{c_void, CStr};
 
 const MAX_FRAMES: usize = 48;
 
-pub fn capture() -> Vec<String> {
+pub(crate) fn capture() -> Vec<String> {
+    super::loader_gate::through(capture_now)
+}
+
+fn capture_now() -> Vec<String> {
     let mut frames = [std::ptr::null_mut::<c_void>(); MAX_FRAMES];
     // SAFETY: frames is writable for MAX_FRAMES entries.
     let n = unsafe { libc::backtrace(frames.as_mut_ptr(), MAX_FRAMES as i32) }.max(0) as usize;
-    let own = object_of(capture as *const c_void).map(|(base, _)| base);
+    let own = object_of(capture_now as *const c_void).map(|(base, _)| base);
     frames[..n]
         .iter()
         .filter_map(|&addr| {

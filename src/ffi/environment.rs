@@ -103,7 +103,7 @@ pub(crate) fn probe_driver(device_count: Option<(i32, Option<i32>)>) -> DriverPr
     // SAFETY: dlopen with a valid NUL-terminated name; dlerror's text is copied at once. The
     // handle stays open: unloading a driver library is never worth the risk, and the typed
     // table below finds the now-loaded driver by its soname.
-    let loaded = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    let loaded = super::loader_gate::through(|| unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) });
     if loaded.is_null() {
         // SAFETY: dlerror returns NULL or a NUL-terminated string owned by the loader.
         let err = unsafe { libc::dlerror() };

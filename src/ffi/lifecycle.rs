@@ -2,12 +2,11 @@
 //! the trace as they are found, the final trace at exit, and the one-line warnings.
 
 use std::cell::RefCell;
-use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
-use super::{backtrace, crash, environment, process};
+use super::{backtrace, crash, environment, loader_gate, process};
 use crate::config::{self, Config};
 use crate::guard::Outlet;
 use crate::session::{ChildSeed, Session};
@@ -59,9 +58,9 @@ fn current() -> Option<&'static Session> {
     SESSION.get()
 }
 
-/// One line on stderr; a closed stderr is not the guard's business.
+/// One line on the stderr the program started with (see `stderr`).
 pub(crate) fn say(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
+    super::stderr::line(line);
 }
 
 /// Says `line` the first time `flag` is seen unset.
@@ -126,15 +125,18 @@ extern "C" fn before_fork() {
             let _ = CHILD_SEED.try_with(|slot| *slot.borrow_mut() = Some(seed));
         }
     });
+    loader_gate::close_for_fork();
 }
 
 extern "C" fn after_fork_in_parent() {
+    loader_gate::reopen_in_parent();
     let _ = CHILD_SEED.try_with(|slot| slot.borrow_mut().take());
 }
 
 /// In the child: a session of its own from the seed. The parent's session stays untouched
 /// (its locks may be held by parent threads that do not exist here).
 extern "C" fn after_fork_in_child() {
+    loader_gate::reopen_in_child();
     let _ = std::panic::catch_unwind(|| {
         process::reset_thread_id();
         let Some(seed) = CHILD_SEED.try_with(|slot| slot.borrow_mut().take()).ok().flatten() else { return };
@@ -257,6 +259,7 @@ extern "C" fn on_load() {
         }
     };
     if own {
+        super::stderr::keep_original();
         // SAFETY: on_exit is a plain extern "C" fn that never unwinds.
         unsafe { libc::atexit(on_exit) };
     }

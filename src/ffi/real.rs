@@ -104,6 +104,10 @@ fn acceptable(p: *mut c_void) -> bool {
 }
 
 fn resolve(name: &'static str, library: Library) -> *mut c_void {
+    super::loader_gate::through(|| resolve_now(name, library))
+}
+
+fn resolve_now(name: &'static str, library: Library) -> *mut c_void {
     let Ok(cname) = CStr::from_bytes_with_nul(name.as_bytes()) else { return null_mut() };
     // SAFETY: dlsym with a valid NUL-terminated name.
     let next = unsafe { libc::dlsym(libc::RTLD_NEXT, cname.as_ptr()) };
@@ -163,6 +167,10 @@ pub fn file_name(path: &str) -> &str {
 
 /// Every loaded object's path and `DT_SONAME` (when it has one).
 pub fn loaded_objects() -> Vec<(String, Option<String>)> {
+    super::loader_gate::through(loaded_objects_now)
+}
+
+fn loaded_objects_now() -> Vec<(String, Option<String>)> {
     let mut out: Vec<(String, Option<String>)> = Vec::new();
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
         // SAFETY: the loader passes a valid info for the duration of the callback, and

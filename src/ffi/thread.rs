@@ -10,10 +10,12 @@ pub(crate) struct PerThread {
     pub inside: Cell<bool>,
     /// The kernel's id for this thread, once asked (0: not yet).
     pub tid: Cell<u32>,
+    /// Nesting depth of this thread's calls through the loader gate.
+    pub loader_depth: Cell<u32>,
 }
 
 thread_local! {
-    pub(crate) static PER_THREAD: PerThread = const { PerThread { inside: Cell::new(false), tid: Cell::new(0) } };
+    pub(crate) static PER_THREAD: PerThread = const { PerThread { inside: Cell::new(false), tid: Cell::new(0), loader_depth: Cell::new(0) } };
     /// Reused for every scan on this thread: a scan allocates once per thread, not per call.
     static SCAN_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -176,6 +177,16 @@ int main(int argc, char **argv) {
         gemm(da, db, &zero, dc);
         fflush(stdout);
         *(volatile int *)(uintptr_t)argc = 1; /* a real segfault, at a small address */
+    } else if (!strcmp(s, "daemon")) {
+        /* A daemon: closes stderr, and the next open() gets fd 2 for its data file. */
+        close(2);
+        FILE *data = fopen("data.txt", "w");
+        printf("data fd=%d\n", data ? fileno(data) : -1);
+        a[0] = NAN;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc); /* a fault: the guard says so on stderr */
+        if (data) fprintf(data, "payload\n");
+        if (data) fclose(data);
     } else if (!strcmp(s, "fork")) {
         a[0] = NAN;
         cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);

@@ -1,0 +1,74 @@
+//! The guard's one-line messages go to the stderr the program started with: a private,
+//! close-on-exec duplicate of fd 2 taken when the library is loaded. A daemon that later closes
+//! fd 2 and opens a data file there never gets the guard's lines in its data; a closed pipe
+//! never kills the program with SIGPIPE; and writing takes no lock (Rust's stderr lock, held by
+//! a parent thread at a fork, would stop a child that writes).
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// Not yet taken.
+const UNSET: i32 = -1;
+/// fd 2 was closed when the library was loaded: the guard stays silent.
+const CLOSED: i32 = -2;
+
+static FD: AtomicI32 = AtomicI32::new(UNSET);
+
+/// Takes the duplicate (once, when the library is loaded).
+pub(crate) fn keep_original() {
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) on fd 2 has no memory effects; a failure means fd 2 is
+    // not open.
+    let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
+    let _ = FD.compare_exchange(UNSET, if fd < 0 { CLOSED } else { fd }, Ordering::SeqCst, Ordering::SeqCst);
+}
+
+/// Writes one line; never raises SIGPIPE, never blocks on a lock.
+pub(crate) fn line(text: &str) {
+    let fd = match FD.load(Ordering::SeqCst) {
+        CLOSED => return,
+        UNSET => 2, // not preloaded (the unit tests): the current stderr
+        fd => fd,
+    };
+    let mut bytes = Vec::with_capacity(text.len() + 1);
+    bytes.extend_from_slice(text.as_bytes());
+    bytes.push(b'\n');
+    write_without_sigpipe(fd, &bytes);
+}
+
+fn write_without_sigpipe(fd: i32, bytes: &[u8]) {
+    // SAFETY: signal-set and mask calls on local, initialised sets; write on a buffer we own.
+    // SIGPIPE is blocked on this thread for the write; if the write raised one that was not
+    // already pending, it is taken off again with a zero-timeout sigtimedwait, so the program
+    // never sees it.
+    unsafe {
+        let mut pipe: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut pipe);
+        libc::sigaddset(&mut pipe, libc::SIGPIPE);
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old) != 0 {
+            return;
+        }
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        libc::sigpending(&mut pending);
+        let was_pending = libc::sigismember(&pending, libc::SIGPIPE) == 1;
+        let mut off = 0;
+        let mut broken = false;
+        while off < bytes.len() {
+            let n = libc::write(fd, bytes[off..].as_ptr() as *const libc::c_void, bytes.len() - off);
+            if n > 0 {
+                off += n as usize;
+                continue;
+            }
+            let err = std::io::Error::last_os_error().raw_os_error();
+            if n < 0 && err == Some(libc::EINTR) {
+                continue;
+            }
+            broken = err == Some(libc::EPIPE);
+            break;
+        }
+        if broken && !was_pending {
+            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            while libc::sigtimedwait(&pipe, std::ptr::null_mut(), &zero) == libc::SIGPIPE {}
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}
