@@ -20,6 +20,10 @@ impl Checks {
 
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut checks = Self::NONE;
+        if text.split(',').all(|w| w.trim().is_empty()) {
+            // An empty list would silently turn every check off; `none` says so on purpose.
+            return Err("names no check (known: args, bounds, nan, sync, all, none)".into());
+        }
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match word {
                 "all" => checks = Self::ALL,
@@ -307,6 +311,15 @@ mod tests {
         assert!(problems[0].contains("CUBLASGUARD_CHECKS='args,speed'") && problems[0].contains("speed"));
         assert!(problems[1].contains("CUBLASGUARD_ON_FAULT='explode'"));
         assert!(problems[2].contains("CUBLASGUARD_RING='-3'"));
+    }
+
+    #[test]
+    fn an_empty_check_list_is_refused_rather_than_turning_every_check_off() {
+        for text in ["", " ", ",,", " , "] {
+            assert!(Checks::parse(text).is_err(), "{text:?}");
+            let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_CHECKS", text)]));
+            assert_eq!((config.checks, problems.len()), (Checks::ALL, 1), "{text:?}");
+        }
     }
 
     #[test]

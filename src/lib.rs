@@ -11,6 +11,7 @@ pub mod cuda;
 pub mod ffi;
 pub(crate) mod guard;
 pub mod recorder;
+pub mod redact;
 pub mod scan;
 pub mod session;
 pub mod state;

@@ -12,6 +12,12 @@ use std::process::{Command, Stdio};
 
 /// Starts `scenarios fault_then_wait` under the guard, waits for its fault, sends `signal`.
 fn kill_after_fault(signal: i32) -> (std::process::ExitStatus, std::path::PathBuf) {
+    kill_after_fault_with(signal, |_, _| ())
+}
+
+/// As `kill_after_fault`, calling `plant(dir, pid)` first; a process still alive 10 s after
+/// the signal is killed and the test fails.
+fn kill_after_fault_with(signal: i32, plant: impl FnOnce(&std::path::Path, u32)) -> (std::process::ExitStatus, std::path::PathBuf) {
     let dir = temp_dir("signal");
     let trace_path = dir.join("trace.json");
     let s = standin();
@@ -30,8 +36,21 @@ fn kill_after_fault(signal: i32) -> (std::process::ExitStatus, std::path::PathBu
     let stdout = child.stdout.take().expect("stdout");
     let ready = BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l == "ready");
     assert!(ready, "the program reached its fault");
+    plant(&dir, child.id());
+    // SAFETY: kill with the child's pid.
     unsafe { libc::kill(child.id() as i32, signal) };
-    (child.wait().expect("wait"), trace_path)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return (status, trace_path);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the process hung in its signal handler");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 #[test]
@@ -248,26 +267,49 @@ fn an_unwritable_trace_path_warns_once_and_changes_nothing() {
 }
 
 #[test]
-fn the_trace_never_follows_a_symlink_or_leaks_secrets() {
+fn the_trace_never_follows_or_replaces_a_symlink_or_a_special_file() {
     let program = scenarios();
     let dir = temp_dir("symlink");
     let victim = dir.join("victim.txt");
     std::fs::write(&victim, "precious").unwrap();
-    let path = dir.join("trace.json");
-    std::os::unix::fs::symlink(&victim, &path).unwrap();
-    let path_s = path.display().to_string();
-    let env = [("CUBLASGUARD_TRACE", path_s.as_str()), ("API_TOKEN", "s3cr3t"), ("CUDA_CACHE_DISABLE", "1")];
-    let run = run(Launch { env: &env, trace: false, ..Launch::new(&program, &["nan_a"]) });
+    let link = dir.join("trace.json");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let fifo = dir.join("fifo.json");
+    let c = std::ffi::CString::new(fifo.display().to_string()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for (path, is_kind) in [(&link, std::fs::FileType::is_symlink as fn(&std::fs::FileType) -> bool), (&fifo, |t: &std::fs::FileType| {
+        use std::os::unix::fs::FileTypeExt;
+        t.is_fifo()
+    })] {
+        let path_s = path.display().to_string();
+        let env = [("CUBLASGUARD_TRACE", path_s.as_str())];
+        let run = run(Launch { env: &env, trace: false, ..Launch::new(&program, &["nan_a"]) });
+        assert!(run.output.status.success(), "{}", run.stderr());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious", "the link's target is untouched");
+        assert!(is_kind(&std::fs::symlink_metadata(path).unwrap().file_type()), "{path_s} was replaced");
+        let warnings = run.stderr().lines().filter(|l| l.contains("is not a regular file")).count();
+        assert_eq!(warnings, 1, "one warning: {}", run.stderr());
+    }
+}
+
+#[test]
+fn the_trace_keeps_no_secrets_from_the_environment_or_the_command_line() {
+    let program = scenarios();
+    let env = [("API_TOKEN", "s3cr3t"), ("NVIDIA_API_KEY", "nvapi-123"), ("TORCH_HUB_TOKEN", "hub-456"), ("CUDA_CACHE_DISABLE", "1")];
+    let run = run(Launch { env: &env, ..Launch::new(&program, &["nan_a", "--api-token=tok-789", "--password", "hunter2"]) });
     assert!(run.output.status.success());
-    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious", "the link's target is untouched");
-    let meta = std::fs::symlink_metadata(&path).unwrap();
-    assert!(meta.file_type().is_file(), "the link itself was replaced by the trace");
+    let text = std::fs::read_to_string(&run.trace_path).unwrap();
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    let text = std::fs::read_to_string(&path).unwrap();
-    assert!(!text.contains("s3cr3t"), "no secrets in the trace");
+    assert_eq!(std::fs::metadata(&run.trace_path).unwrap().permissions().mode() & 0o777, 0o600);
+    for secret in ["s3cr3t", "nvapi-123", "hub-456", "tok-789", "hunter2"] {
+        assert!(!text.contains(secret), "{secret} leaked into the trace");
+    }
     let t = trace::parse(&text).unwrap();
     assert_eq!(t.environment.variables.get("CUDA_CACHE_DISABLE").map(String::as_str), Some("1"));
+    assert_eq!(t.environment.variables.get("NVIDIA_API_KEY").map(String::as_str), Some("<redacted>"));
+    assert!(!t.environment.variables.contains_key("API_TOKEN"), "not on the allow-list at all");
+    assert_eq!(t.process.argv[1..], ["nan_a", "--api-token=<redacted>", "--password", "<redacted>"]);
 }
 
 #[test]
@@ -362,4 +404,102 @@ fn a_daemons_data_file_on_fd_2_never_gets_the_guards_lines() {
     let data = std::fs::read_to_string(run.dir.join("data.txt")).expect("data file");
     assert_eq!(data, "payload\n", "the guard wrote into the program's data");
     assert!(run.stderr().contains("cublasguard: cublasSgemm_v2 #"), "the fault line went to the original stderr: {}", run.stderr());
+}
+
+#[test]
+fn a_programs_own_sigsegv_handler_recovers_as_without_the_guard() {
+    let program = build_c("own_handler", &["own_handler.c"], false);
+    let bare = run(Launch { guarded: false, ..Launch::new(&program, &[]) });
+    let guarded = run(Launch::new(&program, &[]));
+    assert_eq!(bare.code(), Some(0));
+    assert_eq!(guarded.code(), Some(0), "{}", guarded.stderr());
+    assert_eq!(bare.stdout(), guarded.stdout(), "the handler saw the same fault (SEGV_ACCERR at its page)");
+    assert!(guarded.stdout().contains("recovered=1 si_code=2 value=42"), "{}", guarded.stdout());
+    let t = guarded.trace();
+    assert!(t.crash.is_none(), "a recovered fault is not a crash");
+    assert_eq!(t.faults.len(), 1);
+    // A fault the program's handler does not recover from is fatal: it dies by its signal,
+    // and the trace has the crash record.
+    let crashed = run(Launch::new(&program, &["crash"]));
+    assert_eq!(crashed.output.status.signal(), Some(libc::SIGSEGV));
+    let t = crashed.trace();
+    assert_eq!(t.crash.expect("crash record").name, "SIGSEGV");
+    assert_eq!(t.faults.len(), 1);
+}
+
+#[test]
+fn a_crash_after_more_faults_than_the_cap_leaves_a_complete_trace() {
+    let run = scenario("storm_then_crash", &[("CUBLASGUARD_STDERR_LINES", "0")]);
+    assert_eq!(run.output.status.signal(), Some(libc::SIGSEGV));
+    let t = run.trace();
+    assert_eq!(t.crash.as_ref().expect("crash record").name, "SIGSEGV");
+    assert_eq!((t.faults.len(), t.summary.faults, t.summary.dropped_faults), (100, 150, 50));
+    assert!(!t.recent_calls.is_empty());
+}
+
+#[test]
+fn the_crash_writer_never_opens_a_file_planted_at_a_predictable_name() {
+    // The old temporary name was .<trace>.crash<pid>: a FIFO planted there hung the dying
+    // process, a 0666 file made the trace world-readable.
+    let (status, path) = kill_after_fault_with(libc::SIGSEGV, |dir, pid| {
+        let fifo = std::ffi::CString::new(dir.join(format!(".trace.json.crash{pid}")).display().to_string()).unwrap();
+        // SAFETY: mkfifo with a valid path.
+        unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) };
+    });
+    assert_eq!(status.signal(), Some(libc::SIGSEGV));
+    let t = trace::read(&path).expect("trace");
+    assert!(t.crash.is_some());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn a_forked_child_that_crashes_without_cuda_writes_its_own_pid_and_no_parent_faults() {
+    let program = scenarios();
+    let dir = temp_dir("fork-crash");
+    let pattern = dir.join("t-%p.json").display().to_string();
+    let env = [("CUBLASGUARD_TRACE", pattern.as_str())];
+    let run = run(Launch { env: &env, trace: false, ..Launch::new(&program, &["fork_crash"]) });
+    assert!(run.output.status.success(), "{}", run.stderr());
+    assert!(run.stdout().contains("child signal=11"), "{}", run.stdout());
+    let traces: Vec<trace::Trace> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| trace::read(&e.path()).expect("valid trace")).collect();
+    assert_eq!(traces.len(), 2, "one trace each");
+    let child = traces.iter().find(|t| t.crash.is_some()).expect("the child's crash trace");
+    let parent = traces.iter().find(|t| t.crash.is_none()).expect("the parent's trace");
+    assert_ne!(child.process.pid, parent.process.pid);
+    assert!(child.faults.is_empty() && child.summary.faults == 0, "the parent's faults are the parent's: {:#?}", child.faults);
+    assert_eq!(parent.faults.len(), 1);
+}
+
+#[test]
+fn concurrent_faults_in_abort_mode_always_leave_the_crash_record() {
+    let stress = build_c("stress", &["stress.c"], false);
+    for round in 0..20 {
+        let env = [("CUBLASGUARD_ON_FAULT", "abort"), ("CUBLASGUARD_QUIET", "1"), ("CUBLASGUARD_STDERR_LINES", "0")];
+        let run = run(Launch { env: &env, ..Launch::new(&stress, &["8", "50", "1"]) });
+        assert_eq!(run.output.status.signal(), Some(libc::SIGABRT), "round {round}");
+        let t = run.trace();
+        assert_eq!(t.crash.as_ref().map(|c| c.name.as_str()), Some("SIGABRT"), "round {round}: the crash record was lost");
+        assert!(!t.faults.is_empty());
+    }
+}
+
+#[test]
+fn a_trace_name_of_255_bytes_is_written_and_survives_a_crash() {
+    let dir = temp_dir("long-name");
+    let name = format!("{}.json", "t".repeat(250));
+    let path = dir.join(&name).display().to_string();
+    let run = scenario("fault_then_crash", &[("CUBLASGUARD_TRACE", path.as_str())]);
+    assert_eq!(run.output.status.signal(), Some(libc::SIGSEGV));
+    let t = trace::read(std::path::Path::new(&path)).expect("the long-named trace");
+    assert!(t.crash.is_some() && t.faults.len() == 1);
+}
+
+#[test]
+fn an_empty_check_list_warns_and_keeps_the_default_checks() {
+    for value in ["", " , ,"] {
+        let run = scenario("nan_a", &[("CUBLASGUARD_CHECKS", value)]);
+        assert!(run.stderr().contains("CUBLASGUARD_CHECKS"), "one warning for {value:?}: {}", run.stderr());
+        assert_eq!(run.trace().faults.len(), 1, "the default checks still find the NaN");
+    }
 }

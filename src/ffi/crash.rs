@@ -1,9 +1,15 @@
 //! The trace at a fatal signal. The handler may run in a thread that crashed anywhere, even
 //! inside malloc or holding one of the guard's locks, so it allocates nothing and waits for
-//! nothing: the trace up to `recent_calls` is rendered in advance (after each stored fault),
-//! and the handler appends the flight recorder (if its lock is free), the call counts and the
-//! signal into a buffer set aside at start-up, then writes it with open/write/rename. It then
-//! puts the previous handler back and re-raises, so the process dies by its own signal.
+//! nothing but a bounded moment: the trace up to `recent_calls` is rendered in advance (after
+//! each stored fault), and the handler appends the flight recorder (which takes no lock), the
+//! call counts and the signal into a buffer sized for all of that, then writes it to a fresh
+//! file of its own (O_EXCL, an unpredictable name) and renames it over the trace.
+//!
+//! A program's own handler comes first: when one was installed before the guard's, it is
+//! called directly, with the original `siginfo` and context (a JVM or a wasm runtime recovers
+//! from faults on its own guard pages that way). Only a signal nobody handles is fatal: then
+//! the crash record is written, the default action restored, and the process dies by its own
+//! signal. The guard's handler stays installed for the next signal.
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
@@ -43,8 +49,39 @@ static TMP_PATH: Published = Published::new();
 static FINAL_PATH: Published = Published::new();
 static SCRATCH: Published = Published::new();
 static OLD_ACTIONS: [AtomicPtr<libc::sigaction>; 5] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 5];
+/// Set by the first thread that writes a crash record; others wait for `CRASH_WRITTEN`.
 static HANDLING: AtomicBool = AtomicBool::new(false);
+static CRASH_WRITTEN: AtomicBool = AtomicBool::new(false);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Normal trace writers between their last check and their rename: the crash writer lets them
+/// finish, and none starts a rename once it began (the crash record wins).
+static NORMAL_RENAMES: AtomicUsize = AtomicUsize::new(0);
+
+/// Held by a normal trace writer around its rename; `None` once a crash record is being
+/// written, and then the normal writer leaves the file alone.
+pub(crate) struct RenameTicket(());
+
+impl RenameTicket {
+    pub(crate) fn take() -> Option<Self> {
+        NORMAL_RENAMES.fetch_add(1, Ordering::SeqCst);
+        if HANDLING.load(Ordering::SeqCst) {
+            NORMAL_RENAMES.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Self(()))
+    }
+}
+
+impl Drop for RenameTicket {
+    fn drop(&mut self) {
+        NORMAL_RENAMES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Bytes the handler needs for a head of `head` bytes.
+fn scratch_size(head: usize, ring: usize) -> usize {
+    head + ring.saturating_mul(BYTES_PER_CALL) + TAIL_RESERVE
+}
 
 fn publish(slot: &Published, bytes: Vec<u8>) {
     let boxed: Box<[u8]> = bytes.into_boxed_slice();
@@ -73,12 +110,27 @@ pub(crate) fn render_head(trace: &Trace) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-pub(crate) fn update_head(trace: &Trace) {
+/// Publishes the head for the handler, growing its buffer first when the head outgrew it (each
+/// stored fault lengthens the head).
+pub(crate) fn update_head(trace: &Trace, ring: usize) {
     if INSTALLED.load(Ordering::Relaxed) {
         if let Some(head) = render_head(trace) {
+            let needed = scratch_size(head.len(), ring);
+            if SCRATCH.len.load(Ordering::SeqCst) < needed {
+                publish(&SCRATCH, vec![0u8; needed + needed / 2]);
+            }
             publish(&HEAD, head);
         }
     }
+}
+
+/// 16 random hex digits (getrandom; the time and pid if it fails).
+fn random_tag() -> String {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into `bytes`.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr() as *mut libc::c_void, 8, libc::GRND_NONBLOCK) };
+    let value = if n == 8 { u64::from_le_bytes(bytes) } else { super::process::now_ns() ^ (std::process::id() as u64) << 40 };
+    format!("{value:016x}")
 }
 
 pub(crate) fn update_path(path: &str) {
@@ -87,7 +139,10 @@ pub(crate) fn update_path(path: &str) {
         let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let dir = p.parent().map(|d| d.display().to_string()).unwrap_or_default();
         let sep = if dir.is_empty() { "" } else { "/" };
-        format!("{dir}{sep}.{name}.crash{}", std::process::id())
+        let _ = name;
+        // Short (a long trace name must still fit NAME_MAX beside it) and unpredictable: the
+        // handler creates it with O_EXCL, so nothing planted there in advance is ever written.
+        format!("{dir}{sep}.cgc-{}.tmp", random_tag())
     };
     for (slot, text) in [(&FINAL_PATH, path.to_string()), (&TMP_PATH, tmp)] {
         if let Ok(c) = CString::new(text) {
@@ -101,9 +156,9 @@ pub(crate) fn install(s: &Session, trace: &Trace) {
     if INSTALLED.swap(true, Ordering::SeqCst) {
         return;
     }
-    publish(&SCRATCH, vec![0u8; s.config.ring * BYTES_PER_CALL + TAIL_RESERVE]);
+    publish(&SCRATCH, vec![0u8; scratch_size(64 << 10, s.config.ring)]);
     update_path(&s.trace_path());
-    update_head(trace);
+    update_head(trace, s.config.ring);
     for (i, (sig, _)) in SIGNALS.iter().enumerate() {
         // SAFETY: a zeroed sigaction with our handler; the old one is kept for restoring.
         unsafe {
@@ -126,6 +181,8 @@ struct Writer {
     buf: *mut u8,
     cap: usize,
     len: usize,
+    /// Something did not fit: the text is cut, and must not replace a valid trace.
+    cut: bool,
 }
 
 impl Writer {
@@ -134,6 +191,7 @@ impl Writer {
     }
     fn bytes(&mut self, b: &[u8]) {
         let n = b.len().min(self.room());
+        self.cut |= n < b.len();
         // SAFETY: buf has cap bytes, len + n <= cap.
         unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.buf.add(self.len), n) };
         self.len += n;
@@ -249,7 +307,7 @@ fn write_crash_trace(sig: libc::c_int, name: &str) {
     let (Some(head), Some(scratch), Some(tmp), Some(path)) = (load(&HEAD), load(&SCRATCH), load(&TMP_PATH), load(&FINAL_PATH)) else {
         return;
     };
-    let mut w = Writer { buf: scratch.as_ptr() as *mut u8, cap: scratch.len(), len: 0 };
+    let mut w = Writer { buf: scratch.as_ptr() as *mut u8, cap: scratch.len(), len: 0, cut: false };
     w.bytes(head);
     w.bytes(b",\"recent_calls\":[");
     // Oldest first, without allocating: each pass over the ring (which takes no lock) picks
@@ -301,11 +359,19 @@ fn write_crash_trace(sig: libc::c_int, name: &str) {
     w.bytes(b",");
     w.field("time_ns", now_ns() as i64);
     w.bytes(if saved { b",\"recent_calls_saved\":true}}\n" } else { b",\"recent_calls_saved\":false}}\n" });
-    // SAFETY: open/write/fsync/close/rename are async-signal-safe; paths are NUL-terminated.
+    if w.cut {
+        return; // never replace a valid trace with a cut one
+    }
+    // SAFETY: lstat/open/write/fsync/close/rename are async-signal-safe; paths are
+    // NUL-terminated.
     unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::lstat(path.as_ptr() as *const libc::c_char, &mut st) == 0 && st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return; // a device, a FIFO or a symlink at the trace path is never replaced
+        }
         let fd = libc::open(
             tmp.as_ptr() as *const libc::c_char,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             0o600,
         );
         if fd < 0 {
@@ -329,24 +395,105 @@ fn write_crash_trace(sig: libc::c_int, name: &str) {
     }
 }
 
-extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    let Some(index) = SIGNALS.iter().position(|(s, _)| *s == sig) else { return };
-    if !HANDLING.swap(true, Ordering::SeqCst) {
-        READERS.fetch_add(1, Ordering::SeqCst);
-        write_crash_trace(sig, SIGNALS[index].1);
-        READERS.fetch_sub(1, Ordering::SeqCst);
+/// What was installed for a signal before the guard's handler.
+enum Previous {
+    Default,
+    Ignore,
+    Info(extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)),
+    Plain(extern "C" fn(libc::c_int)),
+}
+
+fn previous(index: usize) -> Previous {
+    let old = OLD_ACTIONS[index].load(Ordering::SeqCst);
+    if old.is_null() {
+        return Previous::Default;
     }
-    // SAFETY: sigaction and raise are async-signal-safe; the old action was saved at install.
-    unsafe {
-        let old = OLD_ACTIONS[index].load(Ordering::SeqCst);
-        if old.is_null() {
-            let mut default: libc::sigaction = std::mem::zeroed();
-            default.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(sig, &default, std::ptr::null_mut());
-        } else {
-            libc::sigaction(sig, old, std::ptr::null_mut());
+    // SAFETY: `old` was filled by sigaction at install and is never freed.
+    let old = unsafe { &*old };
+    match old.sa_sigaction {
+        libc::SIG_DFL => Previous::Default,
+        libc::SIG_IGN => Previous::Ignore,
+        // SAFETY: the kernel-reported handler address, with the signature its flags say.
+        f if old.sa_flags & libc::SA_SIGINFO != 0 => Previous::Info(unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)>(f) }),
+        f => Previous::Plain(unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(f) }),
+    }
+}
+
+/// Waits a bounded moment for `done` (another thread writing the crash record, or normal
+/// writers finishing their rename), with async-signal-safe sleeps.
+fn wait_briefly(done: impl Fn() -> bool) {
+    let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+    for _ in 0..2000 {
+        if done() {
+            return;
         }
-        // Blocked until this handler returns; then the restored disposition takes it.
+        // SAFETY: nanosleep is async-signal-safe.
+        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+    }
+}
+
+/// After the program's own handler returned: whether it judged the signal fatal (it raised it
+/// again, or put another disposition in place of the guard's, as faulthandler does before
+/// re-raising). A handler that recovered leaves neither.
+fn judged_fatal_by_program(sig: libc::c_int) -> bool {
+    // SAFETY: sigpending and sigaction (query only) are async-signal-safe; out-parameters are
+    // local.
+    unsafe {
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        libc::sigpending(&mut pending);
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut current);
+        libc::sigismember(&pending, sig) == 1 || current.sa_sigaction != on_fatal as *const () as usize
+    }
+}
+
+/// Writes the crash record once per process; a second thread waits for the first to finish
+/// rather than let the process die under it.
+fn record_crash_once(sig: libc::c_int, name: &str) {
+    if !HANDLING.swap(true, Ordering::SeqCst) {
+        // Normal writers in the middle of a rename finish first; none starts another.
+        wait_briefly(|| NORMAL_RENAMES.load(Ordering::SeqCst) == 0);
+        READERS.fetch_add(1, Ordering::SeqCst);
+        write_crash_trace(sig, name);
+        READERS.fetch_sub(1, Ordering::SeqCst);
+        CRASH_WRITTEN.store(true, Ordering::SeqCst);
+    } else {
+        wait_briefly(|| CRASH_WRITTEN.load(Ordering::SeqCst));
+    }
+}
+
+extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let Some(index) = SIGNALS.iter().position(|(s, _)| *s == sig) else { return };
+    let name = SIGNALS[index].1;
+    // The program's own handler decides first, with the original siginfo and context: it may
+    // well recover, and then nothing was fatal.
+    let chained = match previous(index) {
+        Previous::Info(f) => {
+            f(sig, info, ctx);
+            true
+        }
+        Previous::Plain(f) => {
+            f(sig);
+            true
+        }
+        Previous::Ignore => return,
+        Previous::Default => false,
+    };
+    if chained {
+        if judged_fatal_by_program(sig) {
+            record_crash_once(sig, name); // the pending signal ends the process on return
+        }
+        return;
+    }
+    record_crash_once(sig, name);
+    // SAFETY: sigaction and raise are async-signal-safe. The default action is restored for
+    // this one delivery and the signal raised again: blocked until this handler returns, it
+    // then kills the process (a hardware fault would recur on return anyway; raising covers
+    // signals sent by kill() and abort() alike).
+    unsafe {
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &default, std::ptr::null_mut());
         libc::raise(sig);
     }
 }
@@ -363,7 +510,7 @@ mod tests {
         t.process.argv = vec!["has \"recent_calls\":[] inside".into()];
         let head = render_head(&t).expect("head");
         let mut buf = vec![0u8; 4096];
-        let mut w = Writer { buf: buf.as_mut_ptr(), cap: buf.len(), len: 0 };
+        let mut w = Writer { buf: buf.as_mut_ptr(), cap: buf.len(), len: 0, cut: false };
         w.bytes(&head);
         w.bytes(b",\"recent_calls\":[");
         let call = RecordedCall {
@@ -390,10 +537,10 @@ mod tests {
     #[test]
     fn writer_stops_at_its_end() {
         let mut buf = [0u8; 4];
-        let mut w = Writer { buf: buf.as_mut_ptr(), cap: 4, len: 0 };
+        let mut w = Writer { buf: buf.as_mut_ptr(), cap: 4, len: 0, cut: false };
         w.uint(123456);
         assert_eq!(w.len, 4);
-        let mut w = Writer { buf: buf.as_mut_ptr(), cap: 4, len: 0 };
+        let mut w = Writer { buf: buf.as_mut_ptr(), cap: 4, len: 0, cut: false };
         w.int(-42);
         assert_eq!(&buf[..w.len], b"-42");
     }

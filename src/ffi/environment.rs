@@ -13,7 +13,8 @@ use crate::trace::{DriverState, Environment, LoadedLibrary};
 
 const LIBRARY_PREFIXES: &[&str] = &["libcudart.so", "libcublas.so", "libcublasLt.so", "libcuda.so"];
 
-/// Variables worth recording; anything else (tokens, passwords) never reaches the trace.
+/// Variables worth recording; anything else never reaches the trace, and a recorded one whose
+/// name looks like a credential (`NVIDIA_API_KEY`, `TORCH_HUB_TOKEN`) has its value redacted.
 const VARIABLE_PREFIXES: &[&str] = &["CUDA_", "NVIDIA_", "CUBLAS", "TORCH_", "PYTORCH_", "NCCL_"];
 const VARIABLE_NAMES: &[&str] = &[
     "LD_LIBRARY_PATH",
@@ -70,6 +71,7 @@ pub(crate) fn collect(s: &Session, live: bool) -> Environment {
         std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .filter(|(k, _)| is_recorded_variable(k))
+            .map(|(k, v)| if crate::redact::is_secret_name(&k) { (k, crate::redact::REDACTED.to_string()) } else { (k, v) })
             .collect()
     };
     Environment {

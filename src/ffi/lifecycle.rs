@@ -159,7 +159,7 @@ extern "C" fn after_fork_in_child() {
         CHILD_SESSION.store(child as *const Session as *mut Session, Ordering::Release);
         crash::update_path(&path);
         // The crash writer's head now names the child, not the parent and its faults.
-        crash::update_head(&child.trace(environment));
+        crash::update_head(&child.trace(environment), child.config.ring);
     });
 }
 
@@ -200,10 +200,10 @@ fn write_trace_with(s: &Session, live: bool) {
     let _one_writer = s.writer_lock();
     let trace = s.trace(environment::collect(s, live));
     let path = s.trace_path();
-    if let Err(e) = trace::write_atomic(Path::new(&path), &trace) {
+    if let Err(e) = trace::write_atomic_with(Path::new(&path), &trace, crash::RenameTicket::take) {
         warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {path}: {e}"));
     }
-    crash::update_head(&trace);
+    crash::update_head(&trace, s.config.ring);
 }
 
 #[cfg_attr(test, allow(dead_code))]

@@ -52,7 +52,7 @@ pub fn reset_thread_id() {
 }
 
 pub fn describe() -> Process {
-    let argv = std::fs::read("/proc/self/cmdline")
+    let argv: Vec<String> = std::fs::read("/proc/self/cmdline")
         .map(|raw| {
             raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
         })
@@ -62,7 +62,7 @@ pub fn describe() -> Process {
     Process {
         pid: std::process::id(),
         exe: std::fs::read_link("/proc/self/exe").ok().map(|p| p.to_string_lossy().into_owned()),
-        argv,
+        argv: crate::redact::redact_argv(&argv),
         hostname: hostname(),
         rank: config::rank_from(var),
         local_rank: int("LOCAL_RANK"),

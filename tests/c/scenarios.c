@@ -177,6 +177,24 @@ int main(int argc, char **argv) {
         gemm(da, db, &zero, dc);
         fflush(stdout);
         *(volatile int *)(uintptr_t)argc = 1; /* a real segfault, at a small address */
+    } else if (!strcmp(s, "storm_then_crash")) {
+        /* More faults than the cap stores, then a crash: the crash record must still fit. */
+        a[0] = NAN;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        for (int i = 0; i < 150; i++) gemm(da, db, &zero, dc);
+        fflush(stdout);
+        *(volatile int *)(uintptr_t)argc = 1;
+    } else if (!strcmp(s, "fork_crash")) {
+        /* The parent stores a fault; a forked child crashes without a CUDA call of its own. */
+        a[0] = NAN;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc);
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) *(volatile int *)(uintptr_t)argc = 1;
+        int status = 0;
+        waitpid(child, &status, 0);
+        printf("child signal=%d\n", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     } else if (!strcmp(s, "daemon")) {
         /* A daemon: closes stderr, and the next open() gets fd 2 for its data file. */
         close(2);
