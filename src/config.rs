@@ -233,6 +233,25 @@ pub fn rank_from(lookup: impl Fn(&str) -> Option<String>) -> Option<i64> {
 }
 
 /// Expands `%p` (pid), `%h` (host), `%r` (rank, 0 when unset) and `%%` in a trace path.
+/// The pattern as an absolute path, resolved against `cwd` (once, at start: a later chdir()
+/// must not split the trace across folders).
+pub fn absolute_pattern(pattern: &str, cwd: &std::path::Path) -> String {
+    if pattern.starts_with('/') {
+        pattern.to_string()
+    } else {
+        cwd.join(pattern).display().to_string()
+    }
+}
+
+/// `path` with `-<pid>` before its `.json` (or at its end): the path of a process that must not
+/// write another's file.
+pub fn path_with_pid(path: &str, pid: u32) -> String {
+    match path.strip_suffix(".json") {
+        Some(stem) => format!("{stem}-{pid}.json"),
+        None => format!("{path}-{pid}"),
+    }
+}
+
 pub fn expand_trace_path(pattern: &str, pid: u32, host: &str, rank: Option<i64>) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut chars = pattern.chars();
@@ -320,6 +339,16 @@ mod tests {
             let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_CHECKS", text)]));
             assert_eq!((config.checks, problems.len()), (Checks::ALL, 1), "{text:?}");
         }
+    }
+
+    #[test]
+    fn a_relative_pattern_is_anchored_where_the_process_started() {
+        let cwd = std::path::Path::new("/work/run");
+        assert_eq!(absolute_pattern("cublasguard-%h-%p.json", cwd), "/work/run/cublasguard-%h-%p.json");
+        assert_eq!(absolute_pattern("out/t.json", cwd), "/work/run/out/t.json");
+        assert_eq!(absolute_pattern("/tmp/t.json", cwd), "/tmp/t.json");
+        assert_eq!(path_with_pid("/tmp/t.json", 7), "/tmp/t-7.json");
+        assert_eq!(path_with_pid("/tmp/trace", 7), "/tmp/trace-7");
     }
 
     #[test]

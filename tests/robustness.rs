@@ -503,3 +503,33 @@ fn an_empty_check_list_warns_and_keeps_the_default_checks() {
         assert_eq!(run.trace().faults.len(), 1, "the default checks still find the NaN");
     }
 }
+
+#[test]
+fn a_chdir_after_the_first_fault_keeps_one_trace_where_the_process_started() {
+    // The default, relative path: after chdir() later faults must still reach the same file.
+    let program = scenarios();
+    let run = run(Launch { trace: false, ..Launch::new(&program, &["chdir"]) });
+    assert!(run.stdout().contains("chdir=0"), "{}", run.stdout());
+    let traces: Vec<_> = std::fs::read_dir(&run.dir).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".json")).collect();
+    assert_eq!(traces.len(), 1, "one trace in the starting folder");
+    let t = trace::read(&traces[0].path()).unwrap();
+    assert_eq!(t.faults.len(), 2, "both faults in it");
+    let elsewhere: Vec<_> = std::fs::read_dir(run.dir.join("elsewhere")).unwrap().collect();
+    assert!(elsewhere.is_empty(), "nothing written after the chdir: {elsewhere:?}");
+}
+
+#[test]
+fn a_helper_started_by_fork_and_exec_under_a_fixed_path_keeps_its_own_trace() {
+    let program = scenarios();
+    let dir = temp_dir("fork-exec-fixed");
+    let path = dir.join("t.json").display().to_string();
+    let env = [("CUBLASGUARD_TRACE", path.as_str())];
+    let run = run(Launch { env: &env, trace: false, ..Launch::new(&program, &["fork", "exec"]) });
+    assert!(run.output.status.success(), "{}", run.stderr());
+    let traces: Vec<trace::Trace> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| trace::read(&e.path()).expect("valid trace")).collect();
+    let parent = trace::read(std::path::Path::new(&path)).unwrap();
+    assert!(!parent.process.argv.iter().any(|a| a == "bad_lda"), "the parent's file is the parent's");
+    assert_eq!(parent.faults.len(), 2);
+    let helper = traces.iter().find(|t| t.process.argv.iter().any(|a| a == "bad_lda")).expect("the helper's own trace survives");
+    assert!(helper.faults.iter().any(|f| f.kind == FaultKind::InvalidArgument), "{:#?}", helper.faults);
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
-use super::{backtrace, crash, environment, loader_gate, process};
+use super::{backtrace, claim, crash, environment, loader_gate, process};
 use crate::config::{self, Config};
 use crate::guard::Outlet;
 use crate::session::{ChildSeed, Session};
@@ -148,11 +148,9 @@ extern "C" fn after_fork_in_child() {
         let mut path = config::expand_trace_path(&seed.config().trace_pattern, identity.process.pid, &identity.process.hostname, identity.process.rank);
         if path == parent.trace_path {
             // A pattern without %p: the child must still never write the parent's file.
-            path = match path.strip_suffix(".json") {
-                Some(stem) => format!("{stem}-{}.json", identity.process.pid),
-                None => format!("{path}-{}", identity.process.pid),
-            };
+            path = config::path_with_pid(&path, identity.process.pid);
         }
+        claim::claim(&path);
         identity.trace_path = path.clone();
         let environment = seed.environment.clone();
         let child: &'static Session = Box::leak(Box::new(seed.into_session(identity)));
@@ -171,12 +169,21 @@ pub(crate) fn disable(reason: &str) {
 }
 
 fn start() -> Session {
-    let (config, problems) = Config::from_lookup(process::var);
+    let (mut config, problems) = Config::from_lookup(process::var);
     for problem in problems {
         say(&format!("cublasguard: {problem}"));
     }
+    if let Ok(cwd) = std::env::current_dir() {
+        config.trace_pattern = config::absolute_pattern(&config.trace_pattern, &cwd);
+    }
     let process = process::describe();
-    let path = config::expand_trace_path(&config.trace_pattern, process.pid, &process.hostname, process.rank);
+    let mut path = config::expand_trace_path(&config.trace_pattern, process.pid, &process.hostname, process.rank);
+    if !claim::claim(&path) {
+        // Another live process writes this path (a fixed path, and this process was started
+        // by it through fork + exec, say): this one writes its own, as a forked child does.
+        path = config::path_with_pid(&path, process.pid);
+        claim::claim(&path);
+    }
     if !config.quiet {
         say(&format!(
             "cublasguard: guarding pid {} (checks: {}; on fault: {}; trace: {})",

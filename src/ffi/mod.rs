@@ -2,6 +2,7 @@
 //! makes into CUDA. All `unsafe` in the crate lives under this module.
 
 pub(crate) mod backtrace;
+pub(crate) mod claim;
 pub(crate) mod crash;
 pub(crate) mod cuda_api;
 pub(crate) mod device;

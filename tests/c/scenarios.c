@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -195,6 +196,14 @@ int main(int argc, char **argv) {
         int status = 0;
         waitpid(child, &status, 0);
         printf("child signal=%d\n", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    } else if (!strcmp(s, "chdir")) {
+        /* A fault, a chdir(), another fault: one trace, where the process started. */
+        a[0] = NAN;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc);
+        mkdir("elsewhere", 0700);
+        printf("chdir=%d\n", chdir("elsewhere"));
+        gemm(da, db, &zero, dc);
     } else if (!strcmp(s, "daemon")) {
         /* A daemon: closes stderr, and the next open() gets fd 2 for its data file. */
         close(2);
