@@ -39,6 +39,12 @@ struct cublasContext {
 static struct cublasContext handles[MAX_HANDLES];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The lock is made anew in a forked child (a parent thread may have held it); the runtime
+ * tells whether CUDA is usable there. */
+static void after_fork_in_child(void) { pthread_mutex_init(&lock, NULL); }
+
+__attribute__((constructor)) static void register_fork_handler(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
+
 /* A handle we issued and that is still alive; anything else (NULL, destroyed, garbage)
  * is answered like cuBLAS answers an uninitialised handle. */
 static struct cublasContext *alive(cublasHandle_t handle) {

@@ -53,6 +53,12 @@ struct cublasLtContext {
 static struct cublasLtContext handles[MAX_HANDLES];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The lock is made anew in a forked child (a parent thread may have held it); the runtime
+ * tells whether CUDA is usable there. */
+static void after_fork_in_child(void) { pthread_mutex_init(&lock, NULL); }
+
+__attribute__((constructor)) static void register_fork_handler(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
+
 static struct cublasLtContext *alive(cublasLtHandle_t h) {
     uintptr_t p = (uintptr_t)h, first = (uintptr_t)&handles[0];
     if (p < first || p >= first + sizeof handles || (p - first) % sizeof handles[0]) return NULL;

@@ -58,6 +58,20 @@ static int driver_error;  /* why the runtime cannot start, 0 when it can */
 static int driver_version; /* 0 when there is no driver */
 static int sticky_error;   /* once set, every call returns it */
 static int pending_fault;  /* a "kernel" fault not yet seen by a synchronisation */
+static int started;        /* the runtime initialised in this process */
+static int forked_child;   /* forked after the runtime started: CUDA is unusable here */
+
+/* As NVIDIA's runtime: a CUDA context does not survive fork(), and every runtime call in the
+ * child of a process that initialised CUDA fails with cudaErrorInitializationError (3). The
+ * stand-in's own lock is made anew there (a parent thread may have held it). */
+static void after_fork_in_child(void) {
+    pthread_mutex_init(&lock, NULL);
+    if (started) forked_child = 1;
+}
+
+__attribute__((constructor)) static void register_fork_handler(void) {
+    pthread_atfork(NULL, NULL, after_fork_in_child);
+}
 static __thread int last_error;
 
 static int is_sticky(int code) {
@@ -96,6 +110,7 @@ static void parse_rules(const char *spec) {
 }
 
 static void initialise(void) {
+    started = 1;
     const char *total = getenv("CUDASHIM_MEM_TOTAL");
     if (total && *total) memory_total = strtoull(total, NULL, 10);
     parse_rules(getenv("CUDASHIM_FAIL"));
@@ -141,6 +156,7 @@ static int fail(int code) {
 #define ENTER()                                              \
     do {                                                     \
         pthread_once(&init_once, initialise);                \
+        if (forked_child) return fail(cudaErrorInitializationError); \
         if (driver_error) return fail(driver_error);         \
         if (sticky_error) return fail(sticky_error);         \
     } while (0)
@@ -166,7 +182,7 @@ int cudashim_inject(const char *function) {
 
 int cudashim_driver_error(void) {
     pthread_once(&init_once, initialise);
-    return driver_error;
+    return forked_child ? cudaErrorInitializationError : driver_error;
 }
 
 int cudashim_sticky_error(void) { return sticky_error; }

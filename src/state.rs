@@ -135,6 +135,9 @@ pub struct Allocation {
 pub struct Allocations {
     map: RwLock<BTreeMap<u64, Allocation>>,
     generation: AtomicU64,
+    /// Kept with every insert and remove: every fault reports them.
+    live_bytes: AtomicU64,
+    live_count: AtomicU64,
 }
 
 const RECENT: usize = 8;
@@ -168,16 +171,25 @@ pub struct LiveTotals {
 impl Allocations {
     pub fn insert(&self, allocation: Allocation) {
         let mut map = self.map.write();
-        map.insert(allocation.base, allocation);
+        if let Some(old) = map.insert(allocation.base, allocation) {
+            self.live_bytes.fetch_sub(old.size, Ordering::Relaxed);
+            self.live_count.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.live_bytes.fetch_add(allocation.size, Ordering::Relaxed);
+        self.live_count.fetch_add(1, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Forgets the allocation at `base`; false when there was none.
     pub fn remove(&self, base: u64) -> bool {
         let mut map = self.map.write();
-        let removed = map.remove(&base).is_some();
+        let removed = map.remove(&base);
+        if let Some(old) = removed {
+            self.live_bytes.fetch_sub(old.size, Ordering::Relaxed);
+            self.live_count.fetch_sub(1, Ordering::Relaxed);
+        }
         self.generation.fetch_add(1, Ordering::Release);
-        removed
+        removed.is_some()
     }
 
     /// The live allocation whose range holds `ptr`.
@@ -236,12 +248,17 @@ impl Allocations {
 
     /// A table with the same allocations (a forked child's copy).
     pub fn copy(&self) -> Self {
-        Self { map: RwLock::new(self.map.read().clone()), generation: AtomicU64::new(0) }
+        let map = self.map.read();
+        Self {
+            map: RwLock::new(map.clone()),
+            generation: AtomicU64::new(0),
+            live_bytes: AtomicU64::new(map.values().map(|a| a.size).sum()),
+            live_count: AtomicU64::new(map.len() as u64),
+        }
     }
 
     pub fn totals(&self) -> LiveTotals {
-        let map = self.map.read();
-        LiveTotals { bytes: map.values().map(|a| a.size).sum(), count: map.len() as u64 }
+        LiveTotals { bytes: self.live_bytes.load(Ordering::Relaxed), count: self.live_count.load(Ordering::Relaxed) }
     }
 }
 
@@ -277,6 +294,9 @@ mod tests {
         assert_eq!(a.totals(), LiveTotals { bytes: 60, count: 2 });
         assert!(a.remove(100));
         assert!(!a.remove(100));
+        assert_eq!(a.totals(), LiveTotals { bytes: 10, count: 1 });
+        a.insert(Allocation { base: 200, size: 30, time_ns: 0, stream: None }); // the same base again
+        assert_eq!(a.totals(), LiveTotals { bytes: 30, count: 1 });
         assert_eq!(a.containing(120), None);
     }
 

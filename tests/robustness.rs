@@ -350,8 +350,10 @@ fn forked_children_never_hang_while_other_threads_are_inside_the_guard() {
 
 #[test]
 fn a_forked_child_writes_its_own_trace_while_parent_threads_store_faults() {
-    // Parent threads store a fault at every call (each rewrites the trace and collects the
-    // environment) while children fork, make a NaN GEMM of their own and exit.
+    // Parent threads store a fault at every call (rewriting the trace, collecting the
+    // environment, capturing backtraces) while children fork and try CUDA, which fails in a
+    // forked child as NVIDIA's runtime fails it: each child's guard reports that, and writes a
+    // trace of its own, taking the same paths the parent threads were in at the fork.
     let storm = build_c("fork_storm", &["fork_storm.c"], false);
     let dir = temp_dir("fork-storm");
     let pattern = dir.join("t-%p.json").display().to_string();
@@ -363,8 +365,9 @@ fn a_forked_child_writes_its_own_trace_while_parent_threads_store_faults() {
     let parent_pid = traces.iter().map(|t| t.summary.faults).max().and_then(|most| traces.iter().find(|t| t.summary.faults == most)).map(|t| t.process.pid).unwrap();
     for child in traces.iter().filter(|t| t.process.pid != parent_pid) {
         assert_eq!(child.summary.faults, 1, "a child counts only its own fault: {:#?}", child.summary);
-        assert_eq!(child.faults[0].kind, FaultKind::NonfiniteInput);
-        assert_eq!(child.summary.calls.get("cublasSgemm_v2"), Some(&1), "and only its own calls");
+        assert_eq!(child.faults[0].kind, FaultKind::InitFailed);
+        assert_eq!(child.summary.calls.get("cublasCreate_v2"), Some(&1), "and only its own calls");
+        assert_eq!(child.summary.calls.get("cublasSgemm_v2"), None);
     }
 }
 
@@ -435,6 +438,19 @@ fn a_crash_after_more_faults_than_the_cap_leaves_a_complete_trace() {
     assert_eq!(t.crash.as_ref().expect("crash record").name, "SIGSEGV");
     assert_eq!((t.faults.len(), t.summary.faults, t.summary.dropped_faults), (100, 150, 50));
     assert!(!t.recent_calls.is_empty());
+}
+
+#[test]
+fn a_crash_after_thousands_of_stored_faults_keeps_every_one() {
+    // Rewrites of the file back off during a run of faults; the crash writer still has them all.
+    let program = scenarios();
+    let env = [("CUBLASGUARD_STDERR_LINES", "0"), ("CUBLASGUARD_MAX_FAULTS", "100000"), ("CUBLASGUARD_QUIET", "1")];
+    let run = run(Launch { env: &env, ..Launch::new(&program, &["storm_then_crash", "2000"]) });
+    assert_eq!(run.output.status.signal(), Some(libc::SIGSEGV));
+    let t = run.trace();
+    assert_eq!(t.crash.as_ref().expect("crash record").name, "SIGSEGV");
+    assert_eq!((t.faults.len(), t.summary.faults), (2000, 2000));
+    assert!(t.faults.windows(2).all(|w| w[0].seq < w[1].seq), "in order");
 }
 
 #[test]

@@ -69,6 +69,14 @@ fn fault_injection_fails_the_nth_call_and_faults_asynchronously() {
     check(&["async"], &[("CUDASHIM_ASYNC_FAULT", "2")], true);
 }
 
+#[test]
+fn a_forked_child_of_a_process_that_started_cuda_cannot_use_it() {
+    let run = check(&["fork"], &[], true);
+    for name in ["fork_before_cuda_works", "fork_child_cannot_use_cuda", "fork_parent_unaffected"] {
+        assert!(run.stdout().contains(&format!("ok {name}")), "{name}: {}", run.stdout());
+    }
+}
+
 fn readelf(args: &[&str], lib: &std::path::Path) -> String {
     let out = Command::new("readelf").args(args).arg(lib).output().expect("readelf (binutils) is installed with the C compiler");
     assert!(out.status.success());

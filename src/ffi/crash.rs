@@ -1,9 +1,12 @@
 //! The trace at a fatal signal. The handler may run in a thread that crashed anywhere, even
 //! inside malloc or holding one of the guard's locks, so it allocates nothing and waits for
-//! nothing but a bounded moment: the trace up to `recent_calls` is rendered in advance (after
-//! each stored fault), and the handler appends the flight recorder (which takes no lock), the
-//! call counts and the signal into a buffer sized for all of that, then writes it to a fresh
-//! file of its own (O_EXCL, an unpredictable name) and renames it over the trace.
+//! nothing but a bounded moment. What it writes is prepared in advance: the trace's prefix
+//! (format, process, environment), and each stored fault rendered once, when it was stored,
+//! into a slot of its own. The handler streams the prefix and every fault slot to a fresh file
+//! of its own (O_EXCL, an unpredictable name), then the flight recorder (which takes no lock),
+//! the call counts and the signal from a buffer set aside for them, and renames the file over
+//! the trace. So the crash trace holds every stored fault, however many, whatever the file on
+//! disk held (rewrites of it back off when faults come in runs).
 //!
 //! A program's own handler comes first: when one was installed before the guard's, it is
 //! called directly, with the original `siginfo` and context (a JVM or a wasm runtime recovers
@@ -44,7 +47,13 @@ impl Published {
 
 /// Handlers currently reading a published buffer; a replaced buffer is freed only when none is.
 static READERS: AtomicUsize = AtomicUsize::new(0);
-static HEAD: Published = Published::new();
+/// The trace up to its faults (format, version, process, environment).
+static PREFIX: Published = Published::new();
+/// One slot per storable fault (the fault cap), each the fault's JSON; allocated at install.
+static FAULT_SLOTS: AtomicPtr<Published> = AtomicPtr::new(std::ptr::null_mut());
+static FAULT_SLOT_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Slots in use (a forked child starts with none).
+static FAULTS_PUBLISHED: AtomicUsize = AtomicUsize::new(0);
 static TMP_PATH: Published = Published::new();
 static FINAL_PATH: Published = Published::new();
 static SCRATCH: Published = Published::new();
@@ -78,9 +87,32 @@ impl Drop for RenameTicket {
     }
 }
 
-/// Bytes the handler needs for a head of `head` bytes.
-fn scratch_size(head: usize, ring: usize) -> usize {
-    head + ring.saturating_mul(BYTES_PER_CALL) + TAIL_RESERVE
+/// Bytes the handler needs after the faults: the recent calls, the summary, the crash record.
+fn scratch_size(ring: usize) -> usize {
+    ring.saturating_mul(BYTES_PER_CALL) + TAIL_RESERVE
+}
+
+fn fault_slots() -> &'static [Published] {
+    let ptr = FAULT_SLOTS.load(Ordering::SeqCst);
+    if ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: allocated once at install (leaked, never freed) with FAULT_SLOT_COUNT entries.
+    unsafe { std::slice::from_raw_parts(ptr, FAULT_SLOT_COUNT.load(Ordering::SeqCst)) }
+}
+
+/// Renders stored fault number `index` into its slot, for the handler.
+pub(crate) fn publish_fault(index: usize, fault: &crate::trace::Fault) {
+    let Some(slot) = fault_slots().get(index) else { return };
+    if let Ok(bytes) = serde_json::to_vec(fault) {
+        publish(slot, bytes);
+        FAULTS_PUBLISHED.fetch_max(index + 1, Ordering::SeqCst);
+    }
+}
+
+/// In a forked child: the parent's faults are the parent's.
+pub(crate) fn forget_faults() {
+    FAULTS_PUBLISHED.store(0, Ordering::SeqCst);
 }
 
 fn publish(slot: &Published, bytes: Vec<u8>) {
@@ -98,28 +130,26 @@ fn publish(slot: &Published, bytes: Vec<u8>) {
     }
 }
 
-/// The trace rendered without `recent_calls` and what follows, for the handler to complete.
-pub(crate) fn render_head(trace: &Trace) -> Option<Vec<u8>> {
+/// The trace up to its faults: `{"format":...,"environment":{...}` without the comma that
+/// follows, for the handler to complete.
+pub(crate) fn render_prefix(trace: &Trace) -> Option<Vec<u8>> {
     let mut t = trace.clone();
+    t.faults.clear();
     t.recent_calls.clear();
     t.summary = Default::default();
     t.crash = None;
     let mut bytes = serde_json::to_vec(&t).ok()?;
-    let cut = bytes.windows(18).rposition(|w| w == b",\"recent_calls\":[]")?;
+    const AFTER_PREFIX: &[u8] = b",\"faults\":[],\"recent_calls\":[]";
+    let cut = bytes.windows(AFTER_PREFIX.len()).rposition(|w| w == AFTER_PREFIX)?;
     bytes.truncate(cut);
     Some(bytes)
 }
 
-/// Publishes the head for the handler, growing its buffer first when the head outgrew it (each
-/// stored fault lengthens the head).
-pub(crate) fn update_head(trace: &Trace, ring: usize) {
+/// Publishes the prefix for the handler (after each rewrite of the trace, and in a child).
+pub(crate) fn update_prefix(trace: &Trace) {
     if INSTALLED.load(Ordering::Relaxed) {
-        if let Some(head) = render_head(trace) {
-            let needed = scratch_size(head.len(), ring);
-            if SCRATCH.len.load(Ordering::SeqCst) < needed {
-                publish(&SCRATCH, vec![0u8; needed + needed / 2]);
-            }
-            publish(&HEAD, head);
+        if let Some(prefix) = render_prefix(trace) {
+            publish(&PREFIX, prefix);
         }
     }
 }
@@ -156,9 +186,12 @@ pub(crate) fn install(s: &Session, trace: &Trace) {
     if INSTALLED.swap(true, Ordering::SeqCst) {
         return;
     }
-    publish(&SCRATCH, vec![0u8; scratch_size(64 << 10, s.config.ring)]);
+    publish(&SCRATCH, vec![0u8; scratch_size(s.config.ring)]);
+    let slots: Box<[Published]> = (0..s.config.max_faults).map(|_| Published::new()).collect();
+    FAULT_SLOT_COUNT.store(slots.len(), Ordering::SeqCst);
+    FAULT_SLOTS.store(Box::leak(slots).as_mut_ptr(), Ordering::SeqCst);
     update_path(&s.trace_path());
-    update_head(trace, s.config.ring);
+    update_prefix(trace);
     for (i, (sig, _)) in SIGNALS.iter().enumerate() {
         // SAFETY: a zeroed sigaction with our handler; the old one is kept for restoring.
         unsafe {
@@ -299,17 +332,23 @@ fn load(slot: &Published) -> Option<&'static [u8]> {
     (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr, len) })
 }
 
-fn write_crash_trace(sig: libc::c_int, name: &str) {
-    let Some(s) = super::lifecycle::existing_session() else { return };
-    if s.fault_count() == 0 && !s.config.trace_requested {
-        return;
+/// Writes all of `bytes` to `fd`; false when a write failed.
+fn write_fully(fd: libc::c_int, bytes: &[u8]) -> bool {
+    let mut off = 0;
+    while off < bytes.len() {
+        // SAFETY: write is async-signal-safe; the range is inside `bytes`.
+        let n = unsafe { libc::write(fd, bytes[off..].as_ptr() as *const libc::c_void, bytes.len() - off) };
+        if n <= 0 {
+            return false;
+        }
+        off += n as usize;
     }
-    let (Some(head), Some(scratch), Some(tmp), Some(path)) = (load(&HEAD), load(&SCRATCH), load(&TMP_PATH), load(&FINAL_PATH)) else {
-        return;
-    };
-    let mut w = Writer { buf: scratch.as_ptr() as *mut u8, cap: scratch.len(), len: 0, cut: false };
-    w.bytes(head);
-    w.bytes(b",\"recent_calls\":[");
+    true
+}
+
+/// The recent calls, the summary and the crash record, rendered into `w`.
+fn render_tail(w: &mut Writer, s: &crate::session::Session, sig: libc::c_int, name: &str) {
+    w.bytes(b"],\"recent_calls\":[");
     // Oldest first, without allocating: each pass over the ring (which takes no lock) picks
     // the next sequence number; the ring is small, so the passes cost nothing that matters.
     let mut saved = true;
@@ -330,7 +369,7 @@ fn write_crash_trace(sig: libc::c_int, name: &str) {
             w.bytes(b",");
         }
         first = false;
-        call_json(&mut w, &next, s.hook_name(next.hook as usize));
+        call_json(w, &next, s.hook_name(next.hook as usize));
         last = next.seq;
     }
     w.bytes(b"],\"summary\":{\"calls\":{");
@@ -359,11 +398,23 @@ fn write_crash_trace(sig: libc::c_int, name: &str) {
     w.bytes(b",");
     w.field("time_ns", now_ns() as i64);
     w.bytes(if saved { b",\"recent_calls_saved\":true}}\n" } else { b",\"recent_calls_saved\":false}}\n" });
+}
+
+fn write_crash_trace(sig: libc::c_int, name: &str) {
+    let Some(s) = super::lifecycle::existing_session() else { return };
+    if s.fault_count() == 0 && !s.config.trace_requested {
+        return;
+    }
+    let (Some(prefix), Some(scratch), Some(tmp), Some(path)) = (load(&PREFIX), load(&SCRATCH), load(&TMP_PATH), load(&FINAL_PATH)) else {
+        return;
+    };
+    let mut w = Writer { buf: scratch.as_ptr() as *mut u8, cap: scratch.len(), len: 0, cut: false };
+    render_tail(&mut w, s, sig, name);
     if w.cut {
         return; // never replace a valid trace with a cut one
     }
-    // SAFETY: lstat/open/write/fsync/close/rename are async-signal-safe; paths are
-    // NUL-terminated.
+    // SAFETY: lstat/open/fsync/close/rename/unlink are async-signal-safe; paths are
+    // NUL-terminated; the tail's bytes are inside the scratch buffer.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         if libc::lstat(path.as_ptr() as *const libc::c_char, &mut st) == 0 && st.st_mode & libc::S_IFMT != libc::S_IFREG {
@@ -377,17 +428,21 @@ fn write_crash_trace(sig: libc::c_int, name: &str) {
         if fd < 0 {
             return;
         }
-        let mut off = 0;
-        while off < w.len {
-            let n = libc::write(fd, scratch.as_ptr().add(off) as *const libc::c_void, w.len - off);
-            if n <= 0 {
-                break;
+        let mut ok = write_fully(fd, prefix) && write_fully(fd, b",\"faults\":[");
+        let mut first = true;
+        for slot in fault_slots().iter().take(FAULTS_PUBLISHED.load(Ordering::SeqCst)) {
+            match load(slot) {
+                Some(fault) if ok && !fault.is_empty() => {
+                    ok = (first || write_fully(fd, b",")) && write_fully(fd, fault);
+                    first = false;
+                }
+                _ => {}
             }
-            off += n as usize;
         }
+        ok = ok && write_fully(fd, std::slice::from_raw_parts(scratch.as_ptr(), w.len));
         libc::fsync(fd);
         libc::close(fd);
-        if off == w.len {
+        if ok {
             libc::rename(tmp.as_ptr() as *const libc::c_char, path.as_ptr() as *const libc::c_char);
         } else {
             libc::unlink(tmp.as_ptr() as *const libc::c_char);
@@ -505,14 +560,36 @@ mod tests {
     use crate::trace;
 
     #[test]
-    fn head_plus_tail_is_the_whole_trace() {
+    fn prefix_faults_and_tail_make_the_whole_trace() {
         let mut t = Trace { format: trace::FORMAT.into(), version: trace::VERSION, ..Default::default() };
-        t.process.argv = vec!["has \"recent_calls\":[] inside".into()];
-        let head = render_head(&t).expect("head");
-        let mut buf = vec![0u8; 4096];
+        t.process.argv = vec!["has ,\"faults\":[],\"recent_calls\":[] inside".into()];
+        let prefix = render_prefix(&t).expect("prefix");
+        let fault = crate::trace::Fault {
+            seq: 2,
+            api: "cublasSgemm_v2".into(),
+            kind: crate::trace::FaultKind::ApiError,
+            message: "m".into(),
+            status: 13,
+            status_name: "CUBLAS_STATUS_EXECUTION_FAILED".into(),
+            error: None,
+            cause: None,
+            thread: 1,
+            stream: None,
+            time_ns: 0,
+            handle: None,
+            args: Default::default(),
+            operands: vec![],
+            memory: None,
+            backtrace: vec![],
+        };
+        let mut buf = vec![0u8; 8192];
         let mut w = Writer { buf: buf.as_mut_ptr(), cap: buf.len(), len: 0, cut: false };
-        w.bytes(&head);
-        w.bytes(b",\"recent_calls\":[");
+        w.bytes(&prefix);
+        w.bytes(b",\"faults\":[");
+        w.bytes(&serde_json::to_vec(&fault).unwrap());
+        w.bytes(b",");
+        w.bytes(&serde_json::to_vec(&fault).unwrap());
+        w.bytes(b"],\"recent_calls\":[");
         let call = RecordedCall {
             seq: 3,
             hook: 0,
@@ -527,6 +604,7 @@ mod tests {
         let len = w.len;
         let parsed = trace::parse(std::str::from_utf8(&buf[..len]).unwrap()).expect("valid trace");
         assert_eq!(parsed.process.argv, t.process.argv);
+        assert_eq!(parsed.faults, vec![fault.clone(), fault]);
         assert_eq!(parsed.recent_calls[0].status, -7);
         assert_eq!(parsed.recent_calls[0].args, call.args.to_map(), "the crash writer renders arguments as the trace does");
         assert_eq!(parsed.recent_calls[0].args["transb"], "unknown(9)");

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use super::{backtrace, claim, crash, environment, loader_gate, process};
 use crate::config::{self, Config};
 use crate::guard::Outlet;
-use crate::session::{ChildSeed, Session};
+use crate::session::{ChildSeed, Recorded, Session};
 use crate::trace;
 
 static SESSION: OnceLock<Session> = OnceLock::new();
@@ -24,11 +24,14 @@ static EXITED: AtomicBool = AtomicBool::new(false);
 pub(crate) struct RealOutlet;
 
 impl Outlet for RealOutlet {
-    fn publish(&self, session: &Session, lines: &[String], stored: bool) {
-        for line in lines {
+    fn publish(&self, session: &Session, recorded: &Recorded) {
+        for line in &recorded.lines {
             say(line);
         }
-        if stored {
+        if let Some(index) = recorded.index {
+            session.with_fault(index, |fault| crash::publish_fault(index, fault));
+        }
+        if recorded.rewrite {
             write_trace(session);
         }
     }
@@ -157,7 +160,8 @@ extern "C" fn after_fork_in_child() {
         CHILD_SESSION.store(child as *const Session as *mut Session, Ordering::Release);
         crash::update_path(&path);
         // The crash writer's head now names the child, not the parent and its faults.
-        crash::update_head(&child.trace(environment), child.config.ring);
+        crash::forget_faults();
+        crash::update_prefix(&child.trace(environment));
     });
 }
 
@@ -210,7 +214,7 @@ fn write_trace_with(s: &Session, live: bool) {
     if let Err(e) = trace::write_atomic_with(Path::new(&path), &trace, crash::RenameTicket::take) {
         warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {path}: {e}"));
     }
-    crash::update_head(&trace, s.config.ring);
+    crash::update_prefix(&trace);
 }
 
 #[cfg_attr(test, allow(dead_code))]

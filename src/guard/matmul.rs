@@ -87,7 +87,10 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &MatmulCall, record: CallArgs,
 fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: CallArgs, extra: ExArgs, stage: Stage) {
     let Some(finding) = check.finding.clone() else { return };
     let status_name = if returned < 0 { "not returned (the fault was recorded before the call ran)" } else { cuda::cublas_status_name(returned) };
-    let mut fault = call.fault(finding, returned, status_name);
+    let mut fault = match stage {
+        Stage::Amend => call.amended_fault(finding, returned, status_name),
+        Stage::BeforeCall | Stage::AfterCall => call.fault(finding, returned, status_name),
+    };
     let state = check.handle.unwrap_or_default();
     let stream = check.call.stream.unwrap_or(state.stream);
     fault.stream = Some(hex(stream));
@@ -299,7 +302,7 @@ mod tests {
         let calls = Cell::new(0);
         sgemm(&s, A, 2, 0, &calls);
         assert!(s.outlet.aborted.get());
-        assert!(s.outlet.publications.get() >= 1, "the trace is written before the abort");
+        assert!(s.outlet.rewrites.get() >= 1, "the trace is written before the abort");
         assert_eq!(faults(&s)[0].kind, FaultKind::NonfiniteInput);
     }
 
@@ -328,6 +331,26 @@ mod tests {
         assert_eq!(f[0].kind, FaultKind::AsyncError);
         assert!(f[0].message.contains("already pending before this call"), "{}", f[0].message);
         assert_eq!(f[0].operands.iter().filter(|o| o.scanned).count(), 0, "nothing is scanned on a broken context");
+    }
+
+    #[test]
+    fn faults_past_the_cap_are_counted_without_a_backtrace() {
+        let mut s = setup(OnFault::Continue, f32::NAN);
+        s.session = {
+            let session = session(Config { max_faults: 2, quiet: true, ..Config::default() });
+            session.handles.created(HANDLE);
+            for (base, bytes) in s.device.memory.borrow().iter() {
+                session.allocations.insert(crate::state::Allocation { base: *base, size: bytes.len() as u64, time_ns: 0, stream: None });
+            }
+            session
+        };
+        let calls = Cell::new(0);
+        for _ in 0..5 {
+            sgemm(&s, A, 2, 0, &calls);
+        }
+        assert_eq!(s.session.fault_count(), 5);
+        assert_eq!(faults(&s).len(), 2);
+        assert_eq!(s.outlet.backtraces.get(), 2, "only stored faults get a backtrace");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::cell::Cell;
 use crate::check::{init, Device, Finding};
 use crate::config::OnFault;
 use crate::recorder::{CallArgs, RecordedCall};
-use crate::session::Session;
+use crate::session::{Recorded, Session};
 use crate::trace::{CudaErrorRecord, Fault, FaultKind, MemoryState};
 
 pub(crate) use crate::ffi::hooks::Hook;
@@ -23,9 +23,9 @@ pub(crate) use crate::ffi::hooks::Hook;
 /// Where the guard's findings go. The real outlet writes stderr and the trace, and aborts; the
 /// tests' outlet keeps what it was given.
 pub(crate) trait Outlet {
-    /// Publishes a fault the session has just counted (`stored`: it is kept in full), or one
-    /// brought up to date after its call returned (`amended`).
-    fn publish(&self, session: &Session, lines: &[String], stored: bool);
+    /// Publishes what became of a fault: its stderr lines, the stored fault itself (for the
+    /// crash writer), and a rewrite of the trace on disk when one is due.
+    fn publish(&self, session: &Session, recorded: &Recorded);
     /// The native call stack at the fault, without the guard's frames.
     fn backtrace(&self) -> Vec<String>;
     /// Ends the process (CUBLASGUARD_ON_FAULT=abort). The real one does not return.
@@ -90,9 +90,20 @@ impl<'a, R: Copy> Call<'a, R> {
 
     /// A fault with the facts every kind shares; the caller adds what is specific to its call.
     pub fn fault(&self, finding: Finding, status: i32, status_name: &str) -> Fault {
+        // Past the cap a fault is only counted: a backtrace and a memory query would be wasted.
+        self.fault_with_context(finding, status, status_name, !self.session.faults_full())
+    }
+
+    /// The same fault again, after its call returned, to amend the one reported before it ran
+    /// (which keeps its backtrace and memory state: they describe the moment of the fault).
+    pub fn amended_fault(&self, finding: Finding, status: i32, status_name: &str) -> Fault {
+        self.fault_with_context(finding, status, status_name, false)
+    }
+
+    fn fault_with_context(&self, finding: Finding, status: i32, status_name: &str, kept: bool) -> Fault {
         let s = self.session;
         let known = s.known_error();
-        let memory_info = if known.is_none() && s.driver_error().is_none() { self.device.memory_info() } else { None };
+        let memory_info = if kept && known.is_none() && s.driver_error().is_none() { self.device.memory_info() } else { None };
         let totals = s.allocations.totals();
         Fault {
             seq: self.seq,
@@ -119,7 +130,7 @@ impl<'a, R: Copy> Call<'a, R> {
                 tracked_live_bytes: totals.bytes,
                 tracked_live_count: totals.count,
             }),
-            backtrace: self.outlet.backtrace(),
+            backtrace: if kept { self.outlet.backtrace() } else { Vec::new() },
         }
     }
 
@@ -127,9 +138,10 @@ impl<'a, R: Copy> Call<'a, R> {
     /// the process.
     pub fn report(&self, fault: Fault) {
         let s = self.session;
-        let recorded = s.add_fault(fault);
+        let mut recorded = s.add_fault(fault, self.outlet.now_ns());
         let abort = s.config.on_fault == OnFault::Abort;
-        self.outlet.publish(s, &recorded.lines, recorded.stored || abort);
+        recorded.rewrite |= abort; // on disk before the process ends
+        self.outlet.publish(s, &recorded);
         if abort {
             self.outlet.abort();
         }
@@ -137,8 +149,9 @@ impl<'a, R: Copy> Call<'a, R> {
 
     /// Brings a fault reported before its call ran up to date with how the call ended.
     pub fn amend(&self, fault: Fault) {
-        if self.session.replace_fault(fault) {
-            self.outlet.publish(self.session, &[], true);
+        if let Some(index) = self.session.replace_fault(fault) {
+            let recorded = Recorded { stored: true, index: Some(index), lines: Vec::new(), rewrite: false };
+            self.outlet.publish(self.session, &recorded);
         }
     }
 
@@ -174,15 +187,19 @@ pub(crate) mod model {
     pub struct ModelOutlet {
         pub lines: RefCell<Vec<String>>,
         pub publications: Cell<u32>,
+        pub rewrites: Cell<u32>,
+        pub backtraces: Cell<u32>,
         pub aborted: Cell<bool>,
     }
 
     impl Outlet for ModelOutlet {
-        fn publish(&self, _session: &Session, lines: &[String], _stored: bool) {
-            self.lines.borrow_mut().extend(lines.iter().cloned());
+        fn publish(&self, _session: &Session, recorded: &Recorded) {
+            self.lines.borrow_mut().extend(recorded.lines.iter().cloned());
             self.publications.set(self.publications.get() + 1);
+            self.rewrites.set(self.rewrites.get() + recorded.rewrite as u32);
         }
         fn backtrace(&self) -> Vec<String> {
+            self.backtraces.set(self.backtraces.get() + 1);
             vec!["model frame".into()]
         }
         fn abort(&self) {

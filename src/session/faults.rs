@@ -12,9 +12,20 @@ use crate::trace::Fault;
 pub struct Recorded {
     /// Stored in full (false once `max_faults` are stored: then only counted).
     pub stored: bool,
+    /// Its place among the stored faults.
+    pub index: Option<usize>,
     /// Lines for stderr (capped).
     pub lines: Vec<String>,
+    /// The trace on disk is due for a rewrite. Rewriting after every fault costs O(n) each, so
+    /// O(n^2) for a run of faults: the first few are written at once, then at each power of two,
+    /// or when the last write is older than `REWRITE_AFTER_NS`; the exit writes the rest, and
+    /// the crash writer has every stored fault whatever the file on disk holds.
+    pub rewrite: bool,
 }
+
+/// Faults written to disk as soon as they are stored.
+const REWRITE_FIRST: u64 = 8;
+const REWRITE_AFTER_NS: u64 = 250_000_000;
 
 #[derive(Default)]
 pub(super) struct FaultLog {
@@ -22,6 +33,7 @@ pub(super) struct FaultLog {
     total: AtomicU64,
     stored: AtomicU64,
     stderr_lines: AtomicU32,
+    last_rewrite_ns: AtomicU64,
     /// Held while the trace file is written (one writer at a time).
     pub writer: Mutex<()>,
 }
@@ -39,7 +51,27 @@ impl FaultLog {
         self.faults.lock().clone()
     }
 
-    pub fn add(&self, config: &Config, fault: Fault, path: &str) -> Recorded {
+    /// Whether a new fault would only be counted (the cap is reached): then it is not worth
+    /// gathering a backtrace or asking the device for its memory.
+    pub fn is_full(&self, config: &Config) -> bool {
+        self.stored.load(Ordering::Relaxed) >= config.max_faults as u64
+    }
+
+    /// Runs `f` on stored fault number `index`.
+    pub fn with_fault<R>(&self, index: usize, f: impl FnOnce(&Fault) -> R) -> Option<R> {
+        self.faults.lock().get(index).map(f)
+    }
+
+    fn rewrite_due(&self, stored: u64, now_ns: u64) -> bool {
+        let last = self.last_rewrite_ns.load(Ordering::Relaxed);
+        let due = stored <= REWRITE_FIRST || stored.is_power_of_two() || now_ns.saturating_sub(last) >= REWRITE_AFTER_NS;
+        if due {
+            self.last_rewrite_ns.store(now_ns, Ordering::Relaxed);
+        }
+        due
+    }
+
+    pub fn add(&self, config: &Config, fault: Fault, path: &str, now_ns: u64) -> Recorded {
         self.total.fetch_add(1, Ordering::Relaxed);
         let n = self.stderr_lines.fetch_add(1, Ordering::Relaxed);
         let cap = config.stderr_lines;
@@ -52,21 +84,29 @@ impl FaultLog {
         };
         let mut faults = self.faults.lock();
         let stored = faults.len() < config.max_faults;
+        let index = stored.then_some(faults.len());
         if stored {
             faults.push(fault);
             self.stored.fetch_add(1, Ordering::Relaxed);
         }
-        Recorded { stored, lines }
+        drop(faults);
+        let rewrite = stored && self.rewrite_due(self.stored.load(Ordering::Relaxed), now_ns);
+        Recorded { stored, index, lines, rewrite }
     }
 
-    pub fn replace(&self, fault: Fault) -> bool {
+    /// Replaces the stored fault of the same call; its index, or `None` when it was not stored.
+    /// The stored backtrace and memory state are kept when the new one has none.
+    pub fn replace(&self, mut fault: Fault) -> Option<usize> {
         let mut faults = self.faults.lock();
-        match faults.iter_mut().rev().find(|f| f.seq == fault.seq && f.api == fault.api) {
-            Some(slot) => {
-                *slot = fault;
-                true
-            }
-            None => false,
+        let index = faults.iter().rposition(|f| f.seq == fault.seq && f.api == fault.api)?;
+        let old = &mut faults[index];
+        if fault.backtrace.is_empty() {
+            fault.backtrace = std::mem::take(&mut old.backtrace);
         }
+        if fault.memory.as_ref().is_none_or(|m| m.free.is_none()) && old.memory.as_ref().is_some_and(|m| m.free.is_some()) {
+            fault.memory = old.memory.take();
+        }
+        *old = fault;
+        Some(index)
     }
 }

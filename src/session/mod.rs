@@ -257,14 +257,24 @@ impl Session {
     }
 
     /// Stores a fault (or only counts it, past `max_faults`); returns what became of it.
-    pub fn add_fault(&self, fault: Fault) -> Recorded {
-        self.faults.add(&self.config, fault, &self.trace_path())
+    pub fn add_fault(&self, fault: Fault, now_ns: u64) -> Recorded {
+        self.faults.add(&self.config, fault, &self.trace_path(), now_ns)
     }
 
-    /// Replaces the stored fault of call `seq` with `fault` (its status is known now); false
-    /// when it was not stored (past the cap).
-    pub fn replace_fault(&self, fault: Fault) -> bool {
+    /// Replaces the stored fault of call `seq` with `fault` (its status is known now); its
+    /// index, or `None` when it was not stored (past the cap).
+    pub fn replace_fault(&self, fault: Fault) -> Option<usize> {
         self.faults.replace(fault)
+    }
+
+    /// Whether a new fault would only be counted.
+    pub fn faults_full(&self) -> bool {
+        self.faults.is_full(&self.config)
+    }
+
+    /// Runs `f` on stored fault number `index`.
+    pub fn with_fault<R>(&self, index: usize, f: impl FnOnce(&Fault) -> R) -> Option<R> {
+        self.faults.with_fault(index, f)
     }
 
     /// Whether the trace belongs on disk at exit. A named path is written for every process
@@ -378,7 +388,7 @@ mod tests {
     #[test]
     fn caps_stderr_lines_with_one_summary_line() {
         let s = session(2);
-        let lines: Vec<Vec<String>> = (1..=5).map(|i| s.add_fault(fault(i)).lines).collect();
+        let lines: Vec<Vec<String>> = (1..=5).map(|i| s.add_fault(fault(i), 0).lines).collect();
         assert_eq!(lines[0].len(), 1);
         assert!(lines[0][0].starts_with("cublasguard: cublasSgemm_v2 #1: m [api_error]; trace: t.json"));
         assert_eq!(lines[1].len(), 1);
@@ -390,13 +400,13 @@ mod tests {
     #[test]
     fn a_fault_reported_before_its_call_returns_is_amended_in_place() {
         let s = session(5);
-        s.add_fault(fault(4));
+        s.add_fault(fault(4), 0);
         let mut done = fault(4);
         done.status = 7;
-        assert!(s.replace_fault(done));
+        assert_eq!(s.replace_fault(done), Some(0));
         let t = s.trace(Environment::default());
         assert_eq!((t.faults.len(), t.faults[0].status, t.summary.faults), (1, 7, 1));
-        assert!(!s.replace_fault(fault(5)));
+        assert_eq!(s.replace_fault(fault(5)), None);
     }
 
     #[test]
@@ -421,7 +431,7 @@ mod tests {
     fn stores_up_to_max_faults_then_counts() {
         let mut s = session(0);
         s.config.max_faults = 3;
-        let stored: Vec<bool> = (1..=5).map(|i| s.add_fault(fault(i)).stored).collect();
+        let stored: Vec<bool> = (1..=5).map(|i| s.add_fault(fault(i), 0).stored).collect();
         assert_eq!(stored, [true, true, true, false, false]);
         let t = s.trace(Environment::default());
         assert_eq!((t.faults.len(), t.summary.faults, t.summary.dropped_faults), (3, 5, 2));
@@ -431,7 +441,7 @@ mod tests {
     fn a_forked_child_starts_its_own_record() {
         let s = session(5);
         s.begin(0);
-        s.add_fault(fault(1));
+        s.add_fault(fault(1), 0);
         s.note_error(700, 1);
         s.handles.created(0x77);
         s.recorder.record(&RecordedCall { seq: 1, hook: 0, status: 0, time_ns: 1, thread: 1, args: CallArgs::None, scanned: false });
@@ -468,6 +478,20 @@ mod tests {
     }
 
     #[test]
+    fn a_run_of_faults_rewrites_the_trace_a_logarithmic_number_of_times() {
+        let mut s = session(0);
+        s.config.max_faults = 100_000;
+        let rewrites = (1..=3000).filter(|&i| s.add_fault(fault(i), 1_000).rewrite).count();
+        // The first 8, then 16, 32, ..., 2048: at a fixed clock nothing else is due.
+        assert_eq!(rewrites, 8 + 8);
+        assert!(s.add_fault(fault(3001), 1_000 + 300_000_000).rewrite, "a quarter of a second later, one is due");
+        s.config.max_faults = 3001;
+        let past_cap = s.add_fault(fault(3002), 2_000_000_000);
+        assert!(!past_cap.stored && !past_cap.rewrite && past_cap.index.is_none());
+        assert!(s.faults_full());
+    }
+
+    #[test]
     fn remembers_only_the_first_sticky_error() {
         let s = session(1);
         s.note_error(1, 3); // not sticky
@@ -485,7 +509,7 @@ mod tests {
         requested.config.trace_requested = true;
         assert!(!requested.should_write_at_exit(false));
         assert!(requested.should_write_at_exit(true));
-        s.add_fault(fault(1));
+        s.add_fault(fault(1), 0);
         assert!(s.should_write_at_exit(false));
     }
 }

@@ -182,7 +182,8 @@ int main(int argc, char **argv) {
         /* More faults than the cap stores, then a crash: the crash record must still fit. */
         a[0] = NAN;
         cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
-        for (int i = 0; i < 150; i++) gemm(da, db, &zero, dc);
+        int storm = argc > 2 ? atoi(argv[2]) : 150;
+        for (int i = 0; i < storm; i++) gemm(da, db, &zero, dc);
         fflush(stdout);
         *(volatile int *)(uintptr_t)argc = 1;
     } else if (!strcmp(s, "fork_crash")) {

@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,6 +171,28 @@ static void injection(const char *which) {
         CHECK("async_first_ok", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, da, 2, da, 2, &zero, dc, 2) == 0 && cudaDeviceSynchronize() == 0, "%s", "");
         CHECK("async_second_returns_success", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, da, 2, da, 2, &zero, dc, 2) == 0, "%s", "");
         CHECK("async_surfaces_at_sync", cudaStreamSynchronize(NULL) == cudaErrorIllegalAddress, "%s", "");
+    } else if (!strcmp(which, "fork")) {
+        /* A child of a process that started CUDA cannot use it (NVIDIA's runtime behaves so);
+         * a child forked before any CUDA call can. */
+        void *p;
+        pid_t early = fork();
+        if (early == 0) _exit(cudaMalloc(&p, 4) == 0 ? 0 : 1);
+        int status = 0;
+        waitpid(early, &status, 0);
+        CHECK("fork_before_cuda_works", WIFEXITED(status) && WEXITSTATUS(status) == 0, "%d", status);
+        CHECK("fork_parent_malloc", cudaMalloc(&p, 4) == 0, "%s", "");
+        pid_t late = fork();
+        if (late == 0) {
+            cublasHandle_t h;
+            int bad = 0;
+            bad |= cudaMalloc(&p, 4) != cudaErrorInitializationError;
+            bad |= cudaGetLastError() != cudaErrorInitializationError;
+            bad |= cublasCreate(&h) != CUBLAS_STATUS_NOT_INITIALIZED;
+            _exit(bad);
+        }
+        waitpid(late, &status, 0);
+        CHECK("fork_child_cannot_use_cuda", WIFEXITED(status) && WEXITSTATUS(status) == 0, "%d", status);
+        CHECK("fork_parent_unaffected", cudaMalloc(&p, 4) == 0, "%s", "");
     } else if (!strcmp(which, "capture")) {
         cudaStream_t s;
         cudaGraph_t g;
