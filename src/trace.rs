@@ -319,6 +319,29 @@ fn refuse_special_file(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// A plain fault for the library's unit tests.
+#[cfg(test)]
+pub(crate) fn sample_fault(seq: u64) -> Fault {
+    Fault {
+        seq,
+        api: "cublasSgemm_v2".into(),
+        kind: FaultKind::ApiError,
+        message: "m".into(),
+        status: 13,
+        status_name: "CUBLAS_STATUS_EXECUTION_FAILED".into(),
+        error: None,
+        cause: None,
+        thread: 1,
+        stream: None,
+        time_ns: 0,
+        handle: None,
+        args: BTreeMap::new(),
+        operands: vec![],
+        memory: None,
+        backtrace: vec![],
+    }
+}
+
 /// Why a file could not be read as a trace.
 #[derive(Debug)]
 pub enum ReadError {

@@ -564,24 +564,7 @@ mod tests {
         let mut t = Trace { format: trace::FORMAT.into(), version: trace::VERSION, ..Default::default() };
         t.process.argv = vec!["has ,\"faults\":[],\"recent_calls\":[] inside".into()];
         let prefix = render_prefix(&t).expect("prefix");
-        let fault = crate::trace::Fault {
-            seq: 2,
-            api: "cublasSgemm_v2".into(),
-            kind: crate::trace::FaultKind::ApiError,
-            message: "m".into(),
-            status: 13,
-            status_name: "CUBLAS_STATUS_EXECUTION_FAILED".into(),
-            error: None,
-            cause: None,
-            thread: 1,
-            stream: None,
-            time_ns: 0,
-            handle: None,
-            args: Default::default(),
-            operands: vec![],
-            memory: None,
-            backtrace: vec![],
-        };
+        let fault = crate::trace::sample_fault(2);
         let mut buf = vec![0u8; 8192];
         let mut w = Writer { buf: buf.as_mut_ptr(), cap: buf.len(), len: 0, cut: false };
         w.bytes(&prefix);

@@ -334,8 +334,6 @@ impl Session {
 mod tests {
     use super::*;
     use crate::recorder::CallArgs;
-    use crate::trace::FaultKind;
-    use std::collections::BTreeMap;
 
     static NAMES: &[&str] = &["cudaMalloc", "cublasSgemm_v2"];
 
@@ -345,24 +343,7 @@ mod tests {
     }
 
     fn fault(seq: u64) -> Fault {
-        Fault {
-            seq,
-            api: "cublasSgemm_v2".into(),
-            kind: FaultKind::ApiError,
-            message: "m".into(),
-            status: 13,
-            status_name: "CUBLAS_STATUS_EXECUTION_FAILED".into(),
-            error: None,
-            cause: None,
-            thread: 1,
-            stream: None,
-            time_ns: 0,
-            handle: None,
-            args: BTreeMap::new(),
-            operands: vec![],
-            memory: None,
-            backtrace: vec![],
-        }
+        crate::trace::sample_fault(seq)
     }
 
     fn child_of(s: &Session, pid: u32, path: &str) -> Session {
