@@ -45,6 +45,10 @@ pub struct Process {
     /// RFC 3339, UTC.
     pub started_at: String,
     pub started_at_ns: u64,
+    /// The `cublasguard run` that started this process (CUBLASGUARD_RUN_ID), if one did: its
+    /// summary reads only the traces of its own processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -365,21 +369,52 @@ impl std::error::Error for ReadError {}
 /// Parses a trace, rejecting other JSON documents and newer format versions by name.
 pub fn parse(text: &str) -> Result<Trace, ReadError> {
     let value: serde_json::Value = serde_json::from_str(text).map_err(ReadError::NotJson)?;
-    match value.get("format").and_then(|f| f.as_str()) {
-        Some(FORMAT) => {}
-        Some(other) => return Err(ReadError::Foreign(format!("format is '{other}'"))),
+    match value.get("format") {
+        Some(serde_json::Value::String(f)) if f == FORMAT => {}
+        Some(serde_json::Value::String(other)) => return Err(ReadError::Foreign(format!("format is '{}'", other.escape_debug()))),
+        Some(other) => return Err(ReadError::Foreign(format!("\"format\" is not a string but {}", json_kind(other)))),
         None => return Err(ReadError::Foreign("no \"format\" field".into())),
     }
-    match value.get("version").and_then(|v| v.as_u64()) {
-        Some(v) if v == VERSION as u64 => {}
-        Some(v) => return Err(ReadError::Foreign(format!("format version {v}; this build reads {VERSION}"))),
+    match value.get("version") {
+        Some(v) if v.as_u64() == Some(VERSION as u64) => {}
+        Some(v) if v.as_u64().is_some() => return Err(ReadError::Foreign(format!("format version {v}; this build reads {VERSION}"))),
+        Some(other) => return Err(ReadError::Foreign(format!("\"version\" is not a whole number but {}", json_kind(other)))),
         None => return Err(ReadError::Foreign("no \"version\" field".into())),
     }
     serde_json::from_value(value).map_err(ReadError::NotJson)
 }
 
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number that is not a whole one",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Traces are small (faults are capped); anything larger is not one.
+pub const MAX_TRACE_BYTES: u64 = 1 << 30;
+
+/// Reads a trace file: a regular file (a FIFO or a device is refused without blocking on it),
+/// at most `MAX_TRACE_BYTES`.
 pub fn read(path: &Path) -> Result<Trace, ReadError> {
-    parse(&std::fs::read_to_string(path).map_err(ReadError::Io)?)
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(ReadError::Io)?;
+    let meta = file.metadata().map_err(ReadError::Io)?;
+    if !meta.is_file() {
+        return Err(ReadError::Io(std::io::Error::other("not a regular file")));
+    }
+    if meta.len() > MAX_TRACE_BYTES {
+        return Err(ReadError::Io(std::io::Error::other(format!("{} bytes: larger than any trace ({MAX_TRACE_BYTES} at most)", meta.len()))));
+    }
+    let mut text = String::new();
+    file.take(MAX_TRACE_BYTES + 1).read_to_string(&mut text).map_err(ReadError::Io)?;
+    parse(&text)
 }
 
 #[cfg(test)]
@@ -404,6 +439,32 @@ mod tests {
         let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).collect();
         assert_eq!(leftovers.len(), 1, "no temporary file left behind");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn wrong_types_for_format_and_version_are_named_as_such() {
+        let e = parse(r#"{"format": 5, "version": 1}"#).unwrap_err().to_string();
+        assert!(e.contains("\"format\" is not a string but a number"), "{e}");
+        let e = parse(r#"{"format": "cublasguard-trace", "version": "1"}"#).unwrap_err().to_string();
+        assert!(e.contains("\"version\" is not a whole number but a string"), "{e}");
+        let e = parse(r#"{"format": "cublasguard-trace", "version": 7}"#).unwrap_err().to_string();
+        assert!(e.contains("format version 7"), "{e}");
+    }
+
+    #[test]
+    fn only_regular_files_of_a_sane_size_are_read() {
+        for special in ["/dev/zero", "/dev/null", "/"] {
+            assert!(read(Path::new(special)).is_err(), "{special}");
+        }
+        let dir = std::env::temp_dir().join(format!("cg-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("trace.json");
+        let c = std::ffi::CString::new(fifo.display().to_string()).unwrap();
+        // SAFETY: mkfifo with a valid path.
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        let e = read(&fifo).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "a FIFO is refused at once: {e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

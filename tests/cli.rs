@@ -295,3 +295,81 @@ fn run_forwards_termination_signals_to_the_command() {
     let status = child.wait().expect("wait");
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "the command died by the forwarded SIGTERM");
 }
+
+#[test]
+fn run_forwards_every_catchable_signal_a_scheduler_sends() {
+    // Slurm sends SIGUSR1 before a time limit; others send USR2, QUIT, ALRM, WINCH, CONT. The
+    // command traps each and exits with a code that names it; the CLI must survive and pass it on.
+    for (sig, name) in [(libc::SIGUSR1, "USR1"), (libc::SIGUSR2, "USR2"), (libc::SIGQUIT, "QUIT"), (libc::SIGALRM, "ALRM"), (libc::SIGWINCH, "WINCH"), (libc::SIGCONT, "CONT")] {
+        let dir = temp_dir("cli-signals");
+        let script = format!("trap 'exit 42' {name}; echo ready > ready; while :; do sleep 0.05; done");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cublasguard"))
+            .args(["run", "--", "sh", "-c", &script])
+            .current_dir(&dir)
+            .env("CUBLASGUARD_LIB", guard_lib())
+            .env("CUBLASGUARD_QUIET", "1")
+            .spawn()
+            .expect("spawn");
+        for _ in 0..200 {
+            if dir.join("ready").exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        // SAFETY: kill with the CLI's pid.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(42), "SIG{name}: the command's trap ran and the CLI passed its status on");
+    }
+}
+
+#[test]
+fn run_summarises_only_the_traces_of_its_own_processes() {
+    // Another run's trace with a fault, fresh, in the same folder and matching the pattern.
+    let dir = temp_dir("cli-run-own");
+    let program = scenarios().display().to_string();
+    let env = [("LD_LIBRARY_PATH", standin_path(true))];
+    let other = cublasguard(&["run", "--", &program, "nan_a"], &dir, &env);
+    assert_eq!(other.status.code(), Some(0));
+    assert!(text(&other.stderr).contains("1 fault(s)"), "{}", text(&other.stderr));
+    let out = cublasguard(&["run", "--", &program, "clean"], &dir, &env);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("cublasguard: no faults in"), "the other run's fault is not this run's: {stderr}");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "both traces are there");
+}
+
+#[test]
+fn report_refuses_hostile_input_and_never_passes_escapes_to_the_terminal() {
+    let dir = temp_dir("cli-hostile");
+    // A FIFO with no writer, and /dev/zero: refused at once (exit 2), not a hang or a memory run.
+    let fifo = dir.join("fifo.json");
+    let c = std::ffi::CString::new(fifo.display().to_string()).unwrap();
+    // SAFETY: mkfifo with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for path in [fifo.as_path(), Path::new("/dev/zero")] {
+        let out = report(&[path], &[]);
+        assert_eq!(out.status.code(), Some(2), "{}: {}", path.display(), text(&out.stderr));
+        assert!(text(&out.stderr).contains("not a regular file"), "{}", text(&out.stderr));
+    }
+    // A real trace whose message carries a terminal escape sequence, and whose fault count is
+    // near u64::MAX twice over: the escape is shown escaped, and the sum does not wrap to 0.
+    let program = scenarios();
+    let run = run(Launch::new(&program, &["nan_a"]));
+    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&run.trace_path).unwrap()).unwrap();
+    t["faults"][0]["message"] = serde_json::json!("evil \u{1b}]0;owned\u{7} \u{1b}[2J");
+    t["faults"] = serde_json::json!([]);
+    t["summary"]["faults"] = serde_json::json!(1u64 << 63);
+    let a = dir.join("a.json");
+    std::fs::write(&a, serde_json::to_vec(&t).unwrap()).unwrap();
+    let b = dir.join("b.json");
+    std::fs::write(&b, serde_json::to_vec(&t).unwrap()).unwrap();
+    let out = report(&[&a, &b], &[]);
+    assert_eq!(out.status.code(), Some(1), "2^63 + 2^63 faults are still faults: {}", text(&out.stderr));
+    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&run.trace_path).unwrap()).unwrap();
+    t["faults"][0]["message"] = serde_json::json!("evil \u{1b}]0;owned\u{7} \u{1b}[2J");
+    std::fs::write(&a, serde_json::to_vec(&t).unwrap()).unwrap();
+    let out = report(&[&a], &[]);
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains('\u{1b}') && !stdout.contains('\u{7}'), "raw control characters reached the terminal");
+    assert!(stdout.contains("\\u{1b}]0;owned"), "{stdout}");
+}

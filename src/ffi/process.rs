@@ -69,6 +69,7 @@ pub fn describe() -> Process {
         world_size: int("WORLD_SIZE"),
         started_at: rfc3339(started),
         started_at_ns: started,
+        run_id: var("CUBLASGUARD_RUN_ID").filter(|id| !id.is_empty() && id.len() <= 64),
     }
 }
 

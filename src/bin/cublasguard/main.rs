@@ -103,7 +103,7 @@ fn print(text: &str) -> Result<(), CliError> {
 fn report_cmd(paths: &[PathBuf], format: report::Format) -> Result<i32, CliError> {
     let loaded = report::load(paths).map_err(CliError::usage)?;
     print(&report::render(&loaded, format))?;
-    let faults: u64 = loaded.iter().map(|l| l.trace.summary.faults.max(l.trace.faults.len() as u64)).sum();
+    let faults = report::total(loaded.iter().map(|l| l.trace.summary.faults.max(l.trace.faults.len() as u64)));
     Ok(if faults > 0 { 1 } else { 0 })
 }
 
@@ -128,7 +128,8 @@ fn demo() -> Result<i32, CliError> {
         quiet_summary: true,
         stdout_to_stderr: true,
     })?;
-    let traces = run::written_traces(&trace.display().to_string(), std::time::UNIX_EPOCH);
+    // The demo's folder is its own: every trace in it is the demo's.
+    let traces = run::candidate_traces(&trace.display().to_string(), std::time::UNIX_EPOCH);
     if traces.is_empty() {
         return Err(CliError { message: format!("the demo wrote no trace (the example exited with {code})"), code: 1 });
     }

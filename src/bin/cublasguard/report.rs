@@ -138,6 +138,30 @@ fn who(e: &Entry) -> String {
     }
 }
 
+/// Adds counts from traces without wrapping: a hostile trace may claim 2^63 faults.
+pub fn total(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0, u64::saturating_add)
+}
+
+/// Calls across all traces.
+pub fn total_calls(loaded: &[Loaded]) -> u64 {
+    total(loaded.iter().map(|l| total(l.trace.summary.calls.values().copied())))
+}
+
+/// Text for a terminal: control characters from a trace (escape sequences, carriage returns)
+/// are shown as `\u{..}`, never sent raw; the report's own newlines and tabs stay.
+pub fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if (c.is_control() && c != '\n' && c != '\t') || matches!(c, '\u{2028}' | '\u{2029}') {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Shown in full; the rest are summarised by kind.
 const SHOWN: usize = 20;
 
@@ -153,7 +177,7 @@ pub fn render(loaded: &[Loaded], format: Format) -> String {
                 first: Option<&'a Entry<'a>>,
                 entries: &'a [Entry<'a>],
             }
-            let calls = loaded.iter().map(|l| l.trace.summary.calls.values().sum::<u64>()).sum();
+            let calls = total_calls(loaded);
             let report = Report {
                 traces: loaded.iter().map(|l| l.path.as_path()).collect(),
                 calls,
@@ -163,14 +187,14 @@ pub fn render(loaded: &[Loaded], format: Format) -> String {
             };
             serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")) + "\n"
         }
-        Format::Text | Format::Markdown => text(loaded, &entries, format == Format::Markdown),
+        Format::Text | Format::Markdown => escape_controls(&text(loaded, &entries, format == Format::Markdown)),
     }
 }
 
 fn text(loaded: &[Loaded], entries: &[Entry], md: bool) -> String {
     let mut out = String::new();
-    let calls: u64 = loaded.iter().map(|l| l.trace.summary.calls.values().sum::<u64>()).sum();
-    let dropped: u64 = loaded.iter().map(|l| l.trace.summary.faults.saturating_sub(l.trace.faults.len() as u64)).sum();
+    let calls = total_calls(loaded);
+    let dropped = total(loaded.iter().map(|l| l.trace.summary.faults.saturating_sub(l.trace.faults.len() as u64)));
     let h1 = if md { "# " } else { "" };
     let _ = writeln!(
         out,
@@ -278,6 +302,19 @@ fn environment(out: &mut String, loaded: &[Loaded], md: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escape_sequences_from_a_trace_never_reach_the_terminal_raw() {
+        let shown = escape_controls("bad\u{1b}[2J\rname\u{7}\u{9b}1m\nnext\tcol");
+        assert_eq!(shown, "bad\\u{1b}[2J\\u{d}name\\u{7}\\u{9b}1m\nnext\tcol");
+        assert!(!shown.chars().any(|c| c.is_control() && c != '\n' && c != '\t'));
+    }
+
+    #[test]
+    fn fault_counts_never_wrap() {
+        assert_eq!(total([1u64 << 63, 1u64 << 63].into_iter()), u64::MAX);
+        assert_eq!(total([2, 3].into_iter()), 5);
+    }
 
     #[test]
     fn folder_without_traces_is_an_error() {

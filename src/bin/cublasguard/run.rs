@@ -58,6 +58,30 @@ pub fn find_guard_library() -> Result<PathBuf, CliError> {
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
+/// Every signal a job scheduler or a user may send to `cublasguard run` to mean the command
+/// (Slurm sends SIGUSR1 before a time limit, timeout(1) SIGTERM, a terminal emulator SIGWINCH).
+/// Not forwarded: SIGKILL and SIGSTOP (cannot be caught), the signals of a fault in this process
+/// (SEGV, BUS, FPE, ILL, TRAP, SYS), SIGCHLD (about the command itself), SIGPIPE (about this
+/// process's own output), and terminal stops (TSTP, TTIN, TTOU), which must stop this process too.
+const FORWARDED: [libc::c_int; 16] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+    libc::SIGPWR,
+    libc::SIGURG,
+    libc::SIGIO,
+];
+
 extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     // A signal from the terminal already reached the whole foreground process group, child
     // included; one sent to this process alone (kill, a job scheduler) is passed on.
@@ -75,7 +99,7 @@ fn forwarded_set() -> libc::sigset_t {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        for sig in FORWARDED {
             libc::sigaddset(&mut set, sig);
         }
         set
@@ -83,7 +107,7 @@ fn forwarded_set() -> libc::sigset_t {
 }
 
 fn install_forwarding() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+    for sig in FORWARDED {
         // SAFETY: a zeroed sigaction with a valid handler and SA_SIGINFO.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
@@ -137,8 +161,24 @@ fn wildcard(p: &[u8], s: &[u8]) -> bool {
     }
 }
 
-/// Trace files the run wrote: those matching the pattern, modified since `since`.
-pub fn written_traces(pattern: &str, since: SystemTime) -> Vec<PathBuf> {
+/// An id for one `cublasguard run`, unique enough to tell its traces from other runs' in one
+/// folder: this process's pid and the time.
+fn new_run_id() -> String {
+    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{:x}-{:x}", std::process::id(), nanos)
+}
+
+/// Trace files this run wrote: those matching the pattern, modified since `since`, and written
+/// by a process this run started (its `process.run_id`).
+pub fn written_traces(pattern: &str, since: SystemTime, run_id: &str) -> Vec<PathBuf> {
+    candidate_traces(pattern, since)
+        .into_iter()
+        .filter(|p| cublasguard::trace::read(p).is_ok_and(|t| t.process.run_id.as_deref() == Some(run_id)))
+        .collect()
+}
+
+/// Files matching the pattern, modified since `since`.
+pub fn candidate_traces(pattern: &str, since: SystemTime) -> Vec<PathBuf> {
     let path = Path::new(pattern);
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let Some(file_pattern) = path.file_name().and_then(|f| f.to_str()) else { return Vec::new() };
@@ -168,8 +208,9 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
         Ok(existing) if !existing.trim().is_empty() => format!("{}:{existing}", lib.display()),
         _ => lib.display().to_string(),
     };
+    let run_id = new_run_id();
     let mut cmd = Command::new(program);
-    cmd.args(args).env("LD_PRELOAD", preload).env("CUBLASGUARD_TRACE", &pattern);
+    cmd.args(args).env("LD_PRELOAD", preload).env("CUBLASGUARD_TRACE", &pattern).env("CUBLASGUARD_RUN_ID", &run_id);
     if let Some(c) = &opts.checks {
         cmd.env("CUBLASGUARD_CHECKS", c);
     }
@@ -189,7 +230,7 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
     // SAFETY: the pre-exec closure only calls async-signal-safe functions.
     unsafe {
         cmd.pre_exec(move || {
-            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            for sig in FORWARDED {
                 libc::signal(sig, libc::SIG_DFL);
             }
             libc::pthread_sigmask(libc::SIG_UNBLOCK, &forwarded, std::ptr::null_mut());
@@ -214,7 +255,7 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
     CHILD.store(0, Ordering::Relaxed);
     let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     if !opts.quiet_summary {
-        summarise(&written_traces(&pattern, started), &pattern);
+        summarise(&written_traces(&pattern, started, &run_id), &pattern);
     }
     Ok(code)
 }
@@ -232,19 +273,19 @@ fn summarise(traces: &[PathBuf], pattern: &str) {
         }
     };
     let entries = report::merge(&loaded);
-    let calls: u64 = loaded.iter().map(|l| l.trace.summary.calls.values().sum::<u64>()).sum();
+    let calls = report::total_calls(&loaded);
     let names: Vec<String> = traces.iter().map(|p| p.display().to_string()).collect();
     if entries.is_empty() {
         eprintln!("cublasguard: no faults in {calls} calls (trace: {})", names.join(", "));
         return;
     }
-    let total: u64 = loaded.iter().map(|l| l.trace.summary.faults).sum();
+    let total = report::total(loaded.iter().map(|l| l.trace.summary.faults));
     eprintln!("cublasguard: {total} fault(s) in {calls} calls; first ones:");
     for e in entries.iter().take(3) {
-        eprintln!("  {} #{} [{}] {}", e.fault.api, e.fault.seq, e.fault.kind.name(), e.fault.message);
+        eprintln!("  {} #{} [{}] {}", report::escape_controls(&e.fault.api), e.fault.seq, e.fault.kind.name(), report::escape_controls(&e.fault.message));
     }
     let first = &entries[0];
-    eprintln!("  probable cause: {}", first.diagnosis.cause);
+    eprintln!("  probable cause: {}", report::escape_controls(&first.diagnosis.cause));
     eprintln!("  full report: cublasguard report {}", names.join(" "));
 }
 
