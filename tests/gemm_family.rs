@@ -140,6 +140,19 @@ fn tf32_math_mode_is_flagged_on_a_fault() {
     assert!(f.message.contains("TF32"), "{}", f.message);
 }
 
+#[test]
+fn cublaslt_with_a_dead_handle_and_wild_descriptors_is_named_without_touching_them() {
+    let bare = linear("dead_wild", "f32", false);
+    let run = linear("dead_wild", "f32", true);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(run.stdout().contains("wild matmul=1"), "{}", run.stdout());
+    assert_eq!(bare.stdout(), run.stdout());
+    let t = run.trace();
+    let f = t.faults.iter().find(|f| f.api == "cublasLtMatmul").expect("the wild matmul's fault");
+    assert_eq!(f.kind, FaultKind::InvalidHandle);
+    assert!(f.message.contains("was destroyed by cublasLtDestroy"), "{}", f.message);
+}
+
 fn linear(case: &str, dtype: &str, guarded: bool) -> Run {
     let program = build_c("lt_linear", &["lt_linear.c"], false);
     let args = [case, dtype];

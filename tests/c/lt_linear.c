@@ -96,5 +96,13 @@ int main(int argc, char **argv) {
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtDestroy(lt);
     if (!strcmp(c, "double_destroy")) printf("destroy again=%d\n", cublasLtDestroy(lt));
+    if (!strcmp(c, "dead_wild")) {
+        /* A dead handle with descriptors that were never created (and the destroyed ones):
+         * cublasLt answers NOT_INITIALIZED without looking at them; so must the guard. */
+        cublasStatus_t w = cublasLtMatmul(lt, (cublasLtMatmulDesc_t)(uintptr_t)0xdead0000, &alpha, dw,
+                                          (cublasLtMatrixLayout_t)(uintptr_t)0xbad0000, dx, bdesc, &beta, dd,
+                                          (cublasLtMatrixLayout_t)(uintptr_t)0x10, dd, cdesc, NULL, NULL, 0, NULL);
+        printf("wild matmul=%d\n", w);
+    }
     return 0;
 }
