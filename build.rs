@@ -6,6 +6,8 @@
 //!   driver/   libcuda.so.1, apart so a test can leave the driver out
 //!   include/  the stand-in headers
 //!   bin/      example programs
+//!   vendored/ libcublas-5e3a1f0c.so.12: the stand-in cuBLAS renamed as auditwheel renames the
+//!             libraries it bundles into a wheel (file and soname; symbol versions kept)
 //! The folder reaches the code as `env!("CUBLASGUARD_STANDIN_DIR")`.
 
 use std::env;
@@ -63,7 +65,7 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
     let root = out.join("stand-in");
     let shims = manifest.join("shims");
-    for dir in ["lib", "driver", "bin"] {
+    for dir in ["lib", "driver", "bin", "vendored"] {
         fs::create_dir_all(root.join(dir)).expect("create stand-in dirs");
     }
     let compiler = cc::Build::new().opt_level(2).get_compiler();
@@ -82,6 +84,18 @@ fn main() {
         replace_link(lib.soname, &dir.join(lib.dev_link));
         println!("cargo:rerun-if-changed=shims/{}.c", lib.source);
         println!("cargo:rerun-if-changed=shims/{}.map", lib.source);
+    }
+    {
+        let vendored = "libcublas-5e3a1f0c.so.12";
+        let mut cmd = compiler.to_command();
+        cmd.args(["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(root.join("vendored").join(vendored))
+            .arg(shims.join("cublas.c"))
+            .arg(format!("-Wl,-soname,{vendored}"))
+            .arg(format!("-Wl,--version-script={}", shims.join("cublas.map").display()))
+            .arg(format!("-L{}", root.join("lib").display()))
+            .args(["-lcudart", "-lpthread"]);
+        run(cmd);
     }
     println!("cargo:rerun-if-changed=shims/elements.h");
     copy_tree(&shims.join("include"), &root.join("include"));

@@ -549,3 +549,58 @@ fn a_helper_started_by_fork_and_exec_under_a_fixed_path_keeps_its_own_trace() {
     let helper = traces.iter().find(|t| t.process.argv.iter().any(|a| a == "bad_lda")).expect("the helper's own trace survives");
     assert!(helper.faults.iter().any(|f| f.kind == FaultKind::InvalidArgument), "{:#?}", helper.faults);
 }
+
+/// The vendored-extension programs: `vendored_main` (no cuBLAS of its own) and the extension it
+/// loads with RTLD_LOCAL, linked against the stand-in cuBLAS renamed as auditwheel renames it.
+fn vendored_programs() -> (std::path::PathBuf, std::path::PathBuf) {
+    extension_programs(true)
+}
+
+/// `vendored_main` and an extension linked against the vendored cuBLAS, or the usual one.
+fn extension_programs(vendored_cublas: bool) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = temp_dir("vendored-build");
+    let s = standin();
+    let vendored = if vendored_cublas { s.join("vendored") } else { s.join("lib") };
+    let cublas = if vendored_cublas { "-l:libcublas-5e3a1f0c.so.12" } else { "-lcublas" };
+    let ext = dir.join("ext.so");
+    let cc = |args: &mut Command| assert!(args.status().expect("cc").success(), "compiling failed");
+    cc(Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+        .arg(&ext)
+        .arg(manifest_dir().join("tests/c/vendored_ext.c"))
+        .arg(format!("-I{}", s.join("include").display()))
+        .arg(format!("-L{}", vendored.display()))
+        .arg(format!("-L{}", s.join("lib").display()))
+        .arg(format!("-Wl,-rpath,{}", vendored.display()))
+        .args([cublas, "-lcudart"]));
+    let main = dir.join("vendored_main");
+    cc(Command::new("cc").args(["-O1", "-Wall", "-Werror", "-o"]).arg(&main).arg(manifest_dir().join("tests/c/vendored_main.c")).arg("-ldl"));
+    (main, ext)
+}
+
+#[test]
+fn a_vendored_renamed_cublas_loaded_locally_is_still_found() {
+    let (main, ext) = vendored_programs();
+    let ext_s = ext.display().to_string();
+    let bare = run(Launch { guarded: false, ..Launch::new(&main, &[&ext_s]) });
+    let guarded = run(Launch::new(&main, &[&ext_s]));
+    assert!(bare.stdout().contains("gemm=0 C= 7 10 15 22"), "{}", bare.stdout());
+    assert_eq!(bare.stdout(), guarded.stdout(), "{}", guarded.stderr());
+    assert!(!guarded.stderr().contains("cannot find the real"), "{}", guarded.stderr());
+    let t = guarded.trace();
+    assert_eq!(t.summary.calls.get("cublasSgemm_v2"), Some(&1));
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+}
+
+#[test]
+fn an_extension_closed_and_loaded_again_is_called_at_its_new_address() {
+    let (main, ext) = extension_programs(false);
+    let ext_s = ext.display().to_string();
+    let args = [ext_s.as_str(), "reload", "libcublas.so.12"];
+    let bare = run(Launch { guarded: false, ..Launch::new(&main, &args) });
+    assert!(bare.stdout().contains("cublas unloaded=1") && bare.stdout().contains("old pages taken=1"), "the test needs cuBLAS really unmapped and its pages taken: {}", bare.stdout());
+    let guarded = run(Launch::new(&main, &args));
+    assert_eq!(guarded.code(), Some(0), "{}", guarded.stderr());
+    assert_eq!(bare.stdout(), guarded.stdout());
+    assert_eq!(guarded.trace().summary.calls.get("cublasSgemm_v2"), Some(&2));
+}

@@ -4,11 +4,20 @@
 //! with RTLD_LOCAL, where it finds nothing. So, in order: RTLD_NEXT; then every known soname
 //! of the library, already loaded (`dlopen(RTLD_NOLOAD)`), with `dlvsym` on NVIDIA's symbol
 //! version and plain `dlsym`; then any loaded object whose file name starts like the library
-//! (`dl_iterate_phdr`). An address inside this library is never accepted.
+//! (`dl_iterate_phdr`); and last, any loaded object in the loader's order, whatever it is called
+//! (a wheel may bundle a renamed copy, `libcublas-5e3a1f0c.so.12`, loaded with RTLD_LOCAL: once
+//! the loader bound the program's references to the guard, the guard must find the function
+//! the program would have called). An address inside this library is never accepted.
+//!
+//! A cached pointer dies with its library: the guard's `dlclose` notices when an object was
+//! unmapped, and every real function is then looked up again at its next call.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// Bumped whenever `dlclose` unmapped an object: cached real functions may point into it.
+static UNLOADS: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Library {
@@ -54,11 +63,13 @@ pub struct RealSymbol {
     name: &'static str, // NUL-terminated
     library: Library,
     ptr: AtomicPtr<c_void>,
+    /// `UNLOADS` when `ptr` was found.
+    found_at: AtomicU64,
 }
 
 impl RealSymbol {
     pub const fn new(name: &'static str, library: Library) -> Self {
-        Self { name, library, ptr: AtomicPtr::new(null_mut()) }
+        Self { name, library, ptr: AtomicPtr::new(null_mut()), found_at: AtomicU64::new(0) }
     }
 
     #[cfg(test)]
@@ -72,12 +83,14 @@ impl RealSymbol {
     /// `F` must be the function's true C signature.
     pub unsafe fn get<F: Copy>(&self) -> Option<F> {
         const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+        let unloads = UNLOADS.load(Ordering::Acquire);
         let mut p = self.ptr.load(Ordering::Acquire);
-        if p.is_null() {
+        if p.is_null() || self.found_at.load(Ordering::Acquire) != unloads {
             p = resolve(self.name, self.library);
             if p.is_null() {
                 return None; // not cached: the library may be loaded later
             }
+            self.found_at.store(unloads, Ordering::Release);
             self.ptr.store(p, Ordering::Release);
         }
         Some(std::mem::transmute_copy::<*mut c_void, F>(&p))
@@ -126,7 +139,59 @@ fn resolve_now(name: &'static str, library: Library) -> *mut c_void {
             return p;
         }
     }
+    // Any other object, in the loader's order: a vendored copy under another name.
+    for (path, _) in loaded_objects() {
+        let p = from_loaded(&path, cname, None);
+        if acceptable(p) {
+            return p;
+        }
+    }
     null_mut()
+}
+
+/// How many objects the loader has unmapped so far (`dlpi_subs`).
+fn loader_unloads() -> u64 {
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: the loader passes a valid info of `size` bytes; `data` is the u64 below.
+        if size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>() {
+            *(data as *mut u64) = (*info).dlpi_subs;
+        }
+        1 // the counters are the same in every entry: one is enough
+    }
+    let mut subs = 0u64;
+    // SAFETY: `visit` matches the callback type and only writes `subs`.
+    super::loader_gate::through(|| unsafe { libc::dl_iterate_phdr(Some(visit), &mut subs as *mut u64 as *mut c_void) });
+    subs
+}
+
+type Dlclose = unsafe extern "C" fn(*mut c_void) -> c_int;
+static REAL_DLCLOSE: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+/// `dlclose`, passed through; when it unmapped an object, every cached real function is looked
+/// up again at its next call (it may have pointed into the object that is gone).
+///
+/// # Safety
+/// Called by C code with a handle from `dlopen`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    let mut real = REAL_DLCLOSE.load(Ordering::Acquire);
+    if real.is_null() {
+        // SAFETY: dlsym with a valid name; RTLD_NEXT from this library finds libc's dlclose.
+        real = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) };
+        if real.is_null() {
+            return -1;
+        }
+        REAL_DLCLOSE.store(real, Ordering::Release);
+    }
+    // SAFETY: the true signature of dlclose.
+    let real: Dlclose = unsafe { std::mem::transmute::<*mut c_void, Dlclose>(real) };
+    let before = loader_unloads();
+    // SAFETY: the caller's handle, passed on unchanged.
+    let status = unsafe { real(handle) };
+    if loader_unloads() != before {
+        UNLOADS.fetch_add(1, Ordering::AcqRel);
+    }
+    status
 }
 
 /// Looks `name` up in an already loaded object, never loading anything.
