@@ -291,3 +291,62 @@ mod tests {
         }
     }
 }
+
+/// `cudaDataType_t`, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    F64,
+    F32,
+    F16,
+    BF16,
+    F8E4M3,
+    F8E5M2,
+    I8,
+    I32,
+    Unknown(i32),
+}
+
+impl DType {
+    pub fn from_cuda(raw: i32) -> Self {
+        match raw {
+            0 => Self::F32,
+            1 => Self::F64,
+            2 => Self::F16,
+            3 => Self::I8,
+            10 => Self::I32,
+            14 => Self::BF16,
+            28 => Self::F8E4M3,
+            29 => Self::F8E5M2,
+            other => Self::Unknown(other),
+        }
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Self::F64 => "f64".into(),
+            Self::F32 => "f32".into(),
+            Self::F16 => "f16".into(),
+            Self::BF16 => "bf16".into(),
+            Self::F8E4M3 => "f8e4m3".into(),
+            Self::F8E5M2 => "f8e5m2".into(),
+            Self::I8 => "i8".into(),
+            Self::I32 => "i32".into(),
+            Self::Unknown(v) => format!("unknown({v})"),
+        }
+    }
+
+    pub fn size(self) -> Option<u64> {
+        match self {
+            Self::F64 => Some(8),
+            Self::F32 | Self::I32 => Some(4),
+            Self::F16 | Self::BF16 => Some(2),
+            Self::F8E4M3 | Self::F8E5M2 | Self::I8 => Some(1),
+            Self::Unknown(_) => None,
+        }
+    }
+
+    /// Whether NaN/Inf can exist in this type at all.
+    pub fn is_float(self) -> bool {
+        matches!(self, Self::F64 | Self::F32 | Self::F16 | Self::BF16 | Self::F8E5M2 | Self::F8E4M3)
+    }
+}

@@ -5,15 +5,23 @@
 //! own CUDA calls); `check` decides what is a fault; `session`, `recorder`, `state` and
 //! `trace` hold and write what was seen. Everything but `ffi` is safe Rust.
 
-pub mod check;
+//!
+//! Public (the library's API, for the `cublasguard` command, the tests, the benches and the
+//! fuzz target): the trace schema, the configuration, CUDA's types, the argument rules, the
+//! scan and the allocation table. Everything else is the guard's own.
+
+pub(crate) mod check;
 pub mod config;
 pub mod cuda;
-pub mod ffi;
+pub(crate) mod ffi;
 pub(crate) mod guard;
-pub mod recorder;
-pub mod redact;
+pub(crate) mod recorder;
+pub(crate) mod redact;
 pub mod scan;
-pub mod session;
+pub(crate) mod session;
 pub mod state;
 pub mod trace;
 pub mod validate;
+
+/// This machine's name, as traces record it.
+pub use ffi::process::hostname;

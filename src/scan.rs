@@ -2,21 +2,8 @@
 //! The bytes come through a `DeviceReader`, so the same scan serves device memory (copied in
 //! chunks through the runtime) and the unit tests (plain slices).
 
+pub use crate::cuda::DType;
 use crate::validate::StoredShape;
-
-/// `cudaDataType_t`, decoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DType {
-    F64,
-    F32,
-    F16,
-    BF16,
-    F8E4M3,
-    F8E5M2,
-    I8,
-    I32,
-    Unknown(i32),
-}
 
 /// Where a format keeps its exponent and mantissa, and whether it has infinities.
 struct FloatBits {
@@ -26,64 +13,22 @@ struct FloatBits {
     has_inf: bool,
 }
 
-impl DType {
-    pub fn from_cuda(raw: i32) -> Self {
-        match raw {
-            0 => Self::F32,
-            1 => Self::F64,
-            2 => Self::F16,
-            3 => Self::I8,
-            10 => Self::I32,
-            14 => Self::BF16,
-            28 => Self::F8E4M3,
-            29 => Self::F8E5M2,
-            other => Self::Unknown(other),
-        }
-    }
-
-    pub fn name(self) -> String {
-        match self {
-            Self::F64 => "f64".into(),
-            Self::F32 => "f32".into(),
-            Self::F16 => "f16".into(),
-            Self::BF16 => "bf16".into(),
-            Self::F8E4M3 => "f8e4m3".into(),
-            Self::F8E5M2 => "f8e5m2".into(),
-            Self::I8 => "i8".into(),
-            Self::I32 => "i32".into(),
-            Self::Unknown(v) => format!("unknown({v})"),
-        }
-    }
-
-    pub fn size(self) -> Option<u64> {
-        match self {
-            Self::F64 => Some(8),
-            Self::F32 | Self::I32 => Some(4),
-            Self::F16 | Self::BF16 => Some(2),
-            Self::F8E4M3 | Self::F8E5M2 | Self::I8 => Some(1),
-            Self::Unknown(_) => None,
-        }
-    }
-
-    fn float_bits(self) -> Option<FloatBits> {
-        let f = |size, exponent, mantissa, has_inf| Some(FloatBits { size, exponent, mantissa, has_inf });
-        match self {
-            Self::F64 => f(8, 0x7ff0_0000_0000_0000, 0x000f_ffff_ffff_ffff, true),
-            Self::F32 => f(4, 0x7f80_0000, 0x007f_ffff, true),
-            Self::F16 => f(2, 0x7c00, 0x03ff, true),
-            Self::BF16 => f(2, 0x7f80, 0x007f, true),
-            Self::F8E5M2 => f(1, 0x7c, 0x03, true),
-            // E4M3 ("fn"): no infinities; only S.1111.111 is NaN.
-            Self::F8E4M3 => f(1, 0x78, 0x07, false),
-            Self::I8 | Self::I32 | Self::Unknown(_) => None,
-        }
-    }
-
-    /// Whether NaN/Inf can exist in this type at all.
-    pub fn is_float(self) -> bool {
-        self.float_bits().is_some()
+/// The bit layout of a floating format; `None` for the integer types.
+fn float_bits(dtype: DType) -> Option<FloatBits> {
+    let f = |size, exponent, mantissa, has_inf| Some(FloatBits { size, exponent, mantissa, has_inf });
+    match dtype {
+        DType::F64 => f(8, 0x7ff0_0000_0000_0000, 0x000f_ffff_ffff_ffff, true),
+        DType::F32 => f(4, 0x7f80_0000, 0x007f_ffff, true),
+        DType::F16 => f(2, 0x7c00, 0x03ff, true),
+        DType::BF16 => f(2, 0x7f80, 0x007f, true),
+        DType::F8E5M2 => f(1, 0x7c, 0x03, true),
+        // E4M3 ("fn"): no infinities; only S.1111.111 is NaN.
+        DType::F8E4M3 => f(1, 0x78, 0x07, false),
+        DType::I8 | DType::I32 | DType::Unknown(_) => None,
     }
 }
+
+
 
 /// NaN and Inf counts and the first non-finite element, by element index.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -147,7 +92,7 @@ tally_words!(tally_u8, u8, 1, u8, 255);
 
 /// Tallies a contiguous run of elements of `dtype` whose first element has index `base`.
 pub fn tally_elements(dtype: DType, bytes: &[u8], base: u64, tally: &mut Tally) {
-    let Some(f) = dtype.float_bits() else { return };
+    let Some(f) = float_bits(dtype) else { return };
     match f.size {
         8 => tally_u64(bytes, &f, base, tally),
         4 => tally_u32(bytes, &f, base, tally),

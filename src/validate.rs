@@ -2,8 +2,7 @@
 //! numbers: no pointers are dereferenced here, and all arithmetic is checked, because the
 //! numbers come straight from a caller that may be broken.
 
-use crate::cuda::{ComputeType, Operation};
-use crate::scan::DType;
+use crate::cuda::{ComputeType, DType, Operation};
 
 /// The integer arguments of a GEMM call (`int` or `int64_t` in the C API, widened).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

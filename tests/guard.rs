@@ -334,7 +334,7 @@ fn default_trace_is_written_only_when_a_fault_occurred() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names.len(), 1, "{names:?}");
-    let host = cublasguard::ffi::process::hostname();
+    let host = cublasguard::hostname();
     assert!(names[0].starts_with(&format!("cublasguard-{host}-")) && names[0].ends_with(".json"), "{names:?}");
     let trace = cublasguard::trace::read(&faulty.dir.join(&names[0])).expect("valid trace");
     assert_eq!(trace.faults.len(), 1);

@@ -23,7 +23,9 @@ use crate::recorder::{RecordedCall, Recorder};
 use crate::state::{Allocations, Handles, LiveObjects};
 use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
 pub use device_scan::DeviceScanState;
-pub use facts::{ForkOrigin, Identity, Versions};
+#[cfg(test)]
+pub use facts::ForkOrigin;
+pub use facts::{Identity, Versions};
 pub use faults::Recorded;
 
 use facts::ProcessFacts;
@@ -147,11 +149,13 @@ impl Session {
         self.facts.identity().trace_path
     }
 
+    #[cfg(test)]
     pub fn identity(&self) -> Identity {
         self.facts.identity()
     }
 
     /// Set when this process is the child of a fork made after the guard started.
+    #[cfg(test)]
     pub fn forked_from(&self) -> Option<ForkOrigin> {
         self.facts.forked_from.clone()
     }

@@ -1,0 +1,228 @@
+//! Operand pointers and extents against the live allocations: every member of every operand
+//! inside one allocation, pointer arrays read from device memory first, scalars where the
+//! pointer mode says they are.
+
+use super::operands::{describe, Members, OperandSpec, Role, MAX_OPERANDS};
+use super::MatmulCheck;
+use crate::check::{Device, Finding};
+use crate::cuda::{self, PointerMode};
+use crate::state::Allocations;
+use crate::trace::{hex, FaultKind};
+use crate::validate::{self, Containment, Span};
+
+/// Pointer arrays longer than this are checked on their first members only.
+const MAX_ARRAY_MEMBERS: u64 = 1 << 20;
+
+/// Where member `b` of an operand starts; `None` when it cannot be addressed.
+pub(super) fn member_addr(spec: &OperandSpec, array: &[u64], b: u64) -> Option<u64> {
+    match spec.members {
+        Members::One => (b == 0).then_some(spec.ptr),
+        Members::Strided { stride, .. } => {
+            let offset = (b as i128) * (stride as i128) * (spec.dtype.size()? as i128);
+            u64::try_from(spec.ptr as i128 + offset).ok()
+        }
+        Members::Array { .. } => array.get(b as usize).copied(),
+    }
+}
+
+/// Why one member's memory is not acceptable.
+enum MemberProblem {
+    Host(Option<cuda::MemoryType>),
+    /// Device memory the guard did not see allocated: nothing to hold against the call.
+    Untracked,
+    Overruns { span: Span, over: u64 },
+}
+
+fn check_member(addr: u64, extent: u64, allocations: &Allocations, device: &dyn Device) -> Result<Span, MemberProblem> {
+    let Some(span) = allocations.span_containing(addr) else {
+        return match device.memory_type(addr) {
+            Some(t) if t.device_accessible() => Err(MemberProblem::Untracked),
+            None => Err(MemberProblem::Untracked), // the runtime cannot answer: no claim
+            t => Err(MemberProblem::Host(t)),
+        };
+    };
+    match validate::containment(addr, extent, span) {
+        Containment::Inside => Ok(span),
+        Containment::Overruns(over) => Err(MemberProblem::Overruns { span, over }),
+    }
+}
+
+
+impl MatmulCheck<'_> {
+    /// Without the bounds check, operands are still read only when verified inside memory.
+    pub(super) fn note_readable(&mut self, allocations: &Allocations) {
+        for o in self.operands.iter_mut().flatten() {
+            if let (Members::One, Some(extent)) = (o.spec.members, o.extent) {
+                o.allocation = allocations.span_containing(o.spec.ptr);
+                o.readable = Self::used(o)
+                    && o.allocation.is_some_and(|s| validate::containment(o.spec.ptr, extent, s) == Containment::Inside);
+            }
+        }
+    }
+
+    /// Reads a pointer array's members from device memory (checking the array itself first).
+    fn load_array(&mut self, i: usize, allocations: &Allocations, device: &dyn Device) -> Result<(), Finding> {
+        let Some(o) = self.operands[i] else { return Ok(()) };
+        let Members::Array { count } = o.spec.members else { return Ok(()) };
+        let count = count.min(MAX_ARRAY_MEMBERS);
+        let bytes = count * 8;
+        let what = format!("{}array", o.spec.name);
+        match check_member(o.spec.ptr, bytes, allocations, device) {
+            Ok(_) => {}
+            Err(MemberProblem::Untracked) => return Ok(()), // cannot read it safely: members unchecked
+            Err(MemberProblem::Host(_)) => {
+                return Err(Finding::new(
+                    FaultKind::HostPointer,
+                    format!(
+                        "{what} ({}) is host memory, but the batched GEMM reads its array of {count} matrix pointers \
+                         from device memory: copy the array to the GPU",
+                        hex(o.spec.ptr)
+                    ),
+                ))
+            }
+            Err(MemberProblem::Overruns { span, over }) => {
+                return Err(Finding::new(
+                    FaultKind::OutOfBounds,
+                    format!(
+                        "{what} holds {count} pointers ({bytes} bytes) from {} but its allocation (base {}, {} bytes) \
+                         is {over} bytes short",
+                        hex(o.spec.ptr),
+                        hex(span.base),
+                        span.size
+                    ),
+                ))
+            }
+        }
+        let mut raw = vec![0u8; bytes as usize];
+        if device.read(o.spec.ptr, &mut raw, self.stream()).is_ok() {
+            self.arrays[i] = raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+        }
+        Ok(())
+    }
+
+    pub(super) fn check_pointers(&mut self, allocations: &Allocations, device: &dyn Device) -> Option<Finding> {
+        for i in 0..MAX_OPERANDS {
+            if let Err(f) = self.load_array(i, allocations, device) {
+                return Some(f);
+            }
+        }
+        for i in 0..MAX_OPERANDS {
+            let Some(o) = self.operands[i] else { continue };
+            if !Self::used(&o) {
+                continue;
+            }
+            let spec: &OperandSpec = o.spec;
+            let Some(extent) = o.extent else {
+                return Some(Finding::new(
+                    FaultKind::OutOfBounds,
+                    format!("{}: its extent overflows a 64-bit byte count", describe(spec, None)),
+                ));
+            };
+            if matches!(spec.members, Members::Array { .. }) && self.arrays[i].is_empty() {
+                continue; // the array could not be read: its members are not checked
+            }
+            let count = match spec.members {
+                Members::Array { count } => count.min(self.arrays[i].len() as u64),
+                m => m.count(),
+            };
+            // A strided batch is visited first, last, then the rest: when the first and last
+            // members sit in one allocation, every member between does too.
+            let strided_ends_first = matches!(spec.members, Members::Strided { .. }) && count > 2;
+            let mut first_span = None;
+            let mut all_inside = true;
+            for visit in 0..count {
+                let b = match (strided_ends_first, visit) {
+                    (true, 0) => 0,
+                    (true, 1) => count - 1,
+                    (true, v) => v - 1,
+                    (false, v) => v,
+                };
+                let Some(addr) = member_addr(spec, &self.arrays[i], b) else {
+                    return Some(Finding::new(
+                        FaultKind::OutOfBounds,
+                        format!("{}: its address overflows", describe(spec, Some(b))),
+                    ));
+                };
+                match check_member(addr, extent, allocations, device) {
+                    Ok(span) => {
+                        if b == 0 {
+                            first_span = Some(span);
+                        }
+                        if strided_ends_first && b == count - 1 && first_span == Some(span) {
+                            break; // both ends in one allocation: every member between is too
+                        }
+                    }
+                    Err(MemberProblem::Untracked) => all_inside = false,
+                    Err(MemberProblem::Host(t)) => {
+                        let seen = t.map(|t| format!("{t:?}")).unwrap_or_else(|| "unknown".into());
+                        let f = Finding::new(
+                            FaultKind::HostPointer,
+                            format!(
+                                "{} at {} is not device memory (cudaPointerGetAttributes says {seen}, and no live \
+                                 cudaMalloc holds it): a host (CPU) buffer was passed to a GPU call",
+                                describe(spec, (count > 1).then_some(b)),
+                                hex(addr)
+                            ),
+                        );
+                        if let Some(o) = self.operands[i].as_mut() {
+                            o.bad_member = (count > 1).then_some(b);
+                        }
+                        return Some(f);
+                    }
+                    Err(MemberProblem::Overruns { span, over }) => {
+                        if let Some(o) = self.operands[i].as_mut() {
+                            o.allocation = Some(span);
+                            o.bad_member = (count > 1).then_some(b);
+                        }
+                        let name = if spec.role == Role::Workspace { "the workspace".to_string() } else { describe(spec, (count > 1).then_some(b)) };
+                        let what = format!("{name} spans {extent} bytes from {}", hex(addr));
+                        return Some(Finding::new(
+                            FaultKind::OutOfBounds,
+                            format!(
+                                "{what} but its allocation (base {}, {} bytes) ends {} bytes after that pointer: \
+                                 the {} overruns it by {over} bytes",
+                                hex(span.base),
+                                span.size,
+                                span.size - (addr - span.base).min(span.size),
+                                if spec.role == Role::Workspace { "workspace" } else { "operand" },
+                            ),
+                        ));
+                    }
+                }
+            }
+            if let Some(o) = self.operands[i].as_mut() {
+                o.allocation = first_span;
+                o.readable = all_inside && first_span.is_some();
+            }
+        }
+        let mode = self.pointer_mode();
+        for (name, ptr) in [("alpha", self.call.alpha), ("beta", self.call.beta)] {
+            let tracked = allocations.containing(ptr).is_some();
+            match mode {
+                PointerMode::Host if tracked => {
+                    return Some(Finding::new(
+                        FaultKind::InvalidArgument,
+                        format!(
+                            "{name} ({}) points to device memory but the pointer mode is HOST: the library will read it \
+                             on the host",
+                            hex(ptr)
+                        ),
+                    ))
+                }
+                PointerMode::Device if !tracked && !device.memory_type(ptr).is_some_and(|t| t.device_accessible()) => {
+                    return Some(Finding::new(
+                        FaultKind::HostPointer,
+                        format!(
+                            "{name} ({}) is host memory but the pointer mode is DEVICE: the kernel will read it from the \
+                             device",
+                            hex(ptr)
+                        ),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+}

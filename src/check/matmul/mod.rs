@@ -1,0 +1,431 @@
+//! The checks on one matrix multiply, in the order that matters: handle, arguments, operand
+//! pointers and extents, NaN/Inf in inputs; then, after the real call, the synchronous error
+//! check, NaN/Inf in the output, and the status. One routine serves the whole cuBLAS GEMM
+//! family (typed, Ex, strided and pointer-array batches, 32- and 64-bit) and cublasLtMatmul:
+//! each describes its operands as `OperandSpec`s.
+//!
+//! - `operands`: the operand model (what a call reads and writes, and how it is batched);
+//! - `bounds`: pointers and extents against the live allocations;
+//! - `nonfinite`: NaN/Inf in what the call reads and writes;
+//! - this file: the flow before and after the real call.
+
+mod bounds;
+mod nonfinite;
+mod operands;
+
+pub use operands::{MatmulCall, Members, OperandReport, OperandSpec, Role, MAX_OPERANDS};
+
+use nonfinite::counts;
+use operands::describe;
+
+use super::{Device, Finding};
+use crate::config::{Checks, OnFault};
+use crate::cuda::{self, PointerMode};
+use crate::state::{Allocations, HandleLookup, HandleState, Handles};
+use crate::trace::{hex, FaultKind};
+use crate::validate;
+
+/// State carried from the checks before the call to those after it. It borrows the call:
+/// this runs on every intercepted GEMM, and copying kilobytes of operand state per call was
+/// most of the guard's cost (BENCHMARKS.md).
+#[derive(Debug)]
+pub struct MatmulCheck<'a> {
+    pub call: &'a MatmulCall,
+    pub handle: Option<HandleState>,
+    pub operands: [Option<OperandReport<'a>>; MAX_OPERANDS],
+    /// Member addresses of pointer-array operands, read from device memory.
+    pub(super) arrays: [Vec<u64>; MAX_OPERANDS],
+    pub finding: Option<Finding>,
+    /// The finding was made before the call, so `on_fault = error` may refuse it.
+    pub found_before: bool,
+    pub(super) capturing: bool,
+    /// The error a synchronisation before the call already reported.
+    pending_before: i32,
+    pub(super) inputs_scanned_finite: bool,
+    pub(super) beta_is_zero: Option<bool>,
+}
+
+/// A sticky CUDA error the guard has already attributed, so later calls that merely see it
+/// again are not blamed for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KnownError {
+    pub code: i32,
+    pub seq: u64,
+}
+
+
+impl<'a> MatmulCheck<'a> {
+    /// The checks before the call. `buf` is the caller's reusable scan buffer.
+    #[allow(clippy::too_many_arguments)]
+    pub fn before(
+        call: &'a MatmulCall,
+        checks: Checks,
+        scan_bytes: u64,
+        handles: &Handles,
+        allocations: &Allocations,
+        known: Option<KnownError>,
+        device: &dyn Device,
+        buf: &mut Vec<u8>,
+    ) -> Self {
+        let mut operands = [None; MAX_OPERANDS];
+        for (report, spec) in operands.iter_mut().zip(call.operands.iter()) {
+            if let Some(spec) = spec {
+                *report = Some(OperandReport {
+                    spec,
+                    extent: validate::operand_extent(spec.shape, spec.dtype.size().unwrap_or(1)),
+                    allocation: None,
+                    readable: false,
+                    scan: None,
+                    bad_member: None,
+                });
+            }
+        }
+        let mut check = Self {
+            operands,
+            call,
+            handle: None,
+            arrays: Default::default(),
+            finding: None,
+            found_before: true,
+            capturing: false,
+            pending_before: 0,
+            inputs_scanned_finite: false,
+            beta_is_zero: None,
+        };
+        let lookup = handles.lookup(check.call.handle);
+        if let HandleLookup::Alive(state) = lookup {
+            check.handle = Some(state);
+        }
+        if checks.args {
+            let (create, destroy) = if check.call.lt { ("cublasLtCreate", "cublasLtDestroy") } else { ("cublasCreate", "cublasDestroy") };
+            let h = || hex(check.call.handle);
+            let why = match lookup {
+                HandleLookup::Alive(_) => None,
+                HandleLookup::Destroyed(seq) => Some(format!("handle {} was destroyed by {destroy} at call #{seq}", h())),
+                HandleLookup::Unknown if check.call.handle == 0 => Some(format!("handle is NULL; create one with {create}")),
+                HandleLookup::Unknown => Some(format!("handle {} was not created by {create} in this process", h())),
+            };
+            if let Some(why) = why {
+                check.finding = Some(Finding::new(FaultKind::InvalidHandle, why));
+                return check;
+            }
+        }
+        if let Some(problem) = &check.call.argument_problem {
+            if checks.args {
+                check.finding = Some(Finding::new(FaultKind::InvalidArgument, problem.clone()));
+            }
+            return check; // the library refuses the call: nothing is read or written
+        }
+        if checks.bounds {
+            if let Some(f) = check.check_pointers(allocations, device) {
+                check.finding = Some(f);
+                return check;
+            }
+        } else {
+            check.note_readable(allocations);
+        }
+        if !(checks.nan || checks.sync) || check.is_empty() {
+            return check;
+        }
+        let stream = check.stream();
+        check.capturing = device.is_capturing(stream).unwrap_or(true);
+        if check.capturing {
+            return check; // synchronising or copying would break the capture
+        }
+        let pending = device.synchronize(stream);
+        if pending != 0 {
+            check.pending_before = pending;
+            if known.map(|k| k.code) != Some(pending) {
+                let mut f = Finding::new(
+                    FaultKind::AsyncError,
+                    format!(
+                        "{} ({pending}) was already pending before this call: earlier work on the device \
+                         that the guard did not check faulted",
+                        cuda::cuda_error_name(pending)
+                    ),
+                );
+                f.error = Some((pending, "cudaStreamSynchronize"));
+                check.finding = Some(f);
+            }
+            return check;
+        }
+        if checks.nan {
+            check.scan_inputs(allocations, device, buf, scan_bytes);
+        }
+        check
+    }
+
+    /// Nothing is read or written (a zero dimension or batch).
+    pub(super) fn is_empty(&self) -> bool {
+        !self.operands.iter().flatten().any(|o| o.spec.role.written() && o.extent.unwrap_or(0) > 0 && o.spec.members.count() > 0)
+    }
+
+    pub(super) fn used(o: &OperandReport<'_>) -> bool {
+        o.extent.unwrap_or(1) > 0 && o.spec.members.count() > 0
+    }
+
+    pub(super) fn stream(&self) -> u64 {
+        self.call.stream.unwrap_or_else(|| self.handle.map(|h| h.stream).unwrap_or(0))
+    }
+
+    pub(super) fn pointer_mode(&self) -> PointerMode {
+        let raw = self.call.pointer_mode.unwrap_or_else(|| self.handle.map(|h| h.pointer_mode).unwrap_or(0));
+        // cublasLt's vector modes (2..4) are device pointers too.
+        PointerMode::decode(if raw >= 2 { 1 } else { raw })
+    }
+
+    /// The status to return instead of calling the library, when the user asked for that.
+    pub fn refusal(&self, on_fault: OnFault) -> Option<i32> {
+        if on_fault != OnFault::Error {
+            return None;
+        }
+        self.finding.as_ref().map(|f| match f.kind {
+            FaultKind::InvalidHandle => cuda::CUBLAS_NOT_INITIALIZED,
+            FaultKind::InvalidArgument | FaultKind::HostPointer | FaultKind::OutOfBounds => cuda::CUBLAS_INVALID_VALUE,
+            _ => cuda::CUBLAS_EXECUTION_FAILED,
+        })
+    }
+
+    /// The checks after the call returned `status` (or was refused with it). Returns the sticky
+    /// error this call revealed, if any, for the session to remember.
+    #[allow(clippy::too_many_arguments)]
+    pub fn after(
+        &mut self,
+        status: i32,
+        forwarded: bool,
+        checks: Checks,
+        scan_bytes: u64,
+        known: Option<KnownError>,
+        device: &dyn Device,
+        buf: &mut Vec<u8>,
+    ) -> Option<i32> {
+        let empty = self.is_empty();
+        let mut revealed = None;
+        let argument_refused = self.call.argument_problem.is_some();
+        if forwarded && checks.sync && !self.capturing && !empty && self.pending_before == 0 && !argument_refused {
+            let code = device.synchronize(self.stream());
+            if code != 0 && known.map(|k| k.code) != Some(code) {
+                revealed = Some(code);
+                match &mut self.finding {
+                    Some(f) => f.error = Some((code, "cudaStreamSynchronize")),
+                    None => {
+                        let mut f = Finding::new(
+                            FaultKind::AsyncError,
+                            format!(
+                                "{} ({code}) surfaced when the guard synchronised the stream right after this call: \
+                                 the kernel this call launched faulted (CUDA errors are asynchronous, so without \
+                                 the guard a later call would have reported it)",
+                                cuda::cuda_error_name(code)
+                            ),
+                        );
+                        f.error = Some((code, "cudaStreamSynchronize"));
+                        self.finding = Some(f);
+                        self.found_before = false;
+                    }
+                }
+            }
+        }
+        if forwarded && checks.nan && self.finding.is_none() && status == cuda::CUBLAS_SUCCESS && !self.capturing && !empty {
+            for i in 0..MAX_OPERANDS {
+                let Some(o) = self.operands[i] else { continue };
+                if !o.spec.role.written() || !o.readable {
+                    continue;
+                }
+                let Some(s) = self.scan_operand(i, device, buf, scan_bytes) else { continue };
+                if (s.nan > 0 || s.inf > 0) && self.inputs_scanned_finite {
+                    let Some(o) = self.operands[i] else { continue };
+                    let mut message = format!(
+                        "this call produced {} in its output {} from finite inputs (overflow, or Inf - Inf)",
+                        counts(&s),
+                        describe(o.spec, o.bad_member)
+                    );
+                    if self.call.reduced_precision_compute {
+                        message.push_str(" [the compute type rounds float32 inputs to a reduced precision]");
+                    }
+                    self.finding = Some(Finding::new(FaultKind::NonfiniteOutput, message));
+                    self.found_before = false;
+                    break;
+                }
+            }
+        }
+        if status != cuda::CUBLAS_SUCCESS && self.finding.is_none() {
+            let mut message = format!("returned {} ({status})", cuda::cublas_status_name(status));
+            if let Some(k) = known {
+                message.push_str(&format!(
+                    ": the CUDA context has been unusable since {} ({}) at call #{}",
+                    cuda::cuda_error_name(k.code),
+                    k.code,
+                    k.seq
+                ));
+            }
+            self.finding = Some(Finding::new(FaultKind::ApiError, message));
+            self.found_before = false;
+        }
+        revealed
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::check::model::ModelDevice as Model;
+    use crate::scan::DType;
+    use crate::validate::StoredShape;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    fn call(a: OperandSpec, b: OperandSpec, c: OperandSpec) -> MatmulCall {
+        MatmulCall {
+            handle: 7,
+            lt: false,
+            argument_problem: None,
+            scalar: DType::F32,
+            alpha: 0x10,
+            beta: 0x20,
+            pointer_mode: None,
+            stream: None,
+            reduced_precision_compute: false,
+            operands: [Some(a), Some(b), Some(c), None, None, None],
+        }
+    }
+
+    fn shape(rows: i64, cols: i64) -> StoredShape {
+        StoredShape { rows, cols, ld: rows }
+    }
+
+    /// The finding and the operand reports' (bad member, first NaN position, allocation).
+    struct Outcome {
+        finding: Option<Finding>,
+        operands: Vec<(Option<u64>, Option<(u64, u64)>, Option<u64>)>,
+    }
+
+    fn strided(name: &'static str, ptr: u64, role: Role) -> OperandSpec {
+        OperandSpec { name, ptr, shape: shape(2, 2), dtype: DType::F32, members: Members::Strided { count: 3, stride: 4 }, role }
+    }
+
+    fn run(call: MatmulCall, allocations: &Allocations, model: &Model) -> Outcome {
+        let handles = Handles::default();
+        handles.created(7);
+        let check = MatmulCheck::before(&call, Checks::ALL, u64::MAX, &handles, allocations, None, model, &mut Vec::new());
+        Outcome {
+            finding: check.finding.clone(),
+            operands: check
+                .operands
+                .iter()
+                .flatten()
+                .map(|o| (o.bad_member, o.scan.and_then(|s| s.first_nonfinite), o.scan.map(|s| s.nan)))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn names_the_batch_member_that_holds_a_nan() {
+        let (allocs, model) = (Allocations::default(), Model::default());
+        let mut batch = vec![1.0f32; 4 * 3];
+        batch[4 * 2 + 1] = f32::NAN; // member 2, row 1, col 0
+        model.put(&allocs, 0x1000, f32s(&batch));
+        model.put(&allocs, 0x2000, f32s(&[1.0; 12]));
+        model.put(&allocs, 0x3000, f32s(&[0.0; 12]));
+        let c = run(
+            call(strided("A", 0x1000, Role::Input), strided("B", 0x2000, Role::Input), strided("C", 0x3000, Role::Accumulator)),
+            &allocs,
+            &model,
+        );
+        let f = c.finding.expect("fault");
+        assert_eq!(f.kind, FaultKind::NonfiniteInput);
+        assert!(f.message.contains("batch member 2 of 3"), "{}", f.message);
+        assert_eq!(c.operands[0].0, Some(2));
+        assert_eq!(c.operands[0].1, Some((1, 0)));
+    }
+
+    #[test]
+    fn a_strided_batch_past_its_allocation_names_the_first_member_outside() {
+        let (allocs, model) = (Allocations::default(), Model::default());
+        model.put(&allocs, 0x1000, f32s(&[1.0; 10])); // 2.5 members of 4 floats
+        model.put(&allocs, 0x2000, f32s(&[1.0; 12]));
+        model.put(&allocs, 0x3000, f32s(&[0.0; 12]));
+        let c = run(
+            call(strided("A", 0x1000, Role::Input), strided("B", 0x2000, Role::Input), strided("C", 0x3000, Role::Accumulator)),
+            &allocs,
+            &model,
+        );
+        let f = c.finding.expect("fault");
+        assert_eq!(f.kind, FaultKind::OutOfBounds);
+        assert!(f.message.contains("batch member 2 of 3") && f.message.contains("overruns it by 8 bytes"), "{}", f.message);
+    }
+
+    #[test]
+    fn pointer_arrays_must_live_on_the_device_and_each_member_is_checked() {
+        let (allocs, model) = (Allocations::default(), Model::default());
+        model.put(&allocs, 0x1000, f32s(&[1.0; 4]));
+        model.put(&allocs, 0x1100, f32s(&[1.0; 2])); // too small for a 2 x 2 member
+        let pointers: Vec<u8> = [0x1000u64, 0x1100].iter().flat_map(|p| p.to_le_bytes()).collect();
+        model.put(&allocs, 0x5000, pointers.clone());
+        model.put(&allocs, 0x6000, pointers.clone());
+        model.put(&allocs, 0x7000, pointers);
+        let array = |name, ptr, role| OperandSpec {
+            name,
+            ptr,
+            shape: shape(2, 2),
+            dtype: DType::F32,
+            members: Members::Array { count: 2 },
+            role,
+        };
+        let c = run(
+            call(array("A", 0x5000, Role::Input), array("B", 0x6000, Role::Input), array("C", 0x7000, Role::Accumulator)),
+            &allocs,
+            &model,
+        );
+        let f = c.finding.expect("fault");
+        assert_eq!(f.kind, FaultKind::OutOfBounds);
+        assert!(f.message.contains("operand A (batch member 1 of 2"), "{}", f.message);
+        // A host array of pointers is named as such.
+        let c = run(
+            call(array("A", 0x9000, Role::Input), array("B", 0x6000, Role::Input), array("C", 0x7000, Role::Accumulator)),
+            &allocs,
+            &model,
+        );
+        let f = c.finding.expect("fault");
+        assert_eq!(f.kind, FaultKind::HostPointer);
+        assert!(f.message.starts_with("Aarray (0x9000) is host memory"), "{}", f.message);
+    }
+
+    #[test]
+    fn an_empty_call_touches_nothing() {
+        let (allocs, model) = (Allocations::default(), Model::default());
+        model.sync_errors.borrow_mut().push(700);
+        let c = run(
+            call(
+                OperandSpec::matrix("A", 0x1, shape(0, 3), DType::F32, Role::Input),
+                OperandSpec::matrix("B", 0x2, shape(3, 0), DType::F32, Role::Input),
+                OperandSpec::matrix("C", 0x3, shape(0, 0), DType::F32, Role::Accumulator),
+            ),
+            &allocs,
+            &model,
+        );
+        assert!(c.finding.is_none(), "{:?}", c.finding);
+    }
+
+    #[test]
+    fn a_workspace_must_fit_its_allocation() {
+        let (allocs, model) = (Allocations::default(), Model::default());
+        model.put(&allocs, 0x1000, f32s(&[1.0; 4]));
+        model.put(&allocs, 0x2000, f32s(&[1.0; 4]));
+        model.put(&allocs, 0x3000, f32s(&[1.0; 4]));
+        model.put(&allocs, 0x4000, vec![0; 1024]);
+        let mut c = call(
+            OperandSpec::matrix("A", 0x1000, shape(2, 2), DType::F32, Role::Input),
+            OperandSpec::matrix("B", 0x2000, shape(2, 2), DType::F32, Role::Input),
+            OperandSpec::matrix("C", 0x3000, shape(2, 2), DType::F32, Role::Accumulator),
+        );
+        c.operands[3] = Some(OperandSpec::workspace(0x4000, 4096));
+        let f = run(c, &allocs, &model).finding.expect("fault");
+        assert_eq!(f.kind, FaultKind::OutOfBounds);
+        assert!(f.message.starts_with("the workspace spans 4096 bytes"), "{}", f.message);
+    }
+}
+

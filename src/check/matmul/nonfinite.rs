@@ -1,0 +1,155 @@
+//! NaN/Inf in what a call reads (before it) and writes (after it), every member of a batch or
+//! an even sample of them, read the way the library reads them (beta decides whether C is read).
+
+use super::bounds::member_addr;
+use super::operands::{describe, Members, Role, MAX_OPERANDS};
+use super::MatmulCheck;
+use crate::check::{Device, Finding};
+use crate::cuda::PointerMode;
+use crate::scan::{self, MatrixScan};
+use crate::state::Allocations;
+use crate::trace::FaultKind;
+use crate::validate::{self, Containment};
+
+pub(super) fn counts(scan: &MatrixScan) -> String {
+    let mut parts = Vec::new();
+    if scan.nan > 0 {
+        parts.push(format!("{} NaN", scan.nan));
+    }
+    if scan.inf > 0 {
+        parts.push(format!("{} Inf", scan.inf));
+    }
+    let mut s = parts.join(" and ");
+    if let Some((row, col)) = scan.first_nonfinite {
+        s.push_str(&format!(" (first at row {row}, col {col})"));
+    }
+    if scan.sampled {
+        s.push_str(&format!(" in a sample of {} elements", scan.scanned_elements));
+    }
+    s
+}
+
+
+impl MatmulCheck<'_> {
+    /// Whether beta is zero, read the way the library reads it; `None` when it cannot be read.
+    fn read_beta_is_zero(&self, allocations: &Allocations, device: &dyn Device) -> Option<bool> {
+        let size = self.call.scalar.size()? as usize;
+        let mut bytes = [0u8; 8];
+        let out = &mut bytes[..size];
+        let ok = match self.pointer_mode() {
+            PointerMode::Host => allocations.containing(self.call.beta).is_none() && device.read_host(self.call.beta, out),
+            PointerMode::Device => {
+                let inside = allocations
+                    .span_containing(self.call.beta)
+                    .is_some_and(|s| validate::containment(self.call.beta, size as u64, s) == Containment::Inside);
+                inside && device.read(self.call.beta, out, self.stream()).is_ok()
+            }
+            PointerMode::Unknown(_) => false,
+        };
+        // +0.0 and -0.0 both mean "do not read C": every bit but the sign is zero (and for
+        // integer scales, zero is all bits zero).
+        ok.then(|| {
+            let bits = u64::from_le_bytes(bytes);
+            let sign = if self.call.scalar.is_float() { 1u64 << (size * 8 - 1) } else { 0 };
+            bits & !sign == 0
+        })
+    }
+
+    /// Scans every member (or an even sample of them, within `scan_bytes` for the operand).
+    pub(super) fn scan_operand(&mut self, i: usize, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) -> Option<MatrixScan> {
+        let o = self.operands[i]?;
+        let elem = o.spec.dtype.size()?;
+        let count = match o.spec.members {
+            Members::Array { count } => count.min(self.arrays[i].len() as u64),
+            m => m.count(),
+        };
+        let member_bytes = (o.spec.shape.rows.max(0) as u64).saturating_mul(o.spec.shape.cols.max(0) as u64).saturating_mul(elem);
+        let total = member_bytes.saturating_mul(count);
+        let (step, per_member) = if total <= scan_bytes || count == 0 {
+            (1, scan_bytes)
+        } else {
+            let members = (scan_bytes / member_bytes.max(1)).clamp(1, count);
+            (count.div_ceil(members), (scan_bytes / members).max(elem))
+        };
+        let reader = StreamReader { device, stream: self.stream() };
+        let mut total_scan = MatrixScan::default();
+        let mut bad = None;
+        let mut b = 0;
+        while b < count {
+            let addr = member_addr(o.spec, &self.arrays[i], b)?;
+            let s = match device.scan_on_device(addr, o.spec.shape, o.spec.dtype, self.stream()) {
+                Some(s) => s,
+                None => scan::scan_matrix(&reader, addr, o.spec.shape, o.spec.dtype, buf, per_member).ok()?,
+            };
+            if (s.nan > 0 || s.inf > 0) && bad.is_none() {
+                bad = Some(b);
+                total_scan.first_nonfinite = s.first_nonfinite;
+            }
+            total_scan.nan += s.nan;
+            total_scan.inf += s.inf;
+            total_scan.scanned_elements += s.scanned_elements;
+            total_scan.sampled |= s.sampled || step > 1;
+            b += step;
+        }
+        if let Some(r) = self.operands[i].as_mut() {
+            r.scan = Some(total_scan);
+            if count > 1 {
+                r.bad_member = bad;
+            }
+        }
+        Some(total_scan)
+    }
+
+    pub(super) fn scan_inputs(&mut self, allocations: &Allocations, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
+        self.beta_is_zero = self.read_beta_is_zero(allocations, device);
+        let reads_scaled = self.beta_is_zero != Some(true);
+        let mut all_finite = true;
+        let mut first_bad: Option<usize> = None;
+        for i in 0..MAX_OPERANDS {
+            let Some(o) = self.operands[i] else { continue };
+            let read = match o.spec.role {
+                Role::Input => true,
+                Role::Accumulator | Role::Addend => reads_scaled,
+                Role::Output | Role::Workspace => false,
+            };
+            if !read || !Self::used(&o) {
+                continue;
+            }
+            if !o.readable {
+                all_finite = false; // an input we could not read: unknown, not finite
+                continue;
+            }
+            match self.scan_operand(i, device, buf, scan_bytes) {
+                Some(s) if s.nan > 0 || s.inf > 0 => {
+                    all_finite = false;
+                    first_bad.get_or_insert(i);
+                }
+                Some(_) => {}
+                None => all_finite = false,
+            }
+        }
+        self.inputs_scanned_finite = all_finite;
+        if let Some(i) = first_bad {
+            let Some(o) = self.operands[i] else { return };
+            let scan = o.scan.unwrap_or_default();
+            let mut message = format!("{} holds {}", describe(o.spec, o.bad_member), counts(&scan));
+            if matches!(o.spec.role, Role::Accumulator | Role::Addend) {
+                message.push_str("; beta != 0, so the library reads C");
+            }
+            self.finding = Some(Finding::new(FaultKind::NonfiniteInput, message));
+        }
+    }
+
+}
+
+struct StreamReader<'a> {
+    device: &'a dyn Device,
+    stream: u64,
+}
+
+impl scan::DeviceReader for StreamReader<'_> {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
+        self.device.read(addr, out, self.stream)
+    }
+}
+

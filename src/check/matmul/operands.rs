@@ -1,0 +1,119 @@
+//! The operand model: what a matrix multiply reads and writes, how it is batched, and what
+//! the checks learnt about each operand.
+
+use crate::scan::{DType, MatrixScan};
+use crate::validate::{Span, StoredShape};
+
+/// How many matrices an operand holds, and where each one is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Members {
+    One,
+    /// `count` matrices, `stride` elements apart (may be 0 or negative).
+    Strided { count: u64, stride: i64 },
+    /// `count` matrices whose addresses are in an array in device memory at the operand's ptr.
+    Array { count: u64 },
+}
+
+impl Members {
+    pub fn count(self) -> u64 {
+        match self {
+            Self::One => 1,
+            Self::Strided { count, .. } | Self::Array { count } => count,
+        }
+    }
+}
+
+/// What the call does with an operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Read (A, B, a bias vector).
+    Input,
+    /// Read when beta != 0 and written (C of a cuBLAS GEMM).
+    Accumulator,
+    /// Read when beta != 0, not written (C of cublasLtMatmul).
+    Addend,
+    /// Written only (D of cublasLtMatmul).
+    Output,
+    /// Scratch memory: only its extent is checked.
+    Workspace,
+}
+
+impl Role {
+    pub(super) fn written(self) -> bool {
+        matches!(self, Self::Accumulator | Self::Output)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OperandSpec {
+    pub name: &'static str,
+    pub ptr: u64,
+    /// As stored, column-major (a row-major layout is given transposed).
+    pub shape: StoredShape,
+    pub dtype: DType,
+    pub members: Members,
+    pub role: Role,
+}
+
+impl OperandSpec {
+    #[cfg(test)]
+    pub fn matrix(name: &'static str, ptr: u64, shape: StoredShape, dtype: DType, role: Role) -> Self {
+        Self { name, ptr, shape, dtype, members: Members::One, role }
+    }
+
+    /// A workspace of `bytes` bytes.
+    pub fn workspace(ptr: u64, bytes: u64) -> Self {
+        let shape = StoredShape { rows: bytes.min(i64::MAX as u64) as i64, cols: 1, ld: bytes.min(i64::MAX as u64) as i64 };
+        Self { name: "workspace", ptr, shape, dtype: DType::I8, members: Members::One, role: Role::Workspace }
+    }
+}
+
+/// At most this many operands per call (A, B, C, D, bias or workspace).
+pub const MAX_OPERANDS: usize = 6;
+
+/// One matrix multiply, described for the checks.
+#[derive(Clone, Debug)]
+pub struct MatmulCall {
+    pub handle: u64,
+    /// A cublasLt handle (checked against its own table).
+    pub lt: bool,
+    /// The first argument rule the call breaks, if any (from `validate` or the Lt layouts).
+    pub argument_problem: Option<String>,
+    pub scalar: DType,
+    pub alpha: u64,
+    pub beta: u64,
+    /// From the matmul descriptor (Lt); `None`: the cuBLAS handle's pointer mode.
+    pub pointer_mode: Option<i32>,
+    /// The call's stream (Lt); `None`: the cuBLAS handle's stream.
+    pub stream: Option<u64>,
+    /// Compute type is TF32 or another reduced-precision float32 mode.
+    pub reduced_precision_compute: bool,
+    pub operands: [Option<OperandSpec>; MAX_OPERANDS],
+}
+
+/// What the guard learnt about one operand.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OperandReport<'a> {
+    pub spec: &'a OperandSpec,
+    /// Bytes one member spans.
+    pub extent: Option<u64>,
+    /// The allocation holding the first member (or the member that broke a rule).
+    pub allocation: Option<Span>,
+    /// Every member verified inside a live allocation: safe to copy from.
+    pub readable: bool,
+    pub scan: Option<MatrixScan>,
+    /// The first batch member that broke a rule or held NaN/Inf.
+    pub bad_member: Option<u64>,
+}
+
+
+/// "operand A (batch member 2 of 3, 4 x 4 as stored, ld 4)", for messages.
+pub(super) fn describe(spec: &OperandSpec, member: Option<u64>) -> String {
+    let s = spec.shape;
+    let batch = match (spec.members, member) {
+        (Members::One, _) => String::new(),
+        (m, Some(b)) => format!("batch member {b} of {}, ", m.count()),
+        (m, None) => format!("{} batch members, ", m.count()),
+    };
+    format!("operand {} ({batch}{} x {} as stored, ld {})", spec.name, s.rows, s.cols, s.ld)
+}
