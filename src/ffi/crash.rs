@@ -474,11 +474,13 @@ fn previous(index: usize) -> Previous {
     }
 }
 
-/// Waits a bounded moment for `done` (another thread writing the crash record, or normal
-/// writers finishing their rename), with async-signal-safe sleeps.
+/// Waits for `done` (another thread writing the crash record, or normal writers finishing
+/// their rename), with async-signal-safe sleeps; bounded (10 s), so that a writer stuck on a
+/// dead file system cannot keep a dying process alive, and long enough for an fsync on a busy
+/// machine.
 fn wait_briefly(done: impl Fn() -> bool) {
     let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
-    for _ in 0..2000 {
+    for _ in 0..10_000 {
         if done() {
             return;
         }
