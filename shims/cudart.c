@@ -59,6 +59,42 @@ static int driver_version; /* 0 when there is no driver */
 static int sticky_error;   /* once set, every call returns it */
 static int pending_fault;  /* a "kernel" fault not yet seen by a synchronisation */
 static int started;        /* the runtime initialised in this process */
+
+/* CUDASHIM_COUNT_CALLS=FILE: every public runtime entry point counts its calls, and the counts
+ * are written to FILE at exit ("name count" lines), so a test or a benchmark can say how many
+ * runtime calls a program (or the guard inside it) made. */
+#define MAX_COUNTED 64
+static struct { const char *name; unsigned long count; } counted[MAX_COUNTED];
+static pthread_mutex_t count_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *count_path;
+
+static void write_counts(void) {
+    FILE *f = fopen(count_path, "w");
+    if (!f) return;
+    for (int i = 0; i < MAX_COUNTED && counted[i].name; i++) fprintf(f, "%s %lu\n", counted[i].name, counted[i].count);
+    fclose(f);
+}
+
+static void count_call(const char *name) {
+    if (!count_path) return;
+    pthread_mutex_lock(&count_lock);
+    for (int i = 0; i < MAX_COUNTED; i++) {
+        if (!counted[i].name) counted[i].name = name;
+        if (counted[i].name == name) {
+            counted[i].count++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&count_lock);
+}
+
+__attribute__((constructor)) static void start_counting(void) {
+    const char *path = getenv("CUDASHIM_COUNT_CALLS");
+    if (path && *path) {
+        count_path = path;
+        atexit(write_counts);
+    }
+}
 static int forked_child;   /* forked after the runtime started: CUDA is unusable here */
 
 /* As NVIDIA's runtime: a CUDA context does not survive fork(), and every runtime call in the
@@ -228,12 +264,14 @@ void cudashim_raise_async(int code) {
 /* ---- versions, devices ---- */
 
 cudaError_t cudaRuntimeGetVersion(int *runtimeVersion) {
+    count_call(__func__);
     if (!runtimeVersion) return fail(cudaErrorInvalidValue);
     *runtimeVersion = SHIM_RUNTIME_VERSION;
     return cudaSuccess;
 }
 
 cudaError_t cudaDriverGetVersion(int *driverVersion) {
+    count_call(__func__);
     pthread_once(&init_once, initialise);
     if (!driverVersion) return fail(cudaErrorInvalidValue);
     *driverVersion = driver_version;
@@ -241,6 +279,7 @@ cudaError_t cudaDriverGetVersion(int *driverVersion) {
 }
 
 cudaError_t cudaGetDeviceCount(int *count) {
+    count_call(__func__);
     ENTER();
     INJECT("cudaGetDeviceCount");
     if (!count) return fail(cudaErrorInvalidValue);
@@ -249,11 +288,13 @@ cudaError_t cudaGetDeviceCount(int *count) {
 }
 
 cudaError_t cudaSetDevice(int device) {
+    count_call(__func__);
     ENTER();
     return device == 0 ? cudaSuccess : fail(101 /* cudaErrorInvalidDevice */);
 }
 
 cudaError_t cudaGetDevice(int *device) {
+    count_call(__func__);
     ENTER();
     if (!device) return fail(cudaErrorInvalidValue);
     *device = 0;
@@ -321,12 +362,14 @@ static cudaError_t release(void *devPtr) {
 }
 
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
+    count_call(__func__);
     ENTER();
     INJECT("cudaMalloc");
     return allocate(devPtr, size);
 }
 
 cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {
+    count_call(__func__);
     ENTER();
     INJECT("cudaMallocAsync");
     if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
@@ -334,12 +377,14 @@ cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {
 }
 
 cudaError_t cudaFree(void *devPtr) {
+    count_call(__func__);
     ENTER();
     INJECT("cudaFree");
     return release(devPtr);
 }
 
 cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) {
+    count_call(__func__);
     ENTER();
     INJECT("cudaFreeAsync");
     if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
@@ -347,6 +392,7 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) {
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    count_call(__func__);
     ENTER();
     if (!free_bytes || !total) return fail(cudaErrorInvalidValue);
     pthread_mutex_lock(&lock);
@@ -357,6 +403,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
 }
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr) {
+    count_call(__func__);
     ENTER();
     if (!attributes) return fail(cudaErrorInvalidValue);
     int device = ptr && cudashim_is_device_range(ptr, 1);
@@ -400,6 +447,7 @@ static cudaError_t copy(void *dst, const void *src, size_t count, enum cudaMemcp
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+    count_call(__func__);
     ENTER();
     INJECT("cudaMemcpy");
     int async = settle(); /* cudaMemcpy synchronises with the device */
@@ -409,6 +457,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
+    count_call(__func__);
     ENTER();
     INJECT("cudaMemcpyAsync");
     if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
@@ -416,6 +465,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
 }
 
 cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
+    count_call(__func__);
     ENTER();
     if (count == 0) return cudaSuccess;
     if (!devPtr || !cudashim_is_device_range(devPtr, count)) return fail(cudaErrorInvalidValue);
@@ -426,13 +476,15 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
 /* ---- errors ---- */
 
 cudaError_t cudaGetLastError(void) {
+    count_call(__func__);
     if (sticky_error) return sticky_error;
     int code = last_error;
     last_error = cudaSuccess;
     return code;
 }
 
-cudaError_t cudaPeekAtLastError(void) { return sticky_error ? sticky_error : last_error; }
+cudaError_t cudaPeekAtLastError(void) {
+    count_call(__func__); return sticky_error ? sticky_error : last_error; }
 
 const char *cudaGetErrorName(cudaError_t error) {
     switch (error) {
@@ -469,6 +521,7 @@ const char *cudaGetErrorString(cudaError_t error) {
 /* ---- streams ---- */
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+    count_call(__func__);
     ENTER();
     (void)flags;
     if (!stream) return fail(cudaErrorInvalidValue);
@@ -485,9 +538,11 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) 
     return fail(cudaErrorMemoryAllocation);
 }
 
-cudaError_t cudaStreamCreate(cudaStream_t *stream) { return cudaStreamCreateWithFlags(stream, 0); }
+cudaError_t cudaStreamCreate(cudaStream_t *stream) {
+    count_call(__func__); return cudaStreamCreateWithFlags(stream, 0); }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    count_call(__func__);
     ENTER();
     if (stream == NULL || !cudashim_stream_valid(stream) || stream == cudaStreamLegacy ||
         stream == cudaStreamPerThread)
@@ -502,6 +557,7 @@ static struct stream *user_stream(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    count_call(__func__);
     ENTER();
     INJECT("cudaStreamSynchronize");
     if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
@@ -515,6 +571,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+    count_call(__func__);
     ENTER();
     INJECT("cudaDeviceSynchronize");
     int async = settle();
@@ -522,6 +579,7 @@ cudaError_t cudaDeviceSynchronize(void) {
 }
 
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status) {
+    count_call(__func__);
     ENTER();
     if (!status || !cudashim_stream_valid(stream)) return fail(cudaErrorInvalidValue);
     struct stream *s = user_stream(stream);
@@ -530,6 +588,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+    count_call(__func__);
     ENTER();
     (void)mode;
     struct stream *s = user_stream(stream);
@@ -539,6 +598,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
 }
 
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+    count_call(__func__);
     ENTER();
     struct stream *s = user_stream(stream);
     if (!s || !cudashim_stream_valid(stream) || !graph) return fail(cudaErrorInvalidValue);

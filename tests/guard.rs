@@ -382,3 +382,48 @@ fn scan_every_and_budget_sample_scans_but_never_the_argument_checks() {
     let t = common::run(Launch { env: &env, ..Launch::new(&mlp, &["--epochs", "20"]) }).trace();
     assert!(t.summary.skipped_scans > t.summary.scanned_calls, "{:?}", t.summary);
 }
+
+/// The stand-in's per-function call counts of one run (CUDASHIM_COUNT_CALLS).
+fn runtime_calls(guarded: bool, checks: &str) -> std::collections::BTreeMap<String, u64> {
+    let program = scenarios();
+    let dir = temp_dir("counts");
+    let file = dir.join("counts.txt").display().to_string();
+    let env = [("CUDASHIM_COUNT_CALLS", file.as_str()), ("CUBLASGUARD_CHECKS", checks)];
+    let run = run(Launch { env: &env, guarded, ..Launch::new(&program, &["clean"]) });
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    std::fs::read_to_string(&file)
+        .expect("counts")
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(name, n)| (name.to_string(), n.parse().unwrap())))
+        .collect()
+}
+
+#[test]
+fn the_guard_makes_only_the_runtime_calls_its_checks_need() {
+    let bare = runtime_calls(false, "all");
+    let extra = |counts: &std::collections::BTreeMap<String, u64>| -> std::collections::BTreeMap<String, u64> {
+        counts.iter().map(|(name, n)| (name.clone(), n - bare.get(name).copied().unwrap_or(0))).filter(|(_, n)| *n > 0).collect()
+    };
+    // Two GEMMs: the first with beta = 0 (C is not read before), the second with beta = 1.
+    // Per GEMM: one look at the program's pending error, one capture query, a synchronisation
+    // before and after, and one copy plus its synchronisation per operand read (A, B, C before
+    // when beta != 0; C after). The versions are asked once, when the guard starts (each of
+    // those looks at the pending error too).
+    let all = extra(&runtime_calls(true, "all"));
+    let expect: std::collections::BTreeMap<String, u64> = [
+        ("cudaPeekAtLastError", 2 + 2),
+        ("cudaStreamIsCapturing", 2),
+        ("cudaStreamSynchronize", 5 + 6),
+        ("cudaMemcpyAsync", 3 + 4),
+        ("cudaRuntimeGetVersion", 1),
+        ("cudaDriverGetVersion", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(all, expect);
+    // Argument and bounds checks alone make no runtime call per GEMM.
+    let cheap = extra(&runtime_calls(true, "args,bounds"));
+    assert_eq!(cheap.keys().map(String::as_str).collect::<Vec<_>>(), ["cudaDriverGetVersion", "cudaPeekAtLastError", "cudaRuntimeGetVersion"], "{cheap:?}");
+    assert_eq!(cheap["cudaPeekAtLastError"], 2, "only the start-up version queries");
+}

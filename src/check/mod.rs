@@ -28,6 +28,10 @@ pub trait Device {
     fn scan_on_device(&self, _addr: u64, _shape: crate::validate::StoredShape, _dtype: crate::scan::DType, _stream: u64) -> Option<crate::scan::MatrixScan> {
         None
     }
+    /// Whether `ptr` lies in the calling thread's stack (host memory, then, for certain).
+    fn is_on_this_threads_stack(&self, _ptr: u64) -> bool {
+        false
+    }
     /// `cudaMemGetInfo` (free, total), asked only when the runtime can answer undisturbed.
     fn memory_info(&self) -> Option<(u64, u64)> {
         None

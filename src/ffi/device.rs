@@ -26,9 +26,38 @@ fn quietly(call: impl FnOnce() -> Option<c_int>) -> Option<c_int> {
     Some(code)
 }
 
-/// The guard's view of CUDA (and, when enabled, of the driver for on-device scans).
+/// The guard's view of CUDA (and, when enabled, of the driver for on-device scans), for one
+/// hooked call.
 pub(crate) struct RealDevice<'a> {
     pub session: &'a crate::session::Session,
+    /// The program's last error before the guard's first call of this hooked call. The guard's
+    /// calls leave it as it was (a failure is cleared when nothing was pending), and cuBLAS
+    /// never touches the public runtime's error state, so it is asked once per hooked call
+    /// rather than before each of the guard's calls.
+    pending_before: std::cell::Cell<Option<Option<c_int>>>,
+}
+
+impl<'a> RealDevice<'a> {
+    pub(crate) fn new(session: &'a crate::session::Session) -> Self {
+        Self { session, pending_before: std::cell::Cell::new(None) }
+    }
+
+    /// `quietly`, with the program's pending error asked once.
+    fn quietly(&self, call: impl FnOnce() -> Option<c_int>) -> Option<c_int> {
+        let before = match self.pending_before.get() {
+            Some(known) => known,
+            None => {
+                let asked = peek_last_error();
+                self.pending_before.set(Some(asked));
+                asked
+            }
+        };
+        let code = call()?;
+        if code != 0 && before == Some(0) {
+            api::cudaGetLastError();
+        }
+        Some(code)
+    }
 }
 
 impl Device for RealDevice<'_> {
@@ -41,7 +70,7 @@ impl Device for RealDevice<'_> {
 
     fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
         let mut attrs = PointerAttributes { kind: 0, device: 0, device_pointer: std::ptr::null_mut(), host_pointer: std::ptr::null_mut() };
-        let code = quietly(|| api::cudaPointerGetAttributes(&mut attrs, ptr as *const c_void))?;
+        let code = self.quietly(|| api::cudaPointerGetAttributes(&mut attrs, ptr as *const c_void))?;
         (code == 0).then(|| MemoryType::decode(attrs.kind))
     }
 
@@ -49,7 +78,7 @@ impl Device for RealDevice<'_> {
         // `out` is valid for out.len() bytes; callers pass only device ranges already verified
         // inside a live allocation.
         let dst = out.as_mut_ptr() as *mut c_void;
-        let code = quietly(|| api::cudaMemcpyAsync(dst, addr as *const c_void, out.len(), MEMCPY_DEVICE_TO_HOST, stream as *mut c_void)).ok_or(-1)?;
+        let code = self.quietly(|| api::cudaMemcpyAsync(dst, addr as *const c_void, out.len(), MEMCPY_DEVICE_TO_HOST, stream as *mut c_void)).ok_or(-1)?;
         if code != 0 {
             return Err(code);
         }
@@ -64,13 +93,17 @@ impl Device for RealDevice<'_> {
     }
 
     fn synchronize(&self, stream: u64) -> i32 {
-        quietly(|| api::cudaStreamSynchronize(stream as *mut c_void)).unwrap_or(0)
+        self.quietly(|| api::cudaStreamSynchronize(stream as *mut c_void)).unwrap_or(0)
     }
 
     fn is_capturing(&self, stream: u64) -> Option<bool> {
         let mut status: c_int = 0;
-        let code = quietly(|| api::cudaStreamIsCapturing(stream as *mut c_void, &mut status))?;
+        let code = self.quietly(|| api::cudaStreamIsCapturing(stream as *mut c_void, &mut status))?;
         (code == 0).then_some(status != 0)
+    }
+
+    fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
+        super::thread::is_on_own_stack(ptr)
     }
 
     fn memory_info(&self) -> Option<(u64, u64)> {

@@ -87,7 +87,7 @@ pub(crate) fn session() -> Option<&'static Session> {
         Some(s) => s,
         None => SESSION.get_or_init(start),
     };
-    if !ARMED.swap(true, Ordering::SeqCst) {
+    if !ARMED.load(Ordering::Acquire) && !ARMED.swap(true, Ordering::SeqCst) {
         arm(s);
     }
     Some(s)

@@ -4,10 +4,21 @@ use super::thread::PER_THREAD;
 use crate::config;
 use crate::trace::Process;
 
-/// Set-uid/set-gid processes get no configuration and write nothing (`secure_getenv`).
+/// Set-uid/set-gid processes get no configuration and write nothing (`secure_getenv`). Asked
+/// on every hooked call: the answer is fixed for the life of the image, so it is kept.
 pub fn is_privileged() -> bool {
-    // SAFETY: getauxval has no preconditions.
-    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static SECURE: AtomicU8 = AtomicU8::new(0); // 0: not asked yet, 1: no, 2: yes
+    match SECURE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            // SAFETY: getauxval has no preconditions.
+            let secure = unsafe { libc::getauxval(libc::AT_SECURE) != 0 };
+            SECURE.store(if secure { 2 } else { 1 }, Ordering::Relaxed);
+            secure
+        }
+    }
 }
 
 /// `getenv` with `secure_getenv` semantics.

@@ -2,6 +2,7 @@
 //! runtime said, the sticky error it already attributed, the versions it learnt.
 
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use crate::check::matmul::KnownError;
 use crate::cuda;
@@ -34,7 +35,9 @@ pub struct Versions {
 pub(super) struct ProcessFacts {
     identity: Mutex<Identity>,
     pub forked_from: Option<ForkOrigin>,
-    known_error: Mutex<Option<KnownError>>,
+    /// The first sticky error (code, seq); read on every guarded call, so kept in atomics.
+    known_code: AtomicI32,
+    known_seq: AtomicU64,
     driver_error: Mutex<Option<String>>,
     /// What the program's own first cudaGetDeviceCount returned: (status, count).
     device_count: Mutex<Option<(i32, Option<i32>)>>,
@@ -46,7 +49,8 @@ impl ProcessFacts {
         Self {
             identity: Mutex::new(identity),
             forked_from: None,
-            known_error: Mutex::new(None),
+            known_code: AtomicI32::new(0),
+            known_seq: AtomicU64::new(0),
             driver_error: Mutex::new(None),
             device_count: Mutex::new(None),
             versions: Mutex::new(Versions::default()),
@@ -61,7 +65,8 @@ impl ProcessFacts {
         Self {
             identity: Mutex::new(identity),
             forked_from: Some(ForkOrigin { parent_pid, parent_first_call: first_call }),
-            known_error: Mutex::new(None),
+            known_code: AtomicI32::new(0),
+            known_seq: AtomicU64::new(0),
             driver_error: Mutex::new(None),
             device_count: Mutex::new(None),
             versions: Mutex::new(*self.versions.lock()),
@@ -78,12 +83,17 @@ impl ProcessFacts {
     }
 
     pub fn known_error(&self) -> Option<KnownError> {
-        *self.known_error.lock()
+        match self.known_code.load(Ordering::Acquire) {
+            0 => None,
+            code => Some(KnownError { code, seq: self.known_seq.load(Ordering::Acquire) }),
+        }
     }
 
+    /// The first sticky error wins; its seq is stored before its code is published.
     pub fn note_error(&self, code: i32, seq: u64) {
-        if cuda::cuda_error_is_sticky(code) {
-            self.known_error.lock().get_or_insert(KnownError { code, seq });
+        if cuda::cuda_error_is_sticky(code) && self.known_code.load(Ordering::Acquire) == 0 {
+            let _ = self.known_seq.compare_exchange(0, seq, Ordering::AcqRel, Ordering::Acquire);
+            let _ = self.known_code.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
         }
     }
 

@@ -197,7 +197,9 @@ impl MatmulCheck<'_> {
         }
         let mode = self.pointer_mode();
         for (name, ptr) in [("alpha", self.call.alpha), ("beta", self.call.beta)] {
-            let tracked = allocations.containing(ptr).is_some();
+            // A scalar on this thread's own stack (the common `float alpha = 1;`) is host memory:
+            // no allocation holds it, and asking would cost a lookup on every call.
+            let tracked = !device.is_on_this_threads_stack(ptr) && allocations.containing(ptr).is_some();
             match mode {
                 PointerMode::Host if tracked => {
                     return Some(Finding::new(

@@ -36,7 +36,7 @@ fn intercept<R: Copy + Into<i64>>(hook: Hook, forward: impl Fn() -> R, handler: 
     };
     let outcome = catch_unwind(AssertUnwindSafe(|| match lifecycle::session() {
         Some(s) => {
-            let device = RealDevice { session: s };
+            let device = RealDevice::new(s);
             let call = Call::begin(s, hook, &device, &RealOutlet, &tracked);
             let r = handler(&call);
             if !call.was_recorded() {
