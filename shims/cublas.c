@@ -21,6 +21,13 @@
 
 int cudashim_inject(const char *function);
 int cudashim_driver_error(void);
+int cudashim_reserve(size_t bytes);
+void cudashim_release(size_t bytes);
+
+/* Like cuBLAS, a handle takes a workspace of device memory when it is created: without room
+ * for it, cublasCreate fails with NOT_INITIALIZED (the guide's "out of memory at handle
+ * creation"). */
+#define HANDLE_WORKSPACE ((size_t)64 << 10)
 int cudashim_sticky_error(void);
 int cudashim_is_device_range(const void *ptr, size_t bytes);
 int cudashim_stream_valid(cudaStream_t stream);
@@ -58,6 +65,7 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
     int injected = cudashim_inject("cublasCreate_v2");
     if (injected) return injected;
     if (cudashim_driver_error() || cudashim_sticky_error()) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!cudashim_reserve(HANDLE_WORKSPACE)) return CUBLAS_STATUS_NOT_INITIALIZED;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_HANDLES; i++) {
         if (handles[i].state == UNUSED) {
@@ -68,6 +76,7 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
         }
     }
     pthread_mutex_unlock(&lock);
+    cudashim_release(HANDLE_WORKSPACE);
     return CUBLAS_STATUS_ALLOC_FAILED;
 }
 
@@ -75,6 +84,7 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
     struct cublasContext *h = alive(handle);
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     h->state = DESTROYED; /* never reused, so a stale handle stays recognisable */
+    cudashim_release(HANDLE_WORKSPACE);
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -223,6 +223,23 @@ int cudashim_driver_error(void) {
 
 int cudashim_sticky_error(void) { return sticky_error; }
 
+/* Device memory the stand-in libraries take for themselves (cuBLAS's workspace): 1 when the
+ * memory limit allows it. Not an allocation the program can see. */
+int cudashim_reserve(size_t bytes) {
+    pthread_once(&init_once, initialise);
+    pthread_mutex_lock(&lock);
+    int ok = bytes <= memory_total - bytes_in_use;
+    if (ok) bytes_in_use += bytes;
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
+void cudashim_release(size_t bytes) {
+    pthread_mutex_lock(&lock);
+    bytes_in_use -= bytes < bytes_in_use ? bytes : bytes_in_use;
+    pthread_mutex_unlock(&lock);
+}
+
 /* 1 when [ptr, ptr + bytes) lies inside one live allocation. */
 int cudashim_is_device_range(const void *ptr, size_t bytes) {
     uintptr_t p = (uintptr_t)ptr;

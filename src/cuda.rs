@@ -20,6 +20,7 @@ pub fn cublas_status_name(status: i32) -> &'static str {
 
 pub const CUBLAS_SUCCESS: i32 = 0;
 pub const CUBLAS_NOT_INITIALIZED: i32 = 1;
+pub const CUBLAS_ALLOC_FAILED: i32 = 3;
 pub const CUBLAS_INVALID_VALUE: i32 = 7;
 pub const CUBLAS_EXECUTION_FAILED: i32 = 13;
 

@@ -257,6 +257,11 @@ impl Allocations {
         }
     }
 
+    /// The largest live allocation's size (at fault time only: it walks the table).
+    pub fn largest(&self) -> u64 {
+        self.map.read().values().map(|a| a.size).max().unwrap_or(0)
+    }
+
     pub fn totals(&self) -> LiveTotals {
         LiveTotals { bytes: self.live_bytes.load(Ordering::Relaxed), count: self.live_count.load(Ordering::Relaxed) }
     }

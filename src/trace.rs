@@ -149,7 +149,25 @@ pub enum InitCauseKind {
     NoDriver,
     DriverTooOld,
     NoDevice,
+    /// No device memory left for the library's own needs (cuBLAS's workspace at handle creation).
+    OutOfMemory,
+    /// CUDA used in a child forked after the parent initialised it.
+    ForkedChild,
+    /// An earlier sticky error left the CUDA context unusable.
+    ContextLost,
     Other,
+}
+
+/// Device and process memory when handle creation failed for want of it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CauseMemory {
+    /// `cudaMemGetInfo`, when the runtime could answer.
+    pub free: Option<u64>,
+    pub total: Option<u64>,
+    /// The live allocations this process holds (those the guard saw).
+    pub live_count: u64,
+    pub live_bytes: u64,
+    pub largest: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -162,6 +180,19 @@ pub struct InitCause {
     /// What `cudaGetDeviceCount` returned when the guard asked (or the program's own call).
     pub device_count_status: Option<i32>,
     pub device_count: Option<i32>,
+    /// out_of_memory: the memory at that moment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<CauseMemory>,
+    /// forked_child: the parent's pid and the first CUDA call it made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_first_call: Option<String>,
+    /// context_lost: the sticky error already pending, and the call that revealed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_error: Option<CudaErrorRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_since_seq: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

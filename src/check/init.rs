@@ -3,7 +3,7 @@
 //! FFI layer found by asking.
 
 use crate::cuda;
-use crate::trace::{InitCause, InitCauseKind};
+use crate::trace::{CauseMemory, CudaErrorRecord, InitCause, InitCauseKind};
 
 /// The answers the FFI layer collected.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -62,7 +62,81 @@ pub fn classify(probe: &DriverProbe) -> InitCause {
         runtime_version: probe.runtime_version,
         device_count_status: probe.device_count_status,
         device_count: probe.device_count,
+        memory: None,
+        parent_pid: None,
+        parent_first_call: None,
+        pending_error: None,
+        pending_since_seq: None,
     }
+}
+
+/// Below this much free device memory, a failed handle creation is blamed on memory: cuBLAS
+/// takes a workspace (4 to 32 MiB, by architecture) and its kernels' modules when a handle is
+/// created.
+pub const HANDLE_NEEDS_BYTES: u64 = 64 << 20;
+
+/// What the process knew when CUDA (or a handle) could not start, beyond what the driver said.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InitContext {
+    /// This process was forked from (pid, its first CUDA call) after that parent used CUDA.
+    pub forked_from: Option<(u32, Option<String>)>,
+    /// A sticky error already pending: (code, the call that revealed it).
+    pub pending_sticky: Option<(i32, u64)>,
+    /// The failing call creates a handle (cublasCreate, cublasLtCreate).
+    pub creating_handle: bool,
+    /// The library said ALLOC_FAILED itself.
+    pub alloc_failed: bool,
+    pub memory: Option<CauseMemory>,
+}
+
+/// Every cause of a failed start, most specific first: CUDA used after fork, a context already
+/// lost to a sticky error, then the driver's causes, then memory at handle creation.
+pub fn explain(probe: &DriverProbe, context: &InitContext) -> InitCause {
+    let mut cause = classify(probe);
+    if let Some((pid, first)) = &context.forked_from {
+        cause.kind = InitCauseKind::ForkedChild;
+        let what = first.as_ref().map(|c| format!(" (its first CUDA call: {c})")).unwrap_or_default();
+        cause.message = format!(
+            "this process was forked from pid {pid} after that process initialised CUDA{what}: a CUDA context does not \
+             survive fork(), and every CUDA call in the child fails. Start workers with the spawn method instead \
+             (multiprocessing's or torch.multiprocessing.set_start_method(\"spawn\"), or a DataLoader's \
+             multiprocessing_context=\"spawn\"); a worker_init_fn does not help"
+        );
+        cause.parent_pid = Some(*pid);
+        cause.parent_first_call = first.clone();
+        return cause;
+    }
+    if let Some((code, seq)) = context.pending_sticky {
+        cause.kind = InitCauseKind::ContextLost;
+        cause.message = format!(
+            "the CUDA context was already lost: {} ({code}) has been pending since call #{seq}, and every later call \
+             fails with it until the process restarts; the real fault is that earlier one",
+            cuda::cuda_error_name(code)
+        );
+        cause.pending_error = Some(CudaErrorRecord { code, name: cuda::cuda_error_name(code).to_string(), call: "an earlier call".into() });
+        cause.pending_since_seq = Some(seq);
+        return cause;
+    }
+    let short_of_memory = context.memory.as_ref().and_then(|m| m.free).is_some_and(|free| free < HANDLE_NEEDS_BYTES);
+    if context.creating_handle && (context.alloc_failed || (cause.kind == InitCauseKind::Other && short_of_memory)) {
+        cause.kind = InitCauseKind::OutOfMemory;
+        let m = context.memory.clone().unwrap_or_default();
+        let free = match (m.free, m.total) {
+            (Some(free), Some(total)) => format!("{} MiB of {} MiB free on the device", free >> 20, total >> 20),
+            _ => "the device's free memory unknown".into(),
+        };
+        cause.message = format!(
+            "no device memory left for the handle's workspace: {free}; this process holds {} live allocation(s), \
+             {} MiB in all, the largest {} MiB. A framework's caching allocator can hold nearly all memory \
+             (free it first: torch.cuda.empty_cache(), a smaller batch; TensorFlow: TF_FORCE_GPU_ALLOW_GROWTH=true), \
+             or create the handle before the large allocations",
+            m.live_count,
+            m.live_bytes >> 20,
+            m.largest >> 20
+        );
+        cause.memory = Some(m);
+    }
+    cause
 }
 
 fn no_device_or_other(probe: &DriverProbe) -> (InitCauseKind, String) {
@@ -90,6 +164,48 @@ fn no_device_or_other(probe: &DriverProbe) -> (InitCauseKind, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn healthy_driver() -> DriverProbe {
+        DriverProbe {
+            driver_loadable: true,
+            driver_version: Some(12090),
+            runtime_version: Some(12090),
+            cu_init: Some(0),
+            device_count_status: Some(0),
+            device_count: Some(1),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_forked_child_is_named_with_its_parent_before_anything_else() {
+        let context = InitContext { forked_from: Some((41, Some("cudaMalloc".into()))), pending_sticky: Some((700, 3)), ..Default::default() };
+        let c = explain(&healthy_driver(), &context);
+        assert_eq!((c.kind, c.parent_pid, c.parent_first_call.as_deref()), (InitCauseKind::ForkedChild, Some(41), Some("cudaMalloc")));
+        assert!(c.message.contains("spawn"), "{}", c.message);
+    }
+
+    #[test]
+    fn a_context_lost_to_a_sticky_error_names_it() {
+        let c = explain(&healthy_driver(), &InitContext { pending_sticky: Some((700, 9)), creating_handle: true, ..Default::default() });
+        assert_eq!(c.kind, InitCauseKind::ContextLost);
+        assert_eq!((c.pending_error.map(|e| e.code), c.pending_since_seq), (Some(700), Some(9)));
+        assert!(c.message.contains("cudaErrorIllegalAddress (700)") && c.message.contains("#9"), "{}", c.message);
+    }
+
+    #[test]
+    fn handle_creation_short_of_memory_is_out_of_memory_with_the_figures() {
+        let memory = CauseMemory { free: Some(1 << 20), total: Some(16 << 20), live_count: 15, live_bytes: 15 << 20, largest: 1 << 20 };
+        let context = InitContext { creating_handle: true, memory: Some(memory.clone()), ..Default::default() };
+        let c = explain(&healthy_driver(), &context);
+        assert_eq!((c.kind, c.memory.as_ref()), (InitCauseKind::OutOfMemory, Some(&memory)));
+        assert!(c.message.contains("1 MiB of 16 MiB free") && c.message.contains("15 live allocation(s)"), "{}", c.message);
+        // Plenty of memory: not memory. No driver: the driver, whatever the memory says.
+        let roomy = CauseMemory { free: Some(8 << 30), total: Some(16 << 30), ..Default::default() };
+        assert_eq!(explain(&healthy_driver(), &InitContext { creating_handle: true, memory: Some(roomy), ..Default::default() }).kind, InitCauseKind::Other);
+        let no_driver = DriverProbe { load_error: Some("not found".into()), ..Default::default() };
+        assert_eq!(explain(&no_driver, &context).kind, InitCauseKind::NoDriver);
+    }
 
     #[test]
     fn names_a_missing_driver() {

@@ -35,7 +35,13 @@ pub(crate) fn create_handle(call: &Call<'_, c_int>, out: *mut Handle, table: &Ha
         call.report_init_failure(status, cuda::cublas_status_name(status), None);
     } else if status != cuda::CUBLAS_SUCCESS {
         let finding = Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cublas_status_name(status)));
-        call.report(call.fault(finding, status, cuda::cublas_status_name(status)));
+        let mut fault = call.fault(finding, status, cuda::cublas_status_name(status));
+        if status == cuda::CUBLAS_ALLOC_FAILED {
+            // cuBLAS itself ran out of device memory creating the handle: the same story.
+            let probe = crate::check::init::DriverProbe { driver_loadable: true, ..Default::default() };
+            fault.cause = Some(crate::check::init::explain(&probe, &call.init_context(true)));
+        }
+        call.report(fault);
     }
     status
 }

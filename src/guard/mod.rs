@@ -164,12 +164,38 @@ impl<'a, R: Copy> Call<'a, R> {
         }
         // The program's own cudaGetDeviceCount answer, if it asked, beats asking again (a
         // pending error would stop the guard from asking without disturbing it).
-        let cause = init::classify(&self.device.probe_driver(device_count.or_else(|| s.device_count())));
+        let probe = self.device.probe_driver(device_count.or_else(|| s.device_count()));
+        let cause = init::explain(&probe, &self.init_context(false));
         s.set_driver_error(cause.message.clone());
         let finding = Finding::new(FaultKind::InitFailed, format!("returned {status_name} ({status}): {}", cause.message));
         let mut fault = self.fault(finding, status, status_name);
         fault.cause = Some(cause);
         self.report(fault);
+    }
+
+    /// What the session knows that explains a failed start: a fork after the parent used CUDA,
+    /// a sticky error already pending, and (when a handle is being created) the memory.
+    pub fn init_context(&self, alloc_failed: bool) -> init::InitContext {
+        let s = self.session;
+        let creating_handle = matches!(self.hook, Hook::cublasCreate_v2 | Hook::cublasLtCreate);
+        let memory = creating_handle.then(|| {
+            let totals = s.allocations.totals();
+            let device = self.device.memory_info();
+            crate::trace::CauseMemory {
+                free: device.map(|d| d.0),
+                total: device.map(|d| d.1),
+                live_count: totals.count,
+                live_bytes: totals.bytes,
+                largest: s.allocations.largest(),
+            }
+        });
+        init::InitContext {
+            forked_from: s.forked_from().filter(|o| o.parent_first_call.is_some()).map(|o| (o.parent_pid, o.parent_first_call)),
+            pending_sticky: s.known_error().map(|k| (k.code, k.seq)),
+            creating_handle,
+            alloc_failed,
+            memory,
+        }
     }
 }
 

@@ -23,9 +23,7 @@ use crate::recorder::{RecordedCall, Recorder};
 use crate::state::{Allocations, Handles, LiveObjects};
 use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
 pub use device_scan::DeviceScanState;
-#[cfg(test)]
-pub use facts::ForkOrigin;
-pub use facts::{Identity, Versions};
+pub use facts::{ForkOrigin, Identity, Versions};
 pub use faults::Recorded;
 
 use facts::ProcessFacts;
@@ -155,7 +153,6 @@ impl Session {
     }
 
     /// Set when this process is the child of a fork made after the guard started.
-    #[cfg(test)]
     pub fn forked_from(&self) -> Option<ForkOrigin> {
         self.facts.forked_from.clone()
     }

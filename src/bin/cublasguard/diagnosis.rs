@@ -52,7 +52,9 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
     let row_major = fault.operands.iter().map(row_major).collect();
     let tf32 = fault.handle.as_ref().is_some_and(|h| h.reduced_precision);
     let steps = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let (cause, mut next_steps) = match fault.kind {
+    // A failed handle creation with a cause (ALLOC_FAILED) reads like a failed start.
+    let kind = if fault.kind == FaultKind::ApiError && fault.cause.is_some() { FaultKind::InitFailed } else { fault.kind };
+    let (cause, mut next_steps) = match kind {
         FaultKind::NonfiniteInput => match earlier_nonfinite {
             Some(seq) => (
                 format!("propagation: the non-finite values came from an earlier call (#{seq}); that one is where to look"),
@@ -171,6 +173,19 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
                 ]),
                 Some(InitCauseKind::NoDevice) => steps(&[
                     "Check CUDA_VISIBLE_DEVICES (empty or -1 hides every GPU) and that the job or container was given a GPU.",
+                ]),
+                Some(InitCauseKind::OutOfMemory) => steps(&[
+                    "The device had no room for cuBLAS's workspace: this is memory, not the driver. Reinstalling drivers will not help.",
+                    "PyTorch: torch.cuda.empty_cache() before the first matmul, a smaller batch, or PYTORCH_CUDA_ALLOC_CONF to cap the caching allocator; TensorFlow: TF_FORCE_GPU_ALLOW_GROWTH=true (it maps all memory otherwise).",
+                    "Check nvidia-smi for other processes holding memory on the same GPU.",
+                ]),
+                Some(InitCauseKind::ForkedChild) => steps(&[
+                    "Use the spawn start method for workers that touch CUDA: torch.multiprocessing.set_start_method(\"spawn\"), or DataLoader(..., multiprocessing_context=\"spawn\").",
+                    "Or keep CUDA out of the parent until the workers are started; worker_init_fn does not help, the context is already lost at fork.",
+                ]),
+                Some(InitCauseKind::ContextLost) => steps(&[
+                    "This is not the first fault: read the earlier one, whose call number the cause names; every call after it fails the same way.",
+                    "Run again with the guard (or CUDA_LAUNCH_BLOCKING=1) to pin that first fault to its call.",
                 ]),
                 _ => steps(&[
                     "Check nvidia-smi for the device state, memory already in use at start-up, and driver messages (dmesg).",
