@@ -33,6 +33,8 @@ fn cuda_version(v: i32) -> String {
 }
 
 /// What the driver said, through libloading (a missing library is an error, never a panic).
+/// The doctor loads the driver on purpose, to ask it: the opposite of the guard, whose typed
+/// table of CUDA functions (`ffi/cuda_api.rs`) only ever finds libraries the program loaded.
 #[derive(Default)]
 struct Driver {
     loaded: bool,
