@@ -24,7 +24,7 @@ pub struct Check {
     pub fix: Option<String>,
 }
 
-fn check(name: &'static str, status: Status, evidence: impl Into<String>, fix: Option<&str>) -> Check {
+pub fn check(name: &'static str, status: Status, evidence: impl Into<String>, fix: Option<&str>) -> Check {
     Check { name, status, evidence: evidence.into(), fix: fix.map(str::to_string) }
 }
 
@@ -42,6 +42,8 @@ struct Driver {
     version: Option<i32>,
     init: Option<i32>,
     devices: Vec<String>,
+    /// Each device's compute capability (major, minor).
+    capabilities: Vec<(i32, i32)>,
 }
 
 fn probe_driver() -> Driver {
@@ -92,6 +94,7 @@ fn probe_driver() -> Driver {
                         attr(&mut major, 75, dev);
                         attr(&mut minor, 76, dev);
                         text = format!("device {ordinal}: {n} (compute capability {major}.{minor})");
+                        d.capabilities.push((major, minor));
                     }
                 }
                 d.devices.push(text);
@@ -170,7 +173,13 @@ fn libraries() -> BTreeMap<String, BTreeMap<u32, Vec<PathBuf>>> {
     found
 }
 
-pub fn run_checks() -> Vec<Check> {
+/// Which Python to ask about the frameworks, and for how long.
+pub struct PythonOptions {
+    pub python: PathBuf,
+    pub timeout: std::time::Duration,
+}
+
+pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
     let mut checks = Vec::new();
     let driver = probe_driver();
     match (&driver.load_error, driver.version) {
@@ -258,6 +267,14 @@ pub fn run_checks() -> Vec<Check> {
             checks.push(check("TF32", Status::Ok, format!("{var}={v} ({meaning})"), None));
         }
     }
+    let machine = crate::framework::Machine {
+        driver_loaded: driver.loaded,
+        driver_cuda: driver.version,
+        devices: driver.capabilities.clone(),
+        nvcc: crate::framework::nvcc_release(),
+    };
+    let answer = crate::framework::probe(&python.python, python.timeout);
+    checks.extend(crate::framework::checks(&answer, &python.python, &machine));
     match crate::run::find_guard_library() {
         Ok(p) => checks.push(check("guard", Status::Ok, format!("libcublasguard.so at {}", p.display()), None)),
         Err(e) => checks.push(check("guard", Status::Warn, e.message, Some("cargo build --release, or set CUBLASGUARD_LIB"))),
@@ -280,9 +297,9 @@ pub fn render(checks: &[Check], colour: bool) -> String {
     };
     let mut out = String::new();
     for c in checks {
-        out.push_str(&format!("{} {:<20} {}\n", paint(c.status), c.name, c.evidence));
+        out.push_str(&format!("{} {:<21} {}\n", paint(c.status), c.name, c.evidence));
         if let Some(fix) = &c.fix {
-            out.push_str(&format!("     {:<20} fix: {fix}\n", ""));
+            out.push_str(&format!("     {:<21} fix: {fix}\n", ""));
         }
     }
     let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);

@@ -2,6 +2,7 @@
 
 mod diagnosis;
 mod doctor;
+mod framework;
 mod report;
 mod run;
 mod timeline;
@@ -68,12 +69,19 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "text")]
         format: report::Format,
     },
-    /// Check this machine's CUDA setup: driver, devices, libraries, versions, variables
+    /// Check this machine's CUDA setup: driver, devices, libraries, versions, variables, and
+    /// the frameworks (PyTorch, JAX, TensorFlow) of the Python you run
     #[command(after_help = "Exit status: 0 when no check fails, 1 otherwise.")]
     Doctor {
         /// Print the checks as JSON
         #[arg(long)]
         json: bool,
+        /// The Python whose PyTorch, JAX and TensorFlow to check (asked in a child process)
+        #[arg(long, value_name = "PATH", default_value = "python3")]
+        python: PathBuf,
+        /// Seconds to wait for the frameworks to import before giving up on them
+        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        python_timeout: u64,
     },
     /// Write a trace's calls and faults as Chrome Trace Event JSON (Perfetto, chrome://tracing)
     Timeline {
@@ -146,8 +154,9 @@ fn main() -> ExitCode {
             run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env: Vec::new(), quiet_summary: false, stdout_to_stderr: false })
         }
         Cmd::Report { paths, format } => report_cmd(&paths, format),
-        Cmd::Doctor { json } => {
-            let checks = doctor::run_checks();
+        Cmd::Doctor { json, python, python_timeout } => {
+            let options = doctor::PythonOptions { python, timeout: std::time::Duration::from_secs(python_timeout) };
+            let checks = doctor::run_checks(&options);
             let text = if json {
                 serde_json::to_string_pretty(&checks).unwrap_or_default() + "\n"
             } else {

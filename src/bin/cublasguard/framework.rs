@@ -1,0 +1,446 @@
+//! The framework part of `cublasguard doctor`: what the Python the user runs has installed
+//! (PyTorch, JAX, TensorFlow), asked in a child interpreter with a time limit (a broken install
+//! must not hang or crash the doctor, and no framework is imported into the doctor's process),
+//! and checked against the machine: a CPU-only build on a machine with a GPU, a build for a
+//! newer CUDA than the driver, no kernels for the device's architecture, several CUDA majors
+//! loaded at once, nvcc's version mistaken for the one that matters.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use crate::doctor::{check, Check, Status};
+
+/// Run in the user's interpreter: imports each framework that is installed and prints one JSON
+/// object on its last line. Every question is guarded, so a partial install still answers.
+const PROBE: &str = r#"
+import importlib.util, json, sys
+out = {"python": sys.version.split()[0], "executable": sys.executable}
+def loaded_cuda_libraries():
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "/lib" in line and any(n in line for n in ("libcudart.so", "libcublas.so", "libcublasLt.so", "libcudnn.so"))}
+        return sorted(paths)
+    except Exception:
+        return []
+def attempt(f):
+    try:
+        return f()
+    except Exception as e:
+        return None
+if importlib.util.find_spec("torch") is not None:
+    t = {}
+    try:
+        import torch
+        t["version"] = getattr(torch, "__version__", None)
+        t["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+        arch = attempt(lambda: list(torch.cuda.get_arch_list())) or []
+        if not arch:
+            flags = attempt(lambda: torch._C._cuda_getArchFlags())
+            arch = flags.split() if flags else []
+        t["arch_list"] = arch
+        t["cudnn"] = attempt(lambda: torch.backends.cudnn.version())
+        t["libraries"] = loaded_cuda_libraries()
+    except BaseException as e:
+        t["error"] = "%s: %s" % (type(e).__name__, e)
+    out["torch"] = t
+if importlib.util.find_spec("jax") is not None:
+    j = {}
+    try:
+        import importlib.metadata as md
+        import jax
+        j["version"] = getattr(jax, "__version__", None)
+        j["jaxlib"] = attempt(lambda: md.version("jaxlib"))
+        plugins = []
+        for name in ("jax-cuda13-plugin", "jax-cuda12-plugin", "jax_cuda13_plugin", "jax_cuda12_plugin"):
+            v = attempt(lambda: md.version(name))
+            if v:
+                plugins.append("%s %s" % (name.replace("_", "-"), v))
+        j["cuda_plugins"] = sorted(set(plugins))
+        gpus = attempt(lambda: jax.devices("gpu"))
+        j["gpus"] = len(gpus) if gpus is not None else 0
+    except BaseException as e:
+        j["error"] = "%s: %s" % (type(e).__name__, e)
+    out["jax"] = j
+if importlib.util.find_spec("tensorflow") is not None:
+    f = {}
+    try:
+        import tensorflow as tf
+        f["version"] = getattr(tf, "__version__", None)
+        f["built_with_cuda"] = attempt(lambda: bool(tf.test.is_built_with_cuda()))
+        f["cuda"] = attempt(lambda: tf.sysconfig.get_build_info().get("cuda_version"))
+        f["gpus"] = attempt(lambda: len(tf.config.list_physical_devices("GPU")))
+    except BaseException as e:
+        f["error"] = "%s: %s" % (type(e).__name__, e)
+    out["tensorflow"] = f
+print(json.dumps(out))
+"#;
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Torch {
+    pub version: Option<String>,
+    /// `torch.version.cuda`: None for a CPU-only build.
+    pub cuda: Option<String>,
+    #[serde(default)]
+    pub arch_list: Vec<String>,
+    pub cudnn: Option<i64>,
+    #[serde(default)]
+    pub libraries: Vec<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Jax {
+    pub version: Option<String>,
+    pub jaxlib: Option<String>,
+    #[serde(default)]
+    pub cuda_plugins: Vec<String>,
+    #[serde(default)]
+    pub gpus: u32,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct TensorFlow {
+    pub version: Option<String>,
+    pub built_with_cuda: Option<bool>,
+    pub cuda: Option<String>,
+    pub gpus: Option<u32>,
+    pub error: Option<String>,
+}
+
+/// What the interpreter answered.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Frameworks {
+    pub python: Option<String>,
+    pub executable: Option<String>,
+    pub torch: Option<Torch>,
+    pub jax: Option<Jax>,
+    pub tensorflow: Option<TensorFlow>,
+}
+
+/// Why the frameworks could not be asked.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ProbeError {
+    NoPython(String),
+    TimedOut(u64),
+    Failed(String),
+}
+
+/// Runs the probe in `python`, stopping it after `limit`.
+pub fn probe(python: &Path, limit: Duration) -> Result<Frameworks, ProbeError> {
+    let mut child = Command::new(python)
+        .args(["-c", PROBE])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| ProbeError::NoPython(format!("{}: {e}", python.display())))?;
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(ProbeError::TimedOut(limit.as_secs()));
+            }
+            Err(e) => return Err(ProbeError::Failed(e.to_string())),
+        }
+    };
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_string(&mut stdout);
+    }
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut stderr);
+    }
+    let last = stdout.lines().rev().find(|l| l.trim_start().starts_with('{'));
+    match last.map(serde_json::from_str::<Frameworks>) {
+        Some(Ok(f)) => Ok(f),
+        _ => Err(ProbeError::Failed(format!("{status}: {}", stderr.lines().last().unwrap_or("no answer")))),
+    }
+}
+
+/// What the doctor knows about the machine, for the framework checks.
+#[derive(Clone, Debug, Default)]
+pub struct Machine {
+    pub driver_loaded: bool,
+    /// The driver's CUDA version (cuDriverGetVersion, e.g. 12040).
+    pub driver_cuda: Option<i32>,
+    /// Each device's compute capability.
+    pub devices: Vec<(i32, i32)>,
+    /// `nvcc --version`'s release, e.g. "12.4".
+    pub nvcc: Option<String>,
+}
+
+/// "13.2" → 13020, as the driver reports versions.
+fn version_number(text: &str) -> Option<i32> {
+    let mut parts = text.trim().split('.');
+    let major: i32 = parts.next()?.parse().ok()?;
+    let minor: i32 = parts.next().unwrap_or("0").parse().ok()?;
+    Some(major * 1000 + minor * 10)
+}
+
+fn cuda_text(v: i32) -> String {
+    format!("{}.{}", v / 1000, v % 1000 / 10)
+}
+
+/// Whether a build with these architectures runs on a device of compute capability (major,
+/// minor): its own binary (sm_XY with the same major and a minor at most the device's), or
+/// PTX (compute_XY) at most the device's, which the driver compiles.
+pub fn runs_on(arch_list: &[String], major: i32, minor: i32) -> bool {
+    let device = major * 10 + minor;
+    arch_list.iter().any(|a| {
+        let (ptx, number) = match (a.strip_prefix("sm_"), a.strip_prefix("compute_")) {
+            (Some(n), _) => (false, n),
+            (_, Some(n)) => (true, n),
+            _ => return false,
+        };
+        let digits: String = number.chars().take_while(|c| c.is_ascii_digit()).collect();
+        let Ok(arch) = digits.parse::<i32>() else { return false };
+        if ptx {
+            arch <= device
+        } else {
+            arch / 10 == major && arch <= device
+        }
+    })
+}
+
+/// The CUDA majors of the runtime and cuBLAS libraries among `paths`.
+fn cuda_majors(paths: &[String]) -> Vec<u32> {
+    let mut majors: Vec<u32> = paths
+        .iter()
+        .filter_map(|p| {
+            let file = p.rsplit('/').next()?;
+            let rest = file.strip_prefix("libcudart.so.").or_else(|| file.strip_prefix("libcublas.so."))?;
+            rest.split('.').next()?.parse().ok()
+        })
+        .collect();
+    majors.sort_unstable();
+    majors.dedup();
+    majors
+}
+
+pub fn checks(answer: &Result<Frameworks, ProbeError>, python: &Path, machine: &Machine) -> Vec<Check> {
+    let mut out = Vec::new();
+    let frameworks = match answer {
+        Ok(f) => f,
+        Err(ProbeError::NoPython(why)) => {
+            out.push(check("frameworks", Status::Warn, format!("no Python to ask ({why})"), Some("pass the interpreter your program uses: cublasguard doctor --python PATH")));
+            return out;
+        }
+        Err(ProbeError::TimedOut(secs)) => {
+            out.push(check(
+                "frameworks",
+                Status::Warn,
+                format!("{} did not finish importing the frameworks within {secs} s (an import hangs: a broken install, or a driver call that never returns)", python.display()),
+                Some("run `python -X importtime -c 'import torch'` to see which import hangs; raise the limit with --python-timeout"),
+            ));
+            return out;
+        }
+        Err(ProbeError::Failed(why)) => {
+            out.push(check("frameworks", Status::Warn, format!("{} could not be asked: {why}", python.display()), None));
+            return out;
+        }
+    };
+    let any = frameworks.torch.is_some() || frameworks.jax.is_some() || frameworks.tensorflow.is_some();
+    if !any {
+        out.push(check("frameworks", Status::Ok, format!("{} (Python {}) has no PyTorch, JAX or TensorFlow", python.display(), frameworks.python.as_deref().unwrap_or("?")), None));
+    }
+    let has_gpu = machine.driver_loaded || !machine.devices.is_empty();
+    if let Some(t) = &frameworks.torch {
+        torch_checks(t, machine, has_gpu, &mut out);
+    }
+    if let Some(j) = &frameworks.jax {
+        match &j.error {
+            Some(e) => out.push(check("jax", Status::Warn, format!("jax is installed but cannot be imported: {e}"), Some("reinstall jax and jaxlib at matching versions"))),
+            None if j.cuda_plugins.is_empty() => out.push(check(
+                "jax",
+                if has_gpu { Status::Fail } else { Status::Warn },
+                format!("jax {} (jaxlib {}) has no CUDA plugin: it runs on the CPU only", j.version.as_deref().unwrap_or("?"), j.jaxlib.as_deref().unwrap_or("?")),
+                Some("pip install \"jax[cuda12]\" (or cuda13) for the GPU build"),
+            )),
+            None => out.push(check(
+                "jax",
+                if has_gpu && j.gpus == 0 { Status::Warn } else { Status::Ok },
+                format!("jax {} with {}; it sees {} GPU(s)", j.version.as_deref().unwrap_or("?"), j.cuda_plugins.join(", "), j.gpus),
+                (has_gpu && j.gpus == 0).then_some("the plugin did not find the GPU: check the driver version against the plugin's CUDA major"),
+            )),
+        }
+    }
+    if let Some(f) = &frameworks.tensorflow {
+        match (&f.error, f.built_with_cuda) {
+            (Some(e), _) => out.push(check("tensorflow", Status::Warn, format!("tensorflow is installed but cannot be imported: {e}"), None)),
+            (None, Some(false)) => out.push(check(
+                "tensorflow",
+                if has_gpu { Status::Fail } else { Status::Warn },
+                format!("tensorflow {} is a CPU-only build", f.version.as_deref().unwrap_or("?")),
+                Some("pip install \"tensorflow[and-cuda]\" for the GPU build"),
+            )),
+            (None, _) => out.push(check(
+                "tensorflow",
+                if has_gpu && f.gpus == Some(0) { Status::Warn } else { Status::Ok },
+                format!("tensorflow {} built for CUDA {}; it sees {} GPU(s)", f.version.as_deref().unwrap_or("?"), f.cuda.as_deref().unwrap_or("?"), f.gpus.map(|g| g.to_string()).unwrap_or("?".into())),
+                None,
+            )),
+        }
+    }
+    out
+}
+
+fn torch_checks(t: &Torch, machine: &Machine, has_gpu: bool, out: &mut Vec<Check>) {
+    if let Some(e) = &t.error {
+        out.push(check("pytorch", Status::Warn, format!("torch is installed but cannot be imported: {e}"), Some("reinstall torch; a mix of CUDA 12 and 13 nvidia-* wheels is a common cause")));
+        return;
+    }
+    let version = t.version.as_deref().unwrap_or("?");
+    let Some(cuda) = t.cuda.as_deref() else {
+        out.push(check(
+            "pytorch",
+            if has_gpu { Status::Fail } else { Status::Warn },
+            format!("torch {version} is a CPU-only build (torch.version.cuda is None): .cuda() fails or the run quietly stays on the CPU"),
+            Some("install a CUDA build of PyTorch (pip's default on Linux x86_64 is one; an index for the 'cpu' variant gives this one)"),
+        ));
+        return;
+    };
+    out.push(check("pytorch", Status::Ok, format!("torch {version}, a CUDA {cuda} build"), None));
+    let built = version_number(cuda);
+    match (machine.driver_cuda, built) {
+        (None, _) => out.push(check(
+            "pytorch vs driver",
+            Status::Fail,
+            format!("no NVIDIA driver: PyTorch's CUDA {cuda} build needs a driver that supports CUDA {cuda} or newer"),
+            Some("install the NVIDIA driver (nvidia-smi must work); in a container, run it with GPU access"),
+        )),
+        (Some(driver), Some(built)) if driver / 1000 < built / 1000 => out.push(check(
+            "pytorch vs driver",
+            Status::Fail,
+            format!("PyTorch is built for CUDA {cuda} but the driver supports CUDA {}: CUDA will not start", cuda_text(driver)),
+            Some("upgrade the NVIDIA driver, or install the PyTorch build for the driver's CUDA major"),
+        )),
+        (Some(driver), Some(built)) if driver < built => out.push(check(
+            "pytorch vs driver",
+            Status::Warn,
+            format!("PyTorch is built for CUDA {cuda}, the driver supports CUDA {}: the same major runs through minor-version compatibility, but kernels that need PTX compiled by the driver may fail", cuda_text(driver)),
+            Some("upgrade the NVIDIA driver to CUDA {cuda} or newer"),
+        )),
+        (Some(driver), _) => out.push(check("pytorch vs driver", Status::Ok, format!("built for CUDA {cuda}; the driver supports CUDA {}", cuda_text(driver)), None)),
+    }
+    let archs = if t.arch_list.is_empty() { "unknown".to_string() } else { t.arch_list.join(" ") };
+    if machine.devices.is_empty() {
+        out.push(check("pytorch architectures", Status::Ok, format!("compiled for {archs}"), None));
+    }
+    for &(major, minor) in &machine.devices {
+        if t.arch_list.is_empty() || runs_on(&t.arch_list, major, minor) {
+            out.push(check("pytorch architectures", Status::Ok, format!("compiled for {archs}; the device is sm_{major}{minor}"), None));
+        } else {
+            out.push(check(
+                "pytorch architectures",
+                Status::Fail,
+                format!("the device is sm_{major}{minor} (compute capability {major}.{minor}) but this PyTorch build has kernels for {archs} only: \"no kernel image is available for execution on the device\" (209), or CUBLAS_STATUS_EXECUTION_FAILED / ARCH_MISMATCH at the first GEMM"),
+                Some("install a PyTorch build that lists this architecture (a newer release, or one built for a newer CUDA)"),
+            ));
+        }
+    }
+    out.push(check(
+        "cuDNN",
+        if t.cudnn.is_some() { Status::Ok } else { Status::Warn },
+        match t.cudnn {
+            Some(v) => format!("cuDNN {v}"),
+            None => "PyTorch found no cuDNN (convolutions and RNNs fall back or fail)".into(),
+        },
+        t.cudnn.is_none().then_some("install the nvidia-cudnn wheel PyTorch depends on (pip install --force-reinstall torch)"),
+    ));
+    let majors = cuda_majors(&t.libraries);
+    let origin = if t.libraries.iter().any(|p| p.contains("/site-packages/nvidia/")) { "NVIDIA's pip wheels" } else { "system paths" };
+    if majors.len() > 1 {
+        out.push(check(
+            "pytorch libraries",
+            Status::Warn,
+            format!("PyTorch loaded CUDA runtimes of several majors ({:?}) from {origin}: {}", majors, t.libraries.join(", ")),
+            Some("remove the nvidia-* wheels of the other CUDA major, or fix LD_LIBRARY_PATH so it does not put another CUDA first"),
+        ));
+    } else if !t.libraries.is_empty() {
+        out.push(check("pytorch libraries", Status::Ok, format!("loaded from {origin}: {}", t.libraries.join(", ")), None));
+    }
+    if let Some(nvcc) = &machine.nvcc {
+        if version_number(nvcc) != built {
+            out.push(check(
+                "nvcc",
+                Status::Ok,
+                format!("nvcc is CUDA {nvcc}, PyTorch's runtime is CUDA {cuda}: the program uses the runtime PyTorch brought; nvcc's version does not matter for it (only for compiling your own CUDA extensions)"),
+                None,
+            ));
+        }
+    }
+}
+
+/// `nvcc --version`'s release ("12.4"), when nvcc is on PATH.
+pub fn nvcc_release() -> Option<String> {
+    let out = Command::new("nvcc").arg("--version").stdin(Stdio::null()).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let after = text.split("release ").nth(1)?;
+    Some(after.split(',').next()?.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn torch(cuda: Option<&str>, archs: &[&str]) -> Result<Frameworks, ProbeError> {
+        Ok(Frameworks {
+            torch: Some(Torch {
+                version: Some("2.5.0".into()),
+                cuda: cuda.map(String::from),
+                arch_list: archs.iter().map(|a| a.to_string()).collect(),
+                cudnn: Some(90100),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn status_of(checks: &[Check], name: &str) -> Status {
+        checks.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no {name}: {checks:#?}")).status
+    }
+
+    #[test]
+    fn architectures_run_on_their_major_or_through_older_ptx() {
+        let archs: Vec<String> = ["sm_50", "sm_60", "sm_70", "sm_80", "sm_86", "sm_90"].iter().map(|s| s.to_string()).collect();
+        assert!(runs_on(&archs, 8, 9), "sm_86 binaries run on 8.9");
+        assert!(runs_on(&archs, 9, 0));
+        assert!(!runs_on(&archs, 12, 0), "no sm_120 and no PTX");
+        let with_ptx: Vec<String> = ["sm_90", "compute_90"].iter().map(|s| s.to_string()).collect();
+        assert!(runs_on(&with_ptx, 12, 0), "PTX 9.0 is compiled by the driver for 12.0");
+    }
+
+    #[test]
+    fn a_cpu_only_build_fails_on_a_machine_with_a_gpu_and_warns_without() {
+        let gpu = Machine { driver_loaded: true, driver_cuda: Some(12090), devices: vec![(9, 0)], nvcc: None };
+        assert_eq!(status_of(&checks(&torch(None, &[]), Path::new("python3"), &gpu), "pytorch"), Status::Fail);
+        assert_eq!(status_of(&checks(&torch(None, &[]), Path::new("python3"), &Machine::default()), "pytorch"), Status::Warn);
+    }
+
+    #[test]
+    fn a_build_for_a_newer_cuda_than_the_driver_fails() {
+        let old_driver = Machine { driver_loaded: true, driver_cuda: Some(12040), devices: vec![(9, 0)], nvcc: Some("12.4".into()) };
+        let c = checks(&torch(Some("13.0"), &["sm_90"]), Path::new("python3"), &old_driver);
+        assert_eq!(status_of(&c, "pytorch vs driver"), Status::Fail);
+        assert_eq!(status_of(&c, "nvcc"), Status::Ok, "nvcc is explained, not blamed");
+        let no_driver = checks(&torch(Some("13.2"), &["sm_90"]), Path::new("python3"), &Machine::default());
+        assert_eq!(status_of(&no_driver, "pytorch vs driver"), Status::Fail);
+    }
+
+    #[test]
+    fn versions_compare_as_the_driver_reports_them() {
+        assert_eq!(version_number("13.2"), Some(13020));
+        assert_eq!(version_number("12"), Some(12000));
+        assert_eq!(cuda_majors(&["/x/nvidia/cu13/lib/libcublas.so.13".into(), "/usr/lib/libcudart.so.12.4.1".into()]), [12, 13]);
+    }
+}

@@ -1,0 +1,127 @@
+//! `cublasguard doctor` checks the framework the user runs: stub PyTorch and JAX packages on
+//! PYTHONPATH, the stand-in driver reporting a chosen version and compute capability, and the
+//! real PyTorch wheel when it is installed.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A folder holding a package `name` whose `__init__.py` is `init`.
+fn stub(label: &str, packages: &[(&str, &str)]) -> PathBuf {
+    let dir = temp_dir(label);
+    for (name, init) in packages {
+        std::fs::create_dir_all(dir.join(name)).unwrap();
+        std::fs::write(dir.join(name).join("__init__.py"), init).unwrap();
+    }
+    dir
+}
+
+/// The doctor's checks as JSON: (name, status, evidence).
+fn doctor(python_path: Option<&Path>, driver: bool, env: &[(&str, &str)], extra: &[&str]) -> Vec<(String, String, String)> {
+    let s = standin();
+    let mut cmd = Command::new(cli());
+    cmd.args(["doctor", "--json"]).args(extra).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+    if driver {
+        cmd.env("LD_LIBRARY_PATH", s.join("driver"));
+    }
+    if let Some(p) = python_path {
+        cmd.env("PYTHONPATH", p);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("doctor");
+    let checks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    checks
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap().to_string(), c["status"].as_str().unwrap().to_string(), c["evidence"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+fn find<'a>(checks: &'a [(String, String, String)], name: &str) -> &'a (String, String, String) {
+    checks.iter().find(|c| c.0 == name).unwrap_or_else(|| panic!("no {name} check: {checks:#?}"))
+}
+
+const CPU_ONLY: &str = "__version__ = '2.5.1+cpu'\nclass version:\n    cuda = None\n";
+
+fn torch_stub(cuda: &str, archs: &str) -> String {
+    format!(
+        "__version__ = '2.5.1+cu{}'\nclass version:\n    cuda = '{cuda}'\nclass cuda:\n    @staticmethod\n    def get_arch_list():\n        return {archs}\nclass backends:\n    class cudnn:\n        @staticmethod\n        def version():\n            return 90100\n",
+        cuda.replace('.', "")
+    )
+}
+
+#[test]
+fn a_cpu_only_pytorch_fails_where_there_is_a_gpu_and_warns_where_there_is_none() {
+    let dir = stub("torch-cpu", &[("torch", CPU_ONLY)]);
+    let with_gpu = doctor(Some(&dir), true, &[], &[]);
+    let c = find(&with_gpu, "pytorch");
+    assert_eq!(c.1, "fail", "{c:?}");
+    assert!(c.2.contains("CPU-only build") && c.2.contains("2.5.1+cpu"), "{}", c.2);
+    assert_eq!(find(&doctor(Some(&dir), false, &[], &[]), "pytorch").1, "warn");
+}
+
+#[test]
+fn a_build_without_the_devices_architecture_fails_naming_both() {
+    let dir = stub("torch-sm90", &[("torch", &torch_stub("12.4", "['sm_50', 'sm_60', 'sm_70', 'sm_80', 'sm_90']"))]);
+    let checks = doctor(Some(&dir), true, &[("CUDASHIM_COMPUTE_CAPABILITY", "12.0"), ("CUDASHIM_DRIVER_VERSION", "12090")], &[]);
+    let c = find(&checks, "pytorch architectures");
+    assert_eq!(c.1, "fail", "{c:?}");
+    assert!(c.2.contains("sm_120") && c.2.contains("sm_50 sm_60 sm_70 sm_80 sm_90"), "{}", c.2);
+    let fine = doctor(Some(&dir), true, &[("CUDASHIM_COMPUTE_CAPABILITY", "8.6")], &[]);
+    assert_eq!(find(&fine, "pytorch architectures").1, "ok", "sm_80 binaries run on 8.6");
+}
+
+#[test]
+fn a_build_for_a_newer_cuda_than_the_driver_fails() {
+    let dir = stub("torch-cu130", &[("torch", &torch_stub("13.0", "['sm_90']"))]);
+    let checks = doctor(Some(&dir), true, &[("CUDASHIM_DRIVER_VERSION", "12040")], &[]);
+    let c = find(&checks, "pytorch vs driver");
+    assert_eq!(c.1, "fail", "{c:?}");
+    assert!(c.2.contains("CUDA 13.0") && c.2.contains("CUDA 12.4"), "{}", c.2);
+}
+
+#[test]
+fn jax_without_a_cuda_plugin_is_named_cpu_only() {
+    let dir = stub("jax-cpu", &[("jax", "__version__ = '0.7.0'\n")]);
+    let checks = doctor(Some(&dir), true, &[], &[]);
+    let c = find(&checks, "jax");
+    assert_eq!(c.1, "fail", "{c:?}");
+    assert!(c.2.contains("no CUDA plugin"), "{}", c.2);
+}
+
+#[test]
+fn a_hanging_framework_import_stops_at_the_time_limit() {
+    let dir = stub("torch-hangs", &[("torch", "import time\ntime.sleep(600)\n")]);
+    let started = std::time::Instant::now();
+    let checks = doctor(Some(&dir), false, &[], &["--python-timeout", "2"]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "the doctor waited for the hanging import");
+    let c = find(&checks, "frameworks");
+    assert_eq!(c.1, "warn");
+    assert!(c.2.contains("within 2 s"), "{}", c.2);
+}
+
+#[test]
+fn the_real_pytorch_wheel_is_named_with_its_cuda_build_architectures_and_the_missing_driver() {
+    let venv = std::env::var("CUBLASGUARD_CACHE").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/cublasguard")).join("torch-venv");
+    let python = venv.join("bin/python");
+    if !venv.join(".complete").exists() {
+        assert!(std::env::var_os("CUBLASGUARD_REQUIRE_TORCH").is_none(), "CUBLASGUARD_REQUIRE_TORCH is set but {} is missing", venv.display());
+        eprintln!("skipped: no PyTorch environment at {} (scripts/fetch-torch.sh)", venv.display());
+        return;
+    }
+    let python = python.display().to_string();
+    let checks = doctor(None, false, &[], &["--python", &python]);
+    let torch = find(&checks, "pytorch");
+    assert_eq!(torch.1, "ok");
+    assert!(torch.2.contains("2.15.0") && torch.2.contains("CUDA 13.2 build"), "{}", torch.2);
+    let archs = find(&checks, "pytorch architectures");
+    assert!(archs.2.contains("sm_90") && archs.2.contains("sm_120"), "{}", archs.2);
+    let driver = find(&checks, "pytorch vs driver");
+    assert_eq!(driver.1, "fail");
+    assert!(driver.2.contains("no NVIDIA driver") && driver.2.contains("13.2"), "{}", driver.2);
+}
