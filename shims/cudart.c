@@ -310,6 +310,20 @@ cudaError_t cudaSetDevice(int device) {
     return device == 0 ? cudaSuccess : fail(101 /* cudaErrorInvalidDevice */);
 }
 
+/* The compute capability, as the driver reports it (CUDASHIM_COMPUTE_CAPABILITY); other
+ * attributes are not modelled. */
+cudaError_t cudaDeviceGetAttribute(int *value, int attr, int device) {
+    count_call(__func__);
+    ENTER();
+    if (!value || device != 0 || (attr != 75 && attr != 76)) return fail(cudaErrorInvalidValue);
+    typedef int (*get_attribute)(int *, int, int);
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    get_attribute get = cuda ? (get_attribute)dlsym(cuda, "cuDeviceGetAttribute") : NULL;
+    int status = get ? get(value, attr, device) : 1;
+    if (cuda) dlclose(cuda);
+    return status ? fail(cudaErrorInvalidValue) : cudaSuccess;
+}
+
 cudaError_t cudaGetDevice(int *device) {
     count_call(__func__);
     ENTER();

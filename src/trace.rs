@@ -66,6 +66,25 @@ pub struct Environment {
     /// Why the on-device scan (CUBLASGUARD_DEVICE_SCAN=on) fell back to the host, if it did.
     #[serde(default)]
     pub device_scan_fallback: Option<String>,
+    /// The framework's own build, when the guard can tell (PyTorch: its version.py beside the
+    /// loaded libtorch_cuda.so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<FrameworkBuild>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct FrameworkBuild {
+    pub name: String,
+    pub version: Option<String>,
+    /// The CUDA version it was built for; null for a CPU-only build.
+    pub cuda: Option<String>,
+}
+
+/// The device a fault ran on, recorded when its architecture may be the cause.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct DeviceRecord {
+    /// "12.0"
+    pub compute_capability: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -133,6 +152,10 @@ pub struct Fault {
     pub operands: Vec<Operand>,
     pub memory: Option<MemoryState>,
     pub backtrace: Vec<String>,
+    /// The device's compute capability, for faults an architecture mismatch explains: error
+    /// 209 (no kernel image), ARCH_MISMATCH, EXECUTION_FAILED at the process's first GEMM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceRecord>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -374,6 +397,7 @@ pub(crate) fn sample_fault(seq: u64) -> Fault {
         operands: vec![],
         memory: None,
         backtrace: vec![],
+        device: None,
     }
 }
 

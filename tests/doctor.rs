@@ -95,6 +95,39 @@ fn jax_without_a_cuda_plugin_is_named_cpu_only() {
 }
 
 #[test]
+fn a_cpu_only_tensorflow_and_a_framework_that_fails_to_import_are_named() {
+    let dir = stub(
+        "tf-cpu",
+        &[
+            ("tensorflow", "__version__ = '2.20.0'\nclass test:\n    @staticmethod\n    def is_built_with_cuda():\n        return False\n"),
+            ("torch", "raise ImportError('libcudnn.so.9: cannot open shared object file')\n"),
+        ],
+    );
+    let checks = doctor(Some(&dir), true, &[], &[]);
+    let tf = find(&checks, "tensorflow");
+    assert_eq!(tf.1, "fail", "{tf:?}");
+    assert!(tf.2.contains("2.20.0") && tf.2.contains("CPU-only"), "{}", tf.2);
+    let torch = find(&checks, "pytorch");
+    assert_eq!(torch.1, "warn");
+    assert!(torch.2.contains("cannot be imported") && torch.2.contains("libcudnn.so.9"), "{}", torch.2);
+}
+
+#[test]
+fn nvcc_on_path_is_explained_as_not_the_version_the_program_uses() {
+    let dir = stub("torch-nvcc", &[("torch", &torch_stub("13.0", "['sm_90']"))]);
+    let bin = temp_dir("fake-nvcc");
+    let nvcc = bin.join("nvcc");
+    std::fs::write(&nvcc, "#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let checks = doctor(Some(&dir), true, &[("PATH", path.as_str())], &[]);
+    let c = find(&checks, "nvcc");
+    assert_eq!(c.1, "ok");
+    assert!(c.2.contains("nvcc is CUDA 12.4") && c.2.contains("CUDA 13.0") && c.2.contains("does not matter"), "{}", c.2);
+}
+
+#[test]
 fn a_hanging_framework_import_stops_at_the_time_limit() {
     let dir = stub("torch-hangs", &[("torch", "import time\ntime.sleep(600)\n")]);
     let started = std::time::Instant::now();
@@ -124,4 +157,7 @@ fn the_real_pytorch_wheel_is_named_with_its_cuda_build_architectures_and_the_mis
     let driver = find(&checks, "pytorch vs driver");
     assert_eq!(driver.1, "fail");
     assert!(driver.2.contains("no NVIDIA driver") && driver.2.contains("13.2"), "{}", driver.2);
+    assert_eq!(find(&checks, "cuDNN").1, "ok");
+    let libraries = find(&checks, "pytorch libraries");
+    assert!(libraries.2.contains("NVIDIA's pip wheels") && libraries.2.contains("libcublas.so.13"), "{}", libraries.2);
 }

@@ -429,3 +429,21 @@ fn the_guard_makes_only_the_runtime_calls_its_checks_need() {
     assert_eq!(cheap.keys().map(String::as_str).collect::<Vec<_>>(), ["cudaDriverGetVersion", "cudaPeekAtLastError", "cudaRuntimeGetVersion"], "{cheap:?}");
     assert_eq!(cheap["cudaPeekAtLastError"], 2, "only the start-up version queries");
 }
+
+#[test]
+fn execution_failed_at_the_first_gemm_records_the_devices_architecture() {
+    let env = [("CUDASHIM_FAIL", "cublasSgemm_v2:1:13"), ("CUDASHIM_COMPUTE_CAPABILITY", "12.0")];
+    let run = scenario("clean", &env);
+    let t = run.trace();
+    let f = t.faults.iter().find(|f| f.api == "cublasSgemm_v2").expect("the first GEMM's fault");
+    assert_eq!((f.kind, f.status), (FaultKind::ApiError, 13));
+    assert_eq!(f.device.as_ref().map(|d| d.compute_capability.as_str()), Some("12.0"));
+    let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("sm_120") && text.contains("without kernels for this device's architecture"), "{text}");
+    // ARCH_MISMATCH at any GEMM is recorded the same way; EXECUTION_FAILED at a later GEMM is not.
+    let t = scenario("clean", &[("CUDASHIM_FAIL", "cublasSgemm_v2:2:8")]).trace();
+    assert_eq!(t.faults.iter().find(|f| f.status == 8).and_then(|f| f.device.as_ref()).map(|d| d.compute_capability.as_str()), Some("9.0"));
+    let t = scenario("clean", &[("CUDASHIM_FAIL", "cublasSgemm_v2:2:13")]).trace();
+    assert!(t.faults.iter().all(|f| f.device.is_none()), "{:#?}", t.faults);
+}

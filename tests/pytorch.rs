@@ -76,6 +76,8 @@ fn torch_behaves_the_same_under_the_guard() {
     assert!(cudart.path.contains("torch-venv") && cudart.path.ends_with("libcudart.so.13"), "{}", cudart.path);
     assert_eq!(t.environment.runtime_version, Some(13020));
     assert!(!t.environment.driver.loaded);
+    let framework = t.environment.framework.as_ref().expect("PyTorch's build named in the environment");
+    assert_eq!((framework.name.as_str(), framework.version.as_deref(), framework.cuda.as_deref()), ("torch", Some("2.15.0+cu132"), Some("13.2")));
     assert!(t.crash.is_none());
     let init = t.faults.iter().find(|f| f.kind == FaultKind::InitFailed).expect("CUDA's failed start");
     assert_eq!(init.api, "cudaGetDeviceCount");

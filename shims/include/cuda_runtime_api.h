@@ -68,6 +68,7 @@ cudaError_t cudaDriverGetVersion(int *driverVersion);
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
+cudaError_t cudaDeviceGetAttribute(int *value, int attr, int device);
 cudaError_t cudaMalloc(void **devPtr, size_t size);
 cudaError_t cudaFree(void *devPtr);
 cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream);

@@ -32,6 +32,10 @@ pub trait Device {
     fn is_on_this_threads_stack(&self, _ptr: u64) -> bool {
         false
     }
+    /// The current device's compute capability (major, minor).
+    fn compute_capability(&self) -> Option<(i32, i32)> {
+        None
+    }
     /// `cudaMemGetInfo` (free, total), asked only when the runtime can answer undisturbed.
     fn memory_info(&self) -> Option<(u64, u64)> {
         None

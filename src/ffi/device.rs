@@ -102,6 +102,19 @@ impl Device for RealDevice<'_> {
         (code == 0).then_some(status != 0)
     }
 
+    fn compute_capability(&self) -> Option<(i32, i32)> {
+        const MAJOR: c_int = 75; // cudaDevAttrComputeCapabilityMajor
+        const MINOR: c_int = 76;
+        let mut device: c_int = 0;
+        if self.quietly(|| api::cudaGetDevice(&mut device))? != 0 {
+            return None;
+        }
+        let (mut major, mut minor) = (0, 0);
+        let ok = self.quietly(|| api::cudaDeviceGetAttribute(&mut major, MAJOR, device))? == 0
+            && self.quietly(|| api::cudaDeviceGetAttribute(&mut minor, MINOR, device))? == 0;
+        ok.then_some((major, minor))
+    }
+
     fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
         super::thread::is_on_own_stack(ptr)
     }

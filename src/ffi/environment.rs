@@ -9,7 +9,7 @@ use super::device;
 use super::real;
 use crate::check::init::DriverProbe;
 use crate::session::Session;
-use crate::trace::{DriverState, Environment, LoadedLibrary};
+use crate::trace::{DriverState, Environment, FrameworkBuild, LoadedLibrary};
 
 const LIBRARY_PREFIXES: &[&str] = &["libcudart.so", "libcublas.so", "libcublasLt.so", "libcuda.so"];
 
@@ -82,7 +82,33 @@ pub(crate) fn collect(s: &Session, live: bool) -> Environment {
         libraries,
         variables,
         device_scan_fallback: s.device_scan.failure(),
+        framework: framework_build(),
     }
+}
+
+/// PyTorch's build, when its CUDA library is loaded: the `version.py` beside it says which
+/// version and which CUDA it was built for.
+fn framework_build() -> Option<FrameworkBuild> {
+    let lib = real::loaded_objects().into_iter().map(|(path, _)| path).find(|p| real::file_name(p).starts_with("libtorch_cuda.so"))?;
+    let torch = std::path::Path::new(&lib).parent()?.parent()?;
+    let text = std::fs::read_to_string(torch.join("version.py")).ok()?;
+    Some(parse_torch_version(&text))
+}
+
+/// `__version__ = '2.15.0+cu132'` and `cuda: Optional[str] = '13.2'` (or `= None`) from
+/// PyTorch's version.py.
+fn parse_torch_version(text: &str) -> FrameworkBuild {
+    let value = |name: &str| {
+        text.lines().find_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let rest = rest.trim_start();
+            // `name = ...` or `name: Optional[str] = ...`
+            let rest = if rest.starts_with(':') { rest.split_once('=')?.1 } else { rest.strip_prefix('=')? };
+            let v = rest.trim().trim_matches(|c| c == '\'' || c == '"');
+            (v != "None" && !v.is_empty()).then(|| v.to_string())
+        })
+    };
+    FrameworkBuild { name: "torch".into(), version: value("__version__"), cuda: value("cuda") }
 }
 
 /// `cuDriverGetVersion`, when libcuda.so.1 is already mapped (never loads it).
@@ -131,6 +157,15 @@ fn runtime_version_from_soname() -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pytorch_version_files_give_version_and_cuda() {
+        let text = "from typing import Optional\n__version__ = '2.15.0+cu132'\ndebug = False\ncuda: Optional[str] = '13.2'\ngit_version = 'abc'\n";
+        let b = parse_torch_version(text);
+        assert_eq!((b.version.as_deref(), b.cuda.as_deref()), (Some("2.15.0+cu132"), Some("13.2")));
+        let cpu = parse_torch_version("__version__ = '2.5.1+cpu'\ncuda: Optional[str] = None\n");
+        assert_eq!((cpu.version.as_deref(), cpu.cuda), (Some("2.5.1+cpu"), None));
+    }
 
     #[test]
     fn records_only_allow_listed_variables() {

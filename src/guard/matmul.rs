@@ -37,6 +37,7 @@ enum Stage {
 /// Runs the checks around the real call and returns what the program gets back.
 pub(crate) fn guard(call: &Call<'_, i32>, matmul: &MatmulCall, record: CallArgs, extra: ExArgs) -> i32 {
     let s = call.session;
+    s.note_matmul(call.seq);
     let known = s.known_error();
     let mut checks = s.config.checks;
     let site = match record {

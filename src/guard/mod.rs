@@ -131,13 +131,17 @@ impl<'a, R: Copy> Call<'a, R> {
                 tracked_live_count: totals.count,
             }),
             backtrace: if kept { self.outlet.backtrace() } else { Vec::new() },
+            device: None,
         }
     }
 
     /// Records a fault: the session counts it, the outlet publishes it, and abort mode ends
     /// the process.
-    pub fn report(&self, fault: Fault) {
+    pub fn report(&self, mut fault: Fault) {
         let s = self.session;
+        if self.architecture_may_explain(&fault) {
+            fault.device = self.device.compute_capability().map(|(major, minor)| crate::trace::DeviceRecord { compute_capability: format!("{major}.{minor}") });
+        }
         let mut recorded = s.add_fault(fault, self.outlet.now_ns());
         let abort = s.config.on_fault == OnFault::Abort;
         recorded.rewrite |= abort; // on disk before the process ends
@@ -145,6 +149,19 @@ impl<'a, R: Copy> Call<'a, R> {
         if abort {
             self.outlet.abort();
         }
+    }
+
+    /// Faults that a build without kernels for the device's architecture explains: no kernel
+    /// image (209), ARCH_MISMATCH (8; for the runtime, an invalid device function), and
+    /// EXECUTION_FAILED at the process's first GEMM.
+    fn architecture_may_explain(&self, fault: &Fault) -> bool {
+        const NO_KERNEL_IMAGE: i32 = 209;
+        const ARCH_MISMATCH: i32 = 8;
+        let code = fault.error.as_ref().map(|e| e.code);
+        fault.status == NO_KERNEL_IMAGE
+            || code == Some(NO_KERNEL_IMAGE)
+            || fault.status == ARCH_MISMATCH
+            || (fault.status == crate::cuda::CUBLAS_EXECUTION_FAILED && self.session.first_matmul() == Some(fault.seq))
     }
 
     /// Brings a fault reported before its call ran up to date with how the call ended.

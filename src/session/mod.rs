@@ -34,6 +34,8 @@ use scans::ScanPolicy;
 struct CallCounts {
     hook_names: &'static [&'static str],
     calls: Box<[AtomicU64]>,
+    /// The sequence number of the process's first matrix multiply (0: none yet).
+    first_matmul: AtomicU64,
     /// One `init_failed` per hooked function: without a driver every call fails the same way.
     init_reported: Box<[AtomicBool]>,
     seq: AtomicU64,
@@ -44,6 +46,7 @@ impl CallCounts {
         Self {
             hook_names,
             calls: hook_names.iter().map(|_| AtomicU64::new(0)).collect(),
+            first_matmul: AtomicU64::new(0),
             init_reported: hook_names.iter().map(|_| AtomicBool::new(false)).collect(),
             seq: AtomicU64::new(0),
         }
@@ -180,6 +183,17 @@ impl Session {
             c.fetch_add(1, Ordering::Relaxed);
         }
         self.counts.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Remembers the first matrix multiply of the process.
+    pub fn note_matmul(&self, seq: u64) {
+        if self.counts.first_matmul.load(Ordering::Relaxed) == 0 {
+            let _ = self.counts.first_matmul.compare_exchange(0, seq, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    pub fn first_matmul(&self) -> Option<u64> {
+        Some(self.counts.first_matmul.load(Ordering::Relaxed)).filter(|&s| s != 0)
     }
 
     pub fn total_calls(&self) -> u64 {

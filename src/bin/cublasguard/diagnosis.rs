@@ -54,7 +54,7 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
     let steps = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     // A failed handle creation with a cause (ALLOC_FAILED) reads like a failed start.
     let kind = if fault.kind == FaultKind::ApiError && fault.cause.is_some() { FaultKind::InitFailed } else { fault.kind };
-    let (cause, mut next_steps) = match kind {
+    let (mut cause, mut next_steps) = match kind {
         FaultKind::NonfiniteInput => match earlier_nonfinite {
             Some(seq) => (
                 format!("propagation: the non-finite values came from an earlier call (#{seq}); that one is where to look"),
@@ -206,6 +206,19 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
             ));
         }
     }
+    if let Some(device) = &fault.device {
+        // The guard recorded the device because an architecture mismatch explains this status.
+        let sm = device.compute_capability.replace('.', "");
+        cause = format!(
+            "probably a build without kernels for this device's architecture: the device is sm_{sm} (compute capability {}), \
+             and {} ({}) at this point is what a library or framework built for older architectures returns ({cause})",
+            device.compute_capability, fault.status_name, fault.status
+        );
+        next_steps.insert(
+            0,
+            format!("Run `cublasguard doctor --python <the program's python>`: it lists the framework's compiled architectures next to sm_{sm}; install a build that includes it (a newer release, or one built for a newer CUDA)."),
+        );
+    }
     Diagnosis { layer, row_major, cause, next_steps }
 }
 
@@ -265,6 +278,7 @@ mod tests {
             }],
             memory: None,
             backtrace: vec![],
+            device: None,
         }
     }
 

@@ -438,6 +438,18 @@ mod tests {
     }
 
     #[test]
+    fn libraries_of_two_cuda_majors_in_one_process_are_a_warning() {
+        let mut answer = torch(Some("13.2"), &["sm_90"]);
+        if let Ok(f) = &mut answer {
+            if let Some(t) = &mut f.torch {
+                t.libraries = vec!["/v/site-packages/nvidia/cu13/lib/libcublas.so.13".into(), "/usr/local/cuda-12.4/lib64/libcudart.so.12".into()];
+            }
+        }
+        let c = checks(&answer, Path::new("python3"), &Machine { driver_loaded: true, driver_cuda: Some(13020), devices: vec![(9, 0)], nvcc: None });
+        assert_eq!(status_of(&c, "pytorch libraries"), Status::Warn);
+    }
+
+    #[test]
     fn versions_compare_as_the_driver_reports_them() {
         assert_eq!(version_number("13.2"), Some(13020));
         assert_eq!(version_number("12"), Some(12000));
