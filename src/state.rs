@@ -127,6 +127,20 @@ pub struct Allocation {
     pub stream: Option<u64>,
 }
 
+/// An allocation the program freed, remembered so that a later use of its memory is named as
+/// such (`use_after_free`) rather than as a pointer the guard never saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Freed {
+    pub base: u64,
+    pub size: u64,
+    /// The call that freed it.
+    pub seq: u64,
+    pub api: &'static str,
+}
+
+/// How many freed allocations are remembered.
+const REMEMBERED_FREED: usize = 4096;
+
 /// Live device allocations by base address: O(log n) lookup of the one holding a pointer,
 /// in front of which each thread keeps its last few hits. GEMM operands repeat from call to
 /// call (the same weights every step), so most lookups are answered there without touching
@@ -138,6 +152,8 @@ pub struct Allocations {
     /// Kept with every insert and remove: every fault reports them.
     live_bytes: AtomicU64,
     live_count: AtomicU64,
+    /// The most recently freed allocations whose memory no live allocation took again.
+    freed: Mutex<std::collections::VecDeque<Freed>>,
 }
 
 const RECENT: usize = 8;
@@ -170,6 +186,11 @@ pub struct LiveTotals {
 
 impl Allocations {
     pub fn insert(&self, allocation: Allocation) {
+        {
+            // Memory handed out again is live, not freed.
+            let end = allocation.base.saturating_add(allocation.size.max(1));
+            self.freed.lock().retain(|f| f.base.saturating_add(f.size.max(1)) <= allocation.base || f.base >= end);
+        }
         let mut map = self.map.write();
         if let Some(old) = map.insert(allocation.base, allocation) {
             self.live_bytes.fetch_sub(old.size, Ordering::Relaxed);
@@ -254,7 +275,23 @@ impl Allocations {
             generation: AtomicU64::new(0),
             live_bytes: AtomicU64::new(map.values().map(|a| a.size).sum()),
             live_count: AtomicU64::new(map.len() as u64),
+            freed: Mutex::new(self.freed.lock().clone()),
         }
+    }
+
+    /// Remembers that the program freed `allocation` at call `seq` (through `api`).
+    pub fn note_freed(&self, allocation: Allocation, seq: u64, api: &'static str) {
+        let mut freed = self.freed.lock();
+        if freed.len() == REMEMBERED_FREED {
+            freed.pop_front();
+        }
+        freed.push_back(Freed { base: allocation.base, size: allocation.size, seq, api });
+    }
+
+    /// The most recent freed allocation that held `ptr` (asked only for pointers no live
+    /// allocation holds).
+    pub fn freed_containing(&self, ptr: u64) -> Option<Freed> {
+        self.freed.lock().iter().rev().find(|f| ptr.wrapping_sub(f.base) < f.size.max(1)).copied()
     }
 
     /// The largest live allocation's size (at fault time only: it walks the table).
@@ -303,6 +340,19 @@ mod tests {
         a.insert(Allocation { base: 200, size: 30, time_ns: 0, stream: None }); // the same base again
         assert_eq!(a.totals(), LiveTotals { bytes: 30, count: 1 });
         assert_eq!(a.containing(120), None);
+    }
+
+    #[test]
+    fn freed_memory_is_remembered_until_it_is_handed_out_again() {
+        let a = Allocations::default();
+        let block = Allocation { base: 1000, size: 100, time_ns: 0, stream: None };
+        a.insert(block);
+        a.remove(1000);
+        a.note_freed(block, 7, "cudaFree");
+        assert_eq!(a.freed_containing(1050).map(|f| (f.seq, f.api)), Some((7, "cudaFree")));
+        assert_eq!(a.freed_containing(1100), None);
+        a.insert(Allocation { base: 1040, size: 8, time_ns: 0, stream: None });
+        assert_eq!(a.freed_containing(1050), None, "its memory is live again");
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub enum FaultKind {
     ApiError,
     AllocFailed,
     InitFailed,
+    /// An operand in memory the program freed earlier.
+    UseAfterFree,
 }
 
 impl FaultKind {
@@ -129,6 +131,7 @@ impl FaultKind {
             Self::ApiError => "api_error",
             Self::AllocFailed => "alloc_failed",
             Self::InitFailed => "init_failed",
+            Self::UseAfterFree => "use_after_free",
         }
     }
 }
@@ -156,6 +159,17 @@ pub struct Fault {
     /// 209 (no kernel image), ARCH_MISMATCH, EXECUTION_FAILED at the process's first GEMM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<DeviceRecord>,
+    /// use_after_free: the allocation the operand was in, and the call that freed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub freed_by: Option<FreedBy>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FreedBy {
+    pub seq: u64,
+    pub api: String,
+    pub base: String,
+    pub size: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -254,6 +268,10 @@ pub struct Operand {
     pub stride: Option<i64>,
     #[serde(default)]
     pub pointer_array: bool,
+    /// Pointer-array batches: the allocation of the first member, or of `bad_member` when one
+    /// broke a rule (`allocation` is the array of pointers' own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_allocation: Option<AllocationRecord>,
     /// The first batch member that broke a rule or held NaN/Inf.
     #[serde(default)]
     pub bad_member: Option<u64>,
@@ -398,6 +416,7 @@ pub(crate) fn sample_fault(seq: u64) -> Fault {
         memory: None,
         backtrace: vec![],
         device: None,
+        freed_by: None,
     }
 }
 

@@ -85,6 +85,25 @@ fn nan_inputs_are_named_with_their_batch_member() {
 }
 
 #[test]
+fn pointer_array_operands_record_the_arrays_allocation_and_the_members_apart() {
+    for function in ["cublasSgemmBatched", "cublasGemmBatchedEx_64"] {
+        let t = family(function, "nan", true).trace();
+        let f = the_fault(&t, function, "nan");
+        for name in ["A", "B", "C"] {
+            let o = f.operands.iter().find(|o| o.name == name).unwrap();
+            assert!(o.pointer_array, "{function} {name}");
+            let array = o.allocation.as_ref().unwrap_or_else(|| panic!("{function} {name}: the array's allocation"));
+            assert_eq!(array.base, o.ptr, "{function} {name}: the array's own allocation, not a member's");
+            assert_eq!(array.size, 3 * 8, "{function} {name}: three pointers");
+            assert!(o.member_allocation.is_some(), "{function} {name}: the member's allocation, apart");
+        }
+        let report = std::process::Command::new(cli()).arg("report").arg(family(function, "nan", true).trace_path).output().expect("report");
+        let text = String::from_utf8_lossy(&report.stdout);
+        assert!(text.contains("an array of pointers in allocation") && !text.contains("in no allocation the guard saw"), "{text}");
+    }
+}
+
+#[test]
 fn invalid_arguments_name_the_rule() {
     for (function, _) in VARIANTS {
         let run = family(function, "invalid", true);

@@ -447,3 +447,19 @@ fn execution_failed_at_the_first_gemm_records_the_devices_architecture() {
     let t = scenario("clean", &[("CUDASHIM_FAIL", "cublasSgemm_v2:2:13")]).trace();
     assert!(t.faults.iter().all(|f| f.device.is_none()), "{:#?}", t.faults);
 }
+
+#[test]
+fn a_freed_buffer_passed_to_a_gemm_is_use_after_free_naming_the_free() {
+    let run = scenario("use_after_free", &[]);
+    let t = run.trace();
+    let f = only_fault(&t);
+    assert_eq!(f.kind, FaultKind::UseAfterFree, "{}", f.message);
+    let freed = f.freed_by.as_ref().expect("freed_by");
+    let free_call = t.recent_calls.iter().find(|c| c.api == "cudaFree").expect("the free in the recorder");
+    assert_eq!((freed.api.as_str(), freed.seq, freed.size), ("cudaFree", free_call.seq, 64));
+    assert_eq!(freed.base, operand(f, "A").ptr);
+    assert!(f.message.contains(&format!("released by cudaFree at call #{}", free_call.seq)), "{}", f.message);
+    let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("use after free") && !text.contains("move the tensor to the GPU"), "{text}");
+}

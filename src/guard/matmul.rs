@@ -111,6 +111,7 @@ fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: 
     }
     fault.args = args_map(call, &record, extra, check);
     fault.operands = check.operands.iter().flatten().map(operand_record).collect();
+    fault.freed_by = check.freed.map(|f| crate::trace::FreedBy { seq: f.seq, api: f.api.to_string(), base: hex(f.base), size: f.size });
     match stage {
         Stage::Amend => call.amend(fault),
         Stage::BeforeCall | Stage::AfterCall => call.report(fault),
@@ -177,6 +178,7 @@ fn scalar_json(dtype: DType, bytes: [u8; 8]) -> serde_json::Value {
 
 fn operand_record(op: &OperandReport<'_>) -> Operand {
     let spec = op.spec;
+    let pointer_array = matches!(spec.members, Members::Array { .. });
     let (batch_count, stride) = match spec.members {
         Members::One => (None, None),
         Members::Strided { count, stride } => (Some(count), Some(stride)),
@@ -190,7 +192,9 @@ fn operand_record(op: &OperandReport<'_>) -> Operand {
         cols: spec.shape.cols,
         ld: spec.shape.ld,
         bytes: op.extent,
-        allocation: op.allocation.map(|a| AllocationRecord { base: hex(a.base), size: a.size }),
+        // A pointer array's own allocation is the operand's; its members' is recorded apart.
+        allocation: if pointer_array { op.array_allocation } else { op.allocation }.map(|a| AllocationRecord { base: hex(a.base), size: a.size }),
+        member_allocation: if pointer_array { op.allocation } else { None }.map(|a| AllocationRecord { base: hex(a.base), size: a.size }),
         scanned: op.scan.is_some(),
         sampled: op.scan.is_some_and(|s| s.sampled),
         nan: op.scan.map(|s| s.nan),
@@ -198,7 +202,7 @@ fn operand_record(op: &OperandReport<'_>) -> Operand {
         first_nonfinite: op.scan.and_then(|s| s.first_nonfinite).map(|(row, col)| Position { row, col }),
         batch_count,
         stride,
-        pointer_array: matches!(spec.members, Members::Array { .. }),
+        pointer_array,
         bad_member: op.bad_member,
     }
 }

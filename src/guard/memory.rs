@@ -58,8 +58,10 @@ fn release(call: &Call<'_, c_int>, ptr: *mut c_void, stream: Option<Stream>) -> 
     }
     let status = call.forward();
     let stream = stream.map(|st| st as u64);
-    if status != cuda::CUDA_SUCCESS {
-        if let Some(a) = was_tracked {
+    if let Some(a) = was_tracked {
+        if status == cuda::CUDA_SUCCESS {
+            s.allocations.note_freed(a, call.seq, call.api());
+        } else {
             s.allocations.insert(a);
         }
     }

@@ -132,6 +132,7 @@ impl<'a, R: Copy> Call<'a, R> {
             }),
             backtrace: if kept { self.outlet.backtrace() } else { Vec::new() },
             device: None,
+            freed_by: None,
         }
     }
 

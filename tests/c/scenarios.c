@@ -205,6 +205,10 @@ int main(int argc, char **argv) {
         mkdir("elsewhere", 0700);
         printf("chdir=%d\n", chdir("elsewhere"));
         gemm(da, db, &zero, dc);
+    } else if (!strcmp(s, "use_after_free")) {
+        /* A device buffer freed, then passed to a GEMM. */
+        printf("free=%d\n", cudaFree(da));
+        printf("sgemm status=%d\n", gemm(da, db, &zero, dc));
     } else if (!strcmp(s, "daemon")) {
         /* A daemon: closes stderr, and the next open() gets fd 2 for its data file. */
         close(2);

@@ -193,6 +193,16 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
             };
             (cause, s)
         }
+        FaultKind::UseAfterFree => {
+            let by = fault.freed_by.as_ref().map(|f| format!(" (by {} at call #{}, {} at {})", f.api, f.seq, bytes(f.size), f.base)).unwrap_or_default();
+            (
+                format!("use after free: an operand points into device memory the program freed earlier{by}"),
+                steps(&[
+                    "Keep the buffer (the tensor) alive until every call that uses it has run; free it after the last one.",
+                    "With several streams, a buffer freed on one stream may still be in use on another: synchronise first (PyTorch: tensor.record_stream(stream)).",
+                ]),
+            )
+        }
         FaultKind::InvalidHandle => (
             "the cuBLAS handle is not a live one: never created, destroyed already, or inherited across fork".into(),
             steps(&["Create the handle with cublasCreate in this process and destroy it only after the last call that uses it."]),
@@ -279,6 +289,7 @@ mod tests {
             memory: None,
             backtrace: vec![],
             device: None,
+            freed_by: None,
         }
     }
 

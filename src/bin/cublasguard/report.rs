@@ -107,7 +107,19 @@ fn call_text(f: &Fault) -> String {
 
 fn operand_text(o: &trace::Operand) -> String {
     let mut s = format!("{} {} {} x {} (ld {}) at {}", o.name, o.dtype, o.rows, o.cols, o.ld, o.ptr);
-    if let Some(a) = &o.allocation {
+    if o.pointer_array {
+        // The pointer is the array of matrix pointers; its members live elsewhere.
+        match &o.allocation {
+            Some(a) => s.push_str(&format!(", an array of pointers in allocation {} of {}", a.base, bytes(a.size))),
+            None => s.push_str(", an array of pointers in no allocation the guard saw"),
+        }
+        match (&o.member_allocation, o.bad_member) {
+            (Some(a), Some(b)) => s.push_str(&format!("; member {b} in allocation {} of {}", a.base, bytes(a.size))),
+            (Some(a), None) => s.push_str(&format!("; its first member in allocation {} of {}", a.base, bytes(a.size))),
+            (None, Some(b)) => s.push_str(&format!("; member {b} in no allocation the guard saw")),
+            (None, None) => {}
+        }
+    } else if let Some(a) = &o.allocation {
         s.push_str(&format!(", in allocation {} of {}", a.base, bytes(a.size)));
     } else {
         s.push_str(", in no allocation the guard saw");

@@ -6,7 +6,7 @@ use super::operands::{describe, Members, OperandSpec, Role, MAX_OPERANDS};
 use super::MatmulCheck;
 use crate::check::{Device, Finding};
 use crate::cuda::{self, PointerMode};
-use crate::state::Allocations;
+use crate::state::{Allocations, Freed};
 use crate::trace::{hex, FaultKind};
 use crate::validate::{self, Containment, Span};
 
@@ -28,6 +28,8 @@ pub(super) fn member_addr(spec: &OperandSpec, array: &[u64], b: u64) -> Option<u
 /// Why one member's memory is not acceptable.
 enum MemberProblem {
     Host(Option<cuda::MemoryType>),
+    /// Inside an allocation the program freed (and nothing live holds it).
+    Freed(Freed),
     /// Device memory the guard did not see allocated: nothing to hold against the call.
     Untracked,
     Overruns { span: Span, over: u64 },
@@ -35,6 +37,9 @@ enum MemberProblem {
 
 fn check_member(addr: u64, extent: u64, allocations: &Allocations, device: &dyn Device) -> Result<Span, MemberProblem> {
     let Some(span) = allocations.span_containing(addr) else {
+        if let Some(freed) = allocations.freed_containing(addr) {
+            return Err(MemberProblem::Freed(freed));
+        }
         return match device.memory_type(addr) {
             Some(t) if t.device_accessible() => Err(MemberProblem::Untracked),
             None => Err(MemberProblem::Untracked), // the runtime cannot answer: no claim
@@ -68,8 +73,27 @@ impl MatmulCheck<'_> {
         let bytes = count * 8;
         let what = format!("{}array", o.spec.name);
         match check_member(o.spec.ptr, bytes, allocations, device) {
-            Ok(_) => {}
+            Ok(span) => {
+                // The operand's allocation is the array's own; its members' is kept apart.
+                if let Some(r) = self.operands[i].as_mut() {
+                    r.array_allocation = Some(span);
+                }
+            }
             Err(MemberProblem::Untracked) => return Ok(()), // cannot read it safely: members unchecked
+            Err(MemberProblem::Freed(freed)) => {
+                self.freed = Some(freed);
+                return Err(Finding::new(
+                    FaultKind::UseAfterFree,
+                    format!(
+                        "{what} ({}) lies in memory the program freed: the {} bytes at {} released by {} at call #{}",
+                        hex(o.spec.ptr),
+                        freed.size,
+                        hex(freed.base),
+                        freed.api,
+                        freed.seq
+                    ),
+                ));
+            }
             Err(MemberProblem::Host(_)) => {
                 return Err(Finding::new(
                     FaultKind::HostPointer,
@@ -153,6 +177,25 @@ impl MatmulCheck<'_> {
                         }
                     }
                     Err(MemberProblem::Untracked) => all_inside = false,
+                    Err(MemberProblem::Freed(freed)) => {
+                        if let Some(o) = self.operands[i].as_mut() {
+                            o.bad_member = (count > 1).then_some(b);
+                        }
+                        self.freed = Some(freed);
+                        return Some(Finding::new(
+                            FaultKind::UseAfterFree,
+                            format!(
+                                "{} at {} lies in memory the program freed: the {} bytes at {} released by {} at call #{} (no live \
+                                 allocation holds it since)",
+                                describe(spec, (count > 1).then_some(b)),
+                                hex(addr),
+                                freed.size,
+                                hex(freed.base),
+                                freed.api,
+                                freed.seq
+                            ),
+                        ));
+                    }
                     Err(MemberProblem::Host(t)) => {
                         let seen = t.map(|t| format!("{t:?}")).unwrap_or_else(|| "unknown".into());
                         let f = Finding::new(

@@ -36,6 +36,8 @@ pub struct MatmulCheck<'a> {
     /// Member addresses of pointer-array operands, read from device memory.
     pub(super) arrays: [Vec<u64>; MAX_OPERANDS],
     pub finding: Option<Finding>,
+    /// use_after_free: the freed allocation the operand is in.
+    pub freed: Option<crate::state::Freed>,
     /// The finding was made before the call, so `on_fault = error` may refuse it.
     pub found_before: bool,
     pub(super) capturing: bool,
@@ -74,6 +76,7 @@ impl<'a> MatmulCheck<'a> {
                     spec,
                     extent: validate::operand_extent(spec.shape, spec.dtype.size().unwrap_or(1)),
                     allocation: None,
+                    array_allocation: None,
                     readable: false,
                     scan: None,
                     bad_member: None,
@@ -86,6 +89,7 @@ impl<'a> MatmulCheck<'a> {
             handle: None,
             arrays: Default::default(),
             finding: None,
+            freed: None,
             found_before: true,
             capturing: false,
             pending_before: 0,
@@ -181,7 +185,7 @@ impl<'a> MatmulCheck<'a> {
         }
         self.finding.as_ref().map(|f| match f.kind {
             FaultKind::InvalidHandle => cuda::CUBLAS_NOT_INITIALIZED,
-            FaultKind::InvalidArgument | FaultKind::HostPointer | FaultKind::OutOfBounds => cuda::CUBLAS_INVALID_VALUE,
+            FaultKind::InvalidArgument | FaultKind::HostPointer | FaultKind::OutOfBounds | FaultKind::UseAfterFree => cuda::CUBLAS_INVALID_VALUE,
             _ => cuda::CUBLAS_EXECUTION_FAILED,
         })
     }

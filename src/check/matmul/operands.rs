@@ -99,6 +99,8 @@ pub struct OperandReport<'a> {
     pub extent: Option<u64>,
     /// The allocation holding the first member (or the member that broke a rule).
     pub allocation: Option<Span>,
+    /// Pointer-array operands: the allocation holding the array of pointers itself.
+    pub array_allocation: Option<Span>,
     /// Every member verified inside a live allocation: safe to copy from.
     pub readable: bool,
     pub scan: Option<MatrixScan>,
