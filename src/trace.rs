@@ -70,6 +70,9 @@ pub struct Environment {
     /// loaded libtorch_cuda.so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub framework: Option<FrameworkBuild>,
+    /// The Python the process runs, if it runs one (the version its frames come from).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_version: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -162,6 +165,21 @@ pub struct Fault {
     /// use_after_free: the allocation the operand was in, and the call that freed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub freed_by: Option<FreedBy>,
+    /// The faulting thread's Python frames, innermost first (a process that runs Python).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python_stack: Vec<PythonFrame>,
+    /// Why a Python process's faulting thread has no Python frames (an autograd thread, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_stack_note: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_name: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PythonFrame {
+    pub file: String,
+    pub line: u32,
+    pub function: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -417,6 +435,9 @@ pub(crate) fn sample_fault(seq: u64) -> Fault {
         backtrace: vec![],
         device: None,
         freed_by: None,
+        python_stack: vec![],
+        python_stack_note: None,
+        thread_name: None,
     }
 }
 

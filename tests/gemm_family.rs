@@ -86,7 +86,7 @@ fn nan_inputs_are_named_with_their_batch_member() {
 
 #[test]
 fn pointer_array_operands_record_the_arrays_allocation_and_the_members_apart() {
-    for function in ["cublasSgemmBatched", "cublasGemmBatchedEx_64"] {
+    for function in ["cublasSgemmBatched", "cublasSgemmBatched_64", "cublasGemmBatchedEx", "cublasGemmBatchedEx_64"] {
         let t = family(function, "nan", true).trace();
         let f = the_fault(&t, function, "nan");
         for name in ["A", "B", "C"] {

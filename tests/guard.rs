@@ -463,3 +463,63 @@ fn a_freed_buffer_passed_to_a_gemm_is_use_after_free_naming_the_free() {
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(text.contains("use after free") && !text.contains("move the tensor to the GPU"), "{text}");
 }
+
+/// The line number of the line of `file` that holds `marker`.
+fn line_of(file: &std::path::Path, marker: &str) -> u32 {
+    let text = std::fs::read_to_string(file).unwrap();
+    text.lines().position(|l| l.contains(marker)).unwrap_or_else(|| panic!("no {marker}")) as u32 + 1
+}
+
+#[test]
+fn a_python_programs_faults_carry_its_frames_on_the_main_thread_and_on_a_thread() {
+    let script = manifest_dir().join("tests/python/frames.py");
+    let python = std::path::PathBuf::from("python3");
+    let script_s = script.display().to_string();
+    let run = run(Launch { env: &[("PATH", &std::env::var("PATH").unwrap_or_default())], ..Launch::new(&python, &[&script_s]) });
+    assert!(run.stdout().contains("done"), "the program finished (no deadlock with a busy thread)\n{}\n{}", run.stdout(), run.stderr());
+    let t = run.trace();
+    assert!(t.environment.python_version.as_deref().is_some_and(|v| v.starts_with('3')), "{:?}", t.environment.python_version);
+    let nan: Vec<_> = t.faults.iter().filter(|f| f.kind == FaultKind::NonfiniteInput).collect();
+    assert_eq!(nan.len(), 2, "{:#?}", t.faults);
+    for (fault, caller) in nan.iter().zip(["forward_main", "forward_worker"]) {
+        let frames = &fault.python_stack;
+        assert!(frames.len() >= 2, "{caller}: {fault:#?}");
+        assert_eq!((frames[0].file.as_str(), frames[0].function.as_str(), frames[0].line), (script_s.as_str(), "gemm", line_of(&script, "# FRAME gemm")), "{caller}");
+        assert_eq!((frames[1].function.as_str(), frames[1].line), (caller, line_of(&script, &format!("# FRAME {caller}"))), "{caller}");
+        assert!(fault.python_stack_note.is_none());
+    }
+    // The report leads with the user's line.
+    let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains(&format!("frames.py:{} in gemm", line_of(&script, "# FRAME gemm"))), "{text}");
+}
+
+#[test]
+fn a_c_programs_faults_have_no_python_frames() {
+    let t = scenario("nan_a", &[]).trace();
+    let f = only_fault(&t);
+    assert!(f.python_stack.is_empty() && f.python_stack_note.is_none());
+    assert!(t.environment.python_version.is_none());
+}
+
+#[test]
+fn a_fault_on_a_thread_without_python_frames_says_why() {
+    let lib = build_c("native_worker", &["native_worker.c"], true);
+    let dir = temp_dir("native-worker");
+    let script = dir.join("calls_native.py");
+    std::fs::write(
+        &script,
+        format!("import ctypes\nlib = ctypes.CDLL({:?})\nprint('status', lib.nan_gemm_on_a_native_thread())\n", lib.display().to_string()),
+    )
+    .unwrap();
+    let python = std::path::PathBuf::from("python3");
+    let script_s = script.display().to_string();
+    let run = run(Launch { env: &[("PATH", &std::env::var("PATH").unwrap_or_default())], ..Launch::new(&python, &[&script_s]) });
+    assert!(run.stdout().contains("status 0"), "{}\n{}", run.stdout(), run.stderr());
+    let t = run.trace();
+    let f = t.faults.iter().find(|f| f.kind == FaultKind::NonfiniteInput).expect("the native thread's fault");
+    assert!(f.python_stack.is_empty());
+    assert_eq!(f.thread_name.as_deref(), Some("native-worker"));
+    let note = f.python_stack_note.as_deref().expect("a note");
+    assert!(note.starts_with("native-worker: this thread runs no Python code"), "{note}");
+}

@@ -100,3 +100,22 @@ fn the_training_example_runs_the_same_under_the_guard() {
         assert_eq!(bare.status.code(), guarded.status.code(), "{inject}");
     }
 }
+
+#[test]
+fn a_failed_cuda_start_names_the_users_python_line() {
+    let Some(python) = python() else { return };
+    let script = manifest_dir().join("tests/python/torch_line.py");
+    let trace_path = temp_dir("torch-line").join("trace.json");
+    let out = python_run(&python, &[script.to_str().unwrap()], Some(&trace_path));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("failed: RuntimeError"), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = trace::read(&trace_path).expect("trace");
+    let line = std::fs::read_to_string(&script).unwrap().lines().position(|l| l.contains("# FRAME make_tensor")).unwrap() as u32 + 1;
+    let init = t.faults.iter().find(|f| f.kind == FaultKind::InitFailed).expect("CUDA's failed start");
+    let script_s = script.display().to_string();
+    assert!(
+        init.python_stack.iter().any(|f| f.file == script_s && f.line == line && f.function == "make_tensor"),
+        "{:#?}",
+        init.python_stack
+    );
+    assert!(t.environment.python_version.is_some());
+}

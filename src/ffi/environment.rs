@@ -83,6 +83,7 @@ pub(crate) fn collect(s: &Session, live: bool) -> Environment {
         variables,
         device_scan_fallback: s.device_scan.failure(),
         framework: framework_build(),
+        python_version: super::python::version(),
     }
 }
 

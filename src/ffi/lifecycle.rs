@@ -49,6 +49,10 @@ impl Outlet for RealOutlet {
     fn thread_id(&self) -> u32 {
         process::thread_id()
     }
+    fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
+        let thread = super::python::thread_name();
+        super::python::stack(&thread).map(|(frames, note)| (frames, note, thread))
+    }
 }
 
 /// The session in force: a forked child's own, else the one this process started.

@@ -18,6 +18,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod loader_gate;
 pub(crate) mod out_param;
 pub mod process;
+pub(crate) mod python;
 pub(crate) mod real;
 pub(crate) mod reentry;
 pub(crate) mod stderr;

@@ -34,6 +34,11 @@ pub(crate) trait Outlet {
     fn now_ns(&self) -> u64;
     /// The calling thread's kernel id.
     fn thread_id(&self) -> u32;
+    /// The calling thread's Python frames (innermost first), or why it has none, and its name;
+    /// `None` when the process runs no Python. Takes the GIL: call with no lock held.
+    fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
+        None
+    }
 }
 
 /// One intercepted call, from its number to its faults. `R` is what the hooked function returns.
@@ -91,7 +96,16 @@ impl<'a, R: Copy> Call<'a, R> {
     /// A fault with the facts every kind shares; the caller adds what is specific to its call.
     pub fn fault(&self, finding: Finding, status: i32, status_name: &str) -> Fault {
         // Past the cap a fault is only counted: a backtrace and a memory query would be wasted.
-        self.fault_with_context(finding, status, status_name, !self.session.faults_full())
+        let kept = !self.session.faults_full();
+        let mut fault = self.fault_with_context(finding, status, status_name, kept);
+        if kept {
+            if let Some((frames, note, thread)) = self.outlet.python_stack() {
+                fault.python_stack = frames;
+                fault.python_stack_note = note;
+                fault.thread_name = (!thread.is_empty()).then_some(thread);
+            }
+        }
+        fault
     }
 
     /// The same fault again, after its call returned, to amend the one reported before it ran
@@ -133,6 +147,9 @@ impl<'a, R: Copy> Call<'a, R> {
             backtrace: if kept { self.outlet.backtrace() } else { Vec::new() },
             device: None,
             freed_by: None,
+            python_stack: Vec::new(),
+            python_stack_note: None,
+            thread_name: None,
         }
     }
 

@@ -95,7 +95,8 @@ impl FaultLog {
     }
 
     /// Replaces the stored fault of the same call; its index, or `None` when it was not stored.
-    /// The stored backtrace and memory state are kept when the new one has none.
+    /// The stored backtrace, memory state and Python frames are kept when the new one has none:
+    /// they describe the moment of the fault, before the call ran.
     pub fn replace(&self, mut fault: Fault) -> Option<usize> {
         let mut faults = self.faults.lock();
         let index = faults.iter().rposition(|f| f.seq == fault.seq && f.api == fault.api)?;
@@ -105,6 +106,11 @@ impl FaultLog {
         }
         if fault.memory.as_ref().is_none_or(|m| m.free.is_none()) && old.memory.as_ref().is_some_and(|m| m.free.is_some()) {
             fault.memory = old.memory.take();
+        }
+        if fault.python_stack.is_empty() && fault.python_stack_note.is_none() {
+            fault.python_stack = std::mem::take(&mut old.python_stack);
+            fault.python_stack_note = old.python_stack_note.take();
+            fault.thread_name = old.thread_name.take();
         }
         *old = fault;
         Some(index)

@@ -290,6 +290,9 @@ mod tests {
             backtrace: vec![],
             device: None,
             freed_by: None,
+            python_stack: vec![],
+            python_stack_note: None,
+            thread_name: None,
         }
     }
 

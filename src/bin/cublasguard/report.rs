@@ -105,6 +105,28 @@ fn call_text(f: &Fault) -> String {
     format!("{}({}) -> {} ({})", f.api, args.join(", "), f.status_name, f.status)
 }
 
+/// Whether a Python file is the user's: not the standard library, not an installed package
+/// (PyTorch included), not the interpreter's own frozen modules.
+fn is_user_file(file: &str) -> bool {
+    let foreign = ["/site-packages/", "/dist-packages/", "/lib/python3", "<frozen", "/torch/", "<string>"];
+    !file.is_empty() && !foreign.iter().any(|f| file.contains(f))
+}
+
+/// "model.py:57 in forward: h = self.fc1(x)": the innermost Python frame in the user's own
+/// code, with its source line when the file can be read.
+pub fn user_line(fault: &trace::Fault) -> Option<String> {
+    let frame = fault.python_stack.iter().find(|f| is_user_file(&f.file))?;
+    let source = std::fs::read_to_string(&frame.file)
+        .ok()
+        .and_then(|text| text.lines().nth(frame.line.saturating_sub(1) as usize).map(|l| l.trim().to_string()))
+        .filter(|l| !l.is_empty());
+    let place = format!("{}:{} in {}", frame.file, frame.line, frame.function);
+    Some(match source {
+        Some(line) => format!("{place}: {line}"),
+        None => place,
+    })
+}
+
 fn operand_text(o: &trace::Operand) -> String {
     let mut s = format!("{} {} {} x {} (ld {}) at {}", o.name, o.dtype, o.rows, o.cols, o.ld, o.ptr);
     if o.pointer_array {
@@ -240,6 +262,12 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool) -> String {
             let _ = writeln!(out, "\n[{}] {} #{}: {} ({}, thread {})", i + 1, f.api, f.seq, f.kind.name(), who(e), f.thread);
         }
         let bullet = if md { "- " } else { "    " };
+        // The user's own line first: where in their code this call came from.
+        if let Some(line) = user_line(f) {
+            let _ = writeln!(out, "{bullet}at {line}");
+        } else if let Some(note) = &f.python_stack_note {
+            let _ = writeln!(out, "{bullet}no Python frames: {note}");
+        }
         let _ = writeln!(out, "{bullet}{}", f.message);
         let _ = writeln!(out, "{bullet}call: {}", call_text(f));
         if let Some(layer) = &d.layer {
