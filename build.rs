@@ -103,7 +103,8 @@ fn main() {
 
     for example in EXAMPLES {
         let mut cmd = compiler.to_command();
-        cmd.args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+        // -g: a fault's native frames then name the example's own source lines.
+        cmd.args(["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
             .arg(root.join("bin").join(example))
             .arg(manifest.join("examples").join(format!("{example}.c")))
             .arg(format!("-I{}", root.join("include").display()))

@@ -249,6 +249,9 @@ fn demo_runs_and_reports_the_injected_nan() {
     assert!(body.starts_with("cublasguard report:"), "only the report on stdout: {body}");
     assert!(body.contains("First fault: cublasSgemm_v2"), "{body}");
     assert!(body.contains("looks like nn.Linear(in_features=8, out_features=16)"), "{body}");
+    // The user's own line first: the example's source line that made the call.
+    let at = body.lines().find(|l| l.trim_start().starts_with("at ")).unwrap_or_else(|| panic!("{body}"));
+    assert!(at.contains("examples/mlp.c:") && at.contains(" in gemm_rm: ") && at.contains("cublasSgemm("), "{at}");
 }
 
 #[test]

@@ -523,3 +523,13 @@ fn a_fault_on_a_thread_without_python_frames_says_why() {
     let note = f.python_stack_note.as_deref().expect("a note");
     assert!(note.starts_with("native-worker: this thread runs no Python code"), "{note}");
 }
+
+#[test]
+fn native_frames_are_named_even_for_functions_the_library_does_not_export() {
+    // scenarios.c calls cuBLAS from `static int gemm(...)`: only the symbol table names it.
+    let t = scenario("nan_a", &[]).trace();
+    let f = only_fault(&t);
+    let frame = f.backtrace.iter().find(|l| l.starts_with("gemm (")).unwrap_or_else(|| panic!("{:#?}", f.backtrace));
+    assert!(frame.contains("/scenarios-") && frame.contains("+0x") && frame.ends_with(']'), "{frame}");
+    assert!(f.backtrace.iter().any(|l| l.starts_with("main (")), "{:#?}", f.backtrace);
+}

@@ -118,4 +118,6 @@ fn a_failed_cuda_start_names_the_users_python_line() {
         init.python_stack
     );
     assert!(t.environment.python_version.is_some());
+    // PyTorch's C++ frames, demangled, with their library.
+    assert!(init.backtrace.iter().any(|l| l.starts_with("at::cuda::") && l.contains("libtorch_cuda.so+0x")), "{:#?}", init.backtrace);
 }

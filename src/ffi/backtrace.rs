@@ -1,4 +1,9 @@
-//! The native call stack of the program at a fault, without the guard's own frames.
+//! The native call stack of the program at a stored fault, without the guard's own frames, each
+//! frame named: the function (demangled, C++ and Rust alike, from the object's symbol table or
+//! debug information, hidden symbols included), the library and the offset in it, and the raw
+//! address. Symbolised with the `backtrace` crate, at fault time only (never on a clean call,
+//! never in the signal handler): the first fault in a large library pays for reading its
+//! symbols once.
 
 use std::ffi::{c_void, CStr};
 
@@ -17,31 +22,68 @@ fn capture_now() -> Vec<String> {
         .iter()
         .filter_map(|&addr| {
             let (base, file) = object_of(addr)?;
-            (Some(base) != own).then(|| symbolise(addr, &file))
+            (Some(base) != own).then(|| describe(addr as usize, base, &file))
         })
         .collect()
 }
 
 fn object_of(addr: *const c_void) -> Option<(usize, String)> {
+    // SAFETY: a zeroed Dl_info is a valid out-parameter; dladdr only reads loader tables.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only reads loader tables.
+    // SAFETY: as above.
     if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
     let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
     Some((info.dli_fbase as usize, file))
 }
 
-fn symbolise(addr: *const c_void, file: &str) -> String {
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let found = unsafe { libc::dladdr(addr, &mut info) } != 0 && !info.dli_sname.is_null();
-    if found {
-        let name = unsafe { CStr::from_ptr(info.dli_sname) }.to_string_lossy();
-        let offset = addr as usize - info.dli_saddr as usize;
-        format!("{name}+{offset:#x} ({file})")
-    } else {
-        let offset = addr as usize - info.dli_fbase as usize;
-        format!("{addr:?} ({file}+{offset:#x})")
+/// The frame at return address `addr` in the object mapped at `base` from `file`.
+fn describe(addr: usize, base: usize, file: &str) -> String {
+    // A return address points after the call: look up the byte before it, inside the call.
+    let mut function = None;
+    backtrace::resolve((addr.saturating_sub(1)) as *mut c_void, |symbol| {
+        if function.is_none() {
+            function = symbol.name().map(|name| {
+                // With debug information, the source line too: "f at mlp.c:57".
+                match (symbol.filename(), symbol.lineno()) {
+                    (Some(source), Some(line)) => format!("{name} at {}:{line}", source.display()),
+                    _ => name.to_string(),
+                }
+            });
+        }
+    });
+    frame_text(function.as_deref(), file, addr.saturating_sub(base), addr)
+}
+
+/// "at::native::foo(int) (/lib/libtorch_cuda.so+0x1c2f3a0) [0x7f3a5c2f3a0]": the function, the
+/// library and the offset in it (exact, for `addr2line -e LIBRARY OFFSET`), the raw address.
+fn frame_text(function: Option<&str>, library: &str, library_offset: usize, address: usize) -> String {
+    format!("{} ({library}+{library_offset:#x}) [{address:#x}]", function.unwrap_or("?"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_name_function_library_offset_and_address() {
+        assert_eq!(frame_text(Some("at::native::addmm_out"), "/lib/libtorch_cuda.so", 0x1c2f3a0, 0x7f3a5c2f3a0), "at::native::addmm_out (/lib/libtorch_cuda.so+0x1c2f3a0) [0x7f3a5c2f3a0]");
+        assert_eq!(frame_text(None, "/bin/mlp", 0x1634, 0x55e054fee634), "? (/bin/mlp+0x1634) [0x55e054fee634]");
+    }
+
+    #[test]
+    fn a_function_the_dynamic_table_does_not_export_is_named() {
+        // A function of this test binary, not exported: only the symbol table names it.
+        #[inline(never)]
+        fn hidden_marker() -> usize {
+            hidden_marker as usize
+        }
+        let addr = hidden_marker() + 1;
+        let (base, file) = object_of(addr as *const c_void).expect("mapped");
+        let text = describe(addr + 1, base, &file);
+        assert!(text.contains("hidden_marker"), "{text}");
+        assert!(text.ends_with(&format!("[{:#x}]", addr + 1)), "{text}");
     }
 }

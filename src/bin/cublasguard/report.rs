@@ -61,6 +61,9 @@ pub struct Entry<'a> {
     pub rank: Option<i64>,
     pub hostname: &'a str,
     pub fault: &'a Fault,
+    /// The process's executable, to find the program's own frames.
+    #[serde(skip)]
+    pub exe: Option<&'a str>,
     /// For NaN/Inf that an earlier fault of the same process already saw: that fault's seq.
     pub propagated_from: Option<u64>,
     pub diagnosis: Diagnosis,
@@ -86,6 +89,7 @@ pub fn merge(loaded: &[Loaded]) -> Vec<Entry<'_>> {
                 rank: l.trace.process.rank,
                 hostname: &l.trace.process.hostname,
                 fault: f,
+                exe: l.trace.process.exe.as_deref(),
                 propagated_from,
                 diagnosis: diagnosis::diagnose(f, propagated_from),
             }
@@ -113,9 +117,15 @@ fn is_user_file(file: &str) -> bool {
 }
 
 /// "model.py:57 in forward: h = self.fc1(x)": the innermost Python frame in the user's own
-/// code, with its source line when the file can be read.
-pub fn user_line(fault: &trace::Fault) -> Option<String> {
-    let frame = fault.python_stack.iter().find(|f| is_user_file(&f.file))?;
+/// code, with its source line when the file can be read. A program without Python frames: the
+/// innermost native frame in the program's own executable (`exe`), with its source line when
+/// it was built with debug information.
+pub fn user_line(fault: &trace::Fault, exe: Option<&str>) -> Option<String> {
+    let Some(frame) = fault.python_stack.iter().find(|f| is_user_file(&f.file)) else {
+        let exe = exe?;
+        let native = fault.backtrace.iter().find(|l| l.contains(&format!("({exe}+")))?;
+        return Some(native_user_line(native));
+    };
     let source = std::fs::read_to_string(&frame.file)
         .ok()
         .and_then(|text| text.lines().nth(frame.line.saturating_sub(1) as usize).map(|l| l.trim().to_string()))
@@ -125,6 +135,24 @@ pub fn user_line(fault: &trace::Fault) -> Option<String> {
         Some(line) => format!("{place}: {line}"),
         None => place,
     })
+}
+
+/// "mlp.c:57 in linear_forward: gemm(...)" from "linear_forward at /src/mlp.c:57 (/bin/mlp+0x1634) [0x...]".
+fn native_user_line(frame: &str) -> String {
+    let head = frame.split(" (").next().unwrap_or(frame);
+    match head.split_once(" at ") {
+        Some((function, place)) => {
+            let source = place.rsplit_once(':').and_then(|(file, line)| {
+                let n: usize = line.parse().ok()?;
+                std::fs::read_to_string(file).ok()?.lines().nth(n.checked_sub(1)?).map(|l| l.trim().to_string())
+            });
+            match source.filter(|s| !s.is_empty()) {
+                Some(s) => format!("{place} in {function}: {s}"),
+                None => format!("{place} in {function}"),
+            }
+        }
+        None => format!("{head} in {}", frame.split(" (").nth(1).and_then(|r| r.split('+').next()).unwrap_or("the program")),
+    }
 }
 
 fn operand_text(o: &trace::Operand) -> String {
@@ -263,7 +291,7 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool) -> String {
         }
         let bullet = if md { "- " } else { "    " };
         // The user's own line first: where in their code this call came from.
-        if let Some(line) = user_line(f) {
+        if let Some(line) = user_line(f, e.exe) {
             let _ = writeln!(out, "{bullet}at {line}");
         } else if let Some(note) = &f.python_stack_note {
             let _ = writeln!(out, "{bullet}no Python frames: {note}");
