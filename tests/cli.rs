@@ -376,3 +376,11 @@ fn report_refuses_hostile_input_and_never_passes_escapes_to_the_terminal() {
     assert!(!stdout.contains('\u{1b}') && !stdout.contains('\u{7}'), "raw control characters reached the terminal");
     assert!(stdout.contains("\\u{1b}]0;owned"), "{stdout}");
 }
+
+#[test]
+fn run_summary_leads_with_the_programs_own_line() {
+    let (out, _) = run_scenario("nan_a", &[], true);
+    let stderr = text(&out.stderr);
+    let at = stderr.lines().find(|l| l.starts_with("  at ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(at.contains("scenarios.c:") && at.contains(" in gemm: "), "{at}");
+}

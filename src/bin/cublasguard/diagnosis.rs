@@ -276,6 +276,7 @@ mod tests {
                 ld: 8,
                 bytes: Some(1024),
                 allocation: None,
+                member_allocation: None,
                 scanned: true,
                 sampled: false,
                 batch_count: None,
