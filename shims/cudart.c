@@ -278,6 +278,39 @@ void cudashim_raise_async(int code) {
     pthread_mutex_unlock(&lock);
 }
 
+/* ---- kernel launches ---- */
+
+static cudaError_t launch(const void *func, dim3 grid, dim3 block, void **args, cudaStream_t stream) {
+    ENTER();
+    if (!func) return fail(cudaErrorInvalidDeviceFunction);
+    if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
+    if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || block.x * block.y * block.z > 1024)
+        return fail(cudaErrorInvalidConfiguration);
+    ((void (*)(void **))func)(args);
+    return cudaSuccess;
+}
+
+cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+                             cudaStream_t stream) {
+    count_call(__func__);
+    (void)sharedMem;
+    return launch(func, gridDim, blockDim, args, stream);
+}
+
+cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+                                        cudaStream_t stream) {
+    count_call(__func__);
+    (void)sharedMem;
+    return launch(func, gridDim, blockDim, args, stream);
+}
+
+/* What nvcc's generated code calls at load for each kernel; the stand-in needs nothing of it. */
+void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
+                            int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize) {
+    (void)fatCubinHandle, (void)hostFun, (void)deviceFun, (void)deviceName, (void)thread_limit;
+    (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
+}
+
 /* ---- versions, devices ---- */
 
 cudaError_t cudaRuntimeGetVersion(int *runtimeVersion) {

@@ -12,17 +12,19 @@ pub struct Checks {
     pub nan: bool,
     /// Synchronise after the call and pin asynchronous errors to it.
     pub sync: bool,
+    /// Record kernel launches in the flight recorder (the suspects of a pending error).
+    pub launches: bool,
 }
 
 impl Checks {
-    pub const ALL: Self = Self { args: true, bounds: true, nan: true, sync: true };
-    pub const NONE: Self = Self { args: false, bounds: false, nan: false, sync: false };
+    pub const ALL: Self = Self { args: true, bounds: true, nan: true, sync: true, launches: true };
+    pub const NONE: Self = Self { args: false, bounds: false, nan: false, sync: false, launches: false };
 
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut checks = Self::NONE;
         if text.split(',').all(|w| w.trim().is_empty()) {
             // An empty list would silently turn every check off; `none` says so on purpose.
-            return Err("names no check (known: args, bounds, nan, sync, all, none)".into());
+            return Err("names no check (known: args, bounds, nan, sync, launches, all, none)".into());
         }
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match word {
@@ -32,14 +34,15 @@ impl Checks {
                 "bounds" => checks.bounds = true,
                 "nan" => checks.nan = true,
                 "sync" => checks.sync = true,
-                other => return Err(format!("unknown check '{other}' (known: args, bounds, nan, sync, all, none)")),
+                "launches" => checks.launches = true,
+                other => return Err(format!("unknown check '{other}' (known: args, bounds, nan, sync, launches, all, none)")),
             }
         }
         Ok(checks)
     }
 
     pub fn label(self) -> String {
-        let names: Vec<&str> = [("args", self.args), ("bounds", self.bounds), ("nan", self.nan), ("sync", self.sync)]
+        let names: Vec<&str> = [("args", self.args), ("bounds", self.bounds), ("nan", self.nan), ("sync", self.sync), ("launches", self.launches)]
             .iter()
             .filter(|(_, on)| *on)
             .map(|(n, _)| *n)
@@ -115,6 +118,9 @@ pub struct Config {
     pub device_scan: bool,
     /// No banner line at start-up.
     pub quiet: bool,
+    /// CUBLASGUARD_SYNC=launches: synchronise after every kernel launch too, like
+    /// CUDA_LAUNCH_BLOCKING=1, and pin an asynchronous error to the launch that caused it.
+    pub sync_launches: bool,
 }
 
 impl Default for Config {
@@ -132,6 +138,7 @@ impl Default for Config {
             budget: None,
             device_scan: false,
             quiet: false,
+            sync_launches: false,
         }
     }
 }
@@ -216,6 +223,13 @@ impl Config {
                 "on" | "1" => config.device_scan = true,
                 "off" | "0" => config.device_scan = false,
                 _ => reject("CUBLASGUARD_DEVICE_SCAN", &v, "not on or off".into(), "off"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_SYNC") {
+            match v.trim() {
+                "gemm" => config.sync_launches = false,
+                "launches" => config.sync_launches = true,
+                _ => reject("CUBLASGUARD_SYNC", &v, "not gemm or launches".into(), "gemm"),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_QUIET") {
@@ -307,7 +321,7 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(config.trace_pattern, "/tmp/t-%p.json");
         assert!(config.trace_requested);
-        assert_eq!(config.checks, Checks { args: true, bounds: true, nan: false, sync: false });
+        assert_eq!(config.checks, Checks { args: true, bounds: true, nan: false, sync: false, launches: false });
         assert_eq!(config.on_fault, OnFault::Error);
         assert_eq!(config.ring, 16);
         assert!(config.quiet);

@@ -17,6 +17,8 @@ pub enum CallArgs {
     Size { size: u64, stream: Option<u64> },
     Pointer { ptr: u64, stream: Option<u64> },
     Handle { handle: u64, value: i64 },
+    /// A kernel launch: the host stub the program passed, its configuration and stream.
+    Launch { func: u64, grid: [u32; 3], block: [u32; 3], shared: u64, stream: u64 },
 }
 
 /// One argument's value, as both renderers need it.
@@ -77,6 +79,14 @@ impl CallArgs {
                 f("handle", ArgValue::Address(handle));
                 f("value", ArgValue::Int(value));
             }
+            Self::Launch { func, grid, block, shared, stream } => {
+                f("func", ArgValue::Address(func));
+                for (name, v) in [("gridX", grid[0]), ("gridY", grid[1]), ("gridZ", grid[2]), ("blockX", block[0]), ("blockY", block[1]), ("blockZ", block[2])] {
+                    f(name, ArgValue::Int(v as i64));
+                }
+                f("sharedMem", ArgValue::Int(shared.min(i64::MAX as u64) as i64));
+                f("stream", ArgValue::Address(stream));
+            }
         }
     }
 
@@ -121,6 +131,10 @@ impl RecordedCall {
             CallArgs::Size { size, stream } => (2 | (stream.is_some() as u64) << 4, [size, stream.unwrap_or(0), 0, 0, 0, 0, 0]),
             CallArgs::Pointer { ptr, stream } => (3 | (stream.is_some() as u64) << 4, [ptr, stream.unwrap_or(0), 0, 0, 0, 0, 0]),
             CallArgs::Handle { handle, value } => (4, [handle, value as u64, 0, 0, 0, 0, 0]),
+            CallArgs::Launch { func, grid, block, shared, stream } => (
+                5,
+                [func, grid[0] as u64 | (grid[1] as u64) << 32, grid[2] as u64 | (block[0] as u64) << 32, block[1] as u64 | (block[2] as u64) << 32, shared, stream, 0],
+            ),
         };
         w[3] = self.hook as u64 | tag << 16 | (self.scanned as u64) << 32;
         w[4..].copy_from_slice(&payload);
@@ -149,6 +163,13 @@ impl RecordedCall {
             2 => CallArgs::Size { size: w[4], stream: stream(w[5]) },
             3 => CallArgs::Pointer { ptr: w[4], stream: stream(w[5]) },
             4 => CallArgs::Handle { handle: w[4], value: w[5] as i64 },
+            5 => CallArgs::Launch {
+                func: w[4],
+                grid: [w[5] as u32, (w[5] >> 32) as u32, w[6] as u32],
+                block: [(w[6] >> 32) as u32, w[7] as u32, (w[7] >> 32) as u32],
+                shared: w[8],
+                stream: w[9],
+            },
             _ => return None,
         };
         Some(Self {
@@ -295,6 +316,7 @@ mod tests {
             CallArgs::Pointer { ptr: 0x7f00_0000_1000, stream: Some(0) },
             CallArgs::Pointer { ptr: 0, stream: None },
             CallArgs::Handle { handle: 0x55, value: -3 },
+            CallArgs::Launch { func: 0x4011a0, grid: [1024, 2, 1], block: [256, 1, 1], shared: 4096, stream: 0x9 },
         ];
         let r = Recorder::new(forms.len());
         for (i, args) in forms.iter().enumerate() {

@@ -173,6 +173,19 @@ pub struct Fault {
     pub python_stack_note: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_name: Option<String>,
+    /// An asynchronous error: the kernels launched since the guard last found the device clean,
+    /// oldest first (one of them faulted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspects: Vec<Suspect>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Suspect {
+    pub seq: u64,
+    pub kernel: String,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub stream: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -438,6 +451,7 @@ pub(crate) fn sample_fault(seq: u64) -> Fault {
         python_stack: vec![],
         python_stack_note: None,
         thread_name: None,
+        suspects: vec![],
     }
 }
 

@@ -14,10 +14,13 @@ enum {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInitializationError = 3,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDeviceFunction = 98,
     cudaErrorInsufficientDriver = 35,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorIllegalAddress = 700,
+    cudaErrorAssert = 710,
     cudaErrorLaunchFailure = 719,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901
@@ -68,6 +71,20 @@ cudaError_t cudaDriverGetVersion(int *driverVersion);
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
+
+/* Kernel launches. In the stand-in a "kernel" is a host function taking the packed argument
+ * array, run in stream order when launched; it may raise an asynchronous error with
+ * cudashim_raise_async (seen at the next synchronisation, as on a GPU). */
+typedef struct dim3 {
+    unsigned int x, y, z;
+} dim3;
+cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+                             cudaStream_t stream);
+cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+                                        cudaStream_t stream);
+void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
+                            int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
+void cudashim_raise_async(int code);
 cudaError_t cudaDeviceGetAttribute(int *value, int attr, int device);
 cudaError_t cudaMalloc(void **devPtr, size_t size);
 cudaError_t cudaFree(void *devPtr);

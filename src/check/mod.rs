@@ -23,7 +23,9 @@ pub trait Device {
     /// Waits for `stream`; returns the CUDA error it reports.
     fn synchronize(&self, stream: u64) -> i32;
     /// Whether `stream` is capturing a CUDA graph; `None` when unknown.
-    fn is_capturing(&self, stream: u64) -> Option<bool>;
+    /// `Err(code)`: the query failed with that CUDA error (a sticky one means the context is
+    /// already lost); `Err(-1)`: it could not be asked.
+    fn is_capturing(&self, stream: u64) -> Result<bool, i32>;
     /// Scans a matrix on the device itself, on `stream`; `None`: scan it on the host.
     fn scan_on_device(&self, _addr: u64, _shape: crate::validate::StoredShape, _dtype: crate::scan::DType, _stream: u64) -> Option<crate::scan::MatrixScan> {
         None

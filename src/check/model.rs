@@ -54,8 +54,8 @@ impl Device for ModelDevice {
             errors.remove(0)
         }
     }
-    fn is_capturing(&self, _stream: u64) -> Option<bool> {
-        Some(false)
+    fn is_capturing(&self, _stream: u64) -> Result<bool, i32> {
+        Ok(false)
     }
     fn memory_info(&self) -> Option<(u64, u64)> {
         Some((1 << 30, 2 << 30))

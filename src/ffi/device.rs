@@ -96,10 +96,13 @@ impl Device for RealDevice<'_> {
         self.quietly(|| api::cudaStreamSynchronize(stream as *mut c_void)).unwrap_or(0)
     }
 
-    fn is_capturing(&self, stream: u64) -> Option<bool> {
+    fn is_capturing(&self, stream: u64) -> Result<bool, i32> {
         let mut status: c_int = 0;
-        let code = self.quietly(|| api::cudaStreamIsCapturing(stream as *mut c_void, &mut status))?;
-        (code == 0).then_some(status != 0)
+        match self.quietly(|| api::cudaStreamIsCapturing(stream as *mut c_void, &mut status)) {
+            Some(0) => Ok(status != 0),
+            Some(code) => Err(code),
+            None => Err(-1),
+        }
     }
 
     fn compute_capability(&self) -> Option<(i32, i32)> {

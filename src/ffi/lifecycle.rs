@@ -49,6 +49,9 @@ impl Outlet for RealOutlet {
     fn thread_id(&self) -> u32 {
         process::thread_id()
     }
+    fn kernel_name(&self, func: u64) -> Option<String> {
+        super::kernel_name(func)
+    }
     fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
         let thread = super::python::thread_name();
         super::python::stack(&thread).map(|(frames, note)| (frames, note, thread))
@@ -213,6 +216,12 @@ pub(crate) fn write_trace(s: &Session) {
 /// `live`: the CUDA libraries may be called for their versions (false at exit).
 fn write_trace_with(s: &Session, live: bool) {
     let _one_writer = s.writer_lock();
+    // Name the recorded launches' kernels (once per address) for the trace.
+    s.recorder.visit(|c| {
+        if let crate::recorder::CallArgs::Launch { func, .. } = c.args {
+            s.kernels.name(func, super::kernel_name);
+        }
+    });
     let trace = s.trace(environment::collect(s, live));
     let path = s.trace_path();
     if let Err(e) = trace::write_atomic_with(Path::new(&path), &trace, crash::RenameTicket::take) {

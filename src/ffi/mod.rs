@@ -23,3 +23,30 @@ pub(crate) mod real;
 pub(crate) mod reentry;
 pub(crate) mod stderr;
 pub(crate) mod thread;
+
+/// A C++ symbol demangled ("_Z5kfillPfi" -> "kfill(float*, int)"); anything else as it is.
+pub(crate) fn demangle(symbol: &str) -> String {
+    cpp_demangle::Symbol::new(symbol).ok().and_then(|s| s.demangle().ok()).unwrap_or_else(|| symbol.to_string())
+}
+
+/// A kernel's name from its host stub: the runtime's own (cudaFuncGetName, CUDA 12.3 on), else
+/// the stub's symbol (host stubs are often hidden symbols: the symbol table has them).
+pub(crate) fn kernel_name(func: u64) -> Option<String> {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    if cuda_api::cudaFuncGetName(&mut name, func as *const std::ffi::c_void) == Some(0) {
+        if let Some(n) = out_param::c_string(name) {
+            return Some(demangle(&n));
+        }
+    }
+    let mut found = None;
+    // The resolver treats an address as a return address and looks one byte back: a function's
+    // first byte would name the function before it.
+    loader_gate::through(|| {
+        ::backtrace::resolve((func + 1) as *mut std::ffi::c_void, |symbol| {
+            if found.is_none() {
+                found = symbol.name().map(|n| n.to_string());
+            }
+        })
+    });
+    found
+}

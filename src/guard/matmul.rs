@@ -75,6 +75,14 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &MatmulCall, record: CallArgs,
         call.record_scanned(returned, record, checks.nan);
         let stage = if early { Stage::Amend } else { Stage::AfterCall };
         finish(call, &check, returned, record, extra, stage);
+        // After the fault is written (its suspects are the launches since the last clean
+        // synchronisation): a clean one after the call clears everything up to it, one before
+        // the call everything before it.
+        if check.clean_after {
+            s.note_clean_sync(call.seq);
+        } else if check.clean_before {
+            s.note_clean_sync(call.seq - 1);
+        }
         returned
     };
     // Only scans use the buffer: without them the per-thread buffer is not touched at all.
@@ -111,6 +119,10 @@ fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: 
     }
     fault.args = args_map(call, &record, extra, check);
     fault.operands = check.operands.iter().flatten().map(operand_record).collect();
+    if fault.kind == FaultKind::AsyncError {
+        // The kernels that may have caused it: launched since the device was last found clean.
+        fault.suspects = super::launch::suspects(call, call.seq);
+    }
     fault.freed_by = check.freed.map(|f| crate::trace::FreedBy { seq: f.seq, api: f.api.to_string(), base: hex(f.base), size: f.size });
     match stage {
         Stage::Amend => call.amend(fault),

@@ -6,6 +6,7 @@
 
 pub(crate) mod gemm;
 pub(crate) mod handles;
+pub(crate) mod launch;
 pub(crate) mod lt;
 pub(crate) mod matmul;
 pub(crate) mod memory;
@@ -37,6 +38,11 @@ pub(crate) trait Outlet {
     /// The calling thread's Python frames (innermost first), or why it has none, and its name;
     /// `None` when the process runs no Python. Takes the GIL: call with no lock held.
     fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
+        None
+    }
+    /// A kernel's name from its host stub's address (the runtime's cudaFuncGetName, else the
+    /// stub's symbol, demangled); asked once per address, at a fault or when writing the trace.
+    fn kernel_name(&self, _func: u64) -> Option<String> {
         None
     }
 }
@@ -150,6 +156,7 @@ impl<'a, R: Copy> Call<'a, R> {
             python_stack: Vec::new(),
             python_stack_note: None,
             thread_name: None,
+            suspects: Vec::new(),
         }
     }
 

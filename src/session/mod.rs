@@ -13,6 +13,7 @@
 mod device_scan;
 mod facts;
 mod faults;
+mod kernels;
 mod scans;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +25,7 @@ use crate::state::{Allocations, Handles, LiveObjects};
 use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
 pub use device_scan::DeviceScanState;
 pub use facts::{ForkOrigin, Identity, Versions};
+pub use kernels::KernelNames;
 pub use faults::Recorded;
 
 use facts::ProcessFacts;
@@ -64,6 +66,11 @@ pub struct Session {
     pub lt_descriptors: LiveObjects,
     pub recorder: Recorder,
     pub device_scan: DeviceScanState,
+    /// Kernel names by host-stub address.
+    pub kernels: KernelNames,
+    /// The last call at which a synchronisation by the guard found the device clean: launches
+    /// before it did not fault.
+    last_clean_sync: AtomicU64,
     counts: CallCounts,
     faults: FaultLog,
     scans: ScanPolicy,
@@ -79,6 +86,7 @@ pub struct ChildSeed {
     allocations: Allocations,
     lt_descriptors: LiveObjects,
     recorder: Recorder,
+    kernels: KernelNames,
     facts: ProcessFacts,
     /// The parent's environment, for the crash writer's head until the child learns its own.
     pub environment: Environment,
@@ -105,6 +113,8 @@ impl ChildSeed {
             lt_descriptors: self.lt_descriptors,
             recorder: self.recorder,
             device_scan: DeviceScanState::default(),
+            kernels: self.kernels,
+            last_clean_sync: AtomicU64::new(0),
             counts: CallCounts::new(self.hook_names),
             faults: FaultLog::default(),
             scans: ScanPolicy::new(started),
@@ -124,6 +134,8 @@ impl Session {
             allocations: Allocations::default(),
             lt_descriptors: LiveObjects::default(),
             device_scan: DeviceScanState::default(),
+            kernels: KernelNames::default(),
+            last_clean_sync: AtomicU64::new(0),
             counts: CallCounts::new(hook_names),
             faults: FaultLog::default(),
             scans: ScanPolicy::new(started),
@@ -141,6 +153,7 @@ impl Session {
             allocations: self.allocations.copy(),
             lt_descriptors: self.lt_descriptors.copy(),
             recorder: self.recorder.copy(),
+            kernels: self.kernels.copy(),
             facts: self.facts.copy_with_first_call(self.first_cuda_call()),
             environment,
         }
@@ -183,6 +196,15 @@ impl Session {
             c.fetch_add(1, Ordering::Relaxed);
         }
         self.counts.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A synchronisation the guard made at call `seq` found the device clean.
+    pub fn note_clean_sync(&self, seq: u64) {
+        self.last_clean_sync.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    pub fn last_clean_sync(&self) -> u64 {
+        self.last_clean_sync.load(Ordering::Relaxed)
     }
 
     /// Remembers the first matrix multiply of the process.
@@ -333,13 +355,19 @@ impl Session {
     }
 
     fn recent_call(&self, call: &RecordedCall) -> RecentCall {
+        let mut args = call.args.to_map();
+        if let crate::recorder::CallArgs::Launch { func, .. } = call.args {
+            if let Some(name) = self.kernels.known(func) {
+                args.insert("kernel".into(), serde_json::json!(name));
+            }
+        }
         RecentCall {
             seq: call.seq,
             api: self.hook_name(call.hook as usize).to_string(),
             status: call.status,
             time_ns: call.time_ns,
             thread: call.thread,
-            args: call.args.to_map(),
+            args,
             scanned: call.scanned,
         }
     }

@@ -216,6 +216,24 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
             ));
         }
     }
+    if !fault.suspects.is_empty() {
+        // A pending error: the kernels launched since the device was last found clean.
+        let n = fault.suspects.len();
+        let stream = fault.stream.as_deref();
+        let likely = fault.suspects.iter().rev().find(|s| Some(s.stream.as_str()) == stream).or(fault.suspects.last());
+        if let Some(k) = likely {
+            if n == 1 {
+                cause = format!("{cause}; the kernel that faulted is {} (launched at call #{})", k.kernel, k.seq);
+            } else {
+                cause = format!(
+                    "{cause}; one of these {n} kernels faulted (launched since the device was last found clean); the most likely is the last \
+                     one on this stream: {} (call #{})",
+                    k.kernel, k.seq
+                );
+                next_steps.insert(0, "Run again with CUBLASGUARD_SYNC=launches: the guard then synchronises after every launch and pins the error to the launch that caused it.".into());
+            }
+        }
+    }
     if let Some(device) = &fault.device {
         // The guard recorded the device because an architecture mismatch explains this status.
         let sm = device.compute_capability.replace('.', "");
@@ -294,6 +312,7 @@ mod tests {
             python_stack: vec![],
             python_stack_note: None,
             thread_name: None,
+            suspects: Vec::new(),
         }
     }
 

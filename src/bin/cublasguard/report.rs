@@ -304,6 +304,13 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool) -> String {
         for o in &f.operands {
             let _ = writeln!(out, "{bullet}operand {}", operand_text(o));
         }
+        for k in &f.suspects {
+            let _ = writeln!(
+                out,
+                "{bullet}suspect #{} {} (grid {}x{}x{}, block {}x{}x{}, stream {})",
+                k.seq, k.kernel, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2], k.stream
+            );
+        }
         for r in &d.row_major {
             let _ = writeln!(out, "{bullet}{r}");
         }

@@ -43,6 +43,9 @@ pub struct MatmulCheck<'a> {
     pub(super) capturing: bool,
     /// The error a synchronisation before the call already reported.
     pending_before: i32,
+    /// A synchronisation by the guard found the device clean before the call, and after it.
+    pub clean_before: bool,
+    pub clean_after: bool,
     pub(super) inputs_scanned_finite: bool,
     pub(super) beta_is_zero: Option<bool>,
 }
@@ -93,6 +96,8 @@ impl<'a> MatmulCheck<'a> {
             found_before: true,
             capturing: false,
             pending_before: 0,
+            clean_before: false,
+            clean_after: false,
             inputs_scanned_finite: false,
             beta_is_zero: None,
         };
@@ -132,11 +137,21 @@ impl<'a> MatmulCheck<'a> {
             return check;
         }
         let stream = check.stream();
-        check.capturing = device.is_capturing(stream).unwrap_or(true);
-        if check.capturing {
-            return check; // synchronising or copying would break the capture
-        }
-        let pending = device.synchronize(stream);
+        let pending = match device.is_capturing(stream) {
+            Ok(false) => device.synchronize(stream),
+            // The query itself failed with a sticky error: the context is already lost, and
+            // that error is the one pending (nothing to synchronise, nothing to copy).
+            Err(code) if cuda::cuda_error_is_sticky(code) => {
+                check.capturing = true;
+                code
+            }
+            // Capturing, or unknown: synchronising or copying could break a capture.
+            Ok(true) | Err(_) => {
+                check.capturing = true;
+                return check;
+            }
+        };
+        check.clean_before = pending == 0;
         if pending != 0 {
             check.pending_before = pending;
             if known.map(|k| k.code) != Some(pending) {
@@ -208,6 +223,7 @@ impl<'a> MatmulCheck<'a> {
         let argument_refused = self.call.argument_problem.is_some();
         if forwarded && checks.sync && !self.capturing && !empty && self.pending_before == 0 && !argument_refused {
             let code = device.synchronize(self.stream());
+            self.clean_after = code == 0;
             if code != 0 && known.map(|k| k.code) != Some(code) {
                 revealed = Some(code);
                 match &mut self.finding {

@@ -11,6 +11,7 @@ use super::device::RealDevice;
 use super::lifecycle::{self, RealOutlet};
 use super::real::{Library, RealSymbol};
 use super::reentry::Reentry;
+use crate::guard::launch::{self, Dim3, LaunchConfig};
 use crate::guard::{gemm, handles, lt, memory, Call};
 use crate::recorder::CallArgs;
 
@@ -26,7 +27,7 @@ type P = *const c_void;
 /// not record is recorded here, so none is missing from the flight recorder. A panic inside
 /// the guard never crosses into C: it disables the guard and the real result is returned (the
 /// real function is called if the handler had not yet called it).
-fn intercept<R: Copy + Into<i64>>(hook: Hook, forward: impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
+fn intercept<R: HookReturn>(hook: Hook, forward: impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
     let Some(_inside) = Reentry::enter() else { return forward() };
     let result = Cell::new(None);
     let tracked = || {
@@ -40,7 +41,7 @@ fn intercept<R: Copy + Into<i64>>(hook: Hook, forward: impl Fn() -> R, handler: 
             let call = Call::begin(s, hook, &device, &RealOutlet, &tracked);
             let r = handler(&call);
             if !call.was_recorded() {
-                call.record(r.into() as i32, CallArgs::None);
+                call.record(r.status(), CallArgs::None);
             }
             r
         }
@@ -55,9 +56,33 @@ fn intercept<R: Copy + Into<i64>>(hook: Hook, forward: impl Fn() -> R, handler: 
     }
 }
 
+/// What hooked functions return: a status, or nothing (`__cudaRegisterFunction`).
+trait HookReturn: Copy {
+    /// The status to record.
+    fn status(self) -> i32;
+    /// What to return when the real function cannot be found.
+    fn missing(library: Library) -> Self;
+}
+
+impl HookReturn for c_int {
+    fn status(self) -> i32 {
+        self
+    }
+    fn missing(library: Library) -> Self {
+        library.not_initialised()
+    }
+}
+
+impl HookReturn for () {
+    fn status(self) -> i32 {
+        0
+    }
+    fn missing(_: Library) -> Self {}
+}
+
 static MISSING_WARNED: AtomicBool = AtomicBool::new(false);
 
-fn missing_real(name: &str, library: Library) -> c_int {
+fn missing_real<R: HookReturn>(name: &str, library: Library) -> R {
     lifecycle::warn_once(
         &MISSING_WARNED,
         &format!(
@@ -66,7 +91,7 @@ fn missing_real(name: &str, library: Library) -> c_int {
             library.sonames()
         ),
     );
-    library.not_initialised()
+    R::missing(library)
 }
 
 macro_rules! hook_table {
@@ -106,7 +131,7 @@ macro_rules! hook_table {
             pub unsafe extern "C" fn $name( $( $arg : $ty ),* ) -> $ret {
                 type Real = unsafe extern "C" fn( $( $ty ),* ) -> $ret;
                 let Some(real) = reals::$name.get::<Real>() else {
-                    return missing_real(stringify!($name), Library::$lib);
+                    return missing_real::<$ret>(stringify!($name), Library::$lib);
                 };
                 intercept(Hook::$name, || real( $( $arg ),* ), |call| $handler(call, $( $arg ),* ))
             }
@@ -152,6 +177,10 @@ hook_table! {
     Cudart fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int => memory::malloc_async;
     Cudart fn cudaFreeAsync(dev_ptr: *mut c_void, stream: Stream) -> c_int => memory::free_async;
     Cudart fn cudaGetDeviceCount(count: *mut c_int) -> c_int => memory::get_device_count;
+    Cudart fn cudaLaunchKernel(func: P, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Stream) -> c_int => launch::launch_kernel;
+    Cudart fn cudaLaunchCooperativeKernel(func: P, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Stream) -> c_int => launch::launch_kernel;
+    Cudart fn cudaLaunchKernelExC(config: *const LaunchConfig, func: P, args: *mut *mut c_void) -> c_int => launch::launch_kernel_ex;
+    Cudart fn __cudaRegisterFunction(handle: *mut *mut c_void, host: P, device_fun: *mut std::ffi::c_char, device_name: *const std::ffi::c_char, limit: c_int, tid: P, bid: P, block_dim: P, grid_dim: P, warp_size: *mut c_int) -> () => launch::register_function;
 }
 
 #[cfg(test)]

@@ -1,0 +1,157 @@
+//! Kernel launches: each one in the flight recorder (only the host stub's address, the launch
+//! configuration and the stream: no synchronisation, no name lookup, no allocation), so that an
+//! asynchronous error found later can name the kernels that may have caused it. With
+//! `CUBLASGUARD_SYNC=launches` each launch is followed by a synchronisation, like
+//! `CUDA_LAUNCH_BLOCKING=1`, and an error is pinned to the launch itself.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use super::Call;
+use crate::check::Finding;
+use crate::cuda;
+use crate::recorder::{CallArgs, RecordedCall};
+use crate::trace::{hex, FaultKind, Suspect};
+
+/// `dim3`, passed by value as the C API passes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Dim3 {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+}
+
+impl Dim3 {
+    fn array(self) -> [u32; 3] {
+        [self.x, self.y, self.z]
+    }
+}
+
+/// The head of `cudaLaunchConfig_t` (the attributes that follow are not read).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct LaunchConfig {
+    pub grid: Dim3,
+    pub block: Dim3,
+    pub shared: usize,
+    pub stream: *mut c_void,
+}
+
+/// cudaLaunchKernel and cudaLaunchCooperativeKernel.
+pub(crate) fn launch_kernel(call: &Call<'_, c_int>, func: *const c_void, grid: Dim3, block: Dim3, _args: *mut *mut c_void, shared: usize, stream: *mut c_void) -> c_int {
+    launch(call, func as u64, grid, block, shared as u64, stream as u64)
+}
+
+/// cudaLaunchKernelExC: the configuration comes in a structure.
+pub(crate) fn launch_kernel_ex(call: &Call<'_, c_int>, config: *const LaunchConfig, func: *const c_void, _args: *mut *mut c_void) -> c_int {
+    // The runtime reads the configuration as the program passed it; so does the guard.
+    match crate::ffi::out_param::written(config as *mut LaunchConfig) {
+        Some(c) => launch(call, func as u64, c.grid, c.block, c.shared as u64, c.stream as u64),
+        None => call.forward(),
+    }
+}
+
+/// `__cudaRegisterFunction`: the kernel's device name for its host stub, as nvcc's generated
+/// code registers it at load.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn register_function(
+    call: &Call<'_, ()>,
+    _handle: *mut *mut c_void,
+    host: *const c_void,
+    _device_fun: *mut c_char,
+    device_name: *const c_char,
+    _limit: c_int,
+    _tid: *const c_void,
+    _bid: *const c_void,
+    _block_dim: *const c_void,
+    _grid_dim: *const c_void,
+    _warp_size: *mut c_int,
+) {
+    call.forward();
+    if let Some(name) = crate::ffi::out_param::c_string(device_name) {
+        call.session.kernels.register(host as u64, crate::ffi::demangle(&name));
+    }
+}
+
+fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u64, stream: u64) -> c_int {
+    let s = call.session;
+    let status = call.forward();
+    if !s.config.checks.launches {
+        call.record(status, CallArgs::None);
+        return status;
+    }
+    call.record(status, CallArgs::Launch { func, grid: grid.array(), block: block.array(), shared, stream });
+    let kernel = || s.kernels.name(func, |f| call.outlet.kernel_name(f));
+    if status != cuda::CUDA_SUCCESS {
+        if cuda::cuda_error_is_init_failure(status) {
+            call.report_init_failure(status, cuda::cuda_error_name(status), None);
+            return status;
+        }
+        let finding = Finding::new(FaultKind::ApiError, format!("launching {} returned {} ({status})", kernel(), cuda::cuda_error_name(status)));
+        let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
+        launch_args(&mut fault, kernel(), grid, block, shared, stream);
+        call.report(fault);
+        return status;
+    }
+    if !s.config.sync_launches || call.device.is_capturing(stream) != Ok(false) {
+        return status;
+    }
+    match call.device.synchronize(stream) {
+        0 => s.note_clean_sync(call.seq),
+        code if s.known_error().map(|k| k.code) == Some(code) => {}
+        code => {
+            s.note_error(code, call.seq);
+            let name = kernel();
+            let mut finding = Finding::new(
+                FaultKind::AsyncError,
+                format!(
+                    "{} ({code}) surfaced when the guard synchronised right after this launch of {name} (grid {}x{}x{}, block \
+                     {}x{}x{}): this kernel faulted (CUBLASGUARD_SYNC=launches)",
+                    cuda::cuda_error_name(code),
+                    grid.x,
+                    grid.y,
+                    grid.z,
+                    block.x,
+                    block.y,
+                    block.z
+                ),
+            );
+            finding.error = Some((code, "cudaStreamSynchronize"));
+            let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
+            launch_args(&mut fault, name, grid, block, shared, stream);
+            call.report(fault);
+        }
+    }
+    status
+}
+
+fn launch_args(fault: &mut crate::trace::Fault, kernel: String, grid: Dim3, block: Dim3, shared: u64, stream: u64) {
+    use serde_json::json;
+    fault.args.insert("kernel".into(), json!(kernel));
+    fault.args.insert("gridDim".into(), json!(grid.array()));
+    fault.args.insert("blockDim".into(), json!(block.array()));
+    fault.args.insert("sharedMem".into(), json!(shared));
+    fault.stream = Some(hex(stream));
+}
+
+/// The kernels launched since the guard last found the device clean and before call `before`,
+/// oldest first: one of them caused an error found pending now.
+pub(crate) fn suspects<R: Copy>(call: &Call<'_, R>, before: u64) -> Vec<Suspect> {
+    let s = call.session;
+    let clean = s.last_clean_sync();
+    let mut launches: Vec<RecordedCall> = s.recorder.snapshot().into_iter().filter(|c| c.seq > clean && c.seq < before && matches!(c.args, CallArgs::Launch { .. })).collect();
+    launches.sort_by_key(|c| c.seq);
+    launches
+        .into_iter()
+        .filter_map(|c| match c.args {
+            CallArgs::Launch { func, grid, block, stream, .. } => Some(Suspect {
+                seq: c.seq,
+                kernel: s.kernels.name(func, |f| call.outlet.kernel_name(f)),
+                grid,
+                block,
+                stream: hex(stream),
+            }),
+            _ => None,
+        })
+        .collect()
+}

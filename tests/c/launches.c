@@ -1,0 +1,54 @@
+/* Kernel launches on the stand-in. Three kernels: two registered with __cudaRegisterFunction
+ * under their C++ names, as nvcc's generated code registers them; the third not (named from its
+ * symbol). The second faults (an illegal address, as an out-of-range gather does), which shows
+ * at the next synchronisation: the GEMM that follows.
+ *   launches            the three, then a GEMM
+ *   launches many N     N clean launches; prints the mean ns per launch */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+/* Distinct bodies, so the compiler cannot fold them into one function. */
+static volatile int touched;
+static void fill(void **args) { touched = *(int *)args[1]; }
+static void gather(void **args) { (void)args; cudashim_raise_async(700); }
+static void scale(void **args) { touched = 2 * *(int *)args[1]; }
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    __cudaRegisterFunction(NULL, (const char *)fill, (char *)"_Z4fillPfi", "_Z4fillPfi", -1, NULL, NULL, NULL, NULL, NULL);
+    __cudaRegisterFunction(NULL, (const char *)gather, (char *)"_Z6gatherPKfPKlPfi", "_Z6gatherPKfPKlPfi", -1, NULL, NULL, NULL, NULL, NULL);
+    float *a;
+    int n = 4;
+    cudaMalloc((void **)&a, 64);
+    void *args[] = {&a, &n};
+    dim3 grid = {4, 1, 1}, wide = {8, 1, 1}, block = {256, 1, 1};
+    if (argc > 2 && !strcmp(argv[1], "many")) {
+        long count = atol(argv[2]);
+        double start = now();
+        for (long i = 0; i < count; i++) cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL);
+        printf("%.1f\n", (now() - start) / count);
+        return cudaDeviceSynchronize();
+    }
+    cublasHandle_t h;
+    printf("cublasCreate=%d\n", cublasCreate(&h));
+    printf("fill=%d\n", cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL));
+    printf("gather=%d\n", cudaLaunchKernel((const void *)gather, wide, block, args, 0, NULL));
+    printf("scale=%d\n", cudaLaunchKernel((const void *)scale, grid, block, args, 0, NULL));
+    float host[4] = {1, 2, 3, 4};
+    float *b;
+    cudaMalloc((void **)&b, 64);
+    cudaMemcpy(b, host, sizeof host, cudaMemcpyHostToDevice);
+    const float one = 1, zero = 0;
+    printf("sgemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, b, 2, b, 2, &zero, b + 8, 2));
+    return 0;
+}

@@ -1,0 +1,68 @@
+//! Kernel launches in the flight recorder, the suspects of an error found pending, and the
+//! launch-blocking mode that pins it to the launch.
+
+mod common;
+
+use common::*;
+use cublasguard::trace::FaultKind;
+
+fn launches(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let program = build_c("launches", &["launches.c"], false);
+    run(Launch { env, ..Launch::new(&program, args) })
+}
+
+#[test]
+fn an_error_pending_before_a_gemm_names_the_kernels_launched_since_the_device_was_clean() {
+    let run = launches(&[], &[]);
+    assert!(run.stdout().contains("gather=0") && run.stdout().contains("sgemm="), "{}", run.stdout());
+    let t = run.trace();
+    let f = t.faults.iter().find(|f| f.api == "cublasSgemm_v2").expect("the GEMM's fault");
+    assert_eq!(f.kind, FaultKind::AsyncError);
+    assert!(f.message.contains("already pending before this call"), "{}", f.message);
+    let names: Vec<&str> = f.suspects.iter().map(|s| s.kernel.as_str()).collect();
+    assert_eq!(names.len(), 3, "{:#?}", f.suspects);
+    assert_eq!(names[0], "fill(float*, int)");
+    assert_eq!(names[1], "gather(float const*, long const*, float*, int)");
+    assert!(names[2].starts_with("scale"), "the unregistered kernel named from its symbol: {}", names[2]);
+    assert_eq!((f.suspects[1].grid, f.suspects[1].block), ([8, 1, 1], [256, 1, 1]));
+    assert!(f.suspects.windows(2).all(|w| w[0].seq < w[1].seq), "oldest first");
+    let recorded: Vec<_> = t.recent_calls.iter().filter(|c| c.api == "cudaLaunchKernel").collect();
+    assert_eq!(recorded.len(), 3);
+    assert_eq!(recorded[0].args["kernel"], "fill(float*, int)");
+    let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("one of these 3 kernels faulted") && text.contains("CUBLASGUARD_SYNC=launches"), "{text}");
+}
+
+#[test]
+fn launch_blocking_mode_pins_the_error_to_the_launch_that_caused_it() {
+    let run = launches(&[], &[("CUBLASGUARD_SYNC", "launches")]);
+    let t = run.trace();
+    let f = t.faults.iter().find(|f| f.api == "cudaLaunchKernel").expect("the launch's fault");
+    assert_eq!(f.kind, FaultKind::AsyncError);
+    assert_eq!(f.args["kernel"], "gather(float const*, long const*, float*, int)");
+    assert_eq!(f.args["gridDim"], serde_json::json!([8, 1, 1]));
+    assert_eq!(f.error.as_ref().map(|e| e.code), Some(700));
+    assert!(!t.faults.iter().any(|x| x.api == "cublasSgemm_v2" && x.kind == FaultKind::AsyncError && x.message.contains("already pending")), "the GEMM is not blamed: {:#?}", t.faults);
+    let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    assert!(String::from_utf8_lossy(&report.stdout).contains("gather(float const*"), "the report names the kernel");
+}
+
+#[test]
+fn a_hundred_thousand_clean_launches_are_all_counted_without_a_fault() {
+    let run = launches(&["many", "100000"], &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let t = run.trace();
+    assert_eq!(t.summary.calls.get("cudaLaunchKernel"), Some(&100_000));
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+    assert_eq!(t.recent_calls.last().map(|c| c.args["kernel"].clone()), Some(serde_json::json!("fill(float*, int)")));
+}
+
+#[test]
+fn launches_can_be_left_out_of_the_recorder() {
+    let run = launches(&[], &[("CUBLASGUARD_CHECKS", "args,bounds,nan,sync")]);
+    let t = run.trace();
+    let f = t.faults.iter().find(|f| f.api == "cublasSgemm_v2").expect("the GEMM's fault");
+    assert!(f.suspects.is_empty());
+    assert!(t.recent_calls.iter().filter(|c| c.api == "cudaLaunchKernel").all(|c| !c.args.contains_key("kernel")));
+}
