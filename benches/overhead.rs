@@ -55,4 +55,33 @@ fn main() {
         let (b, g) = (median(bare), median(guarded));
         println!("{label:<42} {b:>12.1} {g:>12.1} {:>12.1} {:>8.3}", g - b, g / b);
     }
+    // Kernel launches (tests/c/launches.c): each one is recorded (address, configuration,
+    // stream), nothing more.
+    let launcher = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("launches");
+    let built = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&launcher)
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/launches.c"))
+        .arg(format!("-I{}", standin.join("include").display()))
+        .arg(format!("-L{}", standin.join("lib").display()))
+        .args(["-lcublas", "-lcudart"])
+        .status()
+        .expect("cc");
+    assert!(built.success());
+    let launch = |guarded: bool| -> f64 {
+        let mut cmd = Command::new(&launcher);
+        cmd.args(["many", "200000"]).env("LD_LIBRARY_PATH", &libpath).env_remove("LD_PRELOAD").env_remove("CUBLASGUARD_TRACE");
+        if guarded {
+            cmd.env("LD_PRELOAD", &guard).env("CUBLASGUARD_QUIET", "1");
+        }
+        let out = cmd.output().expect("run launches");
+        String::from_utf8_lossy(&out.stdout).trim().parse().expect("ns per launch")
+    };
+    let (mut bare, mut guarded) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        bare.push(launch(false));
+        guarded.push(launch(true));
+    }
+    let (b, g) = (median(bare), median(guarded));
+    println!("{:<42} {b:>12.1} {g:>12.1} {:>12.1} {:>8.3}", "cudaLaunchKernel, default checks", g - b, g / b);
 }

@@ -66,3 +66,21 @@ fn launches_can_be_left_out_of_the_recorder() {
     assert!(f.suspects.is_empty());
     assert!(t.recent_calls.iter().filter(|c| c.api == "cudaLaunchKernel").all(|c| !c.args.contains_key("kernel")));
 }
+
+#[test]
+fn a_python_launch_pinned_by_launch_blocking_mode_names_the_python_line() {
+    let script = manifest_dir().join("tests/python/launch_line.py");
+    let script_s = script.display().to_string();
+    let python = std::path::PathBuf::from("python3");
+    let path = std::env::var("PATH").unwrap_or_default();
+    let env = [("PATH", path.as_str()), ("CUBLASGUARD_SYNC", "launches")];
+    let run = run(Launch { env: &env, ..Launch::new(&python, &[&script_s]) });
+    assert!(run.stdout().contains("launch status 0"), "{}\n{}", run.stdout(), run.stderr());
+    let t = run.trace();
+    let f = t.faults.iter().find(|f| f.api == "cudaLaunchKernel").expect("the launch's fault");
+    assert_eq!((f.kind, f.error.as_ref().map(|e| e.code)), (FaultKind::AsyncError, Some(700)));
+    assert_eq!(f.args["gridDim"], serde_json::json!([64, 1, 1]));
+    let line = std::fs::read_to_string(&script).unwrap().lines().position(|l| l.contains("# FRAME launch")).unwrap() as u32 + 1;
+    let top = f.python_stack.first().expect("Python frames");
+    assert_eq!((top.file.as_str(), top.line, top.function.as_str()), (script_s.as_str(), line, "embedding_lookup"));
+}
