@@ -63,6 +63,9 @@ int main(int argc, char **argv) {
     nan_input = argc > 4 && strcmp(argv[4], "nan") == 0;
     pthread_t t[64];
     if (threads > 64) threads = 64;
+    /* CUDA starts in the parent before any fork: every child is a child of a CUDA process. */
+    void *started;
+    cudaMalloc(&started, 16);
     for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, NULL);
     int hung = 0;
     for (int i = 0; i < children; i++) {
