@@ -121,6 +121,8 @@ pub struct Config {
     /// CUBLASGUARD_SYNC=launches: synchronise after every kernel launch too, like
     /// CUDA_LAUNCH_BLOCKING=1, and pin an asynchronous error to the launch that caused it.
     pub sync_launches: bool,
+    /// CUBLASGUARD_IGNORE: faults that match a rule are counted, not stored.
+    pub ignore: Vec<crate::ignore::IgnoreRule>,
 }
 
 impl Default for Config {
@@ -139,6 +141,7 @@ impl Default for Config {
             device_scan: false,
             quiet: false,
             sync_launches: false,
+            ignore: Vec::new(),
         }
     }
 }
@@ -231,6 +234,11 @@ impl Config {
                 "launches" => config.sync_launches = true,
                 _ => reject("CUBLASGUARD_SYNC", &v, "not gemm or launches".into(), "gemm"),
             }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_IGNORE") {
+            let (rules, bad) = crate::ignore::parse_rules(&v);
+            config.ignore = rules;
+            problems.extend(bad);
         }
         if let Some(v) = lookup("CUBLASGUARD_QUIET") {
             config.quiet = !matches!(v.trim(), "" | "0" | "false" | "no");

@@ -15,6 +15,7 @@ pub mod config;
 pub mod cuda;
 pub(crate) mod ffi;
 pub(crate) mod guard;
+pub(crate) mod ignore;
 pub(crate) mod recorder;
 pub(crate) mod redact;
 pub mod scan;

@@ -355,6 +355,10 @@ pub struct Summary {
     pub scanned_calls: u64,
     #[serde(default)]
     pub skipped_scans: u64,
+    /// The rules of CUBLASGUARD_IGNORE in force, each with the faults it kept out of the trace
+    /// (not counted in `faults`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ignored_faults: BTreeMap<String, u64>,
 }
 
 /// A pointer as the trace spells it: hex, because JSON numbers lose bits above 2^53.

@@ -384,3 +384,21 @@ fn run_summary_leads_with_the_programs_own_line() {
     let at = stderr.lines().find(|l| l.starts_with("  at ")).unwrap_or_else(|| panic!("{stderr}"));
     assert!(at.contains("scenarios.c:") && at.contains(" in gemm: "), "{at}");
 }
+
+#[test]
+fn run_honours_an_exported_cublasguard_trace_and_the_option_wins_over_it() {
+    let dir = temp_dir("cli-run-env");
+    let program = scenarios().display().to_string();
+    let exported = dir.join("exported-%p.json").display().to_string();
+    let env = [("LD_LIBRARY_PATH", standin_path(true)), ("CUBLASGUARD_TRACE", exported.clone())];
+    let out = cublasguard(&["run", "--", &program, "nan_a"], &dir, &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let names: Vec<String> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.len() == 1 && names[0].starts_with("exported-"), "the trace went where the user asked: {names:?}");
+    let chosen = dir.join("chosen.json").display().to_string();
+    let out = cublasguard(&["run", "--trace", &chosen, "--", &program, "nan_a"], &dir, &env);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(dir.join("chosen.json").exists(), "the option wins");
+    let help = cublasguard(&["run", "--help"], &dir, &[]);
+    assert!(text(&help.stdout).contains("CUBLASGUARD_TRACE"), "{}", text(&help.stdout));
+}

@@ -535,3 +535,36 @@ fn native_frames_are_named_even_for_functions_the_library_does_not_export() {
     assert!(frame.contains("/scenarios-") && frame.contains("+0x") && frame.ends_with(']'), "{frame}");
     assert!(f.backtrace.iter().any(|l| l.starts_with("main ")), "{:#?}", f.backtrace);
 }
+
+#[test]
+fn an_ignore_rule_counts_the_faults_it_matches_and_leaves_the_others() {
+    // Matches: counted under its rule, not stored, not printed.
+    let run = scenario("nan_a", &[("CUBLASGUARD_IGNORE", "kind=nonfinite_input,api=cublasSgemm_v2,operand=A,m=4")]);
+    let t = run.trace();
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+    assert_eq!(t.summary.faults, 0);
+    assert_eq!(t.summary.ignored_faults.get("kind=nonfinite_input,api=cublasSgemm_v2,operand=A,m=4"), Some(&1));
+    assert!(!run.stderr().contains("[nonfinite_input]"), "not printed: {}", run.stderr());
+    let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    assert!(String::from_utf8_lossy(&report.stdout).contains("ignored by CUBLASGUARD_IGNORE 'kind=nonfinite_input,api=cublasSgemm_v2,operand=A,m=4': 1 fault(s)"));
+    // Rules that must not match leave the fault alone; a bad rule is named at start.
+    let run = scenario("nan_a", &[("CUBLASGUARD_IGNORE", "operand=B; m=5; kind=out_of_bounds; colour=blue")]);
+    let t = run.trace();
+    assert_eq!(t.faults.len(), 1);
+    assert_eq!(t.summary.ignored_faults.values().sum::<u64>(), 0);
+    assert!(run.stderr().contains("CUBLASGUARD_IGNORE rule 'colour=blue' is ignored: unknown key"), "{}", run.stderr());
+}
+
+#[test]
+fn an_ignore_rule_by_python_line_keeps_the_fault_from_another_line() {
+    let script = manifest_dir().join("tests/python/frames.py");
+    let script_s = script.display().to_string();
+    let rule = format!("py=frames.py:{}", line_of(&script, "# FRAME forward_main"));
+    let path = std::env::var("PATH").unwrap_or_default();
+    let env = [("PATH", path.as_str()), ("CUBLASGUARD_IGNORE", rule.as_str())];
+    let run = run(Launch { env: &env, ..Launch::new(std::path::Path::new("python3"), &[&script_s]) });
+    let t = run.trace();
+    assert_eq!(t.summary.ignored_faults.get(&rule), Some(&1), "the main thread's fault");
+    assert_eq!(t.faults.len(), 1, "the worker's fault is kept");
+    assert_eq!(t.faults[0].python_stack[1].function, "forward_worker");
+}

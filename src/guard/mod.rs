@@ -164,6 +164,10 @@ impl<'a, R: Copy> Call<'a, R> {
     /// the process.
     pub fn report(&self, mut fault: Fault) {
         let s = self.session;
+        // A fault the user declared benign is counted under its rule, and goes no further.
+        if !s.config.ignore.is_empty() && s.ignores(&fault).is_some() {
+            return;
+        }
         if self.architecture_may_explain(&fault) {
             fault.device = self.device.compute_capability().map(|(major, minor)| crate::trace::DeviceRecord { compute_capability: format!("{major}.{minor}") });
         }

@@ -38,15 +38,18 @@ struct CallCounts {
     calls: Box<[AtomicU64]>,
     /// The sequence number of the process's first matrix multiply (0: none yet).
     first_matmul: AtomicU64,
+    /// Faults kept out by each CUBLASGUARD_IGNORE rule.
+    ignored: Box<[AtomicU64]>,
     /// One `init_failed` per hooked function: without a driver every call fails the same way.
     init_reported: Box<[AtomicBool]>,
     seq: AtomicU64,
 }
 
 impl CallCounts {
-    fn new(hook_names: &'static [&'static str]) -> Self {
+    fn new(hook_names: &'static [&'static str], rules: usize) -> Self {
         Self {
             hook_names,
+            ignored: (0..rules).map(|_| AtomicU64::new(0)).collect(),
             calls: hook_names.iter().map(|_| AtomicU64::new(0)).collect(),
             first_matmul: AtomicU64::new(0),
             init_reported: hook_names.iter().map(|_| AtomicBool::new(false)).collect(),
@@ -105,6 +108,7 @@ impl ChildSeed {
     /// The child's session, once it knows its pid, start time and trace path.
     pub fn into_session(self, identity: Identity) -> Session {
         let started = identity.process.started_at_ns;
+        let rules = self.config.ignore.len();
         Session {
             config: self.config,
             handles: self.handles,
@@ -115,7 +119,7 @@ impl ChildSeed {
             device_scan: DeviceScanState::default(),
             kernels: self.kernels,
             last_clean_sync: AtomicU64::new(0),
-            counts: CallCounts::new(self.hook_names),
+            counts: CallCounts::new(self.hook_names, rules),
             faults: FaultLog::default(),
             scans: ScanPolicy::new(started),
             facts: self.facts.for_child(identity),
@@ -126,6 +130,7 @@ impl ChildSeed {
 impl Session {
     pub fn new(config: Config, hook_names: &'static [&'static str], process: Process, trace_path: String) -> Self {
         let started = process.started_at_ns;
+        let rules = config.ignore.len();
         Self {
             recorder: Recorder::new(config.ring),
             config,
@@ -136,7 +141,7 @@ impl Session {
             device_scan: DeviceScanState::default(),
             kernels: KernelNames::default(),
             last_clean_sync: AtomicU64::new(0),
-            counts: CallCounts::new(hook_names),
+            counts: CallCounts::new(hook_names, rules),
             faults: FaultLog::default(),
             scans: ScanPolicy::new(started),
             facts: ProcessFacts::new(Identity { process, trace_path }),
@@ -196,6 +201,15 @@ impl Session {
             c.fetch_add(1, Ordering::Relaxed);
         }
         self.counts.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The first CUBLASGUARD_IGNORE rule that `fault` matches, counted; `None`: keep the fault.
+    pub fn ignores(&self, fault: &Fault) -> Option<usize> {
+        let rule = self.config.ignore.iter().position(|r| r.matches(fault))?;
+        if let Some(n) = self.counts.ignored.get(rule) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(rule)
     }
 
     /// A synchronisation the guard made at call `seq` found the device clean.
@@ -348,6 +362,13 @@ impl Session {
                 dropped_faults: total.saturating_sub(faults.len() as u64),
                 scanned_calls,
                 skipped_scans,
+                ignored_faults: self
+                    .config
+                    .ignore
+                    .iter()
+                    .zip(self.counts.ignored.iter())
+                    .map(|(rule, n)| (rule.text.clone(), n.load(Ordering::Relaxed)))
+                    .collect(),
             },
             faults,
             crash: None,

@@ -47,15 +47,17 @@ enum Cmd {
     #[command(after_help = "The options become CUBLASGUARD_* variables, inherited by child processes, \
         so `cublasguard run -- torchrun --nproc_per_node 4 train.py` guards every rank.\n\
         Exit status: the command's own (128 + N if it died by signal N).")]
+    #[command(after_help = "Each option takes its default from its CUBLASGUARD_* variable when that is set; the option \
+                            on the command line wins. Other CUBLASGUARD_* variables reach the command unchanged.")]
     Run {
         /// Trace path pattern (%p pid, %h host, %r rank)
-        #[arg(long, value_name = "PATH", default_value = cublasguard::config::DEFAULT_TRACE_PATTERN)]
+        #[arg(long, value_name = "PATH", env = "CUBLASGUARD_TRACE", default_value = cublasguard::config::DEFAULT_TRACE_PATTERN)]
         trace: String,
-        /// Checks to run: comma list of args, bounds, nan, sync; or all, none
-        #[arg(long, value_name = "LIST")]
+        /// Checks to run: comma list of args, bounds, nan, sync, launches; or all, none
+        #[arg(long, value_name = "LIST", env = "CUBLASGUARD_CHECKS")]
         checks: Option<String>,
         /// What to do at a fault: continue, error (the call returns an error), abort
-        #[arg(long, value_name = "MODE")]
+        #[arg(long, value_name = "MODE", env = "CUBLASGUARD_ON_FAULT")]
         on_fault: Option<String>,
         /// The command and its arguments
         #[arg(last = true, required = true, value_name = "CMD")]

@@ -265,6 +265,17 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool) -> String {
         calls,
         loaded.len()
     );
+    // The rules that kept faults out of the traces, with their counts.
+    let mut ignored: std::collections::BTreeMap<&str, u64> = Default::default();
+    for l in loaded {
+        for (rule, n) in &l.trace.summary.ignored_faults {
+            let slot = ignored.entry(rule.as_str()).or_insert(0);
+            *slot = slot.saturating_add(*n);
+        }
+    }
+    for (rule, n) in &ignored {
+        let _ = writeln!(out, "ignored by CUBLASGUARD_IGNORE '{rule}': {n} fault(s)");
+    }
     if entries.is_empty() {
         let _ = writeln!(out, "\nNo faults: every intercepted call passed the guard's checks.");
         environment(&mut out, loaded, md);
