@@ -91,7 +91,7 @@ impl CallArgs {
     }
 
     /// The arguments as named JSON values, for the trace.
-    pub fn to_map(&self) -> std::collections::BTreeMap<String, serde_json::Value> {
+    pub fn to_map(self) -> std::collections::BTreeMap<String, serde_json::Value> {
         let mut map = std::collections::BTreeMap::new();
         self.visit(|name, value| {
             map.insert(name.to_string(), value.to_json());
@@ -286,7 +286,7 @@ mod tests {
     use super::*;
 
     fn call(seq: u64, args: CallArgs) -> RecordedCall {
-        RecordedCall { seq, hook: 3, status: -7, time_ns: seq * 10, thread: 42, args, scanned: seq % 2 == 0 }
+        RecordedCall { seq, hook: 3, status: -7, time_ns: seq * 10, thread: 42, args, scanned: seq.is_multiple_of(2) }
     }
 
     #[test]

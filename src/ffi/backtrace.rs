@@ -78,7 +78,7 @@ mod tests {
         // A function of this test binary, not exported: only the symbol table names it.
         #[inline(never)]
         fn hidden_marker() -> usize {
-            hidden_marker as usize
+            hidden_marker as *const () as usize
         }
         let addr = hidden_marker() + 1;
         let (base, file) = object_of(addr as *const c_void).expect("mapped");

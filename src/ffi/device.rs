@@ -219,12 +219,12 @@ fn int_query(query: impl FnOnce(*mut c_int) -> Option<c_int>) -> Option<(c_int, 
 }
 
 pub(crate) fn runtime_version() -> Option<i32> {
-    int_query(|v| api::cudaRuntimeGetVersion(v)).and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
+    int_query(api::cudaRuntimeGetVersion).and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
 }
 
 /// The driver's version as the runtime reports it; `None` when there is no driver.
 pub(crate) fn driver_version_via_runtime() -> Option<i32> {
-    int_query(|v| api::cudaDriverGetVersion(v)).and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
+    int_query(api::cudaDriverGetVersion).and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
 }
 
 /// `cudaGetDeviceCount`'s status and count, asked only when the program has no error pending.

@@ -32,7 +32,7 @@ impl ScanPolicy {
         let every = config.scan_every.max(1);
         let turn = every == 1 || {
             let bucket = (site.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % SITES;
-            self.site_calls[bucket].fetch_add(1, Ordering::Relaxed) % every == 0
+            self.site_calls[bucket].fetch_add(1, Ordering::Relaxed).is_multiple_of(every)
         };
         let within_budget = match config.budget {
             None => true,
