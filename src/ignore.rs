@@ -55,6 +55,11 @@ impl IgnoreRule {
         Ok(rule)
     }
 
+    /// Whether the rule needs the fault's Python frames to decide.
+    pub fn reads_python(&self) -> bool {
+        self.py.is_some()
+    }
+
     pub fn matches(&self, fault: &Fault) -> bool {
         let arg = |name: &str| fault.args.get(name).and_then(|v| v.as_i64());
         self.kind.is_none_or(|k| k == fault.kind)

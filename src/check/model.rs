@@ -1,6 +1,6 @@
 //! A model of the CUDA device for the checks' and the policy's unit tests.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 use super::init::DriverProbe;
@@ -16,6 +16,8 @@ pub struct ModelDevice {
     pub host: RefCell<BTreeMap<u64, Vec<u8>>>,
     pub sync_errors: RefCell<Vec<i32>>,
     pub probe: RefCell<DriverProbe>,
+    /// How often the free/total memory was asked for.
+    pub memory_queries: Cell<u32>,
 }
 
 impl ModelDevice {
@@ -58,6 +60,7 @@ impl Device for ModelDevice {
         Ok(false)
     }
     fn memory_info(&self) -> Option<(u64, u64)> {
+        self.memory_queries.set(self.memory_queries.get() + 1);
         Some((1 << 30, 2 << 30))
     }
     fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> DriverProbe {

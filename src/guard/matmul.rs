@@ -96,10 +96,7 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &MatmulCall, record: CallArgs,
 fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: CallArgs, extra: ExArgs, stage: Stage) {
     let Some(finding) = check.finding.clone() else { return };
     let status_name = if returned < 0 { "not returned (the fault was recorded before the call ran)" } else { cuda::cublas_status_name(returned) };
-    let mut fault = match stage {
-        Stage::Amend => call.amended_fault(finding, returned, status_name),
-        Stage::BeforeCall | Stage::AfterCall => call.fault(finding, returned, status_name),
-    };
+    let mut fault = call.fault(finding, returned, status_name);
     let state = check.handle.unwrap_or_default();
     let stream = check.call.stream.unwrap_or(state.stream);
     fault.stream = Some(hex(stream));
@@ -368,6 +365,36 @@ mod tests {
         assert_eq!(s.session.fault_count(), 5);
         assert_eq!(faults(&s).len(), 2);
         assert_eq!(s.outlet.backtraces.get(), 2, "only stored faults get a backtrace");
+    }
+
+    #[test]
+    fn an_ignored_fault_is_counted_without_a_backtrace_or_a_memory_query() {
+        let mut s = setup(OnFault::Continue, f32::NAN);
+        s.session = {
+            let (ignore, problems) = crate::ignore::parse_rules("kind=nonfinite_input,operand=A,m=2");
+            assert!(problems.is_empty(), "{problems:?}");
+            let session = session(Config { ignore, quiet: true, ..Config::default() });
+            session.handles.created(HANDLE);
+            for (base, bytes) in s.device.memory.borrow().iter() {
+                session.allocations.insert(crate::state::Allocation { base: *base, size: bytes.len() as u64, time_ns: 0, stream: None });
+            }
+            session
+        };
+        let calls = Cell::new(0);
+        let queries_before = s.device.memory_queries.get();
+        for _ in 0..3 {
+            sgemm(&s, A, 2, 0, &calls);
+        }
+        assert!(faults(&s).is_empty());
+        assert_eq!(s.session.trace(Default::default()).summary.ignored_faults.get("kind=nonfinite_input,operand=A,m=2"), Some(&3));
+        assert_eq!(s.outlet.backtraces.get(), 0, "an ignored fault is not worth a backtrace");
+        assert_eq!(s.device.memory_queries.get(), queries_before, "nor a memory query");
+        // A fault no rule covers (lda < m) still gets both.
+        sgemm(&s, A, 1, 0, &calls);
+        let f = faults(&s);
+        assert_eq!(f.len(), 1);
+        assert_eq!(s.outlet.backtraces.get(), 1);
+        assert!(f[0].memory.as_ref().is_some_and(|m| m.free.is_some()), "{:?}", f[0].memory);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::cell::Cell;
 
 use crate::check::{init, Device, Finding};
 use crate::config::OnFault;
+use crate::ignore::IgnoreRule;
 use crate::recorder::{CallArgs, RecordedCall};
 use crate::session::{Recorded, Session};
 use crate::trace::{CudaErrorRecord, Fault, FaultKind, MemoryState};
@@ -100,31 +101,12 @@ impl<'a, R: Copy> Call<'a, R> {
     }
 
     /// A fault with the facts every kind shares; the caller adds what is specific to its call.
+    /// What costs (the device's memory query, the native backtrace, the Python frames) is
+    /// added by `report`, only to a fault that is stored: not to one past the cap, one an
+    /// ignore rule keeps out, or the amendment of one reported before its call ran (which keeps
+    /// the backtrace and memory state of the moment of the fault).
     pub fn fault(&self, finding: Finding, status: i32, status_name: &str) -> Fault {
-        // Past the cap a fault is only counted: a backtrace and a memory query would be wasted.
-        let kept = !self.session.faults_full();
-        let mut fault = self.fault_with_context(finding, status, status_name, kept);
-        if kept {
-            if let Some((frames, note, thread)) = self.outlet.python_stack() {
-                fault.python_stack = frames;
-                fault.python_stack_note = note;
-                fault.thread_name = (!thread.is_empty()).then_some(thread);
-            }
-        }
-        fault
-    }
-
-    /// The same fault again, after its call returned, to amend the one reported before it ran
-    /// (which keeps its backtrace and memory state: they describe the moment of the fault).
-    pub fn amended_fault(&self, finding: Finding, status: i32, status_name: &str) -> Fault {
-        self.fault_with_context(finding, status, status_name, false)
-    }
-
-    fn fault_with_context(&self, finding: Finding, status: i32, status_name: &str, kept: bool) -> Fault {
-        let s = self.session;
-        let known = s.known_error();
-        let memory_info = if kept && known.is_none() && s.driver_error().is_none() { self.device.memory_info() } else { None };
-        let totals = s.allocations.totals();
+        let totals = self.session.allocations.totals();
         Fault {
             seq: self.seq,
             api: self.api().to_string(),
@@ -144,13 +126,8 @@ impl<'a, R: Copy> Call<'a, R> {
             handle: None,
             args: Default::default(),
             operands: Vec::new(),
-            memory: Some(MemoryState {
-                free: memory_info.map(|m| m.0),
-                total: memory_info.map(|m| m.1),
-                tracked_live_bytes: totals.bytes,
-                tracked_live_count: totals.count,
-            }),
-            backtrace: if kept { self.outlet.backtrace() } else { Vec::new() },
+            memory: Some(MemoryState { free: None, total: None, tracked_live_bytes: totals.bytes, tracked_live_count: totals.count }),
+            backtrace: Vec::new(),
             device: None,
             freed_by: None,
             python_stack: Vec::new(),
@@ -164,9 +141,21 @@ impl<'a, R: Copy> Call<'a, R> {
     /// the process.
     pub fn report(&self, mut fault: Fault) {
         let s = self.session;
+        // Past the cap a fault is only counted: a backtrace and a memory query would be wasted.
+        let kept = !s.faults_full();
+        let rules_read_python = s.config.ignore.iter().any(IgnoreRule::reads_python);
+        if kept && rules_read_python {
+            self.add_python_stack(&mut fault);
+        }
         // A fault the user declared benign is counted under its rule, and goes no further.
         if !s.config.ignore.is_empty() && s.ignores(&fault).is_some() {
             return;
+        }
+        if kept {
+            if !rules_read_python {
+                self.add_python_stack(&mut fault);
+            }
+            self.add_moment(&mut fault);
         }
         if self.architecture_may_explain(&fault) {
             fault.device = self.device.compute_capability().map(|(major, minor)| crate::trace::DeviceRecord { compute_capability: format!("{major}.{minor}") });
@@ -178,6 +167,27 @@ impl<'a, R: Copy> Call<'a, R> {
         if abort {
             self.outlet.abort();
         }
+    }
+
+    /// The faulting thread's Python frames (takes the GIL: no lock of the guard's is held here).
+    fn add_python_stack(&self, fault: &mut Fault) {
+        if let Some((frames, note, thread)) = self.outlet.python_stack() {
+            fault.python_stack = frames;
+            fault.python_stack_note = note;
+            fault.thread_name = (!thread.is_empty()).then_some(thread);
+        }
+    }
+
+    /// The device's free and total memory (unless the context is broken or CUDA never
+    /// started) and the native backtrace, as they are at the fault.
+    fn add_moment(&self, fault: &mut Fault) {
+        let s = self.session;
+        if s.known_error().is_none() && s.driver_error().is_none() {
+            if let (Some((free, total)), Some(memory)) = (self.device.memory_info(), fault.memory.as_mut()) {
+                (memory.free, memory.total) = (Some(free), Some(total));
+            }
+        }
+        fault.backtrace = self.outlet.backtrace();
     }
 
     /// Faults that a build without kernels for the device's architecture explains: no kernel
