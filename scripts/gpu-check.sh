@@ -7,7 +7,9 @@
 # against NVIDIA's real libraries. Budget: under 8 minutes. The last thing it prints is a
 # table; record it (date, GPU, driver, figures) in GPU-CHECKS.md.
 #
-# PyTorch: $PYTHON if set, else the cached environment of scripts/fetch-torch.sh.
+# PyTorch: $PYTHON if set, else a python3 with a CUDA PyTorch, else the cached environment of
+# scripts/fetch-torch.sh. Without cargo it uses target/release as brought along (see
+# GPU-CHECKS.md). GPU_CHECK_LIMIT: seconds any one workload may run (120).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 root=$PWD
@@ -28,21 +30,51 @@ if [ -z "$gpu" ]; then
 fi
 say "GPU: $gpu"
 
-say "building"
-if ! cargo build --release --locked >"$out/build.log" 2>&1; then
-    tail -20 "$out/build.log" >&2
-    exit 2
-fi
 lib=$root/target/release/libcublasguard.so
 cli=$root/target/release/cublasguard
+# A GPU machine without a Rust toolchain (or network) runs a build brought from elsewhere:
+# target/release/{libcublasguard.so,cublasguard,stand-in}.
+if command -v cargo >/dev/null; then
+    say "building"
+    if ! cargo build --release --locked >"$out/build.log" 2>&1; then
+        tail -20 "$out/build.log" >&2
+        exit 2
+    fi
+elif [ ! -f "$lib" ] || [ ! -x "$cli" ] || [ ! -d "$root/target/release/stand-in/include" ]; then
+    say "no cargo here, and no build brought along in target/release"
+    exit 2
+fi
 
+# PyTorch: $PYTHON, else a python3 that imports a CUDA PyTorch, else the cached environment.
 python=${PYTHON:-}
+if [ -z "$python" ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    python=python3
+fi
 if [ -z "$python" ]; then
     bash scripts/fetch-torch.sh >&2 || { say "cannot set up PyTorch"; exit 2; }
     python=${CUBLASGUARD_CACHE:-$HOME/.cache/cublasguard}/torch-venv/bin/python
 fi
 "$python" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"' || exit 2
-cuda_lib=$("$python" -c 'import os, nvidia; p = os.path.dirname(list(nvidia.__path__)[0] + "/cu13/lib/"); print(p)')
+say "python: $("$python" -c 'import sys, torch; print(sys.executable, torch.__version__)')"
+# NVIDIA's CUDA 13 libraries of that PyTorch, wherever its nvidia packages put them.
+cuda_lib=$("$python" - <<'PY'
+import glob, os, nvidia
+dirs = []
+for name in ("libcublas.so.13", "libcublasLt.so.13", "libcudart.so.13"):
+    for root in nvidia.__path__:
+        hits = glob.glob(os.path.join(root, "**", name), recursive=True)
+        if hits and os.path.dirname(hits[0]) not in dirs:
+            dirs.append(os.path.dirname(hits[0]))
+            break
+print(":".join(dirs))
+PY
+)
+say "CUDA 13 libraries: $cuda_lib"
+cuda_lib_flags=()
+IFS=: read -ra cuda_dirs <<<"$cuda_lib"
+for d in "${cuda_dirs[@]}"; do cuda_lib_flags+=("-L$d"); done
+# No workload may take the whole session: each run is cut off after this many seconds.
+limit=${GPU_CHECK_LIMIT:-120}
 
 if "$cli" doctor >"$out/doctor.txt" 2>&1; then
     row "doctor" PASS "$(grep -m1 'driver ' "$out/doctor.txt" | cut -c1-80)"
@@ -69,7 +101,7 @@ while read -r name args condition; do
     say "train.py $args"
     # shellcheck disable=SC2086
     CUBLASGUARD_TRACE="$out/train-$name-%p.json" CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib \
-        "$python" examples/train.py $args >"$out/train-$name.log" 2>&1
+        timeout "$limit" "$python" examples/train.py $args >"$out/train-$name.log" 2>&1
     code=$?
     result=$(expect "$name" "$out/train-$name-*.json" "$condition" "$code")
     row "train.py $args" "${result%% *}" "${result#* }"
@@ -86,9 +118,9 @@ EOF
 say "timing the clean run"
 bare=() guarded=()
 for _ in 1 2 3; do
-    s=$(date +%s.%N); "$python" examples/train.py --steps 200 --batch 512 --hidden 1024 >/dev/null 2>&1; e=$(date +%s.%N)
+    s=$(date +%s.%N); timeout "$limit" "$python" examples/train.py --steps 200 --batch 512 --hidden 1024 >/dev/null 2>&1; e=$(date +%s.%N)
     bare+=("$(echo "$e - $s" | bc)")
-    s=$(date +%s.%N); CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib "$python" examples/train.py --steps 200 --batch 512 --hidden 1024 >/dev/null 2>&1; e=$(date +%s.%N)
+    s=$(date +%s.%N); CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$python" examples/train.py --steps 200 --batch 512 --hidden 1024 >/dev/null 2>&1; e=$(date +%s.%N)
     guarded+=("$(echo "$e - $s" | bc)")
 done
 median() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
@@ -99,7 +131,7 @@ row "overhead, train.py 200 steps" INFO "bare ${mb}s guarded ${mg}s ratio $(echo
 build_c() { # output, sources...
     local output=$1
     shift
-    cc -O2 -o "$output" "$@" -I"$root/target/release/stand-in/include" -I"$root/shims" -L"$cuda_lib" \
+    cc -O2 -o "$output" "$@" -I"$root/target/release/stand-in/include" -I"$root/shims" "${cuda_lib_flags[@]}" \
         -l:libcublasLt.so.13 -l:libcublas.so.13 -l:libcudart.so.13 -lm
 }
 build_c "$out/mlp" examples/mlp.c && build_c "$out/gemm_family" tests/c/gemm_family.c && build_c "$out/lt_linear" tests/c/lt_linear.c || {
@@ -108,8 +140,8 @@ build_c "$out/mlp" examples/mlp.c && build_c "$out/gemm_family" tests/c/gemm_fam
 run_c() { # name, expectation, program args...
     local name=$1 condition=$2
     shift 2
-    LD_LIBRARY_PATH=$cuda_lib "$@" >"$out/$name.bare" 2>&1
-    LD_LIBRARY_PATH=$cuda_lib CUBLASGUARD_TRACE="$out/$name-%p.json" CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib "$@" >"$out/$name.guarded" 2>&1
+    LD_LIBRARY_PATH=$cuda_lib timeout "$limit" "$@" >"$out/$name.bare" 2>&1
+    LD_LIBRARY_PATH=$cuda_lib CUBLASGUARD_TRACE="$out/$name-%p.json" CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" >"$out/$name.guarded" 2>&1
     code=$?
     result=$(expect "$name" "$out/$name-*.json" "$condition" "$code")
     if [ "${result%% *}" = PASS ] && [ "$condition" = "not faults" ] && ! cmp -s "$out/$name.bare" "$out/$name.guarded"; then
@@ -133,9 +165,9 @@ fi
 # The on-device scan: known answers and bandwidth, then the same fault found either way.
 say "on-device scan"
 if cc -O2 -o "$out/device_scan_check" tests/c/device_scan_check.c -I"$root/target/release/stand-in/include" \
-    -L"$cuda_lib" -l:libcudart.so.13 -ldl; then
+    "${cuda_lib_flags[@]}" -l:libcudart.so.13 -ldl; then
     LD_LIBRARY_PATH=$cuda_lib CUBLASGUARD_DEVICE_SCAN=on CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib \
-        "$out/device_scan_check" >"$out/device_scan.log" 2>&1
+        timeout "$limit" "$out/device_scan_check" >"$out/device_scan.log" 2>&1
     code=$?
     passes=$(grep -c '^PASS' "$out/device_scan.log")
     fails=$(grep -c '^FAIL' "$out/device_scan.log")
@@ -148,7 +180,7 @@ if cc -O2 -o "$out/device_scan_check" tests/c/device_scan_check.c -I"$root/targe
         row "device scan bandwidth" INFO "${line#bandwidth } (target: ratio >= 0.70)"
     done < <(grep '^bandwidth' "$out/device_scan.log")
     CUBLASGUARD_TRACE="$out/train-device-%p.json" CUBLASGUARD_DEVICE_SCAN=on CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib \
-        "$python" examples/train.py --inject nan >"$out/train-device.log" 2>&1
+        timeout "$limit" "$python" examples/train.py --inject nan >"$out/train-device.log" 2>&1
     code=$?
     result=$(expect device "$out/train-device-*.json" 'faults and faults[0]["kind"] == "nonfinite_input"' "$code")
     row "train.py nan, device scan" "${result%% *}" "${result#* }"
