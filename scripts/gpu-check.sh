@@ -97,7 +97,7 @@ EOF
 }
 
 gemm_apis='("cublasLtMatmul", "cublasSgemm_v2", "cublasGemmEx")'
-while read -r name args condition; do
+while IFS='|' read -r name args condition; do
     say "train.py $args"
     # shellcheck disable=SC2086
     CUBLASGUARD_TRACE="$out/train-$name-%p.json" CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib \
@@ -106,12 +106,12 @@ while read -r name args condition; do
     result=$(expect "$name" "$out/train-$name-*.json" "$condition" "$code")
     row "train.py $args" "${result%% *}" "${result#* }"
 done <<EOF
-clean --steps 5 code == 0 and not faults
-nan --inject nan code == 0 and faults and faults[0]["kind"] == "nonfinite_input" and faults[0]["api"] in $gemm_apis
-nan-bf16 --inject nan --dtype bf16 code == 0 and faults and faults[0]["kind"] == "nonfinite_input" and any(o["dtype"] == "bf16" for o in faults[0]["operands"])
-overflow --inject overflow code == 0 and any(f["kind"] == "nonfinite_output" for f in faults)
-width --inject width code != 0 and not any(f["api"].startswith("cublas") for f in faults)
-cpu --inject cpu code != 0 and not any(f["api"].startswith("cublas") for f in faults)
+clean|--steps 5|code == 0 and not faults
+nan|--inject nan|code == 0 and faults and faults[0]["kind"] == "nonfinite_input" and faults[0]["api"] in $gemm_apis
+nan-bf16|--inject nan --dtype bf16|code == 0 and faults and faults[0]["kind"] == "nonfinite_input" and any(o["dtype"] == "bf16" for o in faults[0]["operands"])
+overflow|--inject overflow|code == 0 and any(f["kind"] == "nonfinite_output" for f in faults)
+width|--inject width|code != 0 and not any(f["api"].startswith("cublas") for f in faults)
+cpu|--inject cpu|code != 0 and not any(f["api"].startswith("cublas") for f in faults)
 EOF
 
 # Overhead on the clean run: bare and guarded interleaved, medians of wall time.
@@ -119,13 +119,13 @@ say "timing the clean run"
 bare=() guarded=()
 for _ in 1 2 3; do
     s=$(date +%s.%N); timeout "$limit" "$python" examples/train.py --steps 200 --batch 512 --hidden 1024 >/dev/null 2>&1; e=$(date +%s.%N)
-    bare+=("$(echo "$e - $s" | bc)")
+    bare+=("$(awk "BEGIN { print $e - $s }")")
     s=$(date +%s.%N); CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$python" examples/train.py --steps 200 --batch 512 --hidden 1024 >/dev/null 2>&1; e=$(date +%s.%N)
-    guarded+=("$(echo "$e - $s" | bc)")
+    guarded+=("$(awk "BEGIN { print $e - $s }")")
 done
 median() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
 mb=$(median "${bare[@]}") mg=$(median "${guarded[@]}")
-row "overhead, train.py 200 steps" INFO "bare ${mb}s guarded ${mg}s ratio $(echo "scale=2; $mg / $mb" | bc)"
+row "overhead, train.py 200 steps" INFO "bare ${mb}s guarded ${mg}s ratio $(awk "BEGIN { printf \"%.2f\", $mg / $mb }")"
 
 # The C workloads against NVIDIA's libraries (those of the PyTorch environment, CUDA 13).
 build_c() { # output, sources...
@@ -139,12 +139,13 @@ build_c "$out/mlp" examples/mlp.c && build_c "$out/gemm_family" tests/c/gemm_fam
 }
 run_c() { # name, expectation, program args...
     local name=$1 condition=$2
+    local file=${name// /-}
     shift 2
-    LD_LIBRARY_PATH=$cuda_lib timeout "$limit" "$@" >"$out/$name.bare" 2>&1
-    LD_LIBRARY_PATH=$cuda_lib CUBLASGUARD_TRACE="$out/$name-%p.json" CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" >"$out/$name.guarded" 2>&1
+    LD_LIBRARY_PATH=$cuda_lib timeout "$limit" "$@" >"$out/$file.bare" 2>&1
+    LD_LIBRARY_PATH=$cuda_lib CUBLASGUARD_TRACE="$out/$file-%p.json" CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" >"$out/$file.guarded" 2>&1
     code=$?
-    result=$(expect "$name" "$out/$name-*.json" "$condition" "$code")
-    if [ "${result%% *}" = PASS ] && [ "$condition" = "not faults" ] && ! cmp -s "$out/$name.bare" "$out/$name.guarded"; then
+    result=$(expect "$name" "$out/$file-*.json" "$condition" "$code")
+    if [ "${result%% *}" = PASS ] && [ "$condition" = "not faults" ] && ! cmp -s "$out/$file.bare" "$out/$file.guarded"; then
         result="FAIL output differs from the unguarded run"
     fi
     row "$name" "${result%% *}" "${result#* }"
