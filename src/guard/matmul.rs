@@ -46,9 +46,8 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &MatmulCall, record: CallArgs,
     };
     let scan_started = if checks.nan { call.outlet.now_ns() } else { 0 };
     checks.nan = checks.nan && s.should_scan(site, scan_started);
-    let handles = if matmul.lt { &s.lt_handles } else { &s.handles };
     let body = |buf: &mut Vec<u8>| {
-        let mut check = MatmulCheck::before(matmul, checks, s.config.scan_bytes, handles, &s.allocations, known, call.device, buf);
+        let mut check = MatmulCheck::before(matmul, checks, s.config.scan_bytes, s.matmul_handle(matmul.lt, matmul.handle), &s.allocations, known, call.device, buf);
         // A fault found before the call is on disk before the call runs: a call with bad
         // pointers may well crash the process inside the library.
         let early = check.finding.is_some();

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub use crate::check::matmul::KnownError;
 use crate::config::Config;
 use crate::recorder::{RecordedCall, Recorder};
-use crate::state::{Allocations, Handles, LiveObjects};
+use crate::state::{Allocations, HandleLookup, Handles, LiveObjects};
 use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
 pub use device_scan::DeviceScanState;
 pub use facts::{ForkOrigin, Identity, Versions};
@@ -201,6 +201,23 @@ impl Session {
             c.fetch_add(1, Ordering::Relaxed);
         }
         self.counts.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The handle a matrix multiply names, as the library would judge it. cublasLt takes a
+    /// live cuBLAS handle as its own: PyTorch's `getCurrentCUDABlasLtHandle` passes its cuBLAS
+    /// handle, cast, to every `cublasLtMatmul` (seen on an H200 with PyTorch 2.11), so a
+    /// cublasLt handle that `cublasLtCreate` did not make is looked up among the cuBLAS ones.
+    pub fn matmul_handle(&self, lt: bool, handle: u64) -> HandleLookup {
+        if !lt {
+            return self.handles.lookup(handle);
+        }
+        match self.lt_handles.lookup(handle) {
+            HandleLookup::Alive(state) => HandleLookup::Alive(state),
+            own => match self.handles.lookup(handle) {
+                HandleLookup::Alive(state) => HandleLookup::Alive(state),
+                _ => own,
+            },
+        }
     }
 
     /// The first CUBLASGUARD_IGNORE rule that `fault` matches, counted; `None`: keep the fault.
@@ -404,6 +421,21 @@ mod tests {
     fn session(stderr_lines: u32) -> Session {
         let config = Config { stderr_lines, ..Config::default() };
         Session::new(config, NAMES, Process::default(), "t.json".into())
+    }
+
+    #[test]
+    fn cublaslt_takes_a_live_cublas_handle_as_its_own_as_pytorch_passes_it() {
+        let s = session(0);
+        s.handles.created(0x100); // cublasCreate
+        s.lt_handles.created(0x200); // cublasLtCreate
+        assert!(matches!(s.matmul_handle(true, 0x100), HandleLookup::Alive(_)));
+        assert!(matches!(s.matmul_handle(true, 0x200), HandleLookup::Alive(_)));
+        assert!(matches!(s.matmul_handle(false, 0x200), HandleLookup::Unknown), "a cublasLt handle is no cuBLAS handle");
+        assert!(matches!(s.matmul_handle(true, 0x300), HandleLookup::Unknown));
+        s.handles.destroyed(0x100, 9);
+        assert!(matches!(s.matmul_handle(true, 0x100), HandleLookup::Unknown), "a destroyed cuBLAS handle is not taken");
+        s.lt_handles.destroyed(0x200, 10);
+        assert!(matches!(s.matmul_handle(true, 0x200), HandleLookup::Destroyed(10)));
     }
 
     fn fault(seq: u64) -> Fault {

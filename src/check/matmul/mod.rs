@@ -21,7 +21,7 @@ use operands::describe;
 use super::{Device, Finding};
 use crate::config::{Checks, OnFault};
 use crate::cuda::{self, PointerMode};
-use crate::state::{Allocations, HandleLookup, HandleState, Handles};
+use crate::state::{Allocations, HandleLookup, HandleState};
 use crate::trace::{hex, FaultKind};
 use crate::validate;
 
@@ -66,7 +66,7 @@ impl<'a> MatmulCheck<'a> {
         call: &'a MatmulCall,
         checks: Checks,
         scan_bytes: u64,
-        handles: &Handles,
+        lookup: HandleLookup,
         allocations: &Allocations,
         known: Option<KnownError>,
         device: &dyn Device,
@@ -101,12 +101,11 @@ impl<'a> MatmulCheck<'a> {
             inputs_scanned_finite: false,
             beta_is_zero: None,
         };
-        let lookup = handles.lookup(check.call.handle);
         if let HandleLookup::Alive(state) = lookup {
             check.handle = Some(state);
         }
         if checks.args {
-            let (create, destroy) = if check.call.lt { ("cublasLtCreate", "cublasLtDestroy") } else { ("cublasCreate", "cublasDestroy") };
+            let (create, destroy) = if check.call.lt { ("cublasLtCreate (or cublasCreate)", "cublasLtDestroy") } else { ("cublasCreate", "cublasDestroy") };
             let h = || hex(check.call.handle);
             let why = match lookup {
                 HandleLookup::Alive(_) => None,
@@ -292,6 +291,7 @@ mod tests {
 
     use crate::check::model::ModelDevice as Model;
     use crate::scan::DType;
+    use crate::state::Handles;
     use crate::validate::StoredShape;
 
     fn f32s(v: &[f32]) -> Vec<u8> {
@@ -330,7 +330,7 @@ mod tests {
     fn run(call: MatmulCall, allocations: &Allocations, model: &Model) -> Outcome {
         let handles = Handles::default();
         handles.created(7);
-        let check = MatmulCheck::before(&call, Checks::ALL, u64::MAX, &handles, allocations, None, model, &mut Vec::new());
+        let check = MatmulCheck::before(&call, Checks::ALL, u64::MAX, handles.lookup(call.handle), allocations, None, model, &mut Vec::new());
         Outcome {
             finding: check.finding.clone(),
             operands: check
