@@ -21,13 +21,15 @@ struct SharedLib {
     folder: &'static str,
     dev_link: &'static str,
     links: &'static [&'static str],
+    /// More C sources linked into the same library.
+    extra: &'static [&'static str],
 }
 
 const LIBRARIES: &[SharedLib] = &[
-    SharedLib { source: "cuda", soname: "libcuda.so.1", folder: "driver", dev_link: "libcuda.so", links: &["-ldl"] },
-    SharedLib { source: "cudart", soname: "libcudart.so.12", folder: "lib", dev_link: "libcudart.so", links: &["-ldl", "-lpthread"] },
-    SharedLib { source: "cublas", soname: "libcublas.so.12", folder: "lib", dev_link: "libcublas.so", links: &["-lcudart", "-lpthread"] },
-    SharedLib { source: "cublasLt", soname: "libcublasLt.so.12", folder: "lib", dev_link: "libcublasLt.so", links: &["-lcudart", "-lpthread", "-lm"] },
+    SharedLib { source: "cuda", soname: "libcuda.so.1", folder: "driver", dev_link: "libcuda.so", links: &["-ldl"], extra: &[] },
+    SharedLib { source: "cudart", soname: "libcudart.so.12", folder: "lib", dev_link: "libcudart.so", links: &["-ldl", "-lpthread"], extra: &[] },
+    SharedLib { source: "cublas", soname: "libcublas.so.12", folder: "lib", dev_link: "libcublas.so", links: &["-lcudart", "-lpthread", "-lm"], extra: &["cublas_blas"] },
+    SharedLib { source: "cublasLt", soname: "libcublasLt.so.12", folder: "lib", dev_link: "libcublasLt.so", links: &["-lcudart", "-lpthread", "-lm"], extra: &[] },
 ];
 
 const EXAMPLES: &[&str] = &["mlp"];
@@ -76,6 +78,7 @@ fn main() {
         cmd.args(["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
             .arg(dir.join(lib.soname))
             .arg(shims.join(format!("{}.c", lib.source)))
+            .args(lib.extra.iter().map(|e| shims.join(format!("{e}.c"))))
             .arg(format!("-Wl,-soname,{}", lib.soname))
             .arg(format!("-Wl,--version-script={}", shims.join(format!("{}.map", lib.source)).display()))
             .arg(format!("-L{}", root.join("lib").display()))
@@ -84,6 +87,9 @@ fn main() {
         replace_link(lib.soname, &dir.join(lib.dev_link));
         println!("cargo:rerun-if-changed=shims/{}.c", lib.source);
         println!("cargo:rerun-if-changed=shims/{}.map", lib.source);
+        for e in lib.extra {
+            println!("cargo:rerun-if-changed=shims/{e}.c");
+        }
     }
     {
         let vendored = "libcublas-5e3a1f0c.so.12";
@@ -91,10 +97,11 @@ fn main() {
         cmd.args(["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
             .arg(root.join("vendored").join(vendored))
             .arg(shims.join("cublas.c"))
+            .arg(shims.join("cublas_blas.c"))
             .arg(format!("-Wl,-soname,{vendored}"))
             .arg(format!("-Wl,--version-script={}", shims.join("cublas.map").display()))
             .arg(format!("-L{}", root.join("lib").display()))
-            .args(["-lcudart", "-lpthread"]);
+            .args(["-lcudart", "-lpthread", "-lm"]);
         run(cmd);
     }
     println!("cargo:rerun-if-changed=shims/elements.h");

@@ -12,7 +12,8 @@ What a GPU user runs first, under the guard:
   --inject cpu       a CPU tensor fed to a GPU layer (likewise refused by PyTorch)
 
 The model is an MLP of nn.Linear layers with bias: on a GPU its float32 forward passes go to
-cublasLtMatmul with a bias epilogue (or cublasSgemm_v2), bf16 to cublasGemmEx or cublasLt.
+cublasLtMatmul with a bias epilogue, the rest to cublasGemmEx (PyTorch 2.15's CUDA library does
+not import cublasSgemm_v2 at all), bf16 to cublasGemmEx or cublasLt.
 Prints one line per step and "done", and exits 0 unless PyTorch raises.
 """
 import argparse

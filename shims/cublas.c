@@ -33,6 +33,7 @@ int cudashim_is_device_range(const void *ptr, size_t bytes);
 int cudashim_stream_valid(cudaStream_t stream);
 int cudashim_next_launch_faults(void);
 void cudashim_raise_async(int code);
+__attribute__((visibility("hidden"))) int cublasshim_workspace_ok(cublasHandle_t handle);
 
 enum handle_state { UNUSED = 0, ALIVE, DESTROYED };
 
@@ -41,6 +42,8 @@ struct cublasContext {
     cudaStream_t stream;
     int pointer_mode;
     int math_mode;
+    void *workspace; /* cublasSetWorkspace's buffer; NULL: the handle's own */
+    size_t workspace_bytes;
 };
 
 static struct cublasContext handles[MAX_HANDLES];
@@ -69,7 +72,7 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
     pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_HANDLES; i++) {
         if (handles[i].state == UNUSED) {
-            handles[i] = (struct cublasContext){ALIVE, NULL, CUBLAS_POINTER_MODE_HOST, CUBLAS_DEFAULT_MATH};
+            handles[i] = (struct cublasContext){ALIVE, NULL, CUBLAS_POINTER_MODE_HOST, CUBLAS_DEFAULT_MATH, NULL, 0};
             pthread_mutex_unlock(&lock);
             *handle = &handles[i];
             return CUBLAS_STATUS_SUCCESS;
@@ -78,6 +81,28 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
     pthread_mutex_unlock(&lock);
     cudashim_release(HANDLE_WORKSPACE);
     return CUBLAS_STATUS_ALLOC_FAILED;
+}
+
+/* For cublas_blas.c: the handle's pointer mode, or -1 when the handle is not alive. */
+__attribute__((visibility("hidden"))) int cublasshim_pointer_mode(cublasHandle_t handle) {
+    struct cublasContext *h = alive(handle);
+    return h ? h->pointer_mode : -1;
+}
+
+/* A "kernel" writes its scratch data to the handle's workspace: one the program freed (or
+ * never had) is an illegal address. */
+__attribute__((visibility("hidden"))) int cublasshim_workspace_ok(cublasHandle_t handle) {
+    struct cublasContext *h = alive(handle);
+    return !h || !h->workspace_bytes || cudashim_is_device_range(h->workspace, h->workspace_bytes);
+}
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace, size_t workspaceSizeInBytes) {
+    struct cublasContext *h = alive(handle);
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    /* Like cuBLAS, the buffer is taken on trust here and used by later calls. */
+    h->workspace = workspace;
+    h->workspace_bytes = workspace ? workspaceSizeInBytes : 0;
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
@@ -251,7 +276,7 @@ static cublasStatus_t gemm_core(const char *name, cublasHandle_t handle, int tra
         return CUBLAS_STATUS_SUCCESS;
     }
     double a_scale, b_scale;
-    if (!scalar(h, alpha, scale, &a_scale) || !scalar(h, beta, scale, &b_scale)) {
+    if (!cublasshim_workspace_ok(handle) || !scalar(h, alpha, scale, &a_scale) || !scalar(h, beta, scale, &b_scale)) {
         cudashim_raise_async(cudaErrorIllegalAddress);
         return CUBLAS_STATUS_SUCCESS;
     }
@@ -334,6 +359,14 @@ SGEMM_BATCHED(cublasSgemmBatched_64, int64_t)
                          PLAIN(A, Atype, lda), PLAIN(B, Btype, ldb), PLAIN(C, Ctype, ldc), 1, computeType);         \
     }
 GEMM_EX(cublasGemmEx, int)
+
+/* cublasSgemmEx: cublasGemmEx with float scalars and CUBLAS_COMPUTE_32F. */
+cublasStatus_t cublasSgemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                             int k, const float *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                             cudaDataType Btype, int ldb, const float *beta, void *C, cudaDataType Ctype, int ldc) {
+    return gemm_core("cublasSgemmEx", handle, transa, transb, m, n, k, alpha, beta, R_32F, PLAIN(A, Atype, lda),
+                     PLAIN(B, Btype, ldb), PLAIN(C, Ctype, ldc), 1, CUBLAS_COMPUTE_32F);
+}
 GEMM_EX(cublasGemmEx_64, int64_t)
 
 #define GEMM_STRIDED_EX(NAME, INT)                                                                                  \

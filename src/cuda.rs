@@ -107,6 +107,66 @@ impl Operation {
     }
 }
 
+/// The two-valued cuBLAS enums of the triangular solves, decoded the same way: `cublasSideMode_t`
+/// (left 0, right 1), `cublasFillMode_t` (lower 0, upper 1; full 2 is not a triangle) and
+/// `cublasDiagType_t` (non-unit 0, unit 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Left,
+    Right,
+    Unknown(i32),
+}
+
+impl Side {
+    pub const LABELS: &'static [&'static str] = &["left", "right"];
+
+    pub fn decode(raw: i32) -> Self {
+        match raw {
+            0 => Self::Left,
+            1 => Self::Right,
+            other => Self::Unknown(other),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fill {
+    Lower,
+    Upper,
+    Unknown(i32),
+}
+
+impl Fill {
+    pub const LABELS: &'static [&'static str] = &["lower", "upper"];
+
+    pub fn decode(raw: i32) -> Self {
+        match raw {
+            0 => Self::Lower,
+            1 => Self::Upper,
+            other => Self::Unknown(other),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Diag {
+    NonUnit,
+    Unit,
+    Unknown(i32),
+}
+
+impl Diag {
+    pub const LABELS: &'static [&'static str] = &["non-unit", "unit"];
+
+    pub fn decode(raw: i32) -> Self {
+        match raw {
+            0 => Self::NonUnit,
+            1 => Self::Unit,
+            other => Self::Unknown(other),
+        }
+    }
+}
+
 /// `cublasPointerMode_t`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PointerMode {
@@ -304,6 +364,9 @@ pub enum DType {
     F8E5M2,
     I8,
     I32,
+    /// Complex pairs of f32 and f64 (`cuComplex`, `cuDoubleComplex`).
+    C32,
+    C64,
     Unknown(i32),
 }
 
@@ -314,6 +377,8 @@ impl DType {
             1 => Self::F64,
             2 => Self::F16,
             3 => Self::I8,
+            4 => Self::C32,
+            5 => Self::C64,
             10 => Self::I32,
             14 => Self::BF16,
             28 => Self::F8E4M3,
@@ -332,13 +397,16 @@ impl DType {
             Self::F8E5M2 => "f8e5m2".into(),
             Self::I8 => "i8".into(),
             Self::I32 => "i32".into(),
+            Self::C32 => "c32".into(),
+            Self::C64 => "c64".into(),
             Self::Unknown(v) => format!("unknown({v})"),
         }
     }
 
     pub fn size(self) -> Option<u64> {
         match self {
-            Self::F64 => Some(8),
+            Self::C64 => Some(16),
+            Self::F64 | Self::C32 => Some(8),
             Self::F32 | Self::I32 => Some(4),
             Self::F16 | Self::BF16 => Some(2),
             Self::F8E4M3 | Self::F8E5M2 | Self::I8 => Some(1),
@@ -348,6 +416,15 @@ impl DType {
 
     /// Whether NaN/Inf can exist in this type at all.
     pub fn is_float(self) -> bool {
-        matches!(self, Self::F64 | Self::F32 | Self::F16 | Self::BF16 | Self::F8E5M2 | Self::F8E4M3)
+        matches!(self, Self::F64 | Self::F32 | Self::F16 | Self::BF16 | Self::F8E5M2 | Self::F8E4M3 | Self::C32 | Self::C64)
+    }
+
+    /// A complex type's real and imaginary part.
+    pub fn complex_part(self) -> Option<DType> {
+        match self {
+            Self::C32 => Some(Self::F32),
+            Self::C64 => Some(Self::F64),
+            _ => None,
+        }
     }
 }

@@ -19,6 +19,62 @@ pub enum CallArgs {
     Handle { handle: u64, value: i64 },
     /// A kernel launch: the host stub the program passed, its configuration and stream.
     Launch { func: u64, grid: [u32; 3], block: [u32; 3], shared: u64, stream: u64 },
+    /// The cuBLAS functions beyond GEMM, whose arguments are all `int`: the enum arguments
+    /// (`trans`, `side`, ...) and the integers, named by the form.
+    Blas { form: BlasForm, enums: [i32; 4], ints: [i32; 8] },
+    /// `cublasSetWorkspace`: the handle's workspace.
+    Workspace { handle: u64, ptr: u64, bytes: u64 },
+}
+
+/// Which arguments a `CallArgs::Blas` holds, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlasForm {
+    Gemv,
+    Dot,
+    Trsm,
+    TrsmBatched,
+    Getrf,
+    Getrs,
+    Geqrf,
+    Gels,
+}
+
+const OPERATION: &[&str] = &["N", "T", "C"];
+
+impl BlasForm {
+    const ALL: [BlasForm; 8] = [Self::Gemv, Self::Dot, Self::Trsm, Self::TrsmBatched, Self::Getrf, Self::Getrs, Self::Geqrf, Self::Gels];
+
+    /// The enum arguments, each with its value labels.
+    pub fn enums(self) -> &'static [(&'static str, &'static [&'static str])] {
+        use crate::cuda::{Diag, Fill, Side};
+        match self {
+            Self::Gemv | Self::Getrs | Self::Gels => &[("trans", OPERATION)],
+            Self::Trsm | Self::TrsmBatched => &[("side", Side::LABELS), ("uplo", Fill::LABELS), ("trans", OPERATION), ("diag", Diag::LABELS)],
+            Self::Dot | Self::Getrf | Self::Geqrf => &[],
+        }
+    }
+
+    /// The integer arguments, by their names in NVIDIA's headers.
+    pub fn ints(self) -> &'static [&'static str] {
+        match self {
+            Self::Gemv => &["m", "n", "lda", "incx", "incy"],
+            Self::Dot => &["n", "incx", "incy"],
+            Self::Trsm => &["m", "n", "lda", "ldb"],
+            Self::TrsmBatched => &["m", "n", "lda", "ldb", "batchCount"],
+            Self::Getrf => &["n", "lda", "batchSize"],
+            Self::Getrs => &["n", "nrhs", "lda", "ldb", "batchSize"],
+            Self::Geqrf => &["m", "n", "lda", "batchSize"],
+            Self::Gels => &["m", "n", "nrhs", "lda", "ldc", "batchSize"],
+        }
+    }
+
+    fn code(self) -> u64 {
+        Self::ALL.iter().position(|f| *f == self).unwrap_or(0) as u64
+    }
+
+    fn from_code(code: u64) -> Option<Self> {
+        Self::ALL.get(code as usize).copied()
+    }
 }
 
 /// One argument's value, as both renderers need it.
@@ -29,6 +85,8 @@ pub enum ArgValue {
     Address(u64),
     /// A `cublasOperation_t`: rendered as N, T, C or unknown(v).
     Operation(i32),
+    /// Another cuBLAS enum: rendered as `labels[raw]`, or unknown(v).
+    Label { raw: i32, labels: &'static [&'static str] },
 }
 
 impl ArgValue {
@@ -47,7 +105,16 @@ impl ArgValue {
             Self::Int(v) => serde_json::json!(v),
             Self::Address(v) => serde_json::json!(crate::trace::hex(v)),
             Self::Operation(v) => serde_json::json!(crate::cuda::Operation::decode(v).label()),
+            Self::Label { raw, labels } => match Self::label(raw, labels) {
+                Some(label) => serde_json::json!(label),
+                None => serde_json::json!(format!("unknown({raw})")),
+            },
         }
+    }
+
+    /// An enum value's label without allocating (`None`: an unknown value).
+    pub fn label(raw: i32, labels: &'static [&'static str]) -> Option<&'static str> {
+        usize::try_from(raw).ok().and_then(|i| labels.get(i)).copied()
     }
 }
 
@@ -86,6 +153,19 @@ impl CallArgs {
                 }
                 f("sharedMem", ArgValue::Int(shared.min(i64::MAX as u64) as i64));
                 f("stream", ArgValue::Address(stream));
+            }
+            Self::Blas { form, enums, ints } => {
+                for (&(name, labels), &raw) in form.enums().iter().zip(enums.iter()) {
+                    f(name, ArgValue::Label { raw, labels });
+                }
+                for (&name, &v) in form.ints().iter().zip(ints.iter()) {
+                    f(name, ArgValue::Int(v as i64));
+                }
+            }
+            Self::Workspace { handle, ptr, bytes } => {
+                f("handle", ArgValue::Address(handle));
+                f("workspace", ArgValue::Address(ptr));
+                f("workspaceSizeInBytes", ArgValue::Int(bytes.min(i64::MAX as u64) as i64));
             }
         }
     }
@@ -135,6 +215,14 @@ impl RecordedCall {
                 5,
                 [func, grid[0] as u64 | (grid[1] as u64) << 32, grid[2] as u64 | (block[0] as u64) << 32, block[1] as u64 | (block[2] as u64) << 32, shared, stream, 0],
             ),
+            CallArgs::Blas { form, enums, ints } => {
+                let pair = |a: i32, b: i32| a as u32 as u64 | (b as u32 as u64) << 32;
+                (
+                    6 | form.code() << 8,
+                    [pair(enums[0], enums[1]), pair(enums[2], enums[3]), pair(ints[0], ints[1]), pair(ints[2], ints[3]), pair(ints[4], ints[5]), pair(ints[6], ints[7]), 0],
+                )
+            }
+            CallArgs::Workspace { handle, ptr, bytes } => (7, [handle, ptr, bytes, 0, 0, 0, 0]),
         };
         w[3] = self.hook as u64 | tag << 16 | (self.scanned as u64) << 32;
         w[4..].copy_from_slice(&payload);
@@ -170,6 +258,16 @@ impl RecordedCall {
                 shared: w[8],
                 stream: w[9],
             },
+            6 => {
+                let lo = |v: u64| v as u32 as i32;
+                let hi = |v: u64| (v >> 32) as u32 as i32;
+                CallArgs::Blas {
+                    form: BlasForm::from_code((tag >> 8) & 0xff)?,
+                    enums: [lo(w[4]), hi(w[4]), lo(w[5]), hi(w[5])],
+                    ints: [lo(w[6]), hi(w[6]), lo(w[7]), hi(w[7]), lo(w[8]), hi(w[8]), lo(w[9]), hi(w[9])],
+                }
+            }
+            7 => CallArgs::Workspace { handle: w[4], ptr: w[5], bytes: w[6] },
             _ => return None,
         };
         Some(Self {
@@ -317,6 +415,9 @@ mod tests {
             CallArgs::Pointer { ptr: 0, stream: None },
             CallArgs::Handle { handle: 0x55, value: -3 },
             CallArgs::Launch { func: 0x4011a0, grid: [1024, 2, 1], block: [256, 1, 1], shared: 4096, stream: 0x9 },
+            CallArgs::Blas { form: BlasForm::Trsm, enums: [1, -1, 2, 9], ints: [i32::MIN, 3, i32::MAX, 4, 0, 0, 0, 0] },
+            CallArgs::Blas { form: BlasForm::Gels, enums: [0, 0, 0, 0], ints: [4, 2, 1, 4, 4, 8, 0, 0] },
+            CallArgs::Workspace { handle: 0x77, ptr: 0x7f00_0000_2000, bytes: u64::MAX },
         ];
         let r = Recorder::new(forms.len());
         for (i, args) in forms.iter().enumerate() {
@@ -326,6 +427,18 @@ mod tests {
         assert_eq!(got, forms);
         let first = r.snapshot()[1];
         assert_eq!((first.status, first.thread, first.hook, first.scanned), (-7, 42, 3, true));
+    }
+
+    #[test]
+    fn blas_arguments_are_named_by_their_form_and_enums_by_their_labels() {
+        let args = CallArgs::Blas { form: BlasForm::Trsm, enums: [1, 0, 1, 7], ints: [4, 2, 4, 4, 0, 0, 0, 0] };
+        let map = args.to_map();
+        assert_eq!(map["side"], "right");
+        assert_eq!(map["uplo"], "lower");
+        assert_eq!(map["trans"], "T");
+        assert_eq!(map["diag"], "unknown(7)");
+        assert_eq!((map["m"].as_i64(), map["ldb"].as_i64()), (Some(4), Some(4)));
+        assert_eq!(map.len(), 8, "only the form's own arguments: {map:?}");
     }
 
     #[test]

@@ -24,7 +24,7 @@ fn float_bits(dtype: DType) -> Option<FloatBits> {
         DType::F8E5M2 => f(1, 0x7c, 0x03, true),
         // E4M3 ("fn"): no infinities; only S.1111.111 is NaN.
         DType::F8E4M3 => f(1, 0x78, 0x07, false),
-        DType::I8 | DType::I32 | DType::Unknown(_) => None,
+        DType::I8 | DType::I32 | DType::C32 | DType::C64 | DType::Unknown(_) => None,
     }
 }
 
@@ -91,7 +91,18 @@ tally_words!(tally_u16, u16, 2, u16, 65535);
 tally_words!(tally_u8, u8, 1, u8, 255);
 
 /// Tallies a contiguous run of elements of `dtype` whose first element has index `base`.
+///
+/// A complex element is two parts, each counted: a pair with NaN in both counts twice; the
+/// first position is the element's.
 pub fn tally_elements(dtype: DType, bytes: &[u8], base: u64, tally: &mut Tally) {
+    if let Some(part) = dtype.complex_part() {
+        let had_first = tally.first_index.is_some();
+        tally_elements(part, bytes, base * 2, tally);
+        if !had_first {
+            tally.first_index = tally.first_index.map(|i| i / 2);
+        }
+        return;
+    }
     let Some(f) = float_bits(dtype) else { return };
     match f.size {
         8 => tally_u64(bytes, &f, base, tally),
@@ -238,6 +249,17 @@ mod tests {
             tally_elements(*dtype, bytes, 0, &mut t);
             assert_eq!((t.nan, t.inf), (*nan, *inf), "{dtype:?}");
         }
+    }
+
+    #[test]
+    fn a_complex_element_is_two_parts_and_its_position_is_the_elements() {
+        // c32 elements: (1, 2), (3, NaN), (Inf, 0): two bad parts, the first in element 1.
+        let bytes = f32_bytes(&[1.0, 2.0, 3.0, f32::NAN, f32::INFINITY, 0.0]);
+        let mut t = Tally::default();
+        tally_elements(DType::C32, &bytes, 10, &mut t);
+        assert_eq!((t.nan, t.inf, t.first_index), (1, 1, Some(11)));
+        let scan = scan_matrix(&Slice(bytes), 0, StoredShape { rows: 3, cols: 1, ld: 3 }, DType::C32, &mut Vec::new(), u64::MAX).unwrap();
+        assert_eq!((scan.nan, scan.inf, scan.first_nonfinite), (1, 1, Some((1, 0))));
     }
 
     #[test]

@@ -14,6 +14,8 @@ pub struct HandleState {
     pub stream: u64,
     pub pointer_mode: i32,
     pub math_mode: i32,
+    /// cublasSetWorkspace's (pointer, bytes); (0, 0): the library's own workspace.
+    pub workspace: (u64, u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,7 +315,7 @@ mod tests {
         let h = Handles::default();
         h.created(10);
         h.update(10, |s| s.math_mode = 3);
-        assert_eq!(h.lookup(10), HandleLookup::Alive(HandleState { stream: 0, pointer_mode: 0, math_mode: 3 }));
+        assert_eq!(h.lookup(10), HandleLookup::Alive(HandleState { stream: 0, pointer_mode: 0, math_mode: 3, workspace: (0, 0) }));
         h.destroyed(10, 7);
         assert_eq!(h.lookup(10), HandleLookup::Destroyed(7));
         h.update(10, |s| s.math_mode = 1);

@@ -3,7 +3,8 @@
 //! and what they accept must satisfy NVIDIA's rules. CI raises the case count with
 //! CUBLASGUARD_FUZZ_CASES.
 
-use cublasguard::cuda::Operation;
+use cublasguard::cuda::{Diag, Fill, Operation, Side};
+use cublasguard::validate::blas::{self, Factorisation, GemvArgs, TrsmArgs};
 use cublasguard::scan::{self, DType, DeviceReader};
 use cublasguard::validate::{self, Containment, GemmArgs, Span, StoredShape};
 use proptest::prelude::*;
@@ -73,17 +74,75 @@ proptest! {
     #[test]
     fn scans_never_panic_and_count_within_the_matrix(bytes in proptest::collection::vec(any::<u8>(), 0..512),
                                                      rows in -2i64..20, cols in -2i64..20, ld in -2i64..24,
-                                                     dtype in prop_oneof![Just(0i32), Just(1), Just(2), Just(14), Just(28), Just(29), Just(3), Just(77)],
+                                                     dtype in prop_oneof![Just(0i32), Just(1), Just(2), Just(14), Just(28), Just(29), Just(3), Just(77), Just(4), Just(5)],
                                                      budget in 1u64..4096) {
         let dtype = DType::from_cuda(dtype);
         let shape = StoredShape { rows, cols, ld };
         let mut buf = Vec::new();
         if let Ok(s) = scan::scan_matrix(&Bytes(bytes), 0, shape, dtype, &mut buf, budget) {
             let elements = (rows.max(0) * cols.max(0)) as u64;
-            prop_assert!(s.nan + s.inf <= s.scanned_elements && s.scanned_elements <= elements);
+            // A complex element is two parts, each counted.
+            let parts = if dtype.complex_part().is_some() { 2 } else { 1 };
+            prop_assert!(s.nan + s.inf <= parts * s.scanned_elements && s.scanned_elements <= elements);
             if let Some((r, c)) = s.first_nonfinite {
                 prop_assert!((r as i64) < rows && (c as i64) < cols);
             }
+        }
+    }
+
+    #[test]
+    fn accepted_gemv_and_trsm_arguments_follow_nvidias_rules(trans in -2i32..5, side in -2i32..4, uplo in -2i32..4, diag in -2i32..4,
+                                                            m in dim(), n in dim(), lda in dim(), ldb in dim(), incx in dim(), incy in dim(),
+                                                            batch in dim()) {
+        let g = GemvArgs { trans: Operation::decode(trans), m, n, lda, incx, incy, alpha_is_null: false, beta_is_null: false };
+        if g.check().is_none() {
+            prop_assert!(m >= 0 && n >= 0 && lda >= m.max(1) && incx != 0 && incy != 0);
+            for shape in [g.a(), g.x(), g.y()] {
+                if let (Some(bytes), true) = (validate::operand_extent(shape, 16), shape.rows > 0 && shape.cols > 0) {
+                    prop_assert!(bytes >= 16);
+                }
+            }
+        }
+        let t = TrsmArgs { side: Side::decode(side), uplo: Fill::decode(uplo), trans: Operation::decode(trans), diag: Diag::decode(diag),
+                           m, n, lda, ldb, alpha_is_null: false, batch_count: batch };
+        if t.check().is_none() {
+            prop_assert!(matches!(t.side, Side::Left | Side::Right) && matches!(t.uplo, Fill::Lower | Fill::Upper));
+            prop_assert!(matches!(t.diag, Diag::NonUnit | Diag::Unit) && batch >= 0);
+            prop_assert!(lda >= t.a().rows.max(1) && ldb >= m.max(1));
+        }
+    }
+
+    #[test]
+    fn accepted_factorisations_have_sane_shapes(trans in -2i32..5, m in dim(), n in dim(), nrhs in dim(), lda in dim(), ldb in dim(),
+                                                batch in dim(), which in 0u8..4) {
+        let op = Operation::decode(trans);
+        let f = match which {
+            0 => Factorisation::Getrf { n, lda, batch },
+            1 => Factorisation::Getrs { trans: op, n, nrhs, lda, ldb, batch },
+            2 => Factorisation::Geqrf { m, n, lda, batch },
+            _ => Factorisation::Gels { trans: op, m, n, nrhs, lda, ldc: ldb, batch },
+        };
+        if f.check().is_none() {
+            prop_assert!(f.batch() >= 0);
+            let a = f.a();
+            prop_assert!(a.rows >= 0 && a.cols >= 0 && a.ld >= a.rows.max(1));
+            if let Some(r) = f.rhs() {
+                prop_assert!(r.ld >= r.rows.max(1) && r.cols >= 0);
+            }
+            for shape in [f.pivots(), f.tau(), Some(blas::info_array(f.batch()))].into_iter().flatten() {
+                prop_assert!(shape.rows >= 0 && shape.ld >= shape.rows);
+            }
+        }
+    }
+
+    #[test]
+    fn strided_vectors_span_one_plus_n_minus_one_increments(n in any::<i32>(), inc in any::<i32>()) {
+        // The C API's n and increments are `int`.
+        let (n, inc) = (i64::from(n), i64::from(inc));
+        let shape = blas::vector_shape(n, inc);
+        if let Some(bytes) = validate::operand_extent(shape, 1) {
+            let want = if n <= 0 { 0 } else if inc == 0 { 1 } else { (n as u128 - 1) * inc.unsigned_abs() as u128 + 1 };
+            prop_assert_eq!(bytes as u128, want);
         }
     }
 }

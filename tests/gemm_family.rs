@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::{Fault, FaultKind, Trace};
+use cublasguard::trace::FaultKind;
 
 const VARIANTS: &[(&str, bool)] = &[
     ("cublasSgemm_v2", false),
@@ -31,16 +31,7 @@ const VARIANTS: &[(&str, bool)] = &[
 ];
 
 fn family(function: &str, case: &str, guarded: bool) -> Run {
-    let program = build_c("gemm_family", &["gemm_family.c"], false);
-    let args = [function, case];
-    run(Launch { guarded, ..Launch::new(&program, &args) })
-}
-
-fn the_fault<'a>(t: &'a Trace, function: &str, case: &str) -> &'a Fault {
-    assert_eq!(t.faults.len(), 1, "{function} {case}: {:#?}", t.faults);
-    let f = &t.faults[0];
-    assert_eq!(f.api, function, "{case}");
-    f
+    run_c("gemm_family", &[function, case], guarded)
 }
 
 #[test]

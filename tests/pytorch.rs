@@ -121,3 +121,78 @@ fn a_failed_cuda_start_names_the_users_python_line() {
     // PyTorch's C++ frames, demangled, with their library.
     assert!(init.backtrace.iter().any(|l| l.starts_with("at::cuda::") && l.contains("libtorch_cuda.so+0x")), "{:#?}", init.backtrace);
 }
+
+/// Functions PyTorch imports that need no check: they touch no device memory and take no
+/// operand. Each with its reason; anything else PyTorch imports from cuBLAS must be hooked.
+const NEEDS_NO_CHECK: &[(&str, &str)] = &[
+    ("cublasGetMathMode", "a getter: reads the handle's setting"),
+    ("cublasGetPointerMode_v2", "a getter: reads the handle's setting"),
+    ("cublasSetSmCountTarget", "a tuning hint: how many SMs to use, no operand"),
+    ("cublasGetStatusString", "an error string"),
+    ("cublasGetStatusName", "an error string"),
+    ("cublasLtGetVersion", "a version number"),
+    ("cublasLtMatmulAlgoCheck", "algorithm selection: describes, runs nothing"),
+    ("cublasLtMatmulAlgoConfigGetAttribute", "algorithm selection: describes, runs nothing"),
+    ("cublasLtMatmulAlgoConfigSetAttribute", "algorithm selection: describes, runs nothing"),
+    ("cublasLtMatmulAlgoGetHeuristic", "algorithm selection: describes, runs nothing"),
+    ("cublasLtMatmulAlgoInit", "algorithm selection: describes, runs nothing"),
+    ("cublasLtMatmulDescSetAttribute", "a descriptor setter: the guard reads the attributes back at cublasLtMatmul"),
+    ("cublasLtMatrixLayoutSetAttribute", "a descriptor setter: the guard reads the attributes back at cublasLtMatmul"),
+    ("cublasLtMatmulPreferenceCreate", "heuristic preferences: no device memory"),
+    ("cublasLtMatmulPreferenceDestroy", "heuristic preferences: no device memory"),
+    ("cublasLtMatmulPreferenceSetAttribute", "heuristic preferences: no device memory"),
+];
+
+/// The dynamic symbols of an ELF file, undefined (imports) or defined (exports), without their
+/// versions. `nm` comes with the compiler's binutils, which the build needs anyway.
+fn dynamic_symbols(file: &std::path::Path, undefined: bool) -> Vec<String> {
+    let out = Command::new("nm")
+        .args(["-D", if undefined { "--undefined-only" } else { "--defined-only" }])
+        .arg(file)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(out.status.success(), "nm {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .map(|s| s.split('@').next().unwrap_or(s).to_string())
+        .collect()
+}
+
+/// cuBLAS and cublasLt functions `library` imports that the guard neither hooks nor lists as
+/// needing no check.
+fn unguarded_imports(library: &std::path::Path) -> Vec<String> {
+    let hooked = dynamic_symbols(&guard_lib(), false);
+    let mut missing: Vec<String> = dynamic_symbols(library, true)
+        .into_iter()
+        .filter(|s| s.starts_with("cublas"))
+        .filter(|s| !hooked.contains(s) && !NEEDS_NO_CHECK.iter().any(|(name, _)| name == s))
+        .collect();
+    missing.sort();
+    missing.dedup();
+    missing
+}
+
+#[test]
+fn the_guard_hooks_every_cublas_compute_function_pytorch_imports() {
+    let Some(python) = python() else { return };
+    let out = python_run(&python, &["-c", "import torch, os; print(os.path.dirname(torch.__file__))"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lib = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("lib");
+    let cuda = lib.join("libtorch_cuda.so");
+    let imports = dynamic_symbols(&cuda, true);
+    assert!(imports.iter().any(|s| s == "cublasGemmEx"), "{} imports no cuBLAS at all: wrong file?", cuda.display());
+    let missing = unguarded_imports(&cuda);
+    assert!(
+        missing.is_empty(),
+        "libtorch_cuda.so imports cuBLAS functions the guard does not hook (hook them, or add them to NEEDS_NO_CHECK \
+         with a reason): {missing:?}"
+    );
+    // The linear-algebra library calls far more of cuBLAS (level-1 and level-2 BLAS): reported,
+    // not required.
+    let linalg = lib.join("libtorch_cuda_linalg.so");
+    if linalg.exists() {
+        let missing = unguarded_imports(&linalg);
+        eprintln!("libtorch_cuda_linalg.so: {} cuBLAS functions not hooked: {}", missing.len(), missing.join(" "));
+    }
+}

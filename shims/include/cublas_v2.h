@@ -3,6 +3,7 @@
  * exported cublasSgemm_v2. */
 #ifndef CUBLASGUARD_STANDIN_CUBLAS_V2_H
 #define CUBLASGUARD_STANDIN_CUBLAS_V2_H
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cuda_runtime_api.h"
@@ -39,7 +40,7 @@ typedef struct __half { unsigned short x; } __half;
 
 typedef enum {
     CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_8I = 3, CUDA_R_32I = 10, CUDA_R_16BF = 14,
-    CUDA_R_8F_E4M3 = 28, CUDA_R_8F_E5M2 = 29
+    CUDA_R_8F_E4M3 = 28, CUDA_R_8F_E5M2 = 29, CUDA_C_32F = 4, CUDA_C_64F = 5
 } cudaDataType;
 typedef cudaDataType cudaDataType_t;
 
@@ -152,6 +153,126 @@ cublasStatus_t cublasGemmBatchedEx_64(cublasHandle_t handle, cublasOperation_t t
                                       int64_t ldb, const void *beta, void *const Carray[], cudaDataType Ctype,
                                       int64_t ldc, int64_t batchCount, cublasComputeType_t computeType,
                                       cublasGemmAlgo_t algo);
+
+/* ---- beyond GEMM: the functions PyTorch's CUDA library imports ---- */
+typedef struct { float x, y; } cuComplex;
+typedef struct { double x, y; } cuDoubleComplex;
+typedef enum { CUBLAS_SIDE_LEFT = 0, CUBLAS_SIDE_RIGHT = 1 } cublasSideMode_t;
+typedef enum { CUBLAS_FILL_MODE_LOWER = 0, CUBLAS_FILL_MODE_UPPER = 1, CUBLAS_FILL_MODE_FULL = 2 } cublasFillMode_t;
+typedef enum { CUBLAS_DIAG_NON_UNIT = 0, CUBLAS_DIAG_UNIT = 1 } cublasDiagType_t;
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace, size_t workspaceSizeInBytes);
+cublasStatus_t cublasSgemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                             int k, const float *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                             cudaDataType Btype, int ldb, const float *beta, void *C, cudaDataType Ctype, int ldc);
+cublasStatus_t cublasDotEx(cublasHandle_t handle, int n, const void *x, cudaDataType xType, int incx, const void *y,
+                           cudaDataType yType, int incy, void *result, cudaDataType resultType,
+                           cudaDataType executionType);
+cublasStatus_t cublasCgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                              int n, int k, const cuComplex *alpha, const cuComplex *A, int lda, const cuComplex *B, int ldb,
+                              const cuComplex *beta, cuComplex *C, int ldc);
+cublasStatus_t cublasCgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const cuComplex *alpha, const cuComplex *A, int lda,
+                                         long long strideA, const cuComplex *B, int ldb, long long strideB,
+                                         const cuComplex *beta, cuComplex *C, int ldc, long long strideC, int batchCount);
+cublasStatus_t cublasZgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                              int n, int k, const cuDoubleComplex *alpha, const cuDoubleComplex *A, int lda, const cuDoubleComplex *B, int ldb,
+                              const cuDoubleComplex *beta, cuDoubleComplex *C, int ldc);
+cublasStatus_t cublasZgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const cuDoubleComplex *alpha, const cuDoubleComplex *A, int lda,
+                                         long long strideA, const cuDoubleComplex *B, int ldb, long long strideB,
+                                         const cuDoubleComplex *beta, cuDoubleComplex *C, int ldc, long long strideC, int batchCount);
+cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float *alpha,
+                              const float *A, int lda, const float *x, int incx, const float *beta, float *y, int incy);
+cublasStatus_t cublasSdot_v2(cublasHandle_t handle, int n, const float *x, int incx, const float *y, int incy,
+                              float *result);
+cublasStatus_t cublasStrsm_v2(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                              cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const float *alpha,
+                              const float *A, int lda, float *B, int ldb);
+cublasStatus_t cublasStrsmBatched(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                                  cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const float *alpha,
+                                  const float *const A[], int lda, float *const B[], int ldb, int batchCount);
+cublasStatus_t cublasSgetrfBatched(cublasHandle_t handle, int n, float *const Aarray[], int lda, int *PivotArray,
+                                   int *infoArray, int batchSize);
+cublasStatus_t cublasSgetrsBatched(cublasHandle_t handle, cublasOperation_t trans, int n, int nrhs,
+                                   const float *const Aarray[], int lda, const int *devIpiv, float *const Barray[],
+                                   int ldb, int *info, int batchSize);
+cublasStatus_t cublasSgeqrfBatched(cublasHandle_t handle, int m, int n, float *const Aarray[], int lda,
+                                   float *const TauArray[], int *info, int batchSize);
+cublasStatus_t cublasSgelsBatched(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int nrhs,
+                                  float *const Aarray[], int lda, float *const Carray[], int ldc, int *info,
+                                  int *devInfoArray, int batchSize);
+cublasStatus_t cublasDgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const double *alpha,
+                              const double *A, int lda, const double *x, int incx, const double *beta, double *y, int incy);
+cublasStatus_t cublasDdot_v2(cublasHandle_t handle, int n, const double *x, int incx, const double *y, int incy,
+                              double *result);
+cublasStatus_t cublasDtrsm_v2(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                              cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const double *alpha,
+                              const double *A, int lda, double *B, int ldb);
+cublasStatus_t cublasDtrsmBatched(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                                  cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const double *alpha,
+                                  const double *const A[], int lda, double *const B[], int ldb, int batchCount);
+cublasStatus_t cublasDgetrfBatched(cublasHandle_t handle, int n, double *const Aarray[], int lda, int *PivotArray,
+                                   int *infoArray, int batchSize);
+cublasStatus_t cublasDgetrsBatched(cublasHandle_t handle, cublasOperation_t trans, int n, int nrhs,
+                                   const double *const Aarray[], int lda, const int *devIpiv, double *const Barray[],
+                                   int ldb, int *info, int batchSize);
+cublasStatus_t cublasDgeqrfBatched(cublasHandle_t handle, int m, int n, double *const Aarray[], int lda,
+                                   double *const TauArray[], int *info, int batchSize);
+cublasStatus_t cublasDgelsBatched(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int nrhs,
+                                  double *const Aarray[], int lda, double *const Carray[], int ldc, int *info,
+                                  int *devInfoArray, int batchSize);
+cublasStatus_t cublasCgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const cuComplex *alpha,
+                              const cuComplex *A, int lda, const cuComplex *x, int incx, const cuComplex *beta, cuComplex *y, int incy);
+cublasStatus_t cublasCdotu_v2(cublasHandle_t handle, int n, const cuComplex *x, int incx, const cuComplex *y, int incy,
+                              cuComplex *result);
+cublasStatus_t cublasCdotc_v2(cublasHandle_t handle, int n, const cuComplex *x, int incx, const cuComplex *y, int incy,
+                              cuComplex *result);
+cublasStatus_t cublasCtrsm_v2(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                              cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const cuComplex *alpha,
+                              const cuComplex *A, int lda, cuComplex *B, int ldb);
+cublasStatus_t cublasCtrsmBatched(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                                  cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const cuComplex *alpha,
+                                  const cuComplex *const A[], int lda, cuComplex *const B[], int ldb, int batchCount);
+cublasStatus_t cublasCgetrfBatched(cublasHandle_t handle, int n, cuComplex *const Aarray[], int lda, int *PivotArray,
+                                   int *infoArray, int batchSize);
+cublasStatus_t cublasCgetrsBatched(cublasHandle_t handle, cublasOperation_t trans, int n, int nrhs,
+                                   const cuComplex *const Aarray[], int lda, const int *devIpiv, cuComplex *const Barray[],
+                                   int ldb, int *info, int batchSize);
+cublasStatus_t cublasCgeqrfBatched(cublasHandle_t handle, int m, int n, cuComplex *const Aarray[], int lda,
+                                   cuComplex *const TauArray[], int *info, int batchSize);
+cublasStatus_t cublasCgelsBatched(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int nrhs,
+                                  cuComplex *const Aarray[], int lda, cuComplex *const Carray[], int ldc, int *info,
+                                  int *devInfoArray, int batchSize);
+cublasStatus_t cublasZgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const cuDoubleComplex *alpha,
+                              const cuDoubleComplex *A, int lda, const cuDoubleComplex *x, int incx, const cuDoubleComplex *beta, cuDoubleComplex *y, int incy);
+cublasStatus_t cublasZdotu_v2(cublasHandle_t handle, int n, const cuDoubleComplex *x, int incx, const cuDoubleComplex *y, int incy,
+                              cuDoubleComplex *result);
+cublasStatus_t cublasZdotc_v2(cublasHandle_t handle, int n, const cuDoubleComplex *x, int incx, const cuDoubleComplex *y, int incy,
+                              cuDoubleComplex *result);
+cublasStatus_t cublasZtrsm_v2(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                              cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const cuDoubleComplex *alpha,
+                              const cuDoubleComplex *A, int lda, cuDoubleComplex *B, int ldb);
+cublasStatus_t cublasZtrsmBatched(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                                  cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const cuDoubleComplex *alpha,
+                                  const cuDoubleComplex *const A[], int lda, cuDoubleComplex *const B[], int ldb, int batchCount);
+cublasStatus_t cublasZgetrfBatched(cublasHandle_t handle, int n, cuDoubleComplex *const Aarray[], int lda, int *PivotArray,
+                                   int *infoArray, int batchSize);
+cublasStatus_t cublasZgetrsBatched(cublasHandle_t handle, cublasOperation_t trans, int n, int nrhs,
+                                   const cuDoubleComplex *const Aarray[], int lda, const int *devIpiv, cuDoubleComplex *const Barray[],
+                                   int ldb, int *info, int batchSize);
+cublasStatus_t cublasZgeqrfBatched(cublasHandle_t handle, int m, int n, cuDoubleComplex *const Aarray[], int lda,
+                                   cuDoubleComplex *const TauArray[], int *info, int batchSize);
+cublasStatus_t cublasZgelsBatched(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int nrhs,
+                                  cuDoubleComplex *const Aarray[], int lda, cuDoubleComplex *const Carray[], int ldc, int *info,
+                                  int *devInfoArray, int batchSize);
+#define cublasSetWorkspace cublasSetWorkspace_v2
+#define cublasSgemv cublasSgemv_v2
+#define cublasDgemv cublasDgemv_v2
+#define cublasSdot cublasSdot_v2
+#define cublasDdot cublasDdot_v2
+#define cublasStrsm cublasStrsm_v2
+#define cublasDtrsm cublasDtrsm_v2
 
 #define cublasCreate cublasCreate_v2
 #define cublasDestroy cublasDestroy_v2

@@ -276,18 +276,24 @@ fn arg_value(w: &mut Writer, value: ArgValue) {
     match value {
         ArgValue::Int(v) => w.int(v),
         ArgValue::Address(v) => w.hex(v),
-        ArgValue::Operation(raw) => match ArgValue::operation_label(raw) {
-            Some(label) => {
-                w.bytes(b"\"");
-                w.bytes(label.as_bytes());
-                w.bytes(b"\"");
-            }
-            None => {
-                w.bytes(b"\"unknown(");
-                w.int(raw as i64);
-                w.bytes(b")\"");
-            }
-        },
+        ArgValue::Label { raw, labels } => enum_label(w, raw, ArgValue::label(raw, labels)),
+        ArgValue::Operation(raw) => enum_label(w, raw, ArgValue::operation_label(raw)),
+    }
+}
+
+/// An enum argument as a JSON string: its label, or "unknown(v)".
+fn enum_label(w: &mut Writer, raw: i32, label: Option<&str>) {
+    match label {
+        Some(label) => {
+            w.bytes(b"\"");
+            w.bytes(label.as_bytes());
+            w.bytes(b"\"");
+        }
+        None => {
+            w.bytes(b"\"unknown(");
+            w.int(raw as i64);
+            w.bytes(b")\"");
+        }
     }
 }
 

@@ -101,6 +101,7 @@ impl Gemm {
             dtype,
             members: members(stride),
             role,
+            increment: None,
         };
         let mut operands = [None; MAX_OPERANDS];
         operands[0] = Some(spec("A", self.a, validate::shape_of_a(&args), types.0, sa, Role::Input));
@@ -111,8 +112,8 @@ impl Gemm {
             lt: false,
             argument_problem: problem,
             scalar,
-            alpha: self.alpha as u64,
-            beta: self.beta as u64,
+            alpha: Some(self.alpha as u64),
+            beta: Some(self.beta as u64),
             pointer_mode: None,
             stream: None,
             reduced_precision_compute: compute.is_some_and(|c| c.reduced_precision()),
@@ -163,7 +164,7 @@ fn typed(call: &Call<'_, c_int>, g: Gemm, dtype: DType, batch: Batch) -> c_int {
         Batch::Strided { count, a, b, c } => ExArgs { batch_count: Some(count), strides: Some((a, b, c)), ..Default::default() },
         Batch::Arrays { count } => ExArgs { batch_count: Some(count), ..Default::default() },
     };
-    matmul::guard(call, &matmul, g.record(), ex)
+    matmul::guard(call, matmul, g.record(), ex)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -180,7 +181,7 @@ fn ex(call: &Call<'_, c_int>, g: Gemm, types: (i32, i32, i32), compute: i32, alg
         }
         Batch::Arrays { count } => extra.batch_count = Some(count),
     }
-    matmul::guard(call, &matmul, g.record(), extra)
+    matmul::guard(call, matmul, g.record(), extra)
 }
 
 macro_rules! typed_gemm {
@@ -197,6 +198,8 @@ macro_rules! typed_gemm {
 typed_gemm!(sgemm, DType::F32);
 typed_gemm!(dgemm, DType::F64);
 typed_gemm!(hgemm, DType::F16);
+typed_gemm!(cgemm, DType::C32);
+typed_gemm!(zgemm, DType::C64);
 
 macro_rules! typed_strided {
     ($name:ident, $dtype:expr) => {
@@ -214,6 +217,21 @@ macro_rules! typed_strided {
 typed_strided!(sgemm_strided, DType::F32);
 typed_strided!(dgemm_strided, DType::F64);
 typed_strided!(hgemm_strided, DType::F16);
+typed_strided!(cgemm_strided, DType::C32);
+typed_strided!(zgemm_strided, DType::C64);
+
+/// cublasSgemmEx: float scalars and float computation, over the storage types it accepts (the
+/// combinations of cublasGemmEx with CUBLAS_COMPUTE_32F).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sgemm_ex(
+    call: &Call<'_, c_int>, handle: Handle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: Ptr, a: Ptr,
+    a_type: c_int, lda: c_int, b: Ptr, b_type: c_int, ldb: c_int, beta: Ptr, c: Ptr, c_type: c_int, ldc: c_int,
+) -> c_int {
+    let g = gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    let types = (DType::from_cuda(a_type), DType::from_cuda(b_type), DType::from_cuda(c_type));
+    let matmul = g.describe(types, DType::F32, Some(ComputeType::F32), Batch::Single);
+    matmul::guard(call, matmul, g.record(), ExArgs { types: Some(types), ..Default::default() })
+}
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sgemm_batched<I: Into<i64>>(

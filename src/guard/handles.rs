@@ -85,6 +85,21 @@ fn setter(
     status
 }
 
+/// cublasSetWorkspace: the handle works in the program's buffer from now on (NULL or 0 bytes:
+/// in the library's own again). The buffer is checked at each call that uses it.
+pub(crate) fn set_workspace(call: &Call<'_, c_int>, handle: Handle, workspace: *mut std::ffi::c_void, bytes: usize) -> c_int {
+    let before = call.session.handles.lookup(handle as u64);
+    let status = call.forward();
+    let (ptr, bytes) = (workspace as u64, bytes as u64);
+    if status == cuda::CUBLAS_SUCCESS {
+        let kept = if ptr == 0 || bytes == 0 { (0, 0) } else { (ptr, bytes) };
+        call.session.handles.update(handle as u64, |h| h.workspace = kept);
+    }
+    let record = CallArgs::Workspace { handle: handle as u64, ptr, bytes };
+    finish_handle_record(call, handle, record, None, before, status, CUBLAS);
+    status
+}
+
 /// Records a call on a handle (`value`: what a setter set) and reports its failure, naming a
 /// destroyed or unknown handle.
 fn finish_handle_call(
@@ -95,8 +110,20 @@ fn finish_handle_call(
     status: c_int,
     names: HandleApi,
 ) {
+    let record = CallArgs::Handle { handle: handle as u64, value: value.unwrap_or(0) };
+    finish_handle_record(call, handle, record, value, before, status, names)
+}
+
+fn finish_handle_record(
+    call: &Call<'_, c_int>,
+    handle: Handle,
+    record: CallArgs,
+    value: Option<i64>,
+    before: HandleLookup,
+    status: c_int,
+    names: HandleApi,
+) {
     let handle = handle as u64;
-    let record = CallArgs::Handle { handle, value: value.unwrap_or(0) };
     call.record(status, record);
     let s = call.session;
     if status == cuda::CUBLAS_SUCCESS {
@@ -114,6 +141,9 @@ fn finish_handle_call(
         _ => Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cublas_status_name(status))),
     };
     let mut fault = call.fault(finding, status, cuda::cublas_status_name(status));
+    if !matches!(record, CallArgs::Handle { .. }) {
+        fault.args.extend(record.to_map());
+    }
     fault.args.insert("handle".into(), serde_json::json!(hex(handle)));
     if let Some(value) = value {
         fault.args.insert("value".into(), serde_json::json!(value));

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::Call;
-use crate::check::matmul::{MatmulCall, MatmulCheck, Members, OperandReport};
+use crate::check::matmul::{MatmulCall, MatmulCheck, Members, OperandReport, OperandSpec};
+use crate::state::{HandleLookup, HandleState};
 use crate::config::OnFault;
 use crate::cuda::{self, ComputeType, MathMode, PointerMode};
 use crate::recorder::CallArgs;
@@ -35,19 +36,28 @@ enum Stage {
 }
 
 /// Runs the checks around the real call and returns what the program gets back.
-pub(crate) fn guard(call: &Call<'_, i32>, matmul: &MatmulCall, record: CallArgs, extra: ExArgs) -> i32 {
+pub(crate) fn guard(call: &Call<'_, i32>, mut matmul: MatmulCall, record: CallArgs, extra: ExArgs) -> i32 {
     let s = call.session;
+    let handle = s.matmul_handle(matmul.lt, matmul.handle);
+    if let (false, HandleLookup::Alive(HandleState { workspace: (ptr, bytes), .. })) = (matmul.lt, handle) {
+        // The workspace cublasSetWorkspace gave the handle is memory this call may write.
+        if let (true, Some(slot)) = (bytes > 0, matmul.operands.iter_mut().find(|o| o.is_none())) {
+            *slot = Some(OperandSpec::workspace(ptr, bytes));
+        }
+    }
+    let matmul = &matmul;
     s.note_matmul(call.seq);
     let known = s.known_error();
     let mut checks = s.config.checks;
     let site = match record {
         CallArgs::Gemm { m, n, k, .. } => (call.hook.index() as u64) ^ (m as u64) << 8 ^ (n as u64) << 24 ^ (k as u64) << 40,
+        CallArgs::Blas { ints, .. } => (call.hook.index() as u64) ^ (ints[0] as u32 as u64) << 8 ^ (ints[1] as u32 as u64) << 24 ^ (ints[2] as u32 as u64) << 40,
         _ => call.hook.index() as u64,
     };
     let scan_started = if checks.nan { call.outlet.now_ns() } else { 0 };
     checks.nan = checks.nan && s.should_scan(site, scan_started);
     let body = |buf: &mut Vec<u8>| {
-        let mut check = MatmulCheck::before(matmul, checks, s.config.scan_bytes, s.matmul_handle(matmul.lt, matmul.handle), &s.allocations, known, call.device, buf);
+        let mut check = MatmulCheck::before(matmul, checks, s.config.scan_bytes, handle, &s.allocations, known, call.device, buf);
         // A fault found before the call is on disk before the call runs: a call with bad
         // pointers may well crash the process inside the library.
         let early = check.finding.is_some();
@@ -131,9 +141,10 @@ fn args_map(call: &Call<'_, i32>, record: &CallArgs, extra: ExArgs, check: &Matm
     let mut map = record.to_map();
     let host_mode = check.call.pointer_mode.or(check.handle.map(|h| h.pointer_mode)) == Some(0);
     for (name, ptr) in [("alpha", check.call.alpha), ("beta", check.call.beta)] {
+        let Some(ptr) = ptr else { continue };
         let value = match check.call.scalar.size() {
             Some(size) if host_mode && ptr != 0 && call.session.allocations.containing(ptr).is_none() => {
-                let mut bytes = [0u8; 8];
+                let mut bytes = [0u8; 16];
                 call.device.read_host(ptr, &mut bytes[..size as usize]).then(|| scalar_json(check.call.scalar, bytes))
             }
             _ => None,
@@ -173,11 +184,15 @@ fn args_map(call: &Call<'_, i32>, record: &CallArgs, extra: ExArgs, check: &Matm
     map
 }
 
-fn scalar_json(dtype: DType, bytes: [u8; 8]) -> serde_json::Value {
+fn scalar_json(dtype: DType, bytes: [u8; 16]) -> serde_json::Value {
     use serde_json::json;
+    let f64_at = |i: usize| f64::from_le_bytes(bytes[i..i + 8].try_into().unwrap_or([0; 8]));
+    let f32_at = |i: usize| f32::from_le_bytes(bytes[i..i + 4].try_into().unwrap_or([0; 4]));
     match dtype {
-        DType::F64 => json!(f64::from_le_bytes(bytes)),
-        DType::F32 => json!(f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
+        DType::C64 => json!([f64_at(0), f64_at(8)]),
+        DType::C32 => json!([f32_at(0), f32_at(4)]),
+        DType::F64 => json!(f64_at(0)),
+        DType::F32 => json!(f32_at(0)),
         DType::I32 => json!(i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
         DType::F16 => json!(format!("f16 bits {:#06x}", u16::from_le_bytes([bytes[0], bytes[1]]))),
         _ => json!(null),

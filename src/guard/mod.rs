@@ -4,6 +4,7 @@
 //! everything that leaves the process (stderr, the trace on disk, abort) through `Outlet`. The
 //! FFI layer supplies the real ones; the tests here supply models.
 
+pub(crate) mod blas;
 pub(crate) mod gemm;
 pub(crate) mod handles;
 pub(crate) mod launch;

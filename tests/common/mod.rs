@@ -163,6 +163,20 @@ pub fn faults_of(trace: &Trace, kind: FaultKind) -> Vec<&Fault> {
     trace.faults.iter().filter(|f| f.kind == kind).collect()
 }
 
+/// Runs a test program built from `tests/c/<name>.c` with `args`, with or without the guard.
+pub fn run_c(name: &str, args: &[&str], guarded: bool) -> Run {
+    let program = build_c(name, &[&format!("{name}.c")], false);
+    run(Launch { guarded, ..Launch::new(&program, args) })
+}
+
+/// The run's one fault, which `function` must have reported (`case`: for messages).
+pub fn the_fault<'a>(t: &'a Trace, function: &str, case: &str) -> &'a Fault {
+    assert_eq!(t.faults.len(), 1, "{function} {case}: {:#?}", t.faults);
+    let f = &t.faults[0];
+    assert_eq!(f.api, function, "{case}");
+    f
+}
+
 pub fn only_fault(trace: &Trace) -> &Fault {
     assert_eq!(trace.faults.len(), 1, "expected exactly one fault, got {:#?}", trace.faults);
     &trace.faults[0]

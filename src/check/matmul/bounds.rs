@@ -136,6 +136,24 @@ impl MatmulCheck<'_> {
                 continue;
             }
             let spec: &OperandSpec = o.spec;
+            if spec.role == Role::Result && self.pointer_mode() == PointerMode::Host {
+                // Written by the library on the host: device memory there is the mistake.
+                if allocations.containing(spec.ptr).is_some() {
+                    return Some(Finding::new(
+                        FaultKind::InvalidArgument,
+                        format!(
+                            "{} ({}) points to device memory but the pointer mode is HOST: the library will write it \
+                             on the host",
+                            spec.name,
+                            hex(spec.ptr)
+                        ),
+                    ));
+                }
+                if let Some(o) = self.operands[i].as_mut() {
+                    o.readable = true;
+                }
+                continue;
+            }
             let Some(extent) = o.extent else {
                 return Some(Finding::new(
                     FaultKind::OutOfBounds,
@@ -240,6 +258,7 @@ impl MatmulCheck<'_> {
         }
         let mode = self.pointer_mode();
         for (name, ptr) in [("alpha", self.call.alpha), ("beta", self.call.beta)] {
+            let Some(ptr) = ptr else { continue };
             // A scalar on this thread's own stack (the common `float alpha = 1;`) is host memory:
             // no allocation holds it, and asking would cost a lookup on every call.
             let tracked = !device.is_on_this_threads_stack(ptr) && allocations.containing(ptr).is_some();

@@ -255,7 +255,7 @@ impl<'a> MatmulCheck<'a> {
                     let Some(o) = self.operands[i] else { continue };
                     let mut message = format!(
                         "this call produced {} in its output {} from finite inputs (overflow, or Inf - Inf)",
-                        counts(&s),
+                        counts(o.spec, &s),
                         describe(o.spec, o.bad_member)
                     );
                     if self.call.reduced_precision_compute {
@@ -304,8 +304,8 @@ mod tests {
             lt: false,
             argument_problem: None,
             scalar: DType::F32,
-            alpha: 0x10,
-            beta: 0x20,
+            alpha: Some(0x10),
+            beta: Some(0x20),
             pointer_mode: None,
             stream: None,
             reduced_precision_compute: false,
@@ -324,7 +324,7 @@ mod tests {
     }
 
     fn strided(name: &'static str, ptr: u64, role: Role) -> OperandSpec {
-        OperandSpec { name, ptr, shape: shape(2, 2), dtype: DType::F32, members: Members::Strided { count: 3, stride: 4 }, role }
+        OperandSpec { name, ptr, shape: shape(2, 2), dtype: DType::F32, members: Members::Strided { count: 3, stride: 4 }, role, increment: None }
     }
 
     fn run(call: MatmulCall, allocations: &Allocations, model: &Model) -> Outcome {
@@ -394,6 +394,7 @@ mod tests {
             dtype: DType::F32,
             members: Members::Array { count: 2 },
             role,
+            increment: None,
         };
         let c = run(
             call(array("A", 0x5000, Role::Input), array("B", 0x6000, Role::Input), array("C", 0x7000, Role::Accumulator)),

@@ -2,7 +2,7 @@
 //! an even sample of them, read the way the library reads them (beta decides whether C is read).
 
 use super::bounds::member_addr;
-use super::operands::{describe, Members, Role, MAX_OPERANDS};
+use super::operands::{describe, Members, OperandSpec, Role, MAX_OPERANDS};
 use super::MatmulCheck;
 use crate::check::{Device, Finding};
 use crate::cuda::PointerMode;
@@ -11,7 +11,8 @@ use crate::state::Allocations;
 use crate::trace::FaultKind;
 use crate::validate::{self, Containment};
 
-pub(super) fn counts(scan: &MatrixScan) -> String {
+/// "2 NaN (first at row 1, col 0)"; a vector's position is its element index.
+pub(super) fn counts(spec: &OperandSpec, scan: &MatrixScan) -> String {
     let mut parts = Vec::new();
     if scan.nan > 0 {
         parts.push(format!("{} NaN", scan.nan));
@@ -20,8 +21,10 @@ pub(super) fn counts(scan: &MatrixScan) -> String {
         parts.push(format!("{} Inf", scan.inf));
     }
     let mut s = parts.join(" and ");
-    if let Some((row, col)) = scan.first_nonfinite {
-        s.push_str(&format!(" (first at row {row}, col {col})"));
+    match (scan.first_nonfinite, spec.increment) {
+        (Some((_, col)), Some(_)) => s.push_str(&format!(" (first at element {col})")),
+        (Some((row, col)), None) => s.push_str(&format!(" (first at row {row}, col {col})")),
+        (None, _) => {}
     }
     if scan.sampled {
         s.push_str(&format!(" in a sample of {} elements", scan.scanned_elements));
@@ -34,24 +37,31 @@ impl MatmulCheck<'_> {
     /// Whether beta is zero, read the way the library reads it; `None` when it cannot be read.
     fn read_beta_is_zero(&self, allocations: &Allocations, device: &dyn Device) -> Option<bool> {
         let size = self.call.scalar.size()? as usize;
-        let mut bytes = [0u8; 8];
+        let beta = self.call.beta?;
+        let mut bytes = [0u8; 16];
         let out = &mut bytes[..size];
         let ok = match self.pointer_mode() {
-            PointerMode::Host => allocations.containing(self.call.beta).is_none() && device.read_host(self.call.beta, out),
+            PointerMode::Host => allocations.containing(beta).is_none() && device.read_host(beta, out),
             PointerMode::Device => {
                 let inside = allocations
-                    .span_containing(self.call.beta)
-                    .is_some_and(|s| validate::containment(self.call.beta, size as u64, s) == Containment::Inside);
-                inside && device.read(self.call.beta, out, self.stream()).is_ok()
+                    .span_containing(beta)
+                    .is_some_and(|s| validate::containment(beta, size as u64, s) == Containment::Inside);
+                inside && device.read(beta, out, self.stream()).is_ok()
             }
             PointerMode::Unknown(_) => false,
         };
         // +0.0 and -0.0 both mean "do not read C": every bit but the sign is zero (and for
         // integer scales, zero is all bits zero).
+        // A complex scale is zero when both its parts are.
+        let part = self.call.scalar.complex_part().and_then(|p| p.size()).unwrap_or(size as u64) as usize;
         ok.then(|| {
-            let bits = u64::from_le_bytes(bytes);
-            let sign = if self.call.scalar.is_float() { 1u64 << (size * 8 - 1) } else { 0 };
-            bits & !sign == 0
+            bytes[..size].chunks(part).all(|p| {
+                let mut word = [0u8; 8];
+                word[..p.len()].copy_from_slice(p);
+                let bits = u64::from_le_bytes(word);
+                let sign = if self.call.scalar.is_float() { 1u64 << (part * 8 - 1) } else { 0 };
+                bits & !sign == 0
+            })
         })
     }
 
@@ -71,15 +81,17 @@ impl MatmulCheck<'_> {
             let members = (scan_bytes / member_bytes.max(1)).clamp(1, count);
             (count.div_ceil(members), (scan_bytes / members).max(elem))
         };
-        let reader = StreamReader { device, stream: self.stream() };
+        let host = o.spec.role == Role::Result && self.pointer_mode() == PointerMode::Host;
+        let reader: &dyn scan::DeviceReader = if host { &HostReader { device } } else { &StreamReader { device, stream: self.stream() } };
         let mut total_scan = MatrixScan::default();
         let mut bad = None;
         let mut b = 0;
         while b < count {
             let addr = member_addr(o.spec, &self.arrays[i], b)?;
-            let s = match device.scan_on_device(addr, o.spec.shape, o.spec.dtype, self.stream()) {
+            let on_device = if host { None } else { device.scan_on_device(addr, o.spec.shape, o.spec.dtype, self.stream()) };
+            let s = match on_device {
                 Some(s) => s,
-                None => scan::scan_matrix(&reader, addr, o.spec.shape, o.spec.dtype, buf, per_member).ok()?,
+                None => scan::scan_matrix(reader, addr, o.spec.shape, o.spec.dtype, buf, per_member).ok()?,
             };
             if (s.nan > 0 || s.inf > 0) && bad.is_none() {
                 bad = Some(b);
@@ -108,9 +120,9 @@ impl MatmulCheck<'_> {
         for i in 0..MAX_OPERANDS {
             let Some(o) = self.operands[i] else { continue };
             let read = match o.spec.role {
-                Role::Input => true,
+                Role::Input | Role::InOut => true,
                 Role::Accumulator | Role::Addend => reads_scaled,
-                Role::Output | Role::Workspace => false,
+                Role::Output | Role::Workspace | Role::Result => false,
             };
             if !read || !Self::used(&o) {
                 continue;
@@ -132,9 +144,9 @@ impl MatmulCheck<'_> {
         if let Some(i) = first_bad {
             let Some(o) = self.operands[i] else { return };
             let scan = o.scan.unwrap_or_default();
-            let mut message = format!("{} holds {}", describe(o.spec, o.bad_member), counts(&scan));
+            let mut message = format!("{} holds {}", describe(o.spec, o.bad_member), counts(o.spec, &scan));
             if matches!(o.spec.role, Role::Accumulator | Role::Addend) {
-                message.push_str("; beta != 0, so the library reads C");
+                message.push_str(&format!("; beta != 0, so the library reads {}", o.spec.name));
             }
             self.finding = Some(Finding::new(FaultKind::NonfiniteInput, message));
         }
@@ -145,6 +157,21 @@ impl MatmulCheck<'_> {
 struct StreamReader<'a> {
     device: &'a dyn Device,
     stream: u64,
+}
+
+/// A host-mode result, read where the library wrote it.
+struct HostReader<'a> {
+    device: &'a dyn Device,
+}
+
+impl scan::DeviceReader for HostReader<'_> {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
+        if self.device.read_host(addr, out) {
+            Ok(())
+        } else {
+            Err(1)
+        }
+    }
 }
 
 impl scan::DeviceReader for StreamReader<'_> {

@@ -32,6 +32,11 @@ pub enum Role {
     Accumulator,
     /// Read when beta != 0, not written (C of cublasLtMatmul).
     Addend,
+    /// Read, then overwritten (B of a triangular solve, the matrices a factorisation
+    /// replaces with its factors).
+    InOut,
+    /// A dot product's result: written, in host or device memory as the pointer mode says.
+    Result,
     /// Written only (D of cublasLtMatmul).
     Output,
     /// Scratch memory: only its extent is checked.
@@ -40,7 +45,7 @@ pub enum Role {
 
 impl Role {
     pub(super) fn written(self) -> bool {
-        matches!(self, Self::Accumulator | Self::Output)
+        matches!(self, Self::Accumulator | Self::Output | Self::InOut | Self::Result)
     }
 }
 
@@ -53,18 +58,20 @@ pub struct OperandSpec {
     pub dtype: DType,
     pub members: Members,
     pub role: Role,
+    /// A vector (`shape` 1 x n with ld |inc|): its increment, for messages.
+    pub increment: Option<i64>,
 }
 
 impl OperandSpec {
     #[cfg(test)]
     pub fn matrix(name: &'static str, ptr: u64, shape: StoredShape, dtype: DType, role: Role) -> Self {
-        Self { name, ptr, shape, dtype, members: Members::One, role }
+        Self { name, ptr, shape, dtype, members: Members::One, role, increment: None }
     }
 
     /// A workspace of `bytes` bytes.
     pub fn workspace(ptr: u64, bytes: u64) -> Self {
         let shape = StoredShape { rows: bytes.min(i64::MAX as u64) as i64, cols: 1, ld: bytes.min(i64::MAX as u64) as i64 };
-        Self { name: "workspace", ptr, shape, dtype: DType::I8, members: Members::One, role: Role::Workspace }
+        Self { name: "workspace", ptr, shape, dtype: DType::I8, members: Members::One, role: Role::Workspace, increment: None }
     }
 }
 
@@ -80,8 +87,9 @@ pub struct MatmulCall {
     /// The first argument rule the call breaks, if any (from `validate` or the Lt layouts).
     pub argument_problem: Option<String>,
     pub scalar: DType,
-    pub alpha: u64,
-    pub beta: u64,
+    /// The scalar arguments the function has (a dot product has none, a solve only alpha).
+    pub alpha: Option<u64>,
+    pub beta: Option<u64>,
     /// From the matmul descriptor (Lt); `None`: the cuBLAS handle's pointer mode.
     pub pointer_mode: Option<i32>,
     /// The call's stream (Lt); `None`: the cuBLAS handle's stream.
@@ -117,5 +125,8 @@ pub(super) fn describe(spec: &OperandSpec, member: Option<u64>) -> String {
         (m, Some(b)) => format!("batch member {b} of {}, ", m.count()),
         (m, None) => format!("{} batch members, ", m.count()),
     };
-    format!("operand {} ({batch}{} x {} as stored, ld {})", spec.name, s.rows, s.cols, s.ld)
+    match spec.increment {
+        Some(inc) => format!("operand {} ({batch}{} elements, increment {inc})", spec.name, s.cols),
+        None => format!("operand {} ({batch}{} x {} as stored, ld {})", spec.name, s.rows, s.cols, s.ld),
+    }
 }

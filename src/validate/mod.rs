@@ -2,6 +2,8 @@
 //! numbers: no pointers are dereferenced here, and all arithmetic is checked, because the
 //! numbers come straight from a caller that may be broken.
 
+pub mod blas;
+
 use crate::cuda::{ComputeType, DType, Operation};
 
 /// The integer arguments of a GEMM call (`int` or `int64_t` in the C API, widened).
@@ -28,6 +30,14 @@ pub enum ArgProblem {
     BadOperation { name: &'static str, raw: i32 },
     LeadingDimension { name: &'static str, value: i64, needed: i64, rule: String },
     NullScalar { name: &'static str },
+    /// A vector increment of 0 where the function needs a real stride.
+    ZeroIncrement { name: &'static str },
+    /// Not one of the values of a cuBLAS enum (`cublasSideMode_t`, ...): `values` lists them.
+    BadEnum { name: &'static str, raw: i32, type_name: &'static str, values: &'static str },
+    /// A pointer the function writes through is NULL.
+    NullPointer { name: &'static str },
+    /// Valid, but a case the function does not implement (CUBLAS_STATUS_NOT_SUPPORTED).
+    Unsupported { rule: String },
 }
 
 impl ArgProblem {
@@ -37,7 +47,11 @@ impl ArgProblem {
             Self::Negative { name, .. }
             | Self::BadOperation { name, .. }
             | Self::LeadingDimension { name, .. }
-            | Self::NullScalar { name } => name,
+            | Self::NullScalar { name }
+            | Self::ZeroIncrement { name }
+            | Self::BadEnum { name, .. }
+            | Self::NullPointer { name } => name,
+            Self::Unsupported { .. } => "",
         }
     }
 
@@ -51,6 +65,10 @@ impl ArgProblem {
                 format!("{name} = {value} but {rule} = {needed}")
             }
             Self::NullScalar { name } => format!("{name} is NULL; cuBLAS needs a pointer to the scalar"),
+            Self::ZeroIncrement { name } => format!("{name} = 0 but {name} must not be 0"),
+            Self::BadEnum { name, raw, type_name, values } => format!("{name} = {raw} is not a {type_name} ({values})"),
+            Self::NullPointer { name } => format!("{name} is NULL; the function writes its answer through it"),
+            Self::Unsupported { rule } => rule.clone(),
         }
     }
 }
