@@ -33,8 +33,8 @@ impl Operands {
         self
     }
 
-    fn vector(&mut self, name: &'static str, ptr: Ptr, n: i64, inc: i64, dtype: DType, role: Role) -> &mut Self {
-        self.push(name, ptr, blas::vector_shape(n, inc), dtype, Members::One, role);
+    fn vector(&mut self, name: &'static str, ptr: Ptr, n: i64, inc: c_int, dtype: DType, role: Role) -> &mut Self {
+        self.push(name, ptr, blas::vector_shape(n, inc.into()), dtype, Members::One, role);
         if let Some(Some(spec)) = self.used.checked_sub(1).and_then(|i| self.list.get_mut(i)) {
             spec.increment = Some(inc);
         }
@@ -83,10 +83,10 @@ pub(crate) fn gemv(
     };
     let mut ops = Operands::default();
     ops.push("A", a, args.a(), dtype, Members::One, Role::Input);
-    ops.vector("x", x, args.x().cols, incx.into(), dtype, Role::Input);
-    ops.vector("y", y, args.y().cols, incy.into(), dtype, Role::Accumulator);
-    let matmul = blas_call(handle, args.check(), dtype, Some(alpha), Some(beta), ops);
-    matmul::guard(call, matmul, record(BlasForm::Gemv, &[trans], &[m, n, lda, incx, incy]), ExArgs::default())
+    ops.vector("x", x, args.x().cols, incx, dtype, Role::Input);
+    ops.vector("y", y, args.y().cols, incy, dtype, Role::Accumulator);
+    let mut matmul = blas_call(handle, args.check(), dtype, Some(alpha), Some(beta), ops);
+    matmul::guard(call, &mut matmul, record(BlasForm::Gemv, &[trans], &[m, n, lda, incx, incy]), ExArgs::default())
 }
 
 macro_rules! gemv {
@@ -110,11 +110,11 @@ gemv!(zgemv, DType::C64);
 fn dot(call: &Call<'_, c_int>, handle: Handle, n: c_int, x: Ptr, x_type: DType, incx: c_int, y: Ptr, y_type: DType, incy: c_int, result: Ptr, result_type: DType) -> c_int {
     let mut ops = Operands::default();
     let count = i64::from(n).max(0);
-    ops.vector("x", x, count, incx.into(), x_type, Role::Input);
-    ops.vector("y", y, count, incy.into(), y_type, Role::Input);
+    ops.vector("x", x, count, incx, x_type, Role::Input);
+    ops.vector("y", y, count, incy, y_type, Role::Input);
     ops.push("result", result, StoredShape { rows: 1, cols: 1, ld: 1 }, result_type, Members::One, Role::Result);
-    let matmul = blas_call(handle, blas::check_dot(result.is_null()), result_type, None, None, ops);
-    matmul::guard(call, matmul, record(BlasForm::Dot, &[], &[n, incx, incy]), ExArgs::default())
+    let mut matmul = blas_call(handle, blas::check_dot(result.is_null()), result_type, None, None, ops);
+    matmul::guard(call, &mut matmul, record(BlasForm::Dot, &[], &[n, incx, incy]), ExArgs::default())
 }
 
 macro_rules! typed_dot {
@@ -166,12 +166,12 @@ fn trsm(
     let mut ops = Operands::default();
     ops.push("A", a, args.a(), dtype, members, Role::Input);
     ops.push("B", b, args.b(), dtype, members, Role::InOut);
-    let matmul = blas_call(handle, args.check(), dtype, Some(alpha), None, ops);
+    let mut matmul = blas_call(handle, args.check(), dtype, Some(alpha), None, ops);
     let record = match batch {
         Some(count) => record(BlasForm::TrsmBatched, &enums, &[m, n, lda, ldb, count]),
         None => record(BlasForm::Trsm, &enums, &[m, n, lda, ldb]),
     };
-    matmul::guard(call, matmul, record, ExArgs::default())
+    matmul::guard(call, &mut matmul, record, ExArgs::default())
 }
 
 macro_rules! trsm {
@@ -245,8 +245,8 @@ fn factorisation(call: &Call<'_, c_int>, dtype: DType, handle: Handle, f: Factor
             _ => None,
         };
     }
-    let matmul = blas_call(handle, problem, dtype, None, None, ops);
-    matmul::guard(call, matmul, record, ExArgs::default())
+    let mut matmul = blas_call(handle, problem, dtype, None, None, ops);
+    matmul::guard(call, &mut matmul, record, ExArgs::default())
 }
 
 macro_rules! factorisations {

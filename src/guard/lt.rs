@@ -166,7 +166,7 @@ pub(crate) fn matmul(
             }
         }
     }
-    let matmul = MatmulCall {
+    let mut matmul = MatmulCall {
         handle: handle as u64,
         lt: true,
         argument_problem: problem,
@@ -178,5 +178,5 @@ pub(crate) fn matmul(
         reduced_precision_compute: reduced,
         operands,
     };
-    matmul::guard(call, matmul, record, extra)
+    matmul::guard(call, &mut matmul, record, extra)
 }

@@ -36,7 +36,7 @@ enum Stage {
 }
 
 /// Runs the checks around the real call and returns what the program gets back.
-pub(crate) fn guard(call: &Call<'_, i32>, mut matmul: MatmulCall, record: CallArgs, extra: ExArgs) -> i32 {
+pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallArgs, extra: ExArgs) -> i32 {
     let s = call.session;
     let handle = s.matmul_handle(matmul.lt, matmul.handle);
     if let (false, HandleLookup::Alive(HandleState { workspace: (ptr, bytes), .. })) = (matmul.lt, handle) {
@@ -45,7 +45,7 @@ pub(crate) fn guard(call: &Call<'_, i32>, mut matmul: MatmulCall, record: CallAr
             *slot = Some(OperandSpec::workspace(ptr, bytes));
         }
     }
-    let matmul = &matmul;
+    let matmul = &*matmul;
     s.note_matmul(call.seq);
     let known = s.known_error();
     let mut checks = s.config.checks;

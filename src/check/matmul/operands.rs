@@ -59,7 +59,7 @@ pub struct OperandSpec {
     pub members: Members,
     pub role: Role,
     /// A vector (`shape` 1 x n with ld |inc|): its increment, for messages.
-    pub increment: Option<i64>,
+    pub increment: Option<i32>,
 }
 
 impl OperandSpec {
