@@ -62,6 +62,61 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// The commit a build from a clone comes from, for `--version` and the trace; nothing from a
+/// source archive.
+fn git_commit(manifest: &Path) {
+    let version = env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    let git = manifest.join(".git");
+    let commit = git
+        .exists()
+        .then(|| Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).current_dir(manifest).output().ok())
+        .flatten()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .filter(|c| !c.is_empty());
+    match &commit {
+        Some(commit) => {
+            println!("cargo:rustc-env=CUBLASGUARD_GIT_COMMIT={commit}");
+            println!("cargo:rustc-env=CUBLASGUARD_VERSION_LABEL={version} (git {commit})");
+        }
+        None => println!("cargo:rustc-env=CUBLASGUARD_VERSION_LABEL={version}"),
+    }
+    for watched in ["HEAD", "refs/heads", "packed-refs"] {
+        if git.join(watched).exists() {
+            println!("cargo:rerun-if-changed=.git/{watched}");
+        }
+    }
+}
+
+/// What the Python wheel installs besides the command (pyproject.toml's `data`): the library,
+/// to `<prefix>/share/cublasguard/lib/libcublasguard.so`, and what `cublasguard demo` runs, to
+/// `<prefix>/share/cublasguard/stand-in`. Both under share/: `pip install --target` keeps a
+/// wheel's share/ but drops files it would put in lib/. The library is built after this script runs, so it is
+/// linked, not copied; maturin packs what the link points to. Release builds only (what pip
+/// builds), so a debug build never repoints it.
+fn stage_wheel_data(manifest: &Path, profile_dir: &Path, standin: &Path) {
+    if profile_dir.file_name().and_then(|n| n.to_str()) != Some("release") {
+        return;
+    }
+    let data = manifest.join("target/wheel-data/data");
+    let _ = fs::remove_dir_all(data.join("lib")); // the layout of an earlier build
+    let lib = data.join("share/cublasguard/lib");
+    fs::create_dir_all(&lib).expect("create wheel-data/share/cublasguard/lib");
+    replace_link(profile_dir.join("deps/libcublasguard.so").to_str().expect("utf-8 target path"), &lib.join("libcublasguard.so"));
+    let share = data.join("share/cublasguard/stand-in");
+    let _ = fs::remove_dir_all(&share);
+    // Files only: the unversioned development links (libcublas.so -> libcublas.so.12) are for
+    // linking, and a wheel would carry each as a second copy.
+    for dir in ["lib", "driver", "bin"] {
+        fs::create_dir_all(share.join(dir)).expect("create wheel-data stand-in dir");
+        for entry in fs::read_dir(standin.join(dir)).expect("read stand-in dir").flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_file()) {
+                fs::copy(entry.path(), share.join(dir).join(entry.file_name())).expect("copy stand-in file");
+            }
+        }
+    }
+}
+
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
@@ -80,6 +135,10 @@ fn main() {
             .arg(shims.join(format!("{}.c", lib.source)))
             .args(lib.extra.iter().map(|e| shims.join(format!("{e}.c"))))
             .arg(format!("-Wl,-soname,{}", lib.soname))
+            // The sibling libraries first (RUNPATH: LD_LIBRARY_PATH still wins), so the copies a
+            // wheel installs find each other, and auditwheel sees them inside the wheel.
+            .arg("-Wl,-rpath,$ORIGIN:$ORIGIN/../lib")
+            .arg("-Wl,--enable-new-dtags")
             .arg(format!("-Wl,--version-script={}", shims.join(format!("{}.map", lib.source)).display()))
             .arg(format!("-L{}", root.join("lib").display()))
             .args(lib.links);
@@ -116,7 +175,8 @@ fn main() {
             .arg(manifest.join("examples").join(format!("{example}.c")))
             .arg(format!("-I{}", root.join("include").display()))
             .arg(format!("-L{}", root.join("lib").display()))
-            .args(["-lcublas", "-lcudart", "-lm"]);
+            .args(["-lcublas", "-lcudart", "-lm"])
+            .args(["-Wl,-rpath,$ORIGIN/../lib", "-Wl,--enable-new-dtags"]);
         run(cmd);
         println!("cargo:rerun-if-changed=examples/{example}.c");
     }
@@ -126,5 +186,9 @@ fn main() {
         copy_tree(&root, &profile_dir.join("stand-in"));
     }
     println!("cargo:rustc-env=CUBLASGUARD_STANDIN_DIR={}", root.display());
+    git_commit(&manifest);
+    if let Some(profile_dir) = out.ancestors().nth(3) {
+        stage_wheel_data(&manifest, profile_dir, &root);
+    }
     println!("cargo:rerun-if-changed=build.rs");
 }

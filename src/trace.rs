@@ -13,6 +13,9 @@ pub const VERSION: u32 = 1;
 pub struct Trace {
     pub format: String,
     pub version: u32,
+    /// The guard that wrote this trace.
+    #[serde(default)]
+    pub guard: GuardBuild,
     pub process: Process,
     pub environment: Environment,
     pub faults: Vec<Fault>,
@@ -21,6 +24,30 @@ pub struct Trace {
     /// Present when the process died by a fatal signal after the guard started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crash: Option<Crash>,
+}
+
+/// The guard's own build: its package version, and the git commit it was built from when it
+/// was built from a clone.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GuardBuild {
+    pub version: String,
+    #[serde(default)]
+    pub commit: Option<String>,
+}
+
+impl GuardBuild {
+    /// This build.
+    pub fn current() -> Self {
+        Self { version: env!("CARGO_PKG_VERSION").into(), commit: option_env!("CUBLASGUARD_GIT_COMMIT").map(String::from) }
+    }
+
+    /// "0.4.0 (git 1a2b3c4d5e6f)", or the version alone.
+    pub fn label(&self) -> String {
+        match &self.commit {
+            Some(c) => format!("{} (git {c})", self.version),
+            None => self.version.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -402,3 +402,19 @@ fn run_honours_an_exported_cublasguard_trace_and_the_option_wins_over_it() {
     let help = cublasguard(&["run", "--help"], &dir, &[]);
     assert!(text(&help.stdout).contains("CUBLASGUARD_TRACE"), "{}", text(&help.stdout));
 }
+
+#[test]
+fn the_version_names_the_package_and_the_commit_and_every_trace_records_it() {
+    let dir = temp_dir("version");
+    let out = cublasguard(&["--version"], &dir, &[]);
+    let printed = text(&out.stdout);
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(printed.starts_with(&format!("cublasguard {version}")), "{printed}");
+    if manifest_dir().join(".git").exists() {
+        assert!(printed.contains(" (git ") && printed.trim_end().ends_with(')'), "a build from a clone names its commit: {printed}");
+    }
+    let t = scenario("nan_a", &[]).trace();
+    assert_eq!(t.faults.len(), 1, "{:#?}", t.faults);
+    assert_eq!(t.guard.version, version);
+    assert_eq!(t.guard.commit.is_some(), printed.contains("(git "), "the trace and --version agree");
+}

@@ -370,6 +370,7 @@ impl Session {
         Trace {
             format: trace::FORMAT.into(),
             version: trace::VERSION,
+            guard: trace::GuardBuild::current(),
             process: self.facts.identity().process,
             environment,
             recent_calls: self.recorder.snapshot().iter().map(|c| self.recent_call(c)).collect(),

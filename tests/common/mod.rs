@@ -27,7 +27,12 @@ pub fn profile_dir() -> PathBuf {
 /// The guard library as this `cargo test` built it. Cargo refreshes deps/libcublasguard.so
 /// for tests but copies it up to target/<profile>/ only on `cargo build`, so the copy up
 /// there may be stale.
+/// The library under test: this build's, or another copy named by CUBLASGUARD_TEST_LIB (CI
+/// runs the PyTorch tests once with the library the Python wheel installed).
 pub fn guard_lib() -> PathBuf {
+    if let Some(lib) = std::env::var_os("CUBLASGUARD_TEST_LIB") {
+        return PathBuf::from(lib);
+    }
     let lib = profile_dir().join("deps").join("libcublasguard.so");
     assert!(lib.exists(), "{} missing: the cdylib is built with the tests", lib.display());
     lib

@@ -30,7 +30,8 @@ impl CliError {
 #[derive(Parser)]
 #[command(
     name = "cublasguard",
-    version,
+    // "0.4.0 (git 1a2b3c4d5e6f)" from a clone, "0.4.0" from a source archive (build.rs).
+    version = env!("CUBLASGUARD_VERSION_LABEL"),
     about = "Find which cuBLAS/CUDA call broke a run, and why",
     long_about = "Runs programs with libcublasguard.so preloaded, which checks every cuBLAS GEMM and CUDA \
                   memory call (arguments, pointers, extents, NaN/Inf, asynchronous errors) and writes a JSON \
@@ -117,12 +118,25 @@ fn report_cmd(paths: &[PathBuf], format: report::Format) -> Result<i32, CliError
     Ok(if faults > 0 { 1 } else { 0 })
 }
 
+/// The stand-in stack and the demo program: installed beside the command by the Python wheel
+/// (`<prefix>/share/cublasguard/stand-in`), else where the build put them.
+fn standin_dir() -> Result<PathBuf, CliError> {
+    let installed = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("../share/cublasguard/stand-in")));
+    let built = PathBuf::from(env!("CUBLASGUARD_STANDIN_DIR"));
+    let candidates: Vec<PathBuf> = installed.into_iter().chain([built]).collect();
+    let found = candidates.iter().find(|dir| dir.join("bin/mlp").is_file());
+    found.map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.clone())).ok_or_else(|| {
+        let looked: Vec<String> = candidates.iter().map(|d| d.join("bin/mlp").display().to_string()).collect();
+        CliError::usage(format!(
+            "the demo program is missing (looked at {}): rebuild with cargo build --release, or reinstall the wheel",
+            looked.join(" and ")
+        ))
+    })
+}
+
 fn demo() -> Result<i32, CliError> {
-    let standin = PathBuf::from(env!("CUBLASGUARD_STANDIN_DIR"));
+    let standin = standin_dir()?;
     let mlp = standin.join("bin/mlp");
-    if !mlp.is_file() {
-        return Err(CliError::usage(format!("the demo program {} is missing: rebuild with cargo build --release", mlp.display())));
-    }
     let dir = std::env::temp_dir().join(format!("cublasguard-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
     let trace = dir.join("trace-%p.json");

@@ -26,7 +26,8 @@ pub struct Options {
 }
 
 /// `CUBLASGUARD_LIB`, else beside this executable (or in its `deps/`, where `cargo run` and
-/// `cargo test` leave it without copying it up: the newer of the two), else in ../lib.
+/// `cargo test` leave it without copying it up: the newer of the two), else where the Python
+/// wheel installs it (../share/cublasguard/lib), else in ../lib.
 pub fn find_guard_library() -> Result<PathBuf, CliError> {
     if let Some(path) = std::env::var_os("CUBLASGUARD_LIB") {
         let path = PathBuf::from(path);
@@ -44,8 +45,14 @@ pub fn find_guard_library() -> Result<PathBuf, CliError> {
         .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p)))
         .max_by_key(|(modified, _)| *modified)
         .map(|(_, p)| p.clone());
-    let installed = dir.join("../lib/libcublasguard.so");
-    newest.or_else(|| installed.is_file().then_some(installed.clone())).ok_or_else(|| {
+    // Installed: by the Python wheel (<prefix>/share/cublasguard/lib, beside <prefix>/bin), or
+    // by hand into <prefix>/lib.
+    let installed = [dir.join("../share/cublasguard/lib/libcublasguard.so"), dir.join("../lib/libcublasguard.so")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| dir.join("../share/cublasguard/lib/libcublasguard.so"));
+    let installed_found = installed.is_file().then(|| installed.canonicalize().unwrap_or_else(|_| installed.clone()));
+    newest.or(installed_found).ok_or_else(|| {
         CliError::usage(format!(
             "libcublasguard.so not found (looked at {}, {} and {}); build it with `cargo build --release` or set \
              CUBLASGUARD_LIB",
