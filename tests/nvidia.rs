@@ -217,3 +217,33 @@ fn argument_checks_agree_with_the_libraries() {
         assert!(f.message.starts_with(rule), "{name}: {}", f.message);
     }
 }
+
+#[test]
+fn real_cublas_loaded_locally_and_reached_through_dlsym_is_guarded() {
+    // As JAX and TensorFlow reach it: dlopen(RTLD_LOCAL), then dlsym and dlvsym on the handle.
+    let program = build_c("dlsym_reach", &["dlsym_reach.c"], false);
+    for cuda in installed() {
+        let m = cuda.major.to_string();
+        for case in ["clean", "dlvsym"] {
+            let run = |guarded: bool| {
+                let mut cmd = Command::new(&program);
+                let dir = temp_dir(&format!("nvidia-dlsym{m}"));
+                let trace_path = dir.join("trace.json");
+                cmd.arg(case).current_dir(&dir).env_clear().env("LD_LIBRARY_PATH", cuda.library_path()).env("CUDA_MAJOR", &m);
+                if guarded {
+                    cmd.env("LD_PRELOAD", guard_lib()).env("CUBLASGUARD_TRACE", &trace_path);
+                }
+                Run { output: cmd.output().expect("run"), dir, trace_path }
+            };
+            let (bare, guarded) = (run(false), run(true));
+            assert!(bare.stdout().contains("create=1
+"), "CUDA {m} {case}: no GPU, so NOT_INITIALIZED: {}", bare.stdout());
+            assert_eq!(bare.stdout(), guarded.stdout(), "CUDA {m} {case}: {}", guarded.stderr());
+            let t = guarded.trace();
+            assert_eq!(t.summary.calls.get("cublasCreate_v2"), Some(&1), "CUDA {m} {case}: {:?}", t.summary.calls);
+            let create = t.faults.iter().find(|f| f.api == "cublasCreate_v2").unwrap_or_else(|| panic!("CUDA {m} {case}: {:#?}", t.faults));
+            assert_eq!((create.kind, create.status), (FaultKind::InitFailed, 1), "CUDA {m} {case}");
+            assert_eq!(create.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver), "CUDA {m} {case}");
+        }
+    }
+}

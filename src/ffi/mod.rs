@@ -12,6 +12,7 @@ pub(crate) mod crash;
 pub(crate) mod cuda_api;
 pub(crate) mod device;
 pub(crate) mod device_scan;
+pub(crate) mod dl;
 pub(crate) mod environment;
 pub(crate) mod hooks;
 pub(crate) mod lifecycle;

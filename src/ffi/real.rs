@@ -47,6 +47,17 @@ impl Library {
         }
     }
 
+    /// What every file name of the library starts with, vendored copies included
+    /// (`libcublas-5e3a1f0c.so.12`).
+    pub fn stem(self) -> &'static str {
+        match self {
+            Self::Cublas => "libcublas",
+            Self::CublasLt => "libcublasLt",
+            Self::Cudart => "libcudart",
+            Self::Driver => "libcuda",
+        }
+    }
+
     /// What a hook returns when the real function cannot be found: the library's
     /// "not initialised" status.
     pub fn not_initialised(self) -> c_int {
@@ -112,6 +123,23 @@ fn object_base(addr: *const c_void) -> *mut c_void {
     info.dli_fbase
 }
 
+/// The load address and file name (without its folder) of the object that holds `addr`.
+pub fn object_of(addr: *const c_void) -> Option<(usize, &'static str)> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads loader tables; info is a valid out-parameter.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: the loader's NUL-terminated file name, which lives as long as the object.
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_str().ok()?;
+    Some((info.dli_fbase as usize, file_name(path)))
+}
+
+/// Whether `addr` is inside this library.
+pub fn is_own(addr: *const c_void) -> bool {
+    object_base(addr) == own_base()
+}
+
 fn acceptable(p: *mut c_void) -> bool {
     !p.is_null() && object_base(p) != own_base()
 }
@@ -123,7 +151,7 @@ fn resolve(name: &'static str, library: Library) -> *mut c_void {
 fn resolve_now(name: &'static str, library: Library) -> *mut c_void {
     let Ok(cname) = CStr::from_bytes_with_nul(name.as_bytes()) else { return null_mut() };
     // SAFETY: dlsym with a valid NUL-terminated name.
-    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, cname.as_ptr()) };
+    let next = unsafe { super::dl::real_dlsym(libc::RTLD_NEXT, cname.as_ptr()) };
     if acceptable(next) {
         return next;
     }
@@ -177,7 +205,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     let mut real = REAL_DLCLOSE.load(Ordering::Acquire);
     if real.is_null() {
         // SAFETY: dlsym with a valid name; RTLD_NEXT from this library finds libc's dlclose.
-        real = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) };
+        real = unsafe { super::dl::real_dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) };
         if real.is_null() {
             return -1;
         }
@@ -207,10 +235,10 @@ fn from_loaded(file: &str, name: &CStr, version: Option<&str>) -> *mut c_void {
         }
         let mut p = null_mut();
         if let Some(v) = version.and_then(|v| CString::new(v).ok()) {
-            p = libc::dlvsym(handle, name.as_ptr(), v.as_ptr());
+            p = super::dl::real_dlvsym(handle, name.as_ptr(), v.as_ptr());
         }
         if p.is_null() {
-            p = libc::dlsym(handle, name.as_ptr());
+            p = super::dl::real_dlsym(handle, name.as_ptr());
         }
         libc::dlclose(handle);
         p

@@ -1,9 +1,9 @@
 /* Loads an extension (argv[1]) with RTLD_LOCAL, as Python loads extension modules, and runs
  * its GEMM. The program itself links no cuBLAS. With "reload" (and argv[3], the soname of the
  * extension's cuBLAS), the extension is closed, which unmaps its cuBLAS; the pages that held
- * cublasCreate_v2 and cublasSgemm_v2 are then taken (inaccessible), so the extension, loaded
- * again, gets its cuBLAS elsewhere and a pointer kept from the first load faults. The GEMM
- * runs a second time. */
+ * it (read from /proc/self/maps: a dlsym would return the guard's copy, not cuBLAS's address)
+ * are then taken (inaccessible), so the extension, loaded again, gets its cuBLAS elsewhere and a
+ * pointer kept from the first load faults. The GEMM runs a second time. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -24,25 +24,30 @@ static int load_and_run(const char *path, const char *reload_soname) {
     float c[4] = {0};
     int st = gemm(c);
     printf("gemm=%d C= %g %g %g %g\n", st, c[0], c[1], c[2], c[3]);
-    void *old[2] = {NULL, NULL};
+    uintptr_t old[16][2];
+    int ranges = 0;
     if (reload_soname) {
-        void *lib = dlopen(reload_soname, RTLD_NOW | RTLD_NOLOAD);
-        if (lib) {
-            old[0] = dlsym(lib, "cublasCreate_v2");
-            old[1] = dlsym(lib, "cublasSgemm_v2");
-            dlclose(lib);
+        FILE *maps = fopen("/proc/self/maps", "r");
+        char line[512];
+        while (maps && ranges < 16 && fgets(line, sizeof line, maps)) {
+            unsigned long start, end;
+            if (strstr(line, reload_soname) && sscanf(line, "%lx-%lx", &start, &end) == 2) {
+                old[ranges][0] = start;
+                old[ranges][1] = end;
+                ranges++;
+            }
         }
+        if (maps) fclose(maps);
     }
     dlclose(ext);
     if (reload_soname) {
         void *still = dlopen(reload_soname, RTLD_NOW | RTLD_NOLOAD);
         printf("cublas unloaded=%d\n", still == NULL);
         if (still) dlclose(still);
-        long page = sysconf(_SC_PAGESIZE);
         int taken = 0;
-        for (int i = 0; i < 2; i++) {
-            void *at = (void *)((uintptr_t)old[i] & ~(uintptr_t)(page - 1));
-            taken += old[i] && mmap(at, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == at;
+        for (int i = 0; i < ranges; i++) {
+            void *at = (void *)old[i][0];
+            taken += mmap(at, old[i][1] - old[i][0], PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == at;
         }
         printf("old pages taken=%d\n", taken > 0);
     }

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 use super::device::RealDevice;
 use super::lifecycle::{self, RealOutlet};
@@ -104,6 +104,9 @@ macro_rules! hook_table {
         /// Names of the hooked symbols, in table order (the session counts calls by index).
         pub(crate) static HOOK_NAMES: &[&str] = &[ $( stringify!($name), )* ];
 
+        /// Every hook, in table order.
+        static ALL_HOOKS: &[Hook] = &[ $( Hook::$name, )* ];
+
         impl Hook {
             #[cfg(test)]
             pub(crate) const ALL: &'static [Hook] = &[ $( Hook::$name, )* ];
@@ -122,6 +125,51 @@ macro_rules! hook_table {
             use super::*;
             $( pub static $name: RealSymbol = RealSymbol::new(concat!(stringify!($name), "\0"), Library::$lib); )*
         }
+
+        /// How many hooked functions there are.
+        const HOOK_COUNT: usize = [$( stringify!($name) ),*].len();
+
+        impl Hook {
+            /// The library that defines the function.
+            pub(crate) fn library(self) -> Library {
+                match self { $( Hook::$name => Library::$lib, )* }
+            }
+
+            /// Copy `copy` of the guarded function, for a library reached through `dlsym`.
+            fn copy_fn(self, copy: usize) -> *mut c_void {
+                match self {
+                    $( Hook::$name => match copy {
+                        0 => $name::copy::<0> as *mut c_void,
+                        1 => $name::copy::<1> as *mut c_void,
+                        2 => $name::copy::<2> as *mut c_void,
+                        _ => $name::copy::<3> as *mut c_void,
+                    }, )*
+                }
+            }
+        }
+
+        $(
+            /// The guarded copies of the function for libraries reached through `dlsym`.
+            #[allow(non_snake_case)]
+            mod $name {
+                use super::*;
+
+                /// # Safety
+                /// Called by C code with the function's arguments, through a pointer `dlsym`
+                /// returned for a library that `COPY_REALS` holds the function of.
+                #[allow(clippy::too_many_arguments)]
+                pub(super) unsafe extern "C" fn copy<const K: usize>( $( $arg : $ty ),* ) -> $ret {
+                    type Real = unsafe extern "C" fn( $( $ty ),* ) -> $ret;
+                    let p = COPY_REALS[Hook::$name as usize][K].load(Ordering::Acquire);
+                    if p.is_null() {
+                        return missing_real::<$ret>(stringify!($name), Library::$lib);
+                    }
+                    // SAFETY: `p` is what dlsym found for this name: the function of this signature.
+                    let real = unsafe { std::mem::transmute::<*mut c_void, Real>(p) };
+                    intercept(Hook::$name, || real( $( $arg ),* ), |call| $handler(call, $( $arg ),* ))
+                }
+            }
+        )*
 
         $(
             #[cfg_attr(not(test), no_mangle)]
@@ -222,6 +270,53 @@ hook_table! {
     Cudart fn cudaLaunchCooperativeKernel(func: P, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Stream) -> c_int => launch::launch_kernel;
     Cudart fn cudaLaunchKernelExC(config: *const LaunchConfig, func: P, args: *mut *mut c_void) -> c_int => launch::launch_kernel_ex;
     Cudart fn __cudaRegisterFunction(handle: *mut *mut c_void, host: P, device_fun: *mut std::ffi::c_char, device_name: *const std::ffi::c_char, limit: c_int, tid: P, bid: P, block_dim: P, grid_dim: P, warp_size: *mut c_int) -> () => launch::register_function;
+}
+
+/// Copies of one library the guard tells apart when they are reached through `dlsym` (two
+/// CUDA versions in one process, or a framework's vendored copy beside the system's).
+const COPIES: usize = 4;
+
+/// Each copy's load address (0: free); claimed once, never released.
+static COPY_BASES: [AtomicUsize; COPIES] = [const { AtomicUsize::new(0) }; COPIES];
+
+/// For each hooked function and copy, the real function `dlsym` found in that copy.
+static COPY_REALS: [[AtomicPtr<c_void>; COPIES]; HOOK_COUNT] =
+    [const { [const { AtomicPtr::new(std::ptr::null_mut()) }; COPIES] }; HOOK_COUNT];
+
+static COPIES_FULL_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// The copy number of the library loaded at `base`, claiming a free one the first time.
+fn copy_of(base: usize) -> Option<usize> {
+    for (i, slot) in COPY_BASES.iter().enumerate() {
+        match slot.compare_exchange(0, base, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(i),
+            Err(held) if held == base => return Some(i),
+            Err(_) => {}
+        }
+    }
+    None
+}
+
+/// What `dlsym` on a library handle returns for `name`, given what libc `found`: a guarded copy
+/// of the hook when `name` is hooked and `found` lies in that function's CUDA library (under any
+/// file name that starts like it, so a vendored copy counts); `found` itself otherwise.
+pub(crate) fn guarded_copy(name: &std::ffi::CStr, found: *mut c_void) -> *mut c_void {
+    let name = name.to_bytes();
+    let Some(index) = HOOK_NAMES.iter().position(|n| n.as_bytes() == name) else { return found };
+    let hook = ALL_HOOKS[index];
+    let Some((base, file)) = super::real::object_of(found) else { return found };
+    if !file.starts_with(hook.library().stem()) || super::real::is_own(found) {
+        return found;
+    }
+    let Some(copy) = copy_of(base) else {
+        lifecycle::warn_once(
+            &COPIES_FULL_WARNED,
+            &format!("cublasguard: more than {COPIES} copies of the CUDA libraries reached through dlsym; further ones are not guarded"),
+        );
+        return found;
+    };
+    COPY_REALS[index][copy].store(found, Ordering::Release);
+    hook.copy_fn(copy)
 }
 
 #[cfg(test)]
