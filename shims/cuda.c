@@ -1,9 +1,17 @@
-/* Stand-in libcuda.so.1: the driver, as far as the runtime and `doctor` ask it.
+/* Stand-in libcuda.so.1: the driver, as far as the runtime, `doctor` and programs with a static
+ * runtime ask it: versions and devices, device memory (the runtime allocates through here),
+ * virtual memory, and the entry points (cuGetProcAddress) the runtime finds all of it with.
  *   CUDASHIM_DRIVER_VERSION=N   what cuDriverGetVersion reports (default 12090)
  *   CUDASHIM_DEVICE_COUNT=N     how many devices there are (default 1; 0: cuInit says no device)
  *   CUDASHIM_COMPUTE_CAPABILITY=M.N  every device's compute capability (default 9.0) */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "include/cuda.h"
 
@@ -53,4 +61,279 @@ CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev) {
     else if (attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) *pi = minor;
     else return 1; /* invalid value: not modelled */
     return CUDA_SUCCESS;
+}
+
+/* ---- device memory: the stand-in driver owns it (the runtime allocates through here) ----
+ *   CUDASHIM_MEM_TOTAL=BYTES   device memory size (default 16 GiB); allocations fail past it
+ * "Device memory" is host memory this file hands out and tracks. Ranges mapped with the
+ * virtual-memory API (cuMemMap) that touch are one stretch of memory, as on a GPU; separate
+ * cuMemAlloc blocks never are, even when the host heap puts them side by side. */
+
+struct range {
+    uintptr_t base;
+    size_t size;
+    int mapped; /* cuMemMap'd (virtual memory), not allocated */
+};
+
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct range *ranges;
+static size_t range_count, range_cap;
+static size_t bytes_in_use;
+static size_t memory_total;
+
+static void after_fork(void) { pthread_mutex_init(&mem_lock, NULL); }
+
+__attribute__((constructor)) static void start_memory(void) {
+    const char *total = getenv("CUDASHIM_MEM_TOTAL");
+    memory_total = (total && *total) ? strtoull(total, NULL, 10) : (size_t)16 << 30;
+    pthread_atfork(NULL, NULL, after_fork);
+}
+
+static int track(uintptr_t base, size_t size, int mapped) {
+    if (range_count == range_cap) {
+        size_t cap = range_cap ? range_cap * 2 : 64;
+        struct range *grown = realloc(ranges, cap * sizeof *grown);
+        if (!grown) return 0;
+        ranges = grown;
+        range_cap = cap;
+    }
+    ranges[range_count++] = (struct range){base, size, mapped};
+    bytes_in_use += size;
+    return 1;
+}
+
+static int untrack(uintptr_t base, int mapped) {
+    for (size_t i = 0; i < range_count; i++) {
+        if (ranges[i].base == base && ranges[i].mapped == mapped) {
+            bytes_in_use -= ranges[i].size;
+            ranges[i] = ranges[--range_count];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static const struct range *range_at(uintptr_t p) {
+    for (size_t i = 0; i < range_count; i++)
+        if (p >= ranges[i].base && p - ranges[i].base < ranges[i].size) return &ranges[i];
+    return NULL;
+}
+
+/* Private interface for the stand-in runtime and cuBLAS (not part of CUDA). */
+int cudashim_driver_is_device_range(const void *ptr, size_t bytes) {
+    uintptr_t p = (uintptr_t)ptr, end = p + bytes;
+    int inside = 0;
+    pthread_mutex_lock(&mem_lock);
+    const struct range *r = range_at(p);
+    while (r) {
+        uintptr_t r_end = r->base + r->size;
+        if (end <= r_end) {
+            inside = 1;
+            break;
+        }
+        if (!r->mapped) break;
+        const struct range *next = range_at(r_end);
+        r = next && next->mapped ? next : NULL;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return inside;
+}
+
+int cudashim_driver_reserve(size_t bytes) {
+    pthread_mutex_lock(&mem_lock);
+    int ok = bytes <= memory_total - bytes_in_use;
+    if (ok) bytes_in_use += bytes;
+    pthread_mutex_unlock(&mem_lock);
+    return ok;
+}
+
+void cudashim_driver_release(size_t bytes) {
+    pthread_mutex_lock(&mem_lock);
+    bytes_in_use -= bytes < bytes_in_use ? bytes : bytes_in_use;
+    pthread_mutex_unlock(&mem_lock);
+}
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+    if (!free_bytes || !total) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    *free_bytes = memory_total - bytes_in_use;
+    *total = memory_total;
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    int over = bytesize > memory_total - bytes_in_use;
+    pthread_mutex_unlock(&mem_lock);
+    if (over) return CUDA_ERROR_OUT_OF_MEMORY;
+    void *p = aligned_alloc(256, (bytesize + 255) & ~(size_t)255);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mem_lock);
+    int ok = track((uintptr_t)p, bytesize, 0);
+    pthread_mutex_unlock(&mem_lock);
+    if (!ok) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    if (!dptr) return CUDA_SUCCESS;
+    pthread_mutex_lock(&mem_lock);
+    int found = untrack((uintptr_t)dptr, 0);
+    pthread_mutex_unlock(&mem_lock);
+    if (!found) return CUDA_ERROR_INVALID_VALUE;
+    free((void *)(uintptr_t)dptr);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
+    if (!cudashim_driver_is_device_range((const void *)(uintptr_t)dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    memcpy((void *)(uintptr_t)dst, src, bytes);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
+    if (!cudashim_driver_is_device_range((const void *)(uintptr_t)src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(dst, (const void *)(uintptr_t)src, bytes);
+    return CUDA_SUCCESS;
+}
+
+/* ---- virtual memory: reserve addresses, create physical memory, map it, unmap, release ---- */
+#define GRANULARITY ((size_t)2 << 20)
+
+struct physical {
+    int fd;
+    size_t size;
+};
+
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, int option) {
+    (void)option;
+    if (!granularity || !prop) return CUDA_ERROR_INVALID_VALUE;
+    *granularity = GRANULARITY;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
+    (void)alignment, (void)flags;
+    if (!ptr || size == 0 || size % GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+    void *p = mmap((void *)(uintptr_t)addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    *ptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    return munmap((void *)(uintptr_t)ptr, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                     unsigned long long flags) {
+    (void)flags;
+    if (!handle || !prop || size == 0 || size % GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+    if (!cudashim_driver_reserve(size)) return CUDA_ERROR_OUT_OF_MEMORY;
+    struct physical *m = malloc(sizeof *m);
+    int fd = memfd_create("cudashim", 0);
+    if (!m || fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+        free(m);
+        if (fd >= 0) close(fd);
+        cudashim_driver_release(size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *m = (struct physical){fd, size};
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)m;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    struct physical *m = (struct physical *)(uintptr_t)handle;
+    if (!m) return CUDA_ERROR_INVALID_VALUE;
+    close(m->fd);
+    cudashim_driver_release(m->size);
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+    struct physical *m = (struct physical *)(uintptr_t)handle;
+    if (!m || flags || size == 0 || offset + size > m->size) return CUDA_ERROR_INVALID_VALUE;
+    void *p = mmap((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, m->fd, (off_t)offset);
+    if (p == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    int ok = track((uintptr_t)ptr, size, 1);
+    bytes_in_use -= ok ? size : 0; /* counted when created */
+    pthread_mutex_unlock(&mem_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count) {
+    (void)desc;
+    if (!count || !cudashim_driver_is_device_range((const void *)(uintptr_t)ptr, size)) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    pthread_mutex_lock(&mem_lock);
+    int found = untrack((uintptr_t)ptr, 1);
+    if (found) bytes_in_use += size; /* still counted until released */
+    pthread_mutex_unlock(&mem_lock);
+    if (!found) return CUDA_ERROR_INVALID_VALUE;
+    /* Back to reserved, inaccessible addresses. */
+    mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    return CUDA_SUCCESS;
+}
+
+/* ---- entry points: how the runtime, and programs with a static runtime, find the above ---- */
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (1 << 1)
+
+static const struct { const char *name; void *fn; int since; } procs[] = {
+    {"cuInit", (void *)cuInit, 2000},
+    {"cuDriverGetVersion", (void *)cuDriverGetVersion, 2020},
+    {"cuDeviceGetCount", (void *)cuDeviceGetCount, 2000},
+    {"cuDeviceGet", (void *)cuDeviceGet, 2000},
+    {"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute, 2000},
+    {"cuMemAlloc", (void *)cuMemAlloc_v2, 3020},
+    {"cuMemFree", (void *)cuMemFree_v2, 3020},
+    {"cuMemGetInfo", (void *)cuMemGetInfo_v2, 3020},
+    {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, 3020},
+    {"cuMemcpyDtoH", (void *)cuMemcpyDtoH_v2, 3020},
+    {"cuMemGetAllocationGranularity", (void *)cuMemGetAllocationGranularity, 10020},
+    {"cuMemAddressReserve", (void *)cuMemAddressReserve, 10020},
+    {"cuMemAddressFree", (void *)cuMemAddressFree, 10020},
+    {"cuMemCreate", (void *)cuMemCreate, 10020},
+    {"cuMemRelease", (void *)cuMemRelease, 10020},
+    {"cuMemMap", (void *)cuMemMap, 10020},
+    {"cuMemSetAccess", (void *)cuMemSetAccess, 10020},
+    {"cuMemUnmap", (void *)cuMemUnmap, 10020},
+};
+
+/* As NVIDIA's: the newest variant of `symbol` that `cudaVersion` knows (the stand-in has one,
+ * its `_v2` where the function has versions); an older version asks for an ABI the stand-in
+ * does not have, and gets "version not sufficient". */
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *symbolStatus) {
+    (void)flags;
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    for (size_t i = 0; i < sizeof procs / sizeof *procs; i++) {
+        if (strcmp(procs[i].name, symbol)) continue;
+        if (cudaVersion < procs[i].since) {
+            if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+            return CUDA_ERROR_NOT_FOUND;
+        }
+        *pfn = procs[i].fn;
+        if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
+    return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
 }

@@ -1,11 +1,12 @@
 /* Stand-in libcudart.so.12: a CPU model of the CUDA runtime, just deep enough to behave like
- * the real one at its edges. "Device memory" is host memory this file allocated and tracks;
+ * the real one at its edges. Device memory comes from the stand-in driver (libcuda.so.1), whose
+ * functions the runtime finds as NVIDIA's does, through cuGetProcAddress_v2;
  * errors are per-thread (cudaGetLastError clears, cudaPeekAtLastError does not) except the
  * sticky ones, which poison the whole process like a broken CUDA context.
  *
  * Knobs (read once), shared with the stand-in libcublas through the cudashim_* functions:
  *   CUDASHIM_NO_DRIVER=1          behave as if libcuda.so.1 were missing
- *   CUDASHIM_MEM_TOTAL=BYTES      device memory size (default 16 GiB); cudaMalloc fails past it
+ *   CUDASHIM_MEM_TOTAL=BYTES      device memory size (default 16 GiB; read by the driver)
  *   CUDASHIM_FAIL=fn:N:status,... the Nth call of fn returns status (N counts from 1)
  *   CUDASHIM_ASYNC_FAULT=N        the Nth GEMM "kernel" faults asynchronously (700)
  * The driver's own knobs live in cuda.c. */
@@ -26,11 +27,6 @@
 typedef int (*cu_fn_int)(int *);
 typedef int (*cu_fn_uint)(unsigned int);
 
-struct allocation {
-    uintptr_t base;
-    size_t size;
-};
-
 struct stream {
     int live;
     int capture; /* enum cudaStreamCaptureStatus */
@@ -45,10 +41,15 @@ struct fail_rule {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static struct allocation *allocations;
-static size_t allocation_count, allocation_cap;
-static size_t bytes_in_use;
-static size_t memory_total = (size_t)16 << 30;
+/* The driver's functions, found at initialisation (NULL without a driver). */
+typedef int (*get_proc_fn)(const char *, void **, int, unsigned long long, int *);
+static int (*drv_mem_alloc)(unsigned long long *, size_t);
+static int (*drv_mem_free)(unsigned long long);
+static int (*drv_mem_get_info)(size_t *, size_t *);
+static get_proc_fn drv_get_proc;
+static int (*drv_is_device_range)(const void *, size_t);
+static int (*drv_reserve)(size_t);
+static void (*drv_release)(size_t);
 static struct stream streams[MAX_STREAMS];
 static struct fail_rule rules[MAX_RULES];
 static int rule_count;
@@ -147,8 +148,6 @@ static void parse_rules(const char *spec) {
 
 static void initialise(void) {
     started = 1;
-    const char *total = getenv("CUDASHIM_MEM_TOTAL");
-    if (total && *total) memory_total = strtoull(total, NULL, 10);
     parse_rules(getenv("CUDASHIM_FAIL"));
     const char *af = getenv("CUDASHIM_ASYNC_FAULT");
     if (af && *af) async_fault_at = atol(af);
@@ -170,6 +169,20 @@ static void initialise(void) {
         return;
     }
     if (driver_version < SHIM_RUNTIME_VERSION) {
+        driver_error = cudaErrorInsufficientDriver;
+        return;
+    }
+    /* Like NVIDIA's runtime: every driver function through the driver's entry point, at the
+     * runtime's own CUDA version; and the stand-in's private memory interface. */
+    drv_get_proc = (get_proc_fn)dlsym(cuda, "cuGetProcAddress_v2");
+    drv_is_device_range = (int (*)(const void *, size_t))dlsym(cuda, "cudashim_driver_is_device_range");
+    drv_reserve = (int (*)(size_t))dlsym(cuda, "cudashim_driver_reserve");
+    drv_release = (void (*)(size_t))dlsym(cuda, "cudashim_driver_release");
+    int status = 0;
+    if (!drv_get_proc || drv_get_proc("cuMemAlloc", (void **)&drv_mem_alloc, SHIM_RUNTIME_VERSION, 0, &status) ||
+        drv_get_proc("cuMemFree", (void **)&drv_mem_free, SHIM_RUNTIME_VERSION, 0, &status) ||
+        drv_get_proc("cuMemGetInfo", (void **)&drv_mem_get_info, SHIM_RUNTIME_VERSION, 0, &status) ||
+        !drv_is_device_range || !drv_reserve || !drv_release) {
         driver_error = cudaErrorInsufficientDriver;
         return;
     }
@@ -227,33 +240,18 @@ int cudashim_sticky_error(void) { return sticky_error; }
  * memory limit allows it. Not an allocation the program can see. */
 int cudashim_reserve(size_t bytes) {
     pthread_once(&init_once, initialise);
-    pthread_mutex_lock(&lock);
-    int ok = bytes <= memory_total - bytes_in_use;
-    if (ok) bytes_in_use += bytes;
-    pthread_mutex_unlock(&lock);
-    return ok;
+    return drv_reserve && drv_reserve(bytes);
 }
 
 void cudashim_release(size_t bytes) {
-    pthread_mutex_lock(&lock);
-    bytes_in_use -= bytes < bytes_in_use ? bytes : bytes_in_use;
-    pthread_mutex_unlock(&lock);
+    if (drv_release) drv_release(bytes);
 }
 
-/* 1 when [ptr, ptr + bytes) lies inside one live allocation. */
+/* 1 when [ptr, ptr + bytes) is device memory the driver handed out (one allocation, or
+ * virtual-memory mappings that touch). */
 int cudashim_is_device_range(const void *ptr, size_t bytes) {
-    uintptr_t p = (uintptr_t)ptr;
-    int inside = 0;
-    pthread_mutex_lock(&lock);
-    for (size_t i = 0; i < allocation_count; i++) {
-        const struct allocation *a = &allocations[i];
-        if (p >= a->base && p - a->base < a->size && bytes <= a->size - (p - a->base)) {
-            inside = 1;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&lock);
-    return inside;
+    pthread_once(&init_once, initialise);
+    return drv_is_device_range && drv_is_device_range(ptr, bytes);
 }
 
 int cudashim_stream_valid(cudaStream_t stream) {
@@ -367,62 +365,22 @@ cudaError_t cudaGetDevice(int *device) {
 
 /* ---- memory ---- */
 
-static int track(void *ptr, size_t size) {
-    if (allocation_count == allocation_cap) {
-        size_t cap = allocation_cap ? allocation_cap * 2 : 64;
-        struct allocation *grown = realloc(allocations, cap * sizeof *grown);
-        if (!grown) return 0;
-        allocations = grown;
-        allocation_cap = cap;
-    }
-    allocations[allocation_count++] = (struct allocation){(uintptr_t)ptr, size};
-    bytes_in_use += size;
-    return 1;
-}
-
-static int untrack(void *ptr) {
-    for (size_t i = 0; i < allocation_count; i++) {
-        if (allocations[i].base == (uintptr_t)ptr) {
-            bytes_in_use -= allocations[i].size;
-            allocations[i] = allocations[--allocation_count];
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static cudaError_t allocate(void **devPtr, size_t size) {
     if (!devPtr) return fail(cudaErrorInvalidValue);
     if (size == 0) {
         *devPtr = NULL;
         return cudaSuccess;
     }
-    pthread_mutex_lock(&lock);
-    int over = size > memory_total - bytes_in_use;
-    pthread_mutex_unlock(&lock);
-    if (over) return fail(cudaErrorMemoryAllocation);
-    size_t rounded = (size + 255) & ~(size_t)255;
-    void *p = aligned_alloc(256, rounded);
-    if (!p) return fail(cudaErrorMemoryAllocation);
-    pthread_mutex_lock(&lock);
-    int ok = track(p, size);
-    pthread_mutex_unlock(&lock);
-    if (!ok) {
-        free(p);
-        return fail(cudaErrorMemoryAllocation);
-    }
-    *devPtr = p;
+    unsigned long long p = 0;
+    int status = drv_mem_alloc(&p, size);
+    if (status) return fail(status == 2 ? cudaErrorMemoryAllocation : cudaErrorInvalidValue);
+    *devPtr = (void *)(uintptr_t)p;
     return cudaSuccess;
 }
 
 static cudaError_t release(void *devPtr) {
     if (!devPtr) return cudaSuccess;
-    pthread_mutex_lock(&lock);
-    int found = untrack(devPtr);
-    pthread_mutex_unlock(&lock);
-    if (!found) return fail(cudaErrorInvalidValue);
-    free(devPtr);
-    return cudaSuccess;
+    return drv_mem_free((unsigned long long)(uintptr_t)devPtr) ? fail(cudaErrorInvalidValue) : cudaSuccess;
 }
 
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
@@ -459,11 +417,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
     count_call(__func__);
     ENTER();
     if (!free_bytes || !total) return fail(cudaErrorInvalidValue);
-    pthread_mutex_lock(&lock);
-    *free_bytes = memory_total - bytes_in_use;
-    *total = memory_total;
-    pthread_mutex_unlock(&lock);
-    return cudaSuccess;
+    return drv_mem_get_info(free_bytes, total) ? fail(cudaErrorInvalidValue) : cudaSuccess;
 }
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr) {
@@ -671,4 +625,21 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
     if (state != cudaStreamCaptureStatusActive) return fail(cudaErrorStreamCaptureInvalidated);
     *graph = (cudaGraph_t)s;
     return cudaSuccess;
+}
+
+/* ---- driver entry points, as the runtime hands them out ---- */
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                             unsigned long long flags, int *driverStatus) {
+    count_call(__func__);
+    ENTER();
+    if (!symbol || !funcPtr) return fail(cudaErrorInvalidValue);
+    int status = 1;
+    int result = drv_get_proc(symbol, funcPtr, (int)cudaVersion, flags, &status);
+    if (driverStatus) *driverStatus = status;
+    return result ? fail(500 /* cudaErrorSymbolNotFound */) : cudaSuccess;
+}
+
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags, int *driverStatus) {
+    return cudaGetDriverEntryPointByVersion(symbol, funcPtr, SHIM_RUNTIME_VERSION, flags, driverStatus);
 }

@@ -24,6 +24,8 @@ pub enum CallArgs {
     Blas { form: BlasForm, enums: [i32; 4], ints: [i32; 8] },
     /// `cublasSetWorkspace`: the handle's workspace.
     Workspace { handle: u64, ptr: u64, bytes: u64 },
+    /// A range of addresses (`cuMemMap`, `cuMemUnmap`).
+    Range { ptr: u64, size: u64 },
 }
 
 /// Which arguments a `CallArgs::Blas` holds, in order.
@@ -162,6 +164,10 @@ impl CallArgs {
                     f(name, ArgValue::Int(v as i64));
                 }
             }
+            Self::Range { ptr, size } => {
+                f("ptr", ArgValue::Address(ptr));
+                f("size", ArgValue::Int(size.min(i64::MAX as u64) as i64));
+            }
             Self::Workspace { handle, ptr, bytes } => {
                 f("handle", ArgValue::Address(handle));
                 f("workspace", ArgValue::Address(ptr));
@@ -223,6 +229,7 @@ impl RecordedCall {
                 )
             }
             CallArgs::Workspace { handle, ptr, bytes } => (7, [handle, ptr, bytes, 0, 0, 0, 0]),
+            CallArgs::Range { ptr, size } => (8, [ptr, size, 0, 0, 0, 0, 0]),
         };
         w[3] = self.hook as u64 | tag << 16 | (self.scanned as u64) << 32;
         w[4..].copy_from_slice(&payload);
@@ -268,6 +275,7 @@ impl RecordedCall {
                 }
             }
             7 => CallArgs::Workspace { handle: w[4], ptr: w[5], bytes: w[6] },
+            8 => CallArgs::Range { ptr: w[4], size: w[5] },
             _ => return None,
         };
         Some(Self {
@@ -418,6 +426,7 @@ mod tests {
             CallArgs::Blas { form: BlasForm::Trsm, enums: [1, -1, 2, 9], ints: [i32::MIN, 3, i32::MAX, 4, 0, 0, 0, 0] },
             CallArgs::Blas { form: BlasForm::Gels, enums: [0, 0, 0, 0], ints: [4, 2, 1, 4, 4, 8, 0, 0] },
             CallArgs::Workspace { handle: 0x77, ptr: 0x7f00_0000_2000, bytes: u64::MAX },
+            CallArgs::Range { ptr: 0x7f00_0020_0000, size: 2 << 20 },
         ];
         let r = Recorder::new(forms.len());
         for (i, args) in forms.iter().enumerate() {

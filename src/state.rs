@@ -127,6 +127,8 @@ pub struct Allocation {
     pub size: u64,
     pub time_ns: u64,
     pub stream: Option<u64>,
+    /// The function the program called for it (cudaMalloc, cuMemAlloc_v2, cuMemMap, ...).
+    pub api: &'static str,
 }
 
 /// An allocation the program freed, remembered so that a later use of its memory is named as
@@ -201,6 +203,48 @@ impl Allocations {
         self.live_bytes.fetch_add(allocation.size, Ordering::Relaxed);
         self.live_count.fetch_add(1, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// A range mapped with the virtual-memory API: live device memory, one extent with the
+    /// mapped ranges it touches (PyTorch's expandable segments grow by mapping the next chunk
+    /// of one reservation, and a tensor may span two chunks).
+    pub fn insert_mapped(&self, mapped: Allocation) {
+        let end = mapped.base.saturating_add(mapped.size);
+        let (before, after) = {
+            let map = self.map.read();
+            let before = map.range(..mapped.base).next_back().map(|(_, a)| *a).filter(|a| a.api == mapped.api && a.base + a.size == mapped.base);
+            let after = map.get(&end).copied().filter(|a| a.api == mapped.api);
+            (before, after)
+        };
+        let mut merged = mapped;
+        if let Some(b) = before {
+            self.remove(b.base);
+            merged.base = b.base;
+            merged.size += b.size;
+        }
+        if let Some(a) = after {
+            self.remove(a.base);
+            merged.size += a.size;
+        }
+        self.insert(merged);
+    }
+
+    /// Unmaps `[base, base + size)` from the mapped extent holding it, keeping what is left
+    /// on either side; returns the unmapped part, or `None` when no mapped extent holds it.
+    pub fn remove_mapped(&self, base: u64, size: u64) -> Option<Allocation> {
+        let extent = self.containing(base)?;
+        let end = base.checked_add(size)?;
+        if end > extent.base + extent.size {
+            return None;
+        }
+        self.remove(extent.base);
+        if base > extent.base {
+            self.insert(Allocation { size: base - extent.base, ..extent });
+        }
+        if end < extent.base + extent.size {
+            self.insert(Allocation { base: end, size: extent.base + extent.size - end, ..extent });
+        }
+        Some(Allocation { base, size, ..extent })
     }
 
     /// Forgets the allocation at `base`; false when there was none.
@@ -328,8 +372,8 @@ mod tests {
     #[test]
     fn allocation_lookup_finds_the_holder() {
         let a = Allocations::default();
-        a.insert(Allocation { base: 100, size: 50, time_ns: 0, stream: None });
-        a.insert(Allocation { base: 200, size: 10, time_ns: 0, stream: Some(5) });
+        a.insert(Allocation { base: 100, size: 50, time_ns: 0, stream: None, api: "cudaMalloc" });
+        a.insert(Allocation { base: 200, size: 10, time_ns: 0, stream: Some(5), api: "cudaMalloc" });
         assert_eq!(a.containing(100).map(|x| x.base), Some(100));
         assert_eq!(a.containing(149).map(|x| x.base), Some(100));
         assert_eq!(a.containing(150), None);
@@ -339,7 +383,7 @@ mod tests {
         assert!(a.remove(100));
         assert!(!a.remove(100));
         assert_eq!(a.totals(), LiveTotals { bytes: 10, count: 1 });
-        a.insert(Allocation { base: 200, size: 30, time_ns: 0, stream: None }); // the same base again
+        a.insert(Allocation { base: 200, size: 30, time_ns: 0, stream: None, api: "cudaMalloc" }); // the same base again
         assert_eq!(a.totals(), LiveTotals { bytes: 30, count: 1 });
         assert_eq!(a.containing(120), None);
     }
@@ -347,34 +391,53 @@ mod tests {
     #[test]
     fn freed_memory_is_remembered_until_it_is_handed_out_again() {
         let a = Allocations::default();
-        let block = Allocation { base: 1000, size: 100, time_ns: 0, stream: None };
+        let block = Allocation { base: 1000, size: 100, time_ns: 0, stream: None, api: "cudaMalloc" };
         a.insert(block);
         a.remove(1000);
         a.note_freed(block, 7, "cudaFree");
         assert_eq!(a.freed_containing(1050).map(|f| (f.seq, f.api)), Some((7, "cudaFree")));
         assert_eq!(a.freed_containing(1100), None);
-        a.insert(Allocation { base: 1040, size: 8, time_ns: 0, stream: None });
+        a.insert(Allocation { base: 1040, size: 8, time_ns: 0, stream: None, api: "cudaMalloc" });
         assert_eq!(a.freed_containing(1050), None, "its memory is live again");
     }
 
     #[test]
     fn recent_hits_never_outlive_a_change_of_the_table() {
         let a = Allocations::default();
-        a.insert(Allocation { base: 100, size: 50, time_ns: 0, stream: None });
+        a.insert(Allocation { base: 100, size: 50, time_ns: 0, stream: None, api: "cudaMalloc" });
         assert!(a.containing(120).is_some()); // now a recent hit
         assert!(a.containing(120).is_some());
         a.remove(100);
         assert_eq!(a.containing(120), None, "a freed allocation is not found again");
-        a.insert(Allocation { base: 110, size: 5, time_ns: 0, stream: None });
+        a.insert(Allocation { base: 110, size: 5, time_ns: 0, stream: None, api: "cudaMalloc" });
         assert_eq!(a.containing(120), None);
         assert_eq!(a.containing(112).map(|x| x.base), Some(110));
         // A remembered miss is forgotten when the table changes too.
         assert_eq!(a.containing(300), None);
         assert_eq!(a.containing(300), None);
-        a.insert(Allocation { base: 300, size: 8, time_ns: 0, stream: None });
+        a.insert(Allocation { base: 300, size: 8, time_ns: 0, stream: None, api: "cudaMalloc" });
         assert_eq!(a.containing(300).map(|x| x.base), Some(300));
         // Two tables on one thread do not see each other's hits.
         let b = Allocations::default();
         assert_eq!(b.containing(112), None);
+    }
+
+    #[test]
+    fn mapped_ranges_that_touch_are_one_extent_and_unmapping_splits_it() {
+        let a = Allocations::default();
+        let chunk = |base| Allocation { base, size: 100, time_ns: 0, stream: None, api: "cuMemMap" };
+        a.insert_mapped(chunk(1000));
+        a.insert_mapped(chunk(1200)); // a gap: separate
+        a.insert_mapped(chunk(1100)); // fills it: all three are one extent
+        assert_eq!(a.span_containing(1150), Some(Span { base: 1000, size: 300 }));
+        // A cudaMalloc block beside a mapping is not merged with it.
+        a.insert(Allocation { base: 1300, size: 50, time_ns: 0, stream: None, api: "cudaMalloc" });
+        assert_eq!(a.span_containing(1299), Some(Span { base: 1000, size: 300 }));
+        let gone = a.remove_mapped(1100, 100).expect("unmapped");
+        assert_eq!((gone.base, gone.size, gone.api), (1100, 100, "cuMemMap"));
+        assert_eq!(a.span_containing(1050), Some(Span { base: 1000, size: 100 }));
+        assert_eq!(a.span_containing(1150), None);
+        assert_eq!(a.span_containing(1250), Some(Span { base: 1200, size: 100 }));
+        assert_eq!(a.remove_mapped(1250, 100), None, "past the extent's end");
     }
 }

@@ -24,6 +24,9 @@ fn functions_taken_with_dlsym_on_a_local_handle_are_guarded() {
         for (api, n) in [("cublasSgemm_v2", 1), ("cublasCreate_v2", 1), ("cudaMalloc", 3), ("cudaFree", 3)] {
             assert_eq!(t.summary.calls.get(api), Some(&n), "{case}: {api} counted: {:?}", t.summary.calls);
         }
+        // The stand-in runtime allocates through the driver's cuMemAlloc_v2, which it got from
+        // cuGetProcAddress_v2 (as NVIDIA's does): one allocation each, recorded as cudaMalloc.
+        assert_eq!(t.summary.calls.get("cuMemAlloc_v2"), None, "{case}: {:?}", t.summary.calls);
     }
 }
 
@@ -75,4 +78,51 @@ fn another_interposer_wrapping_through_rtld_next_works_before_and_after_the_guar
         assert_eq!(t.summary.calls.get("cublasSgemm_v2"), Some(&1), "{order}: the guard ran once");
         assert!(t.faults.is_empty(), "{order}: {:#?}", t.faults);
     }
+}
+
+#[test]
+fn driver_memory_from_cu_get_proc_address_is_tracked_as_a_static_runtime_gets_it() {
+    // Every driver function through cuGetProcAddress_v2 on a dlopen'ed libcuda, none by name.
+    let bare = run_c("driver_entry", &["clean"], false);
+    let guarded = run_c("driver_entry", &["clean"], true);
+    assert!(bare.stdout().contains("gemm=0\nsync=0\nC= 1 2 3 4"), "{}", bare.stdout());
+    assert_eq!(bare.stdout(), guarded.stdout(), "{}", guarded.stderr());
+    let t = guarded.trace();
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+    assert_eq!(t.summary.calls.get("cuMemAlloc_v2"), Some(&3), "{:?}", t.summary.calls);
+    assert_eq!(t.summary.calls.get("cuMemFree_v2"), Some(&3), "{:?}", t.summary.calls);
+
+    let t = run_c("driver_entry", &["oob"], true).trace();
+    let f = only_fault(&t);
+    assert_eq!(f.kind, FaultKind::OutOfBounds, "{}", f.message);
+    assert!(f.message.starts_with("operand B (") && f.message.contains("overruns it by 8 bytes"), "{}", f.message);
+    let t = run_c("driver_entry", &["nan"], true).trace();
+    let f = only_fault(&t);
+    assert_eq!(f.kind, FaultKind::NonfiniteInput, "{}", f.message);
+    assert!(f.message.starts_with("operand A (") && f.message.contains("(first at row 1, col 0)"), "{}", f.message);
+}
+
+#[test]
+fn an_expandable_segment_mapped_chunk_by_chunk_is_one_extent_until_unmapped() {
+    // PyTorch's way: the virtual-memory functions through cudaGetDriverEntryPointByVersion, 2 MiB
+    // chunks mapped side by side in one reservation, and a tensor across two chunks.
+    let bare = run_c("expandable", &["clean"], false);
+    let guarded = run_c("expandable", &["clean"], true);
+    assert!(bare.stdout().contains("gemm=0\nsync=0\nC= 1 2 3 4"), "{}", bare.stdout());
+    assert_eq!(bare.stdout(), guarded.stdout(), "{}", guarded.stderr());
+    let t = guarded.trace();
+    assert!(t.faults.is_empty(), "A straddles two mapped chunks: one extent, no fault: {:#?}", t.faults);
+    assert_eq!(t.summary.calls.get("cuMemMap"), Some(&2), "{:?}", t.summary.calls);
+
+    let t = run_c("expandable", &["oob"], true).trace();
+    let f = only_fault(&t);
+    assert_eq!(f.kind, FaultKind::OutOfBounds, "{}", f.message);
+    assert!(f.message.starts_with("operand B (") && f.message.contains("4194304 bytes"), "the two chunks, one extent: {}", f.message);
+    let t = run_c("expandable", &["nan"], true).trace();
+    assert_eq!(only_fault(&t).kind, FaultKind::NonfiniteInput);
+    let t = run_c("expandable", &["unmapped"], true).trace();
+    assert_eq!(t.summary.calls.get("cuMemUnmap"), Some(&1));
+    let f = only_fault(&t);
+    assert_eq!(f.kind, FaultKind::OutOfBounds, "{}", f.message);
+    assert!(f.message.starts_with("operand A (") && f.message.contains("2097152 bytes"), "only chunk 0 is left: {}", f.message);
 }

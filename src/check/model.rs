@@ -23,7 +23,7 @@ pub struct ModelDevice {
 impl ModelDevice {
     /// Device memory at `base`, entered in `allocations` as the program's cudaMalloc would.
     pub fn put(&self, allocations: &Allocations, base: u64, bytes: Vec<u8>) {
-        allocations.insert(Allocation { base, size: bytes.len() as u64, time_ns: 0, stream: None });
+        allocations.insert(Allocation { base, size: bytes.len() as u64, time_ns: 0, stream: None, api: "cudaMalloc" });
         self.memory.borrow_mut().insert(base, bytes);
     }
 }

@@ -13,6 +13,7 @@ pub(crate) mod cuda_api;
 pub(crate) mod device;
 pub(crate) mod device_scan;
 pub(crate) mod dl;
+pub(crate) mod entry_points;
 pub(crate) mod environment;
 pub(crate) mod hooks;
 pub(crate) mod lifecycle;

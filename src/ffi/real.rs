@@ -135,6 +135,29 @@ pub fn object_of(addr: *const c_void) -> Option<(usize, &'static str)> {
     Some((info.dli_fbase as usize, file_name(path)))
 }
 
+/// Whether `addr` is exactly the object's own definition of `name` (the object that holds
+/// `addr`, looked up without loading anything).
+pub fn defines(addr: *mut c_void, name: &CStr) -> bool {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads loader tables; info is a valid out-parameter.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return false;
+    }
+    super::loader_gate::through(|| {
+        // SAFETY: RTLD_NOLOAD returns a handle only to an object already mapped (this one);
+        // the reference it takes is dropped below.
+        unsafe {
+            let handle = libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD);
+            if handle.is_null() {
+                return false;
+            }
+            let same = super::dl::real_dlsym(handle, name.as_ptr()) == addr;
+            libc::dlclose(handle);
+            same
+        }
+    })
+}
+
 /// Whether `addr` is inside this library.
 pub fn is_own(addr: *const c_void) -> bool {
     object_base(addr) == own_base()

@@ -368,7 +368,7 @@ mod tests {
             let session = session(Config { max_faults: 2, quiet: true, ..Config::default() });
             session.handles.created(HANDLE);
             for (base, bytes) in s.device.memory.borrow().iter() {
-                session.allocations.insert(crate::state::Allocation { base: *base, size: bytes.len() as u64, time_ns: 0, stream: None });
+                session.allocations.insert(crate::state::Allocation { base: *base, size: bytes.len() as u64, time_ns: 0, stream: None, api: "cudaMalloc" });
             }
             session
         };
@@ -390,7 +390,7 @@ mod tests {
             let session = session(Config { ignore, quiet: true, ..Config::default() });
             session.handles.created(HANDLE);
             for (base, bytes) in s.device.memory.borrow().iter() {
-                session.allocations.insert(crate::state::Allocation { base: *base, size: bytes.len() as u64, time_ns: 0, stream: None });
+                session.allocations.insert(crate::state::Allocation { base: *base, size: bytes.len() as u64, time_ns: 0, stream: None, api: "cudaMalloc" });
             }
             session
         };

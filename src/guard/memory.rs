@@ -1,5 +1,9 @@
-//! CUDA runtime handlers: the table of live allocations, and the faults of memory and
-//! initialisation.
+//! Memory handlers, runtime and driver alike: every way a program gets device memory
+//! (`cudaMalloc` and its managed, pitched and pool forms; the driver's `cuMemAlloc_v2` family,
+//! reached by name or through an entry point; virtual-memory mappings) enters the one table of
+//! live allocations, with the function the program called; and the faults of memory and
+//! initialisation. A runtime call that allocates through the driver inside is recorded once:
+//! the inner call runs inside the outer hook and is forwarded untouched.
 
 use std::ffi::{c_int, c_void};
 
@@ -13,15 +17,38 @@ use crate::trace::{hex, FaultKind};
 
 type Stream = *mut c_void;
 
-fn allocate(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize, stream: Option<Stream>) -> c_int {
+/// Where a new allocation's address comes back: a `void **` (runtime) or a `CUdeviceptr *`
+/// (driver), and for pitched allocations the pitch, which makes the size.
+#[derive(Clone, Copy)]
+enum Out {
+    Pointer(*mut *mut c_void),
+    DevicePtr(*mut u64),
+}
+
+impl Out {
+    fn written(self) -> u64 {
+        match self {
+            Self::Pointer(p) => out_param::written(p).map_or(0, |p| p as u64),
+            Self::DevicePtr(p) => out_param::written(p).unwrap_or(0),
+        }
+    }
+}
+
+fn allocate(call: &Call<'_, c_int>, out: Out, size: usize, stream: Option<Stream>) -> c_int {
+    allocate_sized(call, out, || size, stream)
+}
+
+/// `size` is asked after the call: a pitched allocation's size is known only then.
+fn allocate_sized(call: &Call<'_, c_int>, out: Out, size: impl Fn() -> usize, stream: Option<Stream>) -> c_int {
     let s = call.session;
     let status = call.forward();
     let stream = stream.map(|st| st as u64);
+    let size = size();
     if status == cuda::CUDA_SUCCESS {
-        // On success the runtime wrote the new pointer through `out`.
-        let base = out_param::written(out).map_or(0, |p| p as u64);
+        // On success the library wrote the new pointer through `out`.
+        let base = out.written();
         if base != 0 {
-            s.allocations.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream });
+            s.allocations.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream, api: call.api() });
         }
     }
     call.record(status, CallArgs::Size { size: size as u64, stream });
@@ -88,7 +115,7 @@ fn release(call: &Call<'_, c_int>, ptr: *mut c_void, stream: Option<Stream>) -> 
 }
 
 pub(crate) fn malloc(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize) -> c_int {
-    allocate(call, out, size, None)
+    allocate(call, Out::Pointer(out), size, None)
 }
 
 pub(crate) fn malloc_async(
@@ -97,7 +124,84 @@ pub(crate) fn malloc_async(
     size: usize,
     stream: Stream,
 ) -> c_int {
-    allocate(call, out, size, Some(stream))
+    allocate(call, Out::Pointer(out), size, Some(stream))
+}
+
+/// cudaMallocManaged: unified memory, device-accessible.
+pub(crate) fn malloc_managed(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize, _flags: u32) -> c_int {
+    allocate(call, Out::Pointer(out), size, None)
+}
+
+/// cudaMallocFromPoolAsync.
+pub(crate) fn malloc_from_pool(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize, _pool: *mut c_void, stream: Stream) -> c_int {
+    allocate(call, Out::Pointer(out), size, Some(stream))
+}
+
+/// cudaMallocPitch: `height` rows of `*pitch` bytes (the pitch is the rows' stride).
+pub(crate) fn malloc_pitch(call: &Call<'_, c_int>, out: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> c_int {
+    let size = || out_param::written(pitch).unwrap_or(width).saturating_mul(height);
+    allocate_sized(call, Out::Pointer(out), size, None)
+}
+
+/// The driver's cuMemAlloc_v2 (and cuMemAllocManaged).
+pub(crate) fn mem_alloc(call: &Call<'_, c_int>, out: *mut u64, size: usize) -> c_int {
+    allocate(call, Out::DevicePtr(out), size, None)
+}
+
+pub(crate) fn mem_alloc_managed(call: &Call<'_, c_int>, out: *mut u64, size: usize, _flags: u32) -> c_int {
+    allocate(call, Out::DevicePtr(out), size, None)
+}
+
+pub(crate) fn mem_alloc_async(call: &Call<'_, c_int>, out: *mut u64, size: usize, stream: Stream) -> c_int {
+    allocate(call, Out::DevicePtr(out), size, Some(stream))
+}
+
+pub(crate) fn mem_alloc_from_pool(call: &Call<'_, c_int>, out: *mut u64, size: usize, _pool: *mut c_void, stream: Stream) -> c_int {
+    allocate(call, Out::DevicePtr(out), size, Some(stream))
+}
+
+/// cuMemAllocPitch_v2: as cudaMallocPitch.
+pub(crate) fn mem_alloc_pitch(call: &Call<'_, c_int>, out: *mut u64, pitch: *mut usize, width: usize, height: usize, _elem: u32) -> c_int {
+    let size = || out_param::written(pitch).unwrap_or(width).saturating_mul(height);
+    allocate_sized(call, Out::DevicePtr(out), size, None)
+}
+
+pub(crate) fn mem_free(call: &Call<'_, c_int>, ptr: u64) -> c_int {
+    release(call, ptr as *mut c_void, None)
+}
+
+pub(crate) fn mem_free_async(call: &Call<'_, c_int>, ptr: u64, stream: Stream) -> c_int {
+    release(call, ptr as *mut c_void, Some(stream))
+}
+
+/// cuMemMap: the mapped range is live device memory, one extent with the mapped ranges it
+/// touches, until cuMemUnmap.
+pub(crate) fn mem_map(call: &Call<'_, c_int>, ptr: u64, size: usize, _offset: usize, _handle: u64, _flags: u64) -> c_int {
+    let status = call.forward();
+    if status == cuda::CUDA_SUCCESS && ptr != 0 {
+        let mapped = Allocation { base: ptr, size: size as u64, time_ns: call.outlet.now_ns(), stream: None, api: call.api() };
+        call.session.allocations.insert_mapped(mapped);
+    }
+    call.record(status, CallArgs::Range { ptr, size: size as u64 });
+    status
+}
+
+/// cuMemUnmap: the range stops being device memory; a later use of it is a use after free,
+/// naming this call.
+pub(crate) fn mem_unmap(call: &Call<'_, c_int>, ptr: u64, size: usize) -> c_int {
+    let s = call.session;
+    // Out of the table before the real call, as for a free (see `release`).
+    let unmapped = s.allocations.remove_mapped(ptr, size as u64);
+    let status = call.forward();
+    if let Some(gone) = unmapped {
+        if status == cuda::CUDA_SUCCESS {
+            s.allocations.note_freed(gone, call.seq, call.api());
+        } else {
+            s.allocations.insert_mapped(gone);
+        }
+    }
+    call.record(status, CallArgs::Range { ptr, size: size as u64 });
+    status
 }
 
 pub(crate) fn free(call: &Call<'_, c_int>, ptr: *mut c_void) -> c_int {

@@ -265,6 +265,21 @@ hook_table! {
     Cudart fn cudaFree(dev_ptr: *mut c_void) -> c_int => memory::free;
     Cudart fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int => memory::malloc_async;
     Cudart fn cudaFreeAsync(dev_ptr: *mut c_void, stream: Stream) -> c_int => memory::free_async;
+    Cudart fn cudaMallocManaged(dev_ptr: *mut *mut c_void, size: usize, flags: u32) -> c_int => memory::malloc_managed;
+    Cudart fn cudaMallocPitch(dev_ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> c_int => memory::malloc_pitch;
+    Cudart fn cudaMallocFromPoolAsync(dev_ptr: *mut *mut c_void, size: usize, pool: *mut c_void, stream: Stream) -> c_int => memory::malloc_from_pool;
+    Driver fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> c_int => memory::mem_alloc;
+    Driver fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: u32) -> c_int => memory::mem_alloc_managed;
+    Driver fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32) -> c_int => memory::mem_alloc_pitch;
+    Driver fn cuMemAllocAsync(dptr: *mut u64, size: usize, stream: Stream) -> c_int => memory::mem_alloc_async;
+    Driver fn cuMemAllocAsync_ptsz(dptr: *mut u64, size: usize, stream: Stream) -> c_int => memory::mem_alloc_async;
+    Driver fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: *mut c_void, stream: Stream) -> c_int => memory::mem_alloc_from_pool;
+    Driver fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut u64, size: usize, pool: *mut c_void, stream: Stream) -> c_int => memory::mem_alloc_from_pool;
+    Driver fn cuMemFree_v2(dptr: u64) -> c_int => memory::mem_free;
+    Driver fn cuMemFreeAsync(dptr: u64, stream: Stream) -> c_int => memory::mem_free_async;
+    Driver fn cuMemFreeAsync_ptsz(dptr: u64, stream: Stream) -> c_int => memory::mem_free_async;
+    Driver fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => memory::mem_map;
+    Driver fn cuMemUnmap(ptr: u64, size: usize) -> c_int => memory::mem_unmap;
     Cudart fn cudaGetDeviceCount(count: *mut c_int) -> c_int => memory::get_device_count;
     Cudart fn cudaLaunchKernel(func: P, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Stream) -> c_int => launch::launch_kernel;
     Cudart fn cudaLaunchCooperativeKernel(func: P, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Stream) -> c_int => launch::launch_kernel;
@@ -302,9 +317,18 @@ fn copy_of(base: usize) -> Option<usize> {
 /// file name that starts like it, so a vendored copy counts); `found` itself otherwise.
 pub(crate) fn guarded_copy(name: &std::ffi::CStr, found: *mut c_void) -> *mut c_void {
     let name = name.to_bytes();
-    let Some(index) = HOOK_NAMES.iter().position(|n| n.as_bytes() == name) else { return found };
-    let hook = ALL_HOOKS[index];
+    let lookup = matches!(name, b"cuGetProcAddress" | b"cuGetProcAddress_v2" | b"cudaGetDriverEntryPoint" | b"cudaGetDriverEntryPointByVersion");
+    let index = HOOK_NAMES.iter().position(|n| n.as_bytes() == name);
+    if index.is_none() && !lookup {
+        return found;
+    }
     let Some((base, file)) = super::real::object_of(found) else { return found };
+    if lookup {
+        // The driver's entry points, looked up by name: the guard's wrappers of them.
+        return super::entry_points::wrapper_for(name, file).filter(|_| !super::real::is_own(found)).unwrap_or(found);
+    }
+    let Some(index) = index else { return found };
+    let hook = ALL_HOOKS[index];
     if !file.starts_with(hook.library().stem()) || super::real::is_own(found) {
         return found;
     }
@@ -317,6 +341,28 @@ pub(crate) fn guarded_copy(name: &std::ffi::CStr, found: *mut c_void) -> *mut c_
     };
     COPY_REALS[index][copy].store(found, Ordering::Release);
     hook.copy_fn(copy)
+}
+
+/// What a driver entry-point lookup of `symbol` returns, given what it `found`: the guarded copy
+/// of whichever hooked variant of `symbol` (`_v2`, `_ptsz`, ...) `found` is, checked against
+/// the library's own symbol of that name, so an ABI variant the guard does not wrap (the 32-bit
+/// `cuMemAlloc` of a version before 3.2) is never mistaken for one it does.
+pub(crate) fn guarded_entry(symbol: &std::ffi::CStr, found: *mut c_void) -> *mut c_void {
+    let symbol = symbol.to_bytes();
+    let variants = HOOK_NAMES.iter().filter(|n| {
+        let n = n.as_bytes();
+        n.starts_with(symbol) && {
+            let rest = &n[symbol.len()..];
+            rest.is_empty() || rest.starts_with(b"_v") || rest.starts_with(b"_ptsz")
+        }
+    });
+    for name in variants {
+        let Ok(cname) = std::ffi::CString::new(*name) else { continue };
+        if super::real::defines(found, &cname) {
+            return guarded_copy(&cname, found);
+        }
+    }
+    found
 }
 
 #[cfg(test)]
