@@ -11,6 +11,8 @@
 //! itself inside such a lookup. They reach the real functions as the hooks do (`RealSymbol`),
 //! and `dlsym` on libcuda or libcudart for their names returns them (`guarded_lookup`).
 
+#![allow(non_snake_case)] // the exported functions carry the CUDA names
+
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 
 use super::real::{Library, RealSymbol};
