@@ -398,6 +398,32 @@ cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {
     return allocate(devPtr, size);
 }
 
+cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags) {
+    count_call(__func__);
+    ENTER();
+    INJECT("cudaMallocManaged");
+    if (flags != 1 && flags != 2) return fail(cudaErrorInvalidValue); /* cudaMemAttachGlobal, cudaMemAttachHost */
+    return allocate(devPtr, size);
+}
+
+/* Rows of `width` bytes, each padded to a 512-byte pitch, as on NVIDIA GPUs. */
+cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height) {
+    count_call(__func__);
+    ENTER();
+    INJECT("cudaMallocPitch");
+    if (!pitch) return fail(cudaErrorInvalidValue);
+    *pitch = (width + 511) & ~(size_t)511;
+    return allocate(devPtr, *pitch * height);
+}
+
+cudaError_t cudaMallocFromPoolAsync(void **devPtr, size_t size, void *pool, cudaStream_t stream) {
+    count_call(__func__);
+    ENTER();
+    INJECT("cudaMallocFromPoolAsync");
+    if (!pool || !cudashim_stream_valid(stream)) return fail(cudaErrorInvalidValue);
+    return allocate(devPtr, size);
+}
+
 cudaError_t cudaFree(void *devPtr) {
     count_call(__func__);
     ENTER();

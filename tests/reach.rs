@@ -126,3 +126,23 @@ fn an_expandable_segment_mapped_chunk_by_chunk_is_one_extent_until_unmapped() {
     assert_eq!(f.kind, FaultKind::OutOfBounds, "{}", f.message);
     assert!(f.message.starts_with("operand A (") && f.message.contains("2097152 bytes"), "only chunk 0 is left: {}", f.message);
 }
+
+#[test]
+fn managed_pitched_and_pool_allocations_hold_operands_like_cuda_malloc() {
+    for (how, api) in [("managed", "cudaMallocManaged"), ("pitch", "cudaMallocPitch"), ("pool", "cudaMallocFromPoolAsync")] {
+        let bare = run_c("allocators", &[how], false);
+        let guarded = run_c("allocators", &[how], true);
+        assert!(bare.stdout().contains("gemm=0\nsync=0\nC= 1 2 3 4"), "{how}: {}", bare.stdout());
+        assert_eq!(bare.stdout(), guarded.stdout(), "{how}: {}", guarded.stderr());
+        let t = guarded.trace();
+        // The pitched B is 1 row of 8 bytes with a 512-byte pitch: 512 bytes, not 8.
+        assert!(t.faults.is_empty(), "{how}: {:#?}", t.faults);
+        assert_eq!(t.summary.calls.get(api), Some(&1), "{how}: {:?}", t.summary.calls);
+    }
+    for how in ["managed", "pool"] {
+        let t = run_c("allocators", &[how, "oob"], true).trace();
+        let f = only_fault(&t);
+        assert_eq!(f.kind, FaultKind::OutOfBounds, "{how}: {}", f.message);
+        assert!(f.message.starts_with("operand B (") && f.message.contains("overruns it by 4 bytes"), "{how}: {}", f.message);
+    }
+}

@@ -113,6 +113,10 @@ cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
                                              unsigned long long flags, int *driverStatus);
 
+cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags);
+cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height);
+cudaError_t cudaMallocFromPoolAsync(void **devPtr, size_t size, void *pool, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
