@@ -424,6 +424,26 @@ cudaError_t cudaMallocFromPoolAsync(void **devPtr, size_t size, void *pool, cuda
     return allocate(devPtr, size);
 }
 
+/* Pinned host memory: host memory, never device memory. */
+cudaError_t cudaMallocHost(void **ptr, size_t size) {
+    count_call(__func__);
+    ENTER();
+    if (!ptr) return fail(cudaErrorInvalidValue);
+    *ptr = aligned_alloc(256, (size + 255) & ~(size_t)255);
+    return *ptr ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags) {
+    (void)flags;
+    return cudaMallocHost(ptr, size);
+}
+
+cudaError_t cudaFreeHost(void *ptr) {
+    count_call(__func__);
+    free(ptr);
+    return cudaSuccess;
+}
+
 cudaError_t cudaFree(void *devPtr) {
     count_call(__func__);
     ENTER();

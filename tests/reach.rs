@@ -146,3 +146,12 @@ fn managed_pitched_and_pool_allocations_hold_operands_like_cuda_malloc() {
         assert!(f.message.starts_with("operand B (") && f.message.contains("overruns it by 4 bytes"), "{how}: {}", f.message);
     }
 }
+
+#[test]
+fn a_gemm_given_pinned_host_memory_is_told_what_it_is() {
+    let t = run_c("allocators", &["pinned"], true).trace();
+    assert_eq!(t.summary.calls.get("cudaMallocHost"), Some(&1), "{:?}", t.summary.calls);
+    let f = only_fault(&t);
+    assert_eq!(f.kind, FaultKind::HostPointer, "{}", f.message);
+    assert!(f.message.contains("[B is pinned host memory: 16 bytes at 0x") && f.message.contains("from cudaMallocHost"), "{}", f.message);
+}

@@ -125,6 +125,18 @@ fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: 
     }
     fault.args = args_map(call, &record, extra, check);
     fault.operands = check.operands.iter().flatten().map(operand_record).collect();
+    if fault.kind == FaultKind::HostPointer {
+        // Pinned host memory the program allocated: say so, with the call that made it.
+        let pinned = check.operands.iter().flatten().find_map(|o| call.session.pinned.containing(o.spec.ptr).map(|p| (o.spec.name, p)));
+        if let Some((name, p)) = pinned {
+            fault.message.push_str(&format!(
+                " [{name} is pinned host memory: {} bytes at {} from {}; copy it to device memory first]",
+                p.size,
+                hex(p.base),
+                p.api
+            ));
+        }
+    }
     if fault.kind == FaultKind::AsyncError {
         // The kernels that may have caused it: launched since the device was last found clean.
         fault.suspects = super::launch::suspects(call, call.seq);

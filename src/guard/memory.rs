@@ -127,6 +127,31 @@ pub(crate) fn malloc_async(
     allocate(call, Out::Pointer(out), size, Some(stream))
 }
 
+/// cudaMallocHost, cudaHostAlloc, cuMemAllocHost_v2: pinned host memory, kept in its own
+/// table so a GEMM given it is told what it is.
+pub(crate) fn malloc_host(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize) -> c_int {
+    let status = call.forward();
+    if status == cuda::CUDA_SUCCESS {
+        if let Some(base) = out_param::written(out).map(|p| p as u64).filter(|b| *b != 0) {
+            call.session.pinned.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream: None, api: call.api() });
+        }
+    }
+    call.record(status, CallArgs::Size { size: size as u64, stream: None });
+    status
+}
+
+pub(crate) fn host_alloc(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize, _flags: u32) -> c_int {
+    malloc_host(call, out, size)
+}
+
+/// cudaFreeHost, cuMemFreeHost.
+pub(crate) fn free_host(call: &Call<'_, c_int>, ptr: *mut c_void) -> c_int {
+    call.session.pinned.remove(ptr as u64);
+    let status = call.forward();
+    call.record(status, CallArgs::Pointer { ptr: ptr as u64, stream: None });
+    status
+}
+
 /// cudaMallocManaged: unified memory, device-accessible.
 pub(crate) fn malloc_managed(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize, _flags: u32) -> c_int {
     allocate(call, Out::Pointer(out), size, None)

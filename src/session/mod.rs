@@ -64,6 +64,9 @@ pub struct Session {
     /// cublasLt handles, a table of their own.
     pub lt_handles: Handles,
     pub allocations: Allocations,
+    /// Pinned host memory (cudaMallocHost, cudaHostAlloc, cuMemAllocHost): not device memory,
+    /// but named as what it is when a GEMM is given it.
+    pub pinned: Allocations,
     /// cublasLt matmul descriptors and matrix layouts this process created and has not
     /// destroyed: the only ones the guard reads back.
     pub lt_descriptors: LiveObjects,
@@ -87,6 +90,7 @@ pub struct ChildSeed {
     handles: Handles,
     lt_handles: Handles,
     allocations: Allocations,
+    pinned: Allocations,
     lt_descriptors: LiveObjects,
     recorder: Recorder,
     kernels: KernelNames,
@@ -114,6 +118,7 @@ impl ChildSeed {
             handles: self.handles,
             lt_handles: self.lt_handles,
             allocations: self.allocations,
+            pinned: self.pinned,
             lt_descriptors: self.lt_descriptors,
             recorder: self.recorder,
             device_scan: DeviceScanState::default(),
@@ -137,6 +142,7 @@ impl Session {
             handles: Handles::default(),
             lt_handles: Handles::default(),
             allocations: Allocations::default(),
+            pinned: Allocations::default(),
             lt_descriptors: LiveObjects::default(),
             device_scan: DeviceScanState::default(),
             kernels: KernelNames::default(),
@@ -156,6 +162,7 @@ impl Session {
             handles: self.handles.copy(),
             lt_handles: self.lt_handles.copy(),
             allocations: self.allocations.copy(),
+            pinned: self.pinned.copy(),
             lt_descriptors: self.lt_descriptors.copy(),
             recorder: self.recorder.copy(),
             kernels: self.kernels.copy(),

@@ -1,6 +1,7 @@
 /* The runtime's other allocators, each holding a GEMM operand:
  *   allocators managed|pitch|pool  clean (C printed) or, with a second argument "oob", B's
- *   allocation is one element short of what the GEMM reads. */
+ *   allocation is one element short of what the GEMM reads.
+ *   allocators pinned              B in pinned host memory (cudaMallocHost), given to the GEMM */
 #include <stdio.h>
 #include <string.h>
 
@@ -24,12 +25,15 @@ int main(int argc, char **argv) {
          * 2 x 2 block, inside the pitched allocation unless the rows are too few */
         size_t pitch = 0;
         st = cudaMallocPitch(&db, &pitch, 8, oob ? 0 : 1);
+    } else if (!strcmp(how, "pinned")) {
+        st = cudaMallocHost(&db, b_bytes);
     } else {
         st = cudaMallocFromPoolAsync(&db, b_bytes, (void *)1, 0);
     }
     printf("alloc=%d\n", st);
     cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
-    if (st == 0 && !(oob && !strcmp(how, "pitch"))) cudaMemcpy(db, b, b_bytes, cudaMemcpyHostToDevice);
+    if (!strcmp(how, "pinned")) memcpy(db, b, b_bytes);
+    else if (st == 0 && !(oob && !strcmp(how, "pitch"))) cudaMemcpy(db, b, b_bytes, cudaMemcpyHostToDevice);
     cublasHandle_t h;
     cublasCreate(&h);
     printf("gemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, da, 2, db, 2, &zero, dc, 2));

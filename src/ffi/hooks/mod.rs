@@ -268,6 +268,11 @@ hook_table! {
     Cudart fn cudaMallocManaged(dev_ptr: *mut *mut c_void, size: usize, flags: u32) -> c_int => memory::malloc_managed;
     Cudart fn cudaMallocPitch(dev_ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> c_int => memory::malloc_pitch;
     Cudart fn cudaMallocFromPoolAsync(dev_ptr: *mut *mut c_void, size: usize, pool: *mut c_void, stream: Stream) -> c_int => memory::malloc_from_pool;
+    Cudart fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int => memory::malloc_host;
+    Cudart fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: u32) -> c_int => memory::host_alloc;
+    Cudart fn cudaFreeHost(ptr: *mut c_void) -> c_int => memory::free_host;
+    Driver fn cuMemAllocHost_v2(ptr: *mut *mut c_void, size: usize) -> c_int => memory::malloc_host;
+    Driver fn cuMemFreeHost(ptr: *mut c_void) -> c_int => memory::free_host;
     Driver fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> c_int => memory::mem_alloc;
     Driver fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: u32) -> c_int => memory::mem_alloc_managed;
     Driver fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32) -> c_int => memory::mem_alloc_pitch;
