@@ -345,6 +345,9 @@ pub struct Position {
 pub struct AllocationRecord {
     pub base: String,
     pub size: u64,
+    /// The function that made it (cudaMalloc, cuMemAlloc_v2, cuMemMap, ...), when it is live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]

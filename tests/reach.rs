@@ -96,6 +96,8 @@ fn driver_memory_from_cu_get_proc_address_is_tracked_as_a_static_runtime_gets_it
     let f = only_fault(&t);
     assert_eq!(f.kind, FaultKind::OutOfBounds, "{}", f.message);
     assert!(f.message.starts_with("operand B (") && f.message.contains("overruns it by 8 bytes"), "{}", f.message);
+    let b = f.operands.iter().find(|o| o.name == "B").and_then(|o| o.allocation.as_ref()).expect("B's allocation");
+    assert_eq!(b.api.as_deref(), Some("cuMemAlloc_v2"), "the allocation names the function that made it");
     let t = run_c("driver_entry", &["nan"], true).trace();
     let f = only_fault(&t);
     assert_eq!(f.kind, FaultKind::NonfiniteInput, "{}", f.message);
@@ -118,6 +120,8 @@ fn an_expandable_segment_mapped_chunk_by_chunk_is_one_extent_until_unmapped() {
     let f = only_fault(&t);
     assert_eq!(f.kind, FaultKind::OutOfBounds, "{}", f.message);
     assert!(f.message.starts_with("operand B (") && f.message.contains("4194304 bytes"), "the two chunks, one extent: {}", f.message);
+    let b = f.operands.iter().find(|o| o.name == "B").and_then(|o| o.allocation.as_ref()).expect("B's allocation");
+    assert_eq!((b.size, b.api.as_deref()), (4 << 20, Some("cuMemMap")));
     let t = run_c("expandable", &["nan"], true).trace();
     assert_eq!(only_fault(&t).kind, FaultKind::NonfiniteInput);
     let t = run_c("expandable", &["unmapped"], true).trace();

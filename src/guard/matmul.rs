@@ -124,7 +124,9 @@ fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: 
         fault.message.push_str(" [the handle uses TF32 tensor-op math: float32 inputs are rounded to 10 mantissa bits]");
     }
     fault.args = args_map(call, &record, extra, check);
-    fault.operands = check.operands.iter().flatten().map(operand_record).collect();
+    // Each allocation named with the function that made it, while it is live.
+    let api_of = |base: u64| call.session.allocations.containing(base).filter(|a| a.base == base).map(|a| a.api.to_string());
+    fault.operands = check.operands.iter().flatten().map(|op| operand_record(op, &api_of)).collect();
     if fault.kind == FaultKind::HostPointer {
         // Pinned host memory the program allocated: say so, with the call that made it.
         let pinned = check.operands.iter().flatten().find_map(|o| call.session.pinned.containing(o.spec.ptr).map(|p| (o.spec.name, p)));
@@ -211,7 +213,7 @@ fn scalar_json(dtype: DType, bytes: [u8; 16]) -> serde_json::Value {
     }
 }
 
-fn operand_record(op: &OperandReport<'_>) -> Operand {
+fn operand_record(op: &OperandReport<'_>, api_of: &dyn Fn(u64) -> Option<String>) -> Operand {
     let spec = op.spec;
     let pointer_array = matches!(spec.members, Members::Array { .. });
     let (batch_count, stride) = match spec.members {
@@ -228,8 +230,8 @@ fn operand_record(op: &OperandReport<'_>) -> Operand {
         ld: spec.shape.ld,
         bytes: op.extent,
         // A pointer array's own allocation is the operand's; its members' is recorded apart.
-        allocation: if pointer_array { op.array_allocation } else { op.allocation }.map(|a| AllocationRecord { base: hex(a.base), size: a.size }),
-        member_allocation: if pointer_array { op.allocation } else { None }.map(|a| AllocationRecord { base: hex(a.base), size: a.size }),
+        allocation: if pointer_array { op.array_allocation } else { op.allocation }.map(|a| AllocationRecord { base: hex(a.base), size: a.size, api: api_of(a.base) }),
+        member_allocation: if pointer_array { op.allocation } else { None }.map(|a| AllocationRecord { base: hex(a.base), size: a.size, api: api_of(a.base) }),
         scanned: op.scan.is_some(),
         sampled: op.scan.is_some_and(|s| s.sampled),
         nan: op.scan.map(|s| s.nan),
