@@ -211,6 +211,35 @@ pub(crate) fn mem_map(call: &Call<'_, c_int>, ptr: u64, size: usize, _offset: us
     status
 }
 
+/// cuMemAddressReserve: addresses, not memory (nothing is live until mapped); recorded.
+pub(crate) fn mem_address_reserve(call: &Call<'_, c_int>, out: *mut u64, size: usize, _align: usize, _addr: u64, _flags: u64) -> c_int {
+    let status = call.forward();
+    let ptr = if status == cuda::CUDA_SUCCESS { out_param::written(out).unwrap_or(0) } else { 0 };
+    call.record(status, CallArgs::Range { ptr, size: size as u64 });
+    status
+}
+
+/// cuMemAddressFree: recorded.
+pub(crate) fn mem_address_free(call: &Call<'_, c_int>, ptr: u64, size: usize) -> c_int {
+    let status = call.forward();
+    call.record(status, CallArgs::Range { ptr, size: size as u64 });
+    status
+}
+
+/// cuMemCreate: physical memory, reachable only once mapped; recorded with its size.
+pub(crate) fn mem_create(call: &Call<'_, c_int>, _handle: *mut u64, size: usize, _prop: *const c_void, _flags: u64) -> c_int {
+    let status = call.forward();
+    call.record(status, CallArgs::Size { size: size as u64, stream: None });
+    status
+}
+
+/// cuMemRelease: recorded with the handle.
+pub(crate) fn mem_release(call: &Call<'_, c_int>, handle: u64) -> c_int {
+    let status = call.forward();
+    call.record(status, CallArgs::Pointer { ptr: handle, stream: None });
+    status
+}
+
 /// cuMemUnmap: the range stops being device memory; a later use of it is a use after free,
 /// naming this call.
 pub(crate) fn mem_unmap(call: &Call<'_, c_int>, ptr: u64, size: usize) -> c_int {

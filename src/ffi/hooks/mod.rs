@@ -283,6 +283,10 @@ hook_table! {
     Driver fn cuMemFree_v2(dptr: u64) -> c_int => memory::mem_free;
     Driver fn cuMemFreeAsync(dptr: u64, stream: Stream) -> c_int => memory::mem_free_async;
     Driver fn cuMemFreeAsync_ptsz(dptr: u64, stream: Stream) -> c_int => memory::mem_free_async;
+    Driver fn cuMemAddressReserve(ptr: *mut u64, size: usize, align: usize, addr: u64, flags: u64) -> c_int => memory::mem_address_reserve;
+    Driver fn cuMemAddressFree(ptr: u64, size: usize) -> c_int => memory::mem_address_free;
+    Driver fn cuMemCreate(handle: *mut u64, size: usize, prop: P, flags: u64) -> c_int => memory::mem_create;
+    Driver fn cuMemRelease(handle: u64) -> c_int => memory::mem_release;
     Driver fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => memory::mem_map;
     Driver fn cuMemUnmap(ptr: u64, size: usize) -> c_int => memory::mem_unmap;
     Cudart fn cudaGetDeviceCount(count: *mut c_int) -> c_int => memory::get_device_count;
