@@ -161,3 +161,22 @@ fn a_gemm_given_pinned_host_memory_is_told_what_it_is() {
     assert_eq!(f.kind, FaultKind::HostPointer, "{}", f.message);
     assert!(f.message.contains("[B is pinned host memory: 16 bytes at 0x") && f.message.contains("from cudaMallocHost"), "{}", f.message);
 }
+
+#[test]
+fn a_malloc_interposer_that_calls_dlsym_from_malloc_runs_before_and_after_the_guard() {
+    let wrapper = build_c("malloc_wrapper", &["malloc_wrapper.c"], true);
+    let program = build_c("gemm_family", &["gemm_family.c"], false);
+    let args = ["cublasSgemm_v2", "clean"];
+    let bare = run(Launch { guarded: false, ..Launch::new(&program, &args) });
+    for (order, preload) in [
+        ("wrapper first", format!("{}:{}", wrapper.display(), guard_lib().display())),
+        ("guard first", format!("{}:{}", guard_lib().display(), wrapper.display())),
+    ] {
+        let env = [("LD_PRELOAD", preload.as_str())];
+        let guarded = run(Launch { env: &env, ..Launch::new(&program, &args) });
+        assert_eq!(guarded.code(), Some(0), "{order}: {}", guarded.stderr());
+        assert_eq!(bare.stdout(), guarded.stdout(), "{order}");
+        assert!(guarded.stderr().contains("malloc wrapper calls>0: 1"), "{order}: {}", guarded.stderr());
+        assert_eq!(guarded.trace().summary.calls.get("cublasSgemm_v2"), Some(&1), "{order}");
+    }
+}

@@ -31,14 +31,21 @@ static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 static REAL_DLVSYM: AtomicUsize = AtomicUsize::new(0);
 
 /// Finds libc's `dlsym` and `dlvsym` once (again after a failure: nothing is cached then).
+/// It touches no thread-local state and allocates nothing: a malloc interposer may call `dlsym`
+/// from inside its first `malloc`, before this library's constructor ran.
 extern "C" fn resolve_real() {
     if REAL_DLSYM.load(Ordering::Acquire) != 0 && REAL_DLVSYM.load(Ordering::Acquire) != 0 {
         return;
     }
-    let (dlsym, dlvsym) = super::loader_gate::through(|| (libc_symbol(c"dlsym"), libc_symbol(c"dlvsym")));
-    REAL_DLSYM.store(dlsym, Ordering::Release);
-    REAL_DLVSYM.store(dlvsym, Ordering::Release);
+    REAL_DLSYM.store(libc_symbol(c"dlsym"), Ordering::Release);
+    REAL_DLVSYM.store(libc_symbol(c"dlvsym"), Ordering::Release);
 }
+
+/// Found when the library is loaded, before the program's own code runs.
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static RESOLVE_AT_LOAD: extern "C" fn() = resolve_real;
 
 /// libc's `dlsym`, for the guard's own lookups.
 ///
