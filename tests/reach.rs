@@ -59,9 +59,9 @@ fn two_copies_of_cublas_each_keep_their_own_functions() {
     assert_eq!((t.faults[0].api.as_str(), t.faults[0].status), ("cublasSgemm_v2", 1), "{:#?}", t.faults);
 }
 
-#[test]
-fn another_interposer_wrapping_through_rtld_next_works_before_and_after_the_guard() {
-    let wrapper = build_c("next_wrapper", &["next_wrapper.c"], true);
+/// Runs gemm_family's clean cublasSgemm_v2 with `wrapper` preloaded before and after the guard:
+/// the same output as bare, the guard's one call counted, and `wrapper_says` on stderr.
+fn beside_another_preload(wrapper: &std::path::Path, wrapper_says: &str) {
     let program = build_c("gemm_family", &["gemm_family.c"], false);
     let args = ["cublasSgemm_v2", "clean"];
     let bare = run(Launch { guarded: false, ..Launch::new(&program, &args) });
@@ -73,11 +73,16 @@ fn another_interposer_wrapping_through_rtld_next_works_before_and_after_the_guar
         let guarded = run(Launch { env: &env, ..Launch::new(&program, &args) });
         assert_eq!(guarded.code(), Some(0), "{order}: {}", guarded.stderr());
         assert_eq!(bare.stdout(), guarded.stdout(), "{order}");
-        assert!(guarded.stderr().contains("wrapper calls=1"), "{order}: the wrapper ran once: {}", guarded.stderr());
+        assert!(guarded.stderr().contains(wrapper_says), "{order}: {}", guarded.stderr());
         let t = guarded.trace();
         assert_eq!(t.summary.calls.get("cublasSgemm_v2"), Some(&1), "{order}: the guard ran once");
         assert!(t.faults.is_empty(), "{order}: {:#?}", t.faults);
     }
+}
+
+#[test]
+fn another_interposer_wrapping_through_rtld_next_works_before_and_after_the_guard() {
+    beside_another_preload(&build_c("next_wrapper", &["next_wrapper.c"], true), "wrapper calls=1");
 }
 
 #[test]
@@ -164,19 +169,5 @@ fn a_gemm_given_pinned_host_memory_is_told_what_it_is() {
 
 #[test]
 fn a_malloc_interposer_that_calls_dlsym_from_malloc_runs_before_and_after_the_guard() {
-    let wrapper = build_c("malloc_wrapper", &["malloc_wrapper.c"], true);
-    let program = build_c("gemm_family", &["gemm_family.c"], false);
-    let args = ["cublasSgemm_v2", "clean"];
-    let bare = run(Launch { guarded: false, ..Launch::new(&program, &args) });
-    for (order, preload) in [
-        ("wrapper first", format!("{}:{}", wrapper.display(), guard_lib().display())),
-        ("guard first", format!("{}:{}", guard_lib().display(), wrapper.display())),
-    ] {
-        let env = [("LD_PRELOAD", preload.as_str())];
-        let guarded = run(Launch { env: &env, ..Launch::new(&program, &args) });
-        assert_eq!(guarded.code(), Some(0), "{order}: {}", guarded.stderr());
-        assert_eq!(bare.stdout(), guarded.stdout(), "{order}");
-        assert!(guarded.stderr().contains("malloc wrapper calls>0: 1"), "{order}: {}", guarded.stderr());
-        assert_eq!(guarded.trace().summary.calls.get("cublasSgemm_v2"), Some(&1), "{order}");
-    }
+    beside_another_preload(&build_c("malloc_wrapper", &["malloc_wrapper.c"], true), "malloc wrapper calls>0: 1");
 }
