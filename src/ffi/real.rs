@@ -115,6 +115,7 @@ fn own_base() -> *mut c_void {
 }
 
 fn object_base(addr: *const c_void) -> *mut c_void {
+    // SAFETY: Dl_info is plain C data (pointers), for which all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads loader tables; info is a valid out-parameter.
     if unsafe { libc::dladdr(addr, &mut info) } == 0 {
@@ -125,6 +126,7 @@ fn object_base(addr: *const c_void) -> *mut c_void {
 
 /// The load address and file name (without its folder) of the object that holds `addr`.
 pub fn object_of(addr: *const c_void) -> Option<(usize, &'static str)> {
+    // SAFETY: Dl_info is plain C data (pointers), for which all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads loader tables; info is a valid out-parameter.
     if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
@@ -138,6 +140,7 @@ pub fn object_of(addr: *const c_void) -> Option<(usize, &'static str)> {
 /// Whether `addr` is exactly the object's own definition of `name` (the object that holds
 /// `addr`, looked up without loading anything).
 pub fn defines(addr: *mut c_void, name: &CStr) -> bool {
+    // SAFETY: Dl_info is plain C data (pointers), for which all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads loader tables; info is a valid out-parameter.
     if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
