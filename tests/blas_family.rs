@@ -199,3 +199,15 @@ fn a_workspace_set_on_the_handle_is_checked_at_every_call_that_uses_it() {
     assert_eq!(f.kind, FaultKind::OutOfBounds, "{}", f.message);
     assert!(f.message.starts_with("the workspace spans 8192 bytes") && f.message.contains("overruns it by 4096 bytes"), "{}", f.message);
 }
+
+#[test]
+fn a_nan_in_the_triangle_a_solve_does_not_read_is_not_a_fault() {
+    for function in ["cublasStrsm_v2", "cublasZtrsm_v2", "cublasDtrsmBatched"] {
+        let bare = family(function, "nan_unread", false);
+        let guarded = family(function, "nan_unread", true);
+        assert!(bare.stdout().contains("check=ok"), "{function}: the library never reads it: {}", bare.stdout());
+        assert_eq!(bare.stdout(), guarded.stdout(), "{function}");
+        let t = guarded.trace();
+        assert!(t.faults.is_empty(), "{function}: {:#?}", t.faults);
+    }
+}

@@ -7,7 +7,7 @@ use std::ffi::{c_int, c_void};
 
 use super::matmul::{self, ExArgs};
 use super::Call;
-use crate::check::matmul::{MatmulCall, Members, OperandSpec, Role, MAX_OPERANDS};
+use crate::check::matmul::{MatmulCall, Members, OperandSpec, Role, Triangle, MAX_OPERANDS};
 use crate::cuda::{Diag, Fill, Operation, Side};
 use crate::recorder::{BlasForm, CallArgs};
 use crate::scan::DType;
@@ -27,7 +27,7 @@ struct Operands {
 impl Operands {
     fn push(&mut self, name: &'static str, ptr: Ptr, shape: StoredShape, dtype: DType, members: Members, role: Role) -> &mut Self {
         if let Some(slot) = self.list.get_mut(self.used) {
-            *slot = Some(OperandSpec { name, ptr: ptr as u64, shape, dtype, members, role, increment: None });
+            *slot = Some(OperandSpec { name, ptr: ptr as u64, shape, dtype, members, role, increment: None, triangle: None });
             self.used += 1;
         }
         self
@@ -165,6 +165,13 @@ fn trsm(
     };
     let mut ops = Operands::default();
     ops.push("A", a, args.a(), dtype, members, Role::Input);
+    if let Some(Some(spec)) = ops.list.first_mut() {
+        spec.triangle = match args.uplo {
+            Fill::Lower => Some(Triangle::Lower),
+            Fill::Upper => Some(Triangle::Upper),
+            Fill::Unknown(_) => None,
+        };
+    }
     ops.push("B", b, args.b(), dtype, members, Role::InOut);
     let mut matmul = blas_call(handle, args.check(), dtype, Some(alpha), None, ops);
     let record = match batch {

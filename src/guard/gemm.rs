@@ -101,7 +101,7 @@ impl Gemm {
             dtype,
             members: members(stride),
             role,
-            increment: None,
+            increment: None, triangle: None,
         };
         let mut operands = [None; MAX_OPERANDS];
         operands[0] = Some(spec("A", self.a, validate::shape_of_a(&args), types.0, sa, Role::Input));

@@ -5,6 +5,7 @@
  *   invalid   a broken argument (a leading dimension, an increment, a NULL result)
  *   oob       an operand's allocation is too short
  *   produced  (gemv, trsm) finite inputs that overflow or divide by zero
+ *   nan_unread (trsm) a NaN in the triangle of A that the solve does not read
  *   device_result / result_on_device   (dots) result in device memory, DEVICE / HOST mode
  *   freed, short  (cublasSetWorkspace) a workspace freed, or declared larger than it is */
 #include <complex.h>
@@ -202,6 +203,7 @@ static void lower_triangle(int t, void *a, int b) {
         for (int row = 0; row < N; row++)
             put(t, a, b * ELEMS + col * N + row, row == col ? value(t, 4, 0) : row > col ? value(t, (row + col) % 3 - 1, 0.5) : 0);
     if (CASE("produced")) put(t, a, b * ELEMS + 2 * N + 2, 0); /* a zero on the diagonal: division by zero */
+    if (CASE("nan_unread")) put(t, a, b * ELEMS + 3 * N + 1, NAN); /* above the diagonal: never read */
 }
 
 static int trsm(cublasHandle_t h, int t, int members) {

@@ -13,7 +13,7 @@ mod bounds;
 mod nonfinite;
 mod operands;
 
-pub use operands::{MatmulCall, Members, OperandReport, OperandSpec, Role, MAX_OPERANDS};
+pub use operands::{MatmulCall, Members, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS};
 
 use nonfinite::counts;
 use operands::describe;
@@ -324,7 +324,7 @@ mod tests {
     }
 
     fn strided(name: &'static str, ptr: u64, role: Role) -> OperandSpec {
-        OperandSpec { name, ptr, shape: shape(2, 2), dtype: DType::F32, members: Members::Strided { count: 3, stride: 4 }, role, increment: None }
+        OperandSpec { name, ptr, shape: shape(2, 2), dtype: DType::F32, members: Members::Strided { count: 3, stride: 4 }, role, increment: None, triangle: None }
     }
 
     fn run(call: MatmulCall, allocations: &Allocations, model: &Model) -> Outcome {
@@ -394,7 +394,7 @@ mod tests {
             dtype: DType::F32,
             members: Members::Array { count: 2 },
             role,
-            increment: None,
+            increment: None, triangle: None,
         };
         let c = run(
             call(array("A", 0x5000, Role::Input), array("B", 0x6000, Role::Input), array("C", 0x7000, Role::Accumulator)),

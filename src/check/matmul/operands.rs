@@ -60,18 +60,28 @@ pub struct OperandSpec {
     pub role: Role,
     /// A vector (`shape` 1 x n with ld |inc|): its increment, for messages.
     pub increment: Option<i32>,
+    /// A triangular matrix (trsm's A): only this triangle, diagonal included, is read, so
+    /// only it is scanned.
+    pub triangle: Option<Triangle>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Triangle {
+    /// Rows at or below the diagonal, as stored.
+    Lower,
+    Upper,
 }
 
 impl OperandSpec {
     #[cfg(test)]
     pub fn matrix(name: &'static str, ptr: u64, shape: StoredShape, dtype: DType, role: Role) -> Self {
-        Self { name, ptr, shape, dtype, members: Members::One, role, increment: None }
+        Self { name, ptr, shape, dtype, members: Members::One, role, increment: None, triangle: None }
     }
 
     /// A workspace of `bytes` bytes.
     pub fn workspace(ptr: u64, bytes: u64) -> Self {
         let shape = StoredShape { rows: bytes.min(i64::MAX as u64) as i64, cols: 1, ld: bytes.min(i64::MAX as u64) as i64 };
-        Self { name: "workspace", ptr, shape, dtype: DType::I8, members: Members::One, role: Role::Workspace, increment: None }
+        Self { name: "workspace", ptr, shape, dtype: DType::I8, members: Members::One, role: Role::Workspace, increment: None, triangle: None }
     }
 }
 
