@@ -17,36 +17,19 @@ use crate::trace::{hex, FaultKind};
 
 type Stream = *mut c_void;
 
-/// Where a new allocation's address comes back: a `void **` (runtime) or a `CUdeviceptr *`
-/// (driver), and for pitched allocations the pitch, which makes the size.
-#[derive(Clone, Copy)]
-enum Out {
-    Pointer(*mut *mut c_void),
-    DevicePtr(*mut u64),
-}
-
-impl Out {
-    fn written(self) -> u64 {
-        match self {
-            Self::Pointer(p) => out_param::written(p).map_or(0, |p| p as u64),
-            Self::DevicePtr(p) => out_param::written(p).unwrap_or(0),
-        }
-    }
-}
-
-fn allocate(call: &Call<'_, c_int>, out: Out, size: usize, stream: Option<Stream>) -> c_int {
+fn allocate(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize, stream: Option<Stream>) -> c_int {
     allocate_sized(call, out, || size, stream)
 }
 
 /// `size` is asked after the call: a pitched allocation's size is known only then.
-fn allocate_sized(call: &Call<'_, c_int>, out: Out, size: impl Fn() -> usize, stream: Option<Stream>) -> c_int {
+fn allocate_sized(call: &Call<'_, c_int>, out: *mut *mut c_void, size: impl Fn() -> usize, stream: Option<Stream>) -> c_int {
     let s = call.session;
     let status = call.forward();
     let stream = stream.map(|st| st as u64);
     let size = size();
     if status == cuda::CUDA_SUCCESS {
         // On success the library wrote the new pointer through `out`.
-        let base = out.written();
+        let base = out_param::written(out).map_or(0, |p| p as u64);
         if base != 0 {
             s.allocations.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream, api: call.api() });
         }
@@ -115,7 +98,7 @@ fn release(call: &Call<'_, c_int>, ptr: *mut c_void, stream: Option<Stream>) -> 
 }
 
 pub(crate) fn malloc(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize) -> c_int {
-    allocate(call, Out::Pointer(out), size, None)
+    allocate(call, out, size, None)
 }
 
 pub(crate) fn malloc_async(
@@ -124,7 +107,7 @@ pub(crate) fn malloc_async(
     size: usize,
     stream: Stream,
 ) -> c_int {
-    allocate(call, Out::Pointer(out), size, Some(stream))
+    allocate(call, out, size, Some(stream))
 }
 
 /// cudaMallocHost, cudaHostAlloc, cuMemAllocHost_v2: pinned host memory, kept in its own
@@ -152,51 +135,25 @@ pub(crate) fn free_host(call: &Call<'_, c_int>, ptr: *mut c_void) -> c_int {
     status
 }
 
-/// cudaMallocManaged: unified memory, device-accessible.
+/// cudaMallocManaged (and cuMemAllocManaged): unified memory, device-accessible.
 pub(crate) fn malloc_managed(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize, _flags: u32) -> c_int {
-    allocate(call, Out::Pointer(out), size, None)
+    allocate(call, out, size, None)
 }
 
-/// cudaMallocFromPoolAsync.
+/// cudaMallocFromPoolAsync (and cuMemAllocFromPoolAsync).
 pub(crate) fn malloc_from_pool(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize, _pool: *mut c_void, stream: Stream) -> c_int {
-    allocate(call, Out::Pointer(out), size, Some(stream))
+    allocate(call, out, size, Some(stream))
 }
 
 /// cudaMallocPitch: `height` rows of `*pitch` bytes (the pitch is the rows' stride).
 pub(crate) fn malloc_pitch(call: &Call<'_, c_int>, out: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> c_int {
     let size = || out_param::written(pitch).unwrap_or(width).saturating_mul(height);
-    allocate_sized(call, Out::Pointer(out), size, None)
+    allocate_sized(call, out, size, None)
 }
 
-/// The driver's cuMemAlloc_v2 (and cuMemAllocManaged).
-pub(crate) fn mem_alloc(call: &Call<'_, c_int>, out: *mut u64, size: usize) -> c_int {
-    allocate(call, Out::DevicePtr(out), size, None)
-}
-
-pub(crate) fn mem_alloc_managed(call: &Call<'_, c_int>, out: *mut u64, size: usize, _flags: u32) -> c_int {
-    allocate(call, Out::DevicePtr(out), size, None)
-}
-
-pub(crate) fn mem_alloc_async(call: &Call<'_, c_int>, out: *mut u64, size: usize, stream: Stream) -> c_int {
-    allocate(call, Out::DevicePtr(out), size, Some(stream))
-}
-
-pub(crate) fn mem_alloc_from_pool(call: &Call<'_, c_int>, out: *mut u64, size: usize, _pool: *mut c_void, stream: Stream) -> c_int {
-    allocate(call, Out::DevicePtr(out), size, Some(stream))
-}
-
-/// cuMemAllocPitch_v2: as cudaMallocPitch.
-pub(crate) fn mem_alloc_pitch(call: &Call<'_, c_int>, out: *mut u64, pitch: *mut usize, width: usize, height: usize, _elem: u32) -> c_int {
-    let size = || out_param::written(pitch).unwrap_or(width).saturating_mul(height);
-    allocate_sized(call, Out::DevicePtr(out), size, None)
-}
-
-pub(crate) fn mem_free(call: &Call<'_, c_int>, ptr: u64) -> c_int {
-    release(call, ptr as *mut c_void, None)
-}
-
-pub(crate) fn mem_free_async(call: &Call<'_, c_int>, ptr: u64, stream: Stream) -> c_int {
-    release(call, ptr as *mut c_void, Some(stream))
+/// cuMemAllocPitch_v2: as cudaMallocPitch (the element size only guides the pitch).
+pub(crate) fn mem_alloc_pitch(call: &Call<'_, c_int>, out: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize, _elem: u32) -> c_int {
+    malloc_pitch(call, out, pitch, width, height)
 }
 
 /// cuMemMap: the mapped range is live device memory, one extent with the mapped ranges it

@@ -273,16 +273,18 @@ hook_table! {
     Cudart fn cudaFreeHost(ptr: *mut c_void) -> c_int => memory::free_host;
     Driver fn cuMemAllocHost_v2(ptr: *mut *mut c_void, size: usize) -> c_int => memory::malloc_host;
     Driver fn cuMemFreeHost(ptr: *mut c_void) -> c_int => memory::free_host;
-    Driver fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> c_int => memory::mem_alloc;
-    Driver fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: u32) -> c_int => memory::mem_alloc_managed;
-    Driver fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32) -> c_int => memory::mem_alloc_pitch;
-    Driver fn cuMemAllocAsync(dptr: *mut u64, size: usize, stream: Stream) -> c_int => memory::mem_alloc_async;
-    Driver fn cuMemAllocAsync_ptsz(dptr: *mut u64, size: usize, stream: Stream) -> c_int => memory::mem_alloc_async;
-    Driver fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: *mut c_void, stream: Stream) -> c_int => memory::mem_alloc_from_pool;
-    Driver fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut u64, size: usize, pool: *mut c_void, stream: Stream) -> c_int => memory::mem_alloc_from_pool;
-    Driver fn cuMemFree_v2(dptr: u64) -> c_int => memory::mem_free;
-    Driver fn cuMemFreeAsync(dptr: u64, stream: Stream) -> c_int => memory::mem_free_async;
-    Driver fn cuMemFreeAsync_ptsz(dptr: u64, stream: Stream) -> c_int => memory::mem_free_async;
+    // A CUdeviceptr is declared as the pointer it holds (the same width and calling convention),
+    // so the runtime's handlers serve the driver's allocation functions.
+    Driver fn cuMemAlloc_v2(dptr: *mut *mut c_void, size: usize) -> c_int => memory::malloc;
+    Driver fn cuMemAllocManaged(dptr: *mut *mut c_void, size: usize, flags: u32) -> c_int => memory::malloc_managed;
+    Driver fn cuMemAllocPitch_v2(dptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize, elem: u32) -> c_int => memory::mem_alloc_pitch;
+    Driver fn cuMemAllocAsync(dptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int => memory::malloc_async;
+    Driver fn cuMemAllocAsync_ptsz(dptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int => memory::malloc_async;
+    Driver fn cuMemAllocFromPoolAsync(dptr: *mut *mut c_void, size: usize, pool: *mut c_void, stream: Stream) -> c_int => memory::malloc_from_pool;
+    Driver fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut *mut c_void, size: usize, pool: *mut c_void, stream: Stream) -> c_int => memory::malloc_from_pool;
+    Driver fn cuMemFree_v2(dptr: *mut c_void) -> c_int => memory::free;
+    Driver fn cuMemFreeAsync(dptr: *mut c_void, stream: Stream) -> c_int => memory::free_async;
+    Driver fn cuMemFreeAsync_ptsz(dptr: *mut c_void, stream: Stream) -> c_int => memory::free_async;
     Driver fn cuMemAddressReserve(ptr: *mut u64, size: usize, align: usize, addr: u64, flags: u64) -> c_int => memory::mem_address_reserve;
     Driver fn cuMemAddressFree(ptr: u64, size: usize) -> c_int => memory::mem_address_free;
     Driver fn cuMemCreate(handle: *mut u64, size: usize, prop: P, flags: u64) -> c_int => memory::mem_create;
