@@ -110,15 +110,14 @@ pub unsafe extern "C" fn cudaGetDriverEntryPointByVersion(
     status
 }
 
-/// The guard's own lookup functions by name, for `dlsym` on the library that defines them:
-/// the wrapper for a name `dlsym` found in a library of that kind (`found` in `file`).
-pub(crate) fn wrapper_for(name: &[u8], file: &str) -> Option<*mut c_void> {
-    let (wrapper, library): (*mut c_void, Library) = match name {
+/// The guard's wrapper of the lookup function `name`, and the library that defines it: what
+/// `dlsym` on that library returns for the name. `None`: not a lookup function.
+pub(crate) fn wrapper_for(name: &[u8]) -> Option<(*mut c_void, Library)> {
+    Some(match name {
         b"cuGetProcAddress" => (cuGetProcAddress as *mut c_void, Library::Driver),
         b"cuGetProcAddress_v2" => (cuGetProcAddress_v2 as *mut c_void, Library::Driver),
         b"cudaGetDriverEntryPoint" => (cudaGetDriverEntryPoint as *mut c_void, Library::Cudart),
         b"cudaGetDriverEntryPointByVersion" => (cudaGetDriverEntryPointByVersion as *mut c_void, Library::Cudart),
         _ => return None,
-    };
-    file.starts_with(library.stem()).then_some(wrapper)
+    })
 }

@@ -50,12 +50,8 @@ impl Library {
     /// What every file name of the library starts with, vendored copies included
     /// (`libcublas-5e3a1f0c.so.12`).
     pub fn stem(self) -> &'static str {
-        match self {
-            Self::Cublas => "libcublas",
-            Self::CublasLt => "libcublasLt",
-            Self::Cudart => "libcudart",
-            Self::Driver => "libcuda",
-        }
+        let prefix = self.prefix();
+        prefix.strip_suffix(".so").unwrap_or(prefix)
     }
 
     /// What a hook returns when the real function cannot be found: the library's
@@ -126,6 +122,11 @@ fn object_base(addr: *const c_void) -> *mut c_void {
 
 /// The load address and file name (without its folder) of the object that holds `addr`.
 pub fn object_of(addr: *const c_void) -> Option<(usize, &'static str)> {
+    object_path(addr).map(|(base, path)| (base, file_name(path)))
+}
+
+/// The load address and path of the object that holds `addr`.
+fn object_path(addr: *const c_void) -> Option<(usize, &'static str)> {
     // SAFETY: Dl_info is plain C data (pointers), for which all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads loader tables; info is a valid out-parameter.
@@ -134,31 +135,14 @@ pub fn object_of(addr: *const c_void) -> Option<(usize, &'static str)> {
     }
     // SAFETY: the loader's NUL-terminated file name, which lives as long as the object.
     let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_str().ok()?;
-    Some((info.dli_fbase as usize, file_name(path)))
+    Some((info.dli_fbase as usize, path))
 }
 
 /// Whether `addr` is exactly the object's own definition of `name` (the object that holds
 /// `addr`, looked up without loading anything).
 pub fn defines(addr: *mut c_void, name: &CStr) -> bool {
-    // SAFETY: Dl_info is plain C data (pointers), for which all zeroes is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only reads loader tables; info is a valid out-parameter.
-    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
-        return false;
-    }
-    super::loader_gate::through(|| {
-        // SAFETY: RTLD_NOLOAD returns a handle only to an object already mapped (this one);
-        // the reference it takes is dropped below.
-        unsafe {
-            let handle = libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD);
-            if handle.is_null() {
-                return false;
-            }
-            let same = super::dl::real_dlsym(handle, name.as_ptr()) == addr;
-            libc::dlclose(handle);
-            same
-        }
-    })
+    let Some((_, path)) = object_path(addr) else { return false };
+    super::loader_gate::through(|| from_loaded(path, name, None) == addr)
 }
 
 /// Whether `addr` is inside this library.

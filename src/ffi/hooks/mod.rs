@@ -323,26 +323,25 @@ fn copy_of(base: usize) -> Option<usize> {
     None
 }
 
+/// The load address of the object holding `found`, when it is a copy of `library` (under any
+/// file name that starts like it) and not this library.
+fn in_library(found: *mut c_void, library: Library) -> Option<usize> {
+    let (base, file) = super::real::object_of(found)?;
+    (file.starts_with(library.stem()) && !super::real::is_own(found)).then_some(base)
+}
+
 /// What `dlsym` on a library handle returns for `name`, given what libc `found`: a guarded copy
 /// of the hook when `name` is hooked and `found` lies in that function's CUDA library (under any
 /// file name that starts like it, so a vendored copy counts); `found` itself otherwise.
 pub(crate) fn guarded_copy(name: &std::ffi::CStr, found: *mut c_void) -> *mut c_void {
     let name = name.to_bytes();
-    let lookup = matches!(name, b"cuGetProcAddress" | b"cuGetProcAddress_v2" | b"cudaGetDriverEntryPoint" | b"cudaGetDriverEntryPointByVersion");
-    let index = HOOK_NAMES.iter().position(|n| n.as_bytes() == name);
-    if index.is_none() && !lookup {
-        return found;
+    // One of the driver's entry points: the guard's wrapper of it stands for it.
+    if let Some((wrapper, library)) = super::entry_points::wrapper_for(name) {
+        return if in_library(found, library).is_some() { wrapper } else { found };
     }
-    let Some((base, file)) = super::real::object_of(found) else { return found };
-    if lookup {
-        // The driver's entry points, looked up by name: the guard's wrappers of them.
-        return super::entry_points::wrapper_for(name, file).filter(|_| !super::real::is_own(found)).unwrap_or(found);
-    }
-    let Some(index) = index else { return found };
+    let Some(index) = HOOK_NAMES.iter().position(|n| n.as_bytes() == name) else { return found };
     let hook = ALL_HOOKS[index];
-    if !file.starts_with(hook.library().stem()) || super::real::is_own(found) {
-        return found;
-    }
+    let Some(base) = in_library(found, hook.library()) else { return found };
     let Some(copy) = copy_of(base) else {
         lifecycle::warn_once(
             &COPIES_FULL_WARNED,
