@@ -207,7 +207,6 @@ fn libc_symbol(name: &CStr) -> usize {
 mod elf {
     use std::ffi::CStr;
 
-    const PT_DYNAMIC: u32 = 2;
     const DT_NULL: i64 = 0;
     const DT_HASH: i64 = 4;
     const DT_STRTAB: i64 = 5;
@@ -218,20 +217,11 @@ mod elf {
     const STT_GNU_IFUNC: u8 = 10;
     const VERSYM_HIDDEN: u16 = 0x8000;
 
+    /// An entry of the dynamic section (`Elf64_Dyn`, which the libc crate does not define).
     #[repr(C)]
     struct Dyn {
         tag: i64,
         val: u64,
-    }
-
-    #[repr(C)]
-    struct Sym {
-        name: u32,
-        info: u8,
-        other: u8,
-        shndx: u16,
-        value: u64,
-        size: u64,
     }
 
     /// The address of `name`'s default (not hidden) definition in the object, if it has one.
@@ -242,7 +232,7 @@ mod elf {
         let base = info.dlpi_addr as usize;
         // SAFETY: the loader's program headers for this object.
         let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-        let dynamic = headers.iter().find(|h| h.p_type == PT_DYNAMIC)?;
+        let dynamic = headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC)?;
         // The loader relocates these entries in place on x86_64; an unrelocated one is an
         // offset from the base.
         let at = |v: u64| if (v as usize) < base { base + v as usize } else { v as usize };
@@ -278,20 +268,20 @@ mod elf {
         };
         for i in 0..count {
             // SAFETY: i < the number of symbols in the table.
-            let sym = unsafe { &*(symtab as *const Sym).add(i) };
-            let kind = sym.info & 0xf;
-            if sym.shndx == 0 || (kind != STT_FUNC && kind != STT_GNU_IFUNC) {
+            let sym = unsafe { &*(symtab as *const libc::Elf64_Sym).add(i) };
+            let kind = sym.st_info & 0xf;
+            if sym.st_shndx == 0 || (kind != STT_FUNC && kind != STT_GNU_IFUNC) {
                 continue;
             }
             // SAFETY: a symbol's name is a NUL-terminated string in the string table.
-            let sym_name = unsafe { CStr::from_ptr((strtab + sym.name as usize) as *const std::ffi::c_char) };
+            let sym_name = unsafe { CStr::from_ptr((strtab + sym.st_name as usize) as *const std::ffi::c_char) };
             if sym_name.to_bytes() != name {
                 continue;
             }
             // SAFETY: one versym entry per symbol.
             let hidden = versym != 0 && unsafe { *(versym as *const u16).add(i) } & VERSYM_HIDDEN != 0;
             if !hidden && kind == STT_FUNC {
-                return Some(base + sym.value as usize);
+                return Some(base + sym.st_value as usize);
             }
         }
         None

@@ -25,20 +25,17 @@ struct Operands {
 }
 
 impl Operands {
-    fn push(&mut self, name: &'static str, ptr: Ptr, shape: StoredShape, dtype: DType, members: Members, role: Role) -> &mut Self {
-        if let Some(slot) = self.list.get_mut(self.used) {
-            *slot = Some(OperandSpec { name, ptr: ptr as u64, shape, dtype, members, role, increment: None, triangle: None });
-            self.used += 1;
-        }
-        self
+    /// Adds an operand; the new one, to refine (`None` past `MAX_OPERANDS`, which no form reaches).
+    fn push(&mut self, name: &'static str, ptr: Ptr, shape: StoredShape, dtype: DType, members: Members, role: Role) -> Option<&mut OperandSpec> {
+        let slot = self.list.get_mut(self.used)?;
+        self.used += 1;
+        Some(slot.insert(OperandSpec { name, ptr: ptr as u64, shape, dtype, members, role, increment: None, triangle: None }))
     }
 
-    fn vector(&mut self, name: &'static str, ptr: Ptr, n: i64, inc: c_int, dtype: DType, role: Role) -> &mut Self {
-        self.push(name, ptr, blas::vector_shape(n, inc.into()), dtype, Members::One, role);
-        if let Some(Some(spec)) = self.used.checked_sub(1).and_then(|i| self.list.get_mut(i)) {
+    fn vector(&mut self, name: &'static str, ptr: Ptr, n: i64, inc: c_int, dtype: DType, role: Role) {
+        if let Some(spec) = self.push(name, ptr, blas::vector_shape(n, inc.into()), dtype, Members::One, role) {
             spec.increment = Some(inc);
         }
-        self
     }
 }
 
@@ -164,8 +161,7 @@ fn trsm(
         None => Members::One,
     };
     let mut ops = Operands::default();
-    ops.push("A", a, args.a(), dtype, members, Role::Input);
-    if let Some(Some(spec)) = ops.list.first_mut() {
+    if let Some(spec) = ops.push("A", a, args.a(), dtype, members, Role::Input) {
         spec.triangle = match args.uplo {
             Fill::Lower => Some(Triangle::Lower),
             Fill::Upper => Some(Triangle::Upper),

@@ -2,14 +2,14 @@
 //! an even sample of them, read the way the library reads them (beta decides whether C is read).
 
 use super::bounds::member_addr;
-use super::operands::{describe, Members, OperandSpec, Role, MAX_OPERANDS};
+use super::operands::{describe, Members, OperandSpec, Role, Triangle, MAX_OPERANDS};
 use super::MatmulCheck;
 use crate::check::{Device, Finding};
 use crate::cuda::PointerMode;
-use crate::scan::{self, MatrixScan};
+use crate::scan::{self, DType, MatrixScan};
 use crate::state::Allocations;
 use crate::trace::FaultKind;
-use crate::validate::{self, Containment};
+use crate::validate::{self, Containment, StoredShape};
 
 /// "2 NaN (first at row 1, col 0)"; a vector's position is its element index.
 pub(super) fn counts(spec: &OperandSpec, scan: &MatrixScan) -> String {
@@ -169,9 +169,9 @@ struct StreamReader<'a> {
 fn scan_triangle(
     reader: &dyn scan::DeviceReader,
     addr: u64,
-    shape: crate::validate::StoredShape,
-    dtype: crate::scan::DType,
-    triangle: super::operands::Triangle,
+    shape: StoredShape,
+    dtype: DType,
+    triangle: Triangle,
     buf: &mut Vec<u8>,
     max_bytes: u64,
 ) -> Option<MatrixScan> {
@@ -181,14 +181,14 @@ fn scan_triangle(
     let mut total = MatrixScan::default();
     for col in 0..cols {
         let (first, count) = match triangle {
-            super::operands::Triangle::Lower => (col.min(rows), rows.saturating_sub(col)),
-            super::operands::Triangle::Upper => (0, (col + 1).min(rows)),
+            Triangle::Lower => (col.min(rows), rows.saturating_sub(col)),
+            Triangle::Upper => (0, (col + 1).min(rows)),
         };
         if count == 0 {
             continue;
         }
         let start = addr.checked_add(col.checked_mul(ld)?.checked_add(first)?.checked_mul(elem)?)?;
-        let column = crate::validate::StoredShape { rows: count as i64, cols: 1, ld: count as i64 };
+        let column = StoredShape { rows: count as i64, cols: 1, ld: count as i64 };
         let s = scan::scan_matrix(reader, start, column, dtype, buf, per_column).ok()?;
         if total.first_nonfinite.is_none() {
             total.first_nonfinite = s.first_nonfinite.map(|(row, _)| (row + first, col));
