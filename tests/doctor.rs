@@ -140,7 +140,7 @@ fn a_hanging_framework_import_stops_at_the_time_limit() {
 
 #[test]
 fn the_real_pytorch_wheel_is_named_with_its_cuda_build_architectures_and_the_missing_driver() {
-    let venv = std::env::var("CUBLASGUARD_CACHE").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/cublasguard")).join("torch-venv");
+    let venv = cache_dir().join("torch-venv");
     let python = venv.join("bin/python");
     if !venv.join(".complete").exists() {
         assert!(std::env::var_os("CUBLASGUARD_REQUIRE_TORCH").is_none(), "CUBLASGUARD_REQUIRE_TORCH is set but {} is missing", venv.display());

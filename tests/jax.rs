@@ -14,15 +14,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn cache() -> PathBuf {
-    std::env::var_os("CUBLASGUARD_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/cublasguard"))
-}
-
 /// The JAX environment's python and the CUDA 12 library path, or `None` (with a note).
 fn setup() -> Option<(PathBuf, String)> {
-    let root = cache();
+    let root = cache_dir();
     let venv = root.join("jax-venv");
     let cuda = root.join("nvidia-cu12");
     if venv.join(".complete").exists() && cuda.join(".complete").exists() {
@@ -77,5 +71,5 @@ fn jax_with_its_cuda_plugin_falls_back_to_the_cpu_the_same_under_the_guard() {
     let t = cublasguard::trace::read(&trace_path).unwrap_or_else(|e| panic!("trace: {e}\n{guarded_err}"));
     assert!(t.faults.is_empty(), "{:#?}", t.faults);
     let cudart = t.environment.libraries.iter().find(|l| l.soname == "libcudart.so.12");
-    assert!(cudart.is_some_and(|l| l.path.starts_with(&cache().display().to_string())), "{:?}", t.environment.libraries);
+    assert!(cudart.is_some_and(|l| l.path.starts_with(&cache_dir().display().to_string())), "{:?}", t.environment.libraries);
 }

@@ -25,15 +25,9 @@ impl Cuda {
     }
 }
 
-fn cache() -> PathBuf {
-    std::env::var_os("CUBLASGUARD_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/cublasguard"))
-}
-
 /// The installed CUDA 12 and 13 wheels; empty (with a note) when they are not installed.
 fn installed() -> Vec<Cuda> {
-    let root = cache();
+    let root = cache_dir();
     let all = vec![
         Cuda {
             major: 12,
@@ -102,7 +96,7 @@ fn check_environment(t: &Trace, cuda: &Cuda) {
     assert!(t.environment.driver.error.as_deref().unwrap_or("").starts_with("no NVIDIA driver"));
     for soname in [format!("libcudart.so.{m}"), format!("libcublas.so.{m}"), format!("libcublasLt.so.{m}")] {
         let lib = t.environment.libraries.iter().find(|l| l.soname == soname).unwrap_or_else(|| panic!("{soname} in {:?}", t.environment.libraries));
-        assert!(lib.path.starts_with(&cache().display().to_string()), "{}", lib.path);
+        assert!(lib.path.starts_with(&cache_dir().display().to_string()), "{}", lib.path);
     }
 }
 

@@ -14,9 +14,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn ptxas() -> Option<PathBuf> {
-    let cache = std::env::var_os("CUBLASGUARD_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/cublasguard"));
+    let cache = cache_dir();
     let ptxas = cache.join("nvidia-nvcc-cu12/nvidia/cuda_nvcc/bin/ptxas");
     if ptxas.exists() && cache.join("nvidia-nvcc-cu12/.complete").exists() {
         return Some(ptxas);

@@ -15,9 +15,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn python() -> Option<PathBuf> {
-    let cache = std::env::var_os("CUBLASGUARD_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/cublasguard"));
+    let cache = cache_dir();
     let venv = cache.join("torch-venv");
     if venv.join(".complete").exists() {
         return Some(venv.join("bin/python"));

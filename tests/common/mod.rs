@@ -168,6 +168,14 @@ pub fn faults_of(trace: &Trace, kind: FaultKind) -> Vec<&Fault> {
     trace.faults.iter().filter(|f| f.kind == kind).collect()
 }
 
+/// Where scripts/fetch-*.sh put NVIDIA's wheels, PyTorch and JAX (CUBLASGUARD_CACHE, else
+/// ~/.cache/cublasguard).
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("CUBLASGUARD_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/cublasguard"))
+}
+
 /// Runs a test program built from `tests/c/<name>.c` with `args`, with or without the guard.
 pub fn run_c(name: &str, args: &[&str], guarded: bool) -> Run {
     let program = build_c(name, &[&format!("{name}.c")], false);

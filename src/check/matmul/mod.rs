@@ -342,19 +342,24 @@ mod tests {
         }
     }
 
-    #[test]
-    fn names_the_batch_member_that_holds_a_nan() {
+    /// A strided batch of three 2 x 2 members, A holding `a` (B ones, C zeros), checked.
+    fn strided_gemm(a: Vec<u8>) -> Outcome {
         let (allocs, model) = (Allocations::default(), Model::default());
-        let mut batch = vec![1.0f32; 4 * 3];
-        batch[4 * 2 + 1] = f32::NAN; // member 2, row 1, col 0
-        model.put(&allocs, 0x1000, f32s(&batch));
+        model.put(&allocs, 0x1000, a);
         model.put(&allocs, 0x2000, f32s(&[1.0; 12]));
         model.put(&allocs, 0x3000, f32s(&[0.0; 12]));
-        let c = run(
+        run(
             call(strided("A", 0x1000, Role::Input), strided("B", 0x2000, Role::Input), strided("C", 0x3000, Role::Accumulator)),
             &allocs,
             &model,
-        );
+        )
+    }
+
+    #[test]
+    fn names_the_batch_member_that_holds_a_nan() {
+        let mut batch = vec![1.0f32; 4 * 3];
+        batch[4 * 2 + 1] = f32::NAN; // member 2, row 1, col 0
+        let c = strided_gemm(f32s(&batch));
         let f = c.finding.expect("fault");
         assert_eq!(f.kind, FaultKind::NonfiniteInput);
         assert!(f.message.contains("batch member 2 of 3"), "{}", f.message);
@@ -364,15 +369,7 @@ mod tests {
 
     #[test]
     fn a_strided_batch_past_its_allocation_names_the_first_member_outside() {
-        let (allocs, model) = (Allocations::default(), Model::default());
-        model.put(&allocs, 0x1000, f32s(&[1.0; 10])); // 2.5 members of 4 floats
-        model.put(&allocs, 0x2000, f32s(&[1.0; 12]));
-        model.put(&allocs, 0x3000, f32s(&[0.0; 12]));
-        let c = run(
-            call(strided("A", 0x1000, Role::Input), strided("B", 0x2000, Role::Input), strided("C", 0x3000, Role::Accumulator)),
-            &allocs,
-            &model,
-        );
+        let c = strided_gemm(f32s(&[1.0; 10])); // 2.5 members of 4 floats
         let f = c.finding.expect("fault");
         assert_eq!(f.kind, FaultKind::OutOfBounds);
         assert!(f.message.contains("batch member 2 of 3") && f.message.contains("overruns it by 8 bytes"), "{}", f.message);
