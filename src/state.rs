@@ -190,73 +190,86 @@ pub struct LiveTotals {
 
 impl Allocations {
     pub fn insert(&self, allocation: Allocation) {
-        {
-            // Memory handed out again is live, not freed.
-            let end = allocation.base.saturating_add(allocation.size.max(1));
-            self.freed.lock().retain(|f| f.base.saturating_add(f.size.max(1)) <= allocation.base || f.base >= end);
-        }
+        self.forget_freed(&allocation);
         let mut map = self.map.write();
-        if let Some(old) = map.insert(allocation.base, allocation) {
-            self.live_bytes.fetch_sub(old.size, Ordering::Relaxed);
-            self.live_count.fetch_sub(1, Ordering::Relaxed);
-        }
-        self.live_bytes.fetch_add(allocation.size, Ordering::Relaxed);
-        self.live_count.fetch_add(1, Ordering::Relaxed);
+        self.put(&mut map, allocation);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// A range mapped with the virtual-memory API: live device memory, one extent with the
     /// mapped ranges it touches (PyTorch's expandable segments grow by mapping the next chunk
-    /// of one reservation, and a tensor may span two chunks).
+    /// of one reservation, and a tensor may span two chunks). One write lock for the whole
+    /// merge, so a lookup never sees the pieces half joined.
     pub fn insert_mapped(&self, mapped: Allocation) {
+        self.forget_freed(&mapped);
         let end = mapped.base.saturating_add(mapped.size);
-        let (before, after) = {
-            let map = self.map.read();
-            let before = map.range(..mapped.base).next_back().map(|(_, a)| *a).filter(|a| a.api == mapped.api && a.base + a.size == mapped.base);
-            let after = map.get(&end).copied().filter(|a| a.api == mapped.api);
-            (before, after)
-        };
+        let mut map = self.map.write();
         let mut merged = mapped;
+        let before = map.range(..mapped.base).next_back().map(|(_, a)| *a).filter(|a| a.api == mapped.api && a.base + a.size == mapped.base);
         if let Some(b) = before {
-            self.remove(b.base);
+            self.take(&mut map, b.base);
             merged.base = b.base;
             merged.size += b.size;
         }
-        if let Some(a) = after {
-            self.remove(a.base);
+        if let Some(a) = map.get(&end).copied().filter(|a| a.api == mapped.api) {
+            self.take(&mut map, a.base);
             merged.size += a.size;
         }
-        self.insert(merged);
+        self.put(&mut map, merged);
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Unmaps `[base, base + size)` from the mapped extent holding it, keeping what is left
     /// on either side; returns the unmapped part, or `None` when no mapped extent holds it.
     pub fn remove_mapped(&self, base: u64, size: u64) -> Option<Allocation> {
-        let extent = self.containing(base)?;
         let end = base.checked_add(size)?;
-        if end > extent.base + extent.size {
-            return None;
-        }
-        self.remove(extent.base);
+        let mut map = self.map.write();
+        let extent = map
+            .range(..=base)
+            .next_back()
+            .map(|(_, a)| *a)
+            .filter(|a| base - a.base < a.size.max(1) && end <= a.base + a.size)?;
+        self.take(&mut map, extent.base);
         if base > extent.base {
-            self.insert(Allocation { size: base - extent.base, ..extent });
+            self.put(&mut map, Allocation { size: base - extent.base, ..extent });
         }
         if end < extent.base + extent.size {
-            self.insert(Allocation { base: end, size: extent.base + extent.size - end, ..extent });
+            self.put(&mut map, Allocation { base: end, size: extent.base + extent.size - end, ..extent });
         }
+        self.generation.fetch_add(1, Ordering::Release);
         Some(Allocation { base, size, ..extent })
     }
 
     /// Forgets the allocation at `base`; false when there was none.
     pub fn remove(&self, base: u64) -> bool {
         let mut map = self.map.write();
-        let removed = map.remove(&base);
-        if let Some(old) = removed {
+        let removed = self.take(&mut map, base).is_some();
+        self.generation.fetch_add(1, Ordering::Release);
+        removed
+    }
+
+    /// Memory handed out again is live, not freed.
+    fn forget_freed(&self, allocation: &Allocation) {
+        let end = allocation.base.saturating_add(allocation.size.max(1));
+        self.freed.lock().retain(|f| f.base.saturating_add(f.size.max(1)) <= allocation.base || f.base >= end);
+    }
+
+    /// Enters `allocation` in the locked table, keeping the live counts.
+    fn put(&self, map: &mut BTreeMap<u64, Allocation>, allocation: Allocation) {
+        if let Some(old) = map.insert(allocation.base, allocation) {
             self.live_bytes.fetch_sub(old.size, Ordering::Relaxed);
             self.live_count.fetch_sub(1, Ordering::Relaxed);
         }
-        self.generation.fetch_add(1, Ordering::Release);
-        removed.is_some()
+        self.live_bytes.fetch_add(allocation.size, Ordering::Relaxed);
+        self.live_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the allocation at `base` out of the locked table, keeping the live counts.
+    fn take(&self, map: &mut BTreeMap<u64, Allocation>, base: u64) -> Option<Allocation> {
+        let old = map.remove(&base)?;
+        self.live_bytes.fetch_sub(old.size, Ordering::Relaxed);
+        self.live_count.fetch_sub(1, Ordering::Relaxed);
+        Some(old)
     }
 
     /// The live allocation whose range holds `ptr`.
