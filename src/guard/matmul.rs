@@ -49,11 +49,13 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallA
     s.note_matmul(call.seq);
     let known = s.known_error();
     let mut checks = s.config.checks;
-    let site = match record {
-        CallArgs::Gemm { m, n, k, .. } => (call.hook.index() as u64) ^ (m as u64) << 8 ^ (n as u64) << 24 ^ (k as u64) << 40,
-        CallArgs::Blas { ints, .. } => (call.hook.index() as u64) ^ (ints[0] as u32 as u64) << 8 ^ (ints[1] as u32 as u64) << 24 ^ (ints[2] as u32 as u64) << 40,
-        _ => call.hook.index() as u64,
+    // A call site: the function and its first three dimensions.
+    let (d0, d1, d2) = match record {
+        CallArgs::Gemm { m, n, k, .. } => (m as u64, n as u64, k as u64),
+        CallArgs::Blas { ints, .. } => (ints[0] as u32 as u64, ints[1] as u32 as u64, ints[2] as u32 as u64),
+        _ => (0, 0, 0),
     };
+    let site = (call.hook.index() as u64) ^ d0 << 8 ^ d1 << 24 ^ d2 << 40;
     let scan_started = if checks.nan { call.outlet.now_ns() } else { 0 };
     checks.nan = checks.nan && s.should_scan(site, scan_started);
     let body = |buf: &mut Vec<u8>| {
