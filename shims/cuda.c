@@ -72,7 +72,7 @@ CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev) {
 struct range {
     uintptr_t base;
     size_t size;
-    int mapped; /* cuMemMap'd (virtual memory), not allocated */
+    int kind; /* 0: allocated; 1: cuMemMap'd (virtual memory); RANGE_IPC, RANGE_EXTERNAL below */
 };
 
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -89,7 +89,7 @@ __attribute__((constructor)) static void start_memory(void) {
     pthread_atfork(NULL, NULL, after_fork);
 }
 
-static int track(uintptr_t base, size_t size, int mapped) {
+static int track(uintptr_t base, size_t size, int kind) {
     if (range_count == range_cap) {
         size_t cap = range_cap ? range_cap * 2 : 64;
         struct range *grown = realloc(ranges, cap * sizeof *grown);
@@ -97,14 +97,14 @@ static int track(uintptr_t base, size_t size, int mapped) {
         ranges = grown;
         range_cap = cap;
     }
-    ranges[range_count++] = (struct range){base, size, mapped};
+    ranges[range_count++] = (struct range){base, size, kind};
     bytes_in_use += size;
     return 1;
 }
 
-static int untrack(uintptr_t base, int mapped) {
+static int untrack(uintptr_t base, int kind) {
     for (size_t i = 0; i < range_count; i++) {
-        if (ranges[i].base == base && ranges[i].mapped == mapped) {
+        if (ranges[i].base == base && ranges[i].kind == kind) {
             bytes_in_use -= ranges[i].size;
             ranges[i] = ranges[--range_count];
             return 1;
@@ -131,9 +131,9 @@ int cudashim_driver_is_device_range(const void *ptr, size_t bytes) {
             inside = 1;
             break;
         }
-        if (!r->mapped) break;
+        if (r->kind != 1) break;
         const struct range *next = range_at(r_end);
-        r = next && next->mapped ? next : NULL;
+        r = next && next->kind == 1 ? next : NULL;
     }
     pthread_mutex_unlock(&mem_lock);
     return inside;
@@ -181,13 +181,122 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     return CUDA_SUCCESS;
 }
 
+#define RANGE_IPC 2      /* opened from an IPC handle; closed, not freed */
+#define RANGE_EXTERNAL 3 /* a buffer of imported memory; freed with cuMemFree, stays mapped */
+
 CUresult cuMemFree_v2(CUdeviceptr dptr) {
     if (!dptr) return CUDA_SUCCESS;
     pthread_mutex_lock(&mem_lock);
     int found = untrack((uintptr_t)dptr, 0);
+    int external = !found && untrack((uintptr_t)dptr, RANGE_EXTERNAL);
+    pthread_mutex_unlock(&mem_lock);
+    if (!found && !external) return CUDA_ERROR_INVALID_VALUE;
+    if (found) free((void *)(uintptr_t)dptr);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr) {
+    pthread_mutex_lock(&mem_lock);
+    const struct range *r = range_at((uintptr_t)dptr);
+    if (r) {
+        if (base) *base = r->base;
+        if (size) *size = r->size;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return r ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* ---- IPC: a handle names an allocation; opening it in this process gives a copy of its
+ * bytes at a new address (the stand-in has no second process to share with), of the
+ * allocation's size, until closed. ---- */
+struct ipc_handle {
+    unsigned long long magic, base, size;
+};
+#define IPC_MAGIC 0x6370696873616475ull
+
+CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr) {
+    CUdeviceptr base;
+    size_t size;
+    if (!handle || cuMemGetAddressRange_v2(&base, &size, dptr)) return CUDA_ERROR_INVALID_VALUE;
+    struct ipc_handle h = {IPC_MAGIC, base, size};
+    memset(handle, 0, sizeof *handle);
+    memcpy(handle->reserved, &h, sizeof h);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags) {
+    struct ipc_handle h;
+    memcpy(&h, handle.reserved, sizeof h);
+    if (!dptr || h.magic != IPC_MAGIC || flags > 1) return CUDA_ERROR_INVALID_VALUE;
+    void *p = aligned_alloc(256, (h.size + 255) & ~(size_t)255);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(p, (const void *)(uintptr_t)h.base, h.size);
+    pthread_mutex_lock(&mem_lock);
+    int ok = track((uintptr_t)p, h.size, RANGE_IPC);
+    bytes_in_use -= ok ? h.size : 0; /* the exporter's memory, counted there */
+    pthread_mutex_unlock(&mem_lock);
+    if (!ok) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
+    pthread_mutex_lock(&mem_lock);
+    const struct range *r = range_at((uintptr_t)dptr);
+    size_t size = r && r->kind == RANGE_IPC && r->base == dptr ? r->size : 0;
+    int found = size && untrack((uintptr_t)dptr, RANGE_IPC);
+    bytes_in_use += found ? size : 0;
     pthread_mutex_unlock(&mem_lock);
     if (!found) return CUDA_ERROR_INVALID_VALUE;
     free((void *)(uintptr_t)dptr);
+    return CUDA_SUCCESS;
+}
+
+/* ---- external memory: an opaque file descriptor (a memfd here) imported and mapped, so the
+ * program's host view and the "device" buffer are the same bytes, as with Vulkan interop. ---- */
+struct external {
+    void *base;
+    size_t size;
+};
+
+CUresult cuImportExternalMemory(CUexternalMemory *out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *desc) {
+    if (!out || !desc || desc->type != CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD || !desc->size)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p = mmap(NULL, desc->size, PROT_READ | PROT_WRITE, MAP_SHARED, desc->handle.fd, 0);
+    if (p == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
+    struct external *e = malloc(sizeof *e);
+    if (!e) {
+        munmap(p, desc->size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    close(desc->handle.fd); /* as NVIDIA's: the driver owns the descriptor once imported */
+    *e = (struct external){p, desc->size};
+    *out = (CUexternalMemory)e;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *dptr, CUexternalMemory mem, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *desc) {
+    struct external *e = (struct external *)mem;
+    if (!dptr || !e || !desc || !desc->size || desc->offset > e->size || desc->size > e->size - desc->offset)
+        return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t p = (uintptr_t)e->base + desc->offset;
+    pthread_mutex_lock(&mem_lock);
+    int ok = track(p, desc->size, RANGE_EXTERNAL);
+    bytes_in_use -= ok ? desc->size : 0; /* not device memory the stand-in hands out */
+    pthread_mutex_unlock(&mem_lock);
+    if (!ok) return CUDA_ERROR_OUT_OF_MEMORY;
+    *dptr = (CUdeviceptr)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDestroyExternalMemory(CUexternalMemory mem) {
+    struct external *e = (struct external *)mem;
+    if (!e) return CUDA_ERROR_INVALID_VALUE;
+    munmap(e->base, e->size);
+    free(e);
     return CUDA_SUCCESS;
 }
 
@@ -310,6 +419,13 @@ static const struct { const char *name; void *fn; int since; } procs[] = {
     {"cuMemMap", (void *)cuMemMap, 10020},
     {"cuMemSetAccess", (void *)cuMemSetAccess, 10020},
     {"cuMemUnmap", (void *)cuMemUnmap, 10020},
+    {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2, 3020},
+    {"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle, 4010},
+    {"cuIpcOpenMemHandle", (void *)cuIpcOpenMemHandle_v2, 11000},
+    {"cuIpcCloseMemHandle", (void *)cuIpcCloseMemHandle, 4010},
+    {"cuImportExternalMemory", (void *)cuImportExternalMemory, 10000},
+    {"cuExternalMemoryGetMappedBuffer", (void *)cuExternalMemoryGetMappedBuffer, 10000},
+    {"cuDestroyExternalMemory", (void *)cuDestroyExternalMemory, 10000},
 };
 
 /* As NVIDIA's: the newest variant of `symbol` that `cudaVersion` knows (the stand-in has one,

@@ -673,6 +673,58 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
     return cudaSuccess;
 }
 
+/* ---- IPC and imported memory: the driver's, through its entry points ---- */
+
+static void *driver_fn(const char *name) {
+    void *fn = NULL;
+    int status = 0;
+    return drv_get_proc && !drv_get_proc(name, &fn, SHIM_RUNTIME_VERSION, 0, &status) ? fn : NULL;
+}
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr) {
+    count_call(__func__);
+    ENTER();
+    int (*get)(cudaIpcMemHandle_t *, unsigned long long) = driver_fn("cuIpcGetMemHandle");
+    return get && !get(handle, (unsigned long long)(uintptr_t)devPtr) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags) {
+    count_call(__func__);
+    ENTER();
+    INJECT("cudaIpcOpenMemHandle");
+    int (*open)(unsigned long long *, cudaIpcMemHandle_t, unsigned int) = driver_fn("cuIpcOpenMemHandle");
+    return open && !open((unsigned long long *)devPtr, handle, flags) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaIpcCloseMemHandle(void *devPtr) {
+    count_call(__func__);
+    ENTER();
+    int (*close_handle)(unsigned long long) = driver_fn("cuIpcCloseMemHandle");
+    return close_handle && !close_handle((unsigned long long)(uintptr_t)devPtr) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem, const struct cudaExternalMemoryHandleDesc *desc) {
+    count_call(__func__);
+    ENTER();
+    int (*import)(cudaExternalMemory_t *, const struct cudaExternalMemoryHandleDesc *) = driver_fn("cuImportExternalMemory");
+    return import && !import(extMem, desc) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaExternalMemory_t extMem, const struct cudaExternalMemoryBufferDesc *desc) {
+    count_call(__func__);
+    ENTER();
+    int (*map)(unsigned long long *, cudaExternalMemory_t, const struct cudaExternalMemoryBufferDesc *) =
+        driver_fn("cuExternalMemoryGetMappedBuffer");
+    return map && !map((unsigned long long *)devPtr, extMem, desc) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem) {
+    count_call(__func__);
+    ENTER();
+    int (*destroy)(cudaExternalMemory_t) = driver_fn("cuDestroyExternalMemory");
+    return destroy && !destroy(extMem) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
 /* ---- driver entry points, as the runtime hands them out ---- */
 
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,

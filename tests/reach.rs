@@ -171,3 +171,32 @@ fn a_gemm_given_pinned_host_memory_is_told_what_it_is() {
 fn a_malloc_interposer_that_calls_dlsym_from_malloc_runs_before_and_after_the_guard() {
     beside_another_preload(&build_c("malloc_wrapper", &["malloc_wrapper.c"], true), "malloc wrapper calls>0: 1");
 }
+
+#[test]
+fn ipc_opened_and_imported_memory_hold_operands_as_foreign_allocations_of_their_size() {
+    for (how, api) in [("ipc", "cudaIpcOpenMemHandle"), ("cu-ipc", "cuIpcOpenMemHandle_v2"), ("external", "cudaExternalMemoryGetMappedBuffer")] {
+        let bare = run_c("foreign", &[how], false);
+        let guarded = run_c("foreign", &[how], true);
+        assert!(bare.stdout().contains("open=0\ngemm=0\nsync=0\nC= 1 2 3 4\nclose=0"), "{how}: {}", bare.stdout());
+        assert_eq!(bare.stdout(), guarded.stdout(), "{how}: {}", guarded.stderr());
+        let t = guarded.trace();
+        assert!(t.faults.is_empty(), "{how}: {:#?}", t.faults);
+        assert_eq!(t.summary.calls.get(api), Some(&1), "{how}: {:?}", t.summary.calls);
+
+        let t = run_c("foreign", &[how, "oob"], true).trace();
+        let f = only_fault(&t);
+        assert_eq!(f.kind, FaultKind::OutOfBounds, "{how}: {}", f.message);
+        assert!(f.message.starts_with("operand B (") && f.message.contains("overruns it by 4 bytes"), "{how}: {}", f.message);
+        let b = f.operands.iter().find(|o| o.name == "B").and_then(|o| o.allocation.as_ref()).expect("B's allocation");
+        assert_eq!((b.size, b.api.as_deref()), (12, Some(api)), "{how}");
+
+        let t = run_c("foreign", &[how, "nan"], true).trace();
+        let f = only_fault(&t);
+        assert_eq!(f.kind, FaultKind::NonfiniteInput, "{how}: {}", f.message);
+        assert!(f.message.contains("B"), "{how}: {}", f.message);
+    }
+    // Closing is a free: no double free, no error, and the table is left without the range.
+    let t = run_c("foreign", &["ipc"], true).trace();
+    assert_eq!(t.summary.calls.get("cudaIpcCloseMemHandle"), Some(&1), "{:?}", t.summary.calls);
+    assert!(t.summary.calls.get("cuIpcOpenMemHandle_v2").is_none(), "the runtime's inner driver call is not a second allocation: {:?}", t.summary.calls);
+}

@@ -47,6 +47,29 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
                   unsigned long long flags);
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count);
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr);
+typedef struct CUipcMemHandle_st { char reserved[64]; } CUipcMemHandle;
+CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr);
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags);
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr);
+#define CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD 1
+typedef struct CUextMemory_st *CUexternalMemory;
+typedef struct {
+    int type;
+    union { int fd; struct { void *handle; const void *name; } win32; const void *nvSciBufObject; } handle;
+    unsigned long long size;
+    unsigned int flags;
+    unsigned int reserved[16];
+} CUDA_EXTERNAL_MEMORY_HANDLE_DESC;
+typedef struct {
+    unsigned long long offset;
+    unsigned long long size;
+    unsigned int flags;
+    unsigned int reserved[16];
+} CUDA_EXTERNAL_MEMORY_BUFFER_DESC;
+CUresult cuImportExternalMemory(CUexternalMemory *out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *desc);
+CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *dptr, CUexternalMemory mem, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *desc);
+CUresult cuDestroyExternalMemory(CUexternalMemory mem);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);

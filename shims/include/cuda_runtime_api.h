@@ -121,6 +121,29 @@ cudaError_t cudaMallocHost(void **ptr, size_t size);
 cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags);
 cudaError_t cudaFreeHost(void *ptr);
 
+typedef struct cudaIpcMemHandle_st { char reserved[64]; } cudaIpcMemHandle_t;
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr);
+cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags);
+cudaError_t cudaIpcCloseMemHandle(void *devPtr);
+#define cudaExternalMemoryHandleTypeOpaqueFd 1
+typedef struct CUexternalMemory_st *cudaExternalMemory_t;
+struct cudaExternalMemoryHandleDesc {
+    int type;
+    union { int fd; struct { void *handle; const void *name; } win32; const void *nvSciBufObject; } handle;
+    unsigned long long size;
+    unsigned int flags;
+    unsigned int reserved[16];
+};
+struct cudaExternalMemoryBufferDesc {
+    unsigned long long offset;
+    unsigned long long size;
+    unsigned int flags;
+    unsigned int reserved[16];
+};
+cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem, const struct cudaExternalMemoryHandleDesc *desc);
+cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaExternalMemory_t extMem, const struct cudaExternalMemoryBufferDesc *desc);
+cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem);
+
 #ifdef __cplusplus
 }
 #endif

@@ -199,6 +199,14 @@ fn read_host(addr: u64, out: &mut [u8]) -> bool {
     false
 }
 
+/// The start and size of the device allocation holding `ptr`, as the driver knows it (driver
+/// calls leave the runtime's last error alone).
+pub(crate) fn address_range(ptr: u64) -> Option<(u64, u64)> {
+    let (mut base, mut size) = (0u64, 0usize);
+    let code = api::cuMemGetAddressRange_v2(&mut base, &mut size, ptr)?;
+    (code == 0 && size > 0).then_some((base, size as u64))
+}
+
 /// `cudaMemGetInfo`, when the runtime can answer without disturbing the program.
 pub(crate) fn memory_info() -> Option<(u64, u64)> {
     // After a failed cudaMalloc the last error is 2, and memory is exactly what the user needs

@@ -35,12 +35,18 @@ fn allocate_sized(call: &Call<'_, c_int>, out: *mut *mut c_void, size: impl Fn()
         }
     }
     call.record(status, CallArgs::Size { size: size as u64, stream });
-    if status == cuda::CUDA_SUCCESS {
-        return status;
+    if status != cuda::CUDA_SUCCESS {
+        report_failure(call, status, size, stream);
     }
+    status
+}
+
+/// A failed allocation: `alloc_failed` with the memory state when the device is out of
+/// memory, the CUDA error otherwise.
+fn report_failure(call: &Call<'_, c_int>, status: c_int, size: usize, stream: Option<u64>) {
     if cuda::cuda_error_is_init_failure(status) {
         call.report_init_failure(status, cuda::cuda_error_name(status), None);
-        return status;
+        return;
     }
     let finding = if status == 2 {
         Finding::new(
@@ -54,7 +60,6 @@ fn allocate_sized(call: &Call<'_, c_int>, out: *mut *mut c_void, size: impl Fn()
     fault.args.insert("size".into(), serde_json::json!(size));
     fault.stream = stream.map(hex);
     call.report(fault);
-    status
 }
 
 fn release(call: &Call<'_, c_int>, ptr: *mut c_void, stream: Option<Stream>) -> c_int {
@@ -154,6 +159,67 @@ pub(crate) fn malloc_pitch(call: &Call<'_, c_int>, out: *mut *mut c_void, pitch:
 /// cuMemAllocPitch_v2: as cudaMallocPitch (the element size only guides the pitch).
 pub(crate) fn mem_alloc_pitch(call: &Call<'_, c_int>, out: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize, _elem: u32) -> c_int {
     malloc_pitch(call, out, pitch, width, height)
+}
+
+/// `cudaIpcMemHandle_t` and `CUipcMemHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct IpcHandle {
+    reserved: [u8; 64],
+}
+
+/// `cudaExternalMemoryBufferDesc` and `CUDA_EXTERNAL_MEMORY_BUFFER_DESC` (one layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct ExternalBufferDesc {
+    offset: u64,
+    size: u64,
+    flags: u32,
+    reserved: [u32; 16],
+}
+
+/// cudaIpcOpenMemHandle, cuIpcOpenMemHandle_v2: another process's allocation, live here until
+/// closed. Its size is not an argument, so the driver is asked for the opened range.
+pub(crate) fn ipc_open(call: &Call<'_, c_int>, out: *mut *mut c_void, _handle: IpcHandle, _flags: u32) -> c_int {
+    let status = call.forward();
+    let mut size = 0;
+    if status == cuda::CUDA_SUCCESS {
+        let ptr = out_param::written(out).map_or(0, |p| p as u64);
+        if let Some((base, bytes)) = crate::ffi::device::address_range(ptr).filter(|_| ptr != 0) {
+            size = (base + bytes).saturating_sub(ptr);
+            let opened = Allocation { base: ptr, size, time_ns: call.outlet.now_ns(), stream: None, api: call.api() };
+            call.session.allocations.insert(opened);
+        }
+    }
+    call.record(status, CallArgs::Size { size, stream: None });
+    if status != cuda::CUDA_SUCCESS {
+        report_failure(call, status, 0, None);
+    }
+    status
+}
+
+/// cudaIpcCloseMemHandle, cuIpcCloseMemHandle: the opened range is gone, as after a free.
+pub(crate) fn ipc_close(call: &Call<'_, c_int>, ptr: *mut c_void) -> c_int {
+    release(call, ptr, None)
+}
+
+/// cudaExternalMemoryGetMappedBuffer, cuExternalMemoryGetMappedBuffer: a buffer of imported
+/// memory (Vulkan, another process), of the size its descriptor gives, freed with cudaFree.
+pub(crate) fn external_buffer(call: &Call<'_, c_int>, out: *mut *mut c_void, _memory: *const c_void, desc: *const ExternalBufferDesc) -> c_int {
+    // The descriptor is read only once the library has read it without complaint.
+    let size = || out_param::written(desc as *mut ExternalBufferDesc).map_or(0, |d| d.size as usize);
+    let status = call.forward();
+    let size = if status == cuda::CUDA_SUCCESS { size() } else { 0 };
+    if status == cuda::CUDA_SUCCESS {
+        if let Some(base) = out_param::written(out).map(|p| p as u64).filter(|b| *b != 0) {
+            call.session.allocations.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream: None, api: call.api() });
+        }
+    }
+    call.record(status, CallArgs::Size { size: size as u64, stream: None });
+    if status != cuda::CUDA_SUCCESS {
+        report_failure(call, status, size, None);
+    }
+    status
 }
 
 /// cuMemMap: the mapped range is live device memory, one extent with the mapped ranges it

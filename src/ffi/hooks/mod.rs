@@ -12,6 +12,7 @@ use super::lifecycle::{self, RealOutlet};
 use super::real::{Library, RealSymbol};
 use super::reentry::Reentry;
 use crate::guard::launch::{self, Dim3, LaunchConfig};
+use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
 use crate::guard::{blas, gemm, handles, lt, memory, Call};
 use crate::recorder::CallArgs;
 
@@ -291,6 +292,12 @@ hook_table! {
     Driver fn cuMemRelease(handle: u64) -> c_int => memory::mem_release;
     Driver fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => memory::mem_map;
     Driver fn cuMemUnmap(ptr: u64, size: usize) -> c_int => memory::mem_unmap;
+    Cudart fn cudaIpcOpenMemHandle(dev_ptr: *mut *mut c_void, handle: IpcHandle, flags: u32) -> c_int => memory::ipc_open;
+    Cudart fn cudaIpcCloseMemHandle(dev_ptr: *mut c_void) -> c_int => memory::ipc_close;
+    Cudart fn cudaExternalMemoryGetMappedBuffer(dev_ptr: *mut *mut c_void, memory: P, desc: *const ExternalBufferDesc) -> c_int => memory::external_buffer;
+    Driver fn cuIpcOpenMemHandle_v2(dptr: *mut *mut c_void, handle: IpcHandle, flags: u32) -> c_int => memory::ipc_open;
+    Driver fn cuIpcCloseMemHandle(dptr: *mut c_void) -> c_int => memory::ipc_close;
+    Driver fn cuExternalMemoryGetMappedBuffer(dptr: *mut *mut c_void, memory: P, desc: *const ExternalBufferDesc) -> c_int => memory::external_buffer;
     Cudart fn cudaGetDeviceCount(count: *mut c_int) -> c_int => memory::get_device_count;
     Cudart fn cudaLaunchKernel(func: P, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Stream) -> c_int => launch::launch_kernel;
     Cudart fn cudaLaunchCooperativeKernel(func: P, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Stream) -> c_int => launch::launch_kernel;
