@@ -195,6 +195,55 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
     return CUDA_SUCCESS;
 }
 
+/* The driver's other allocators: the same device memory as cuMemAlloc_v2 (streams and pools
+ * are not modelled in the driver: the stand-in runs everything in order). */
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    if (flags != 1 && flags != 2) return CUDA_ERROR_INVALID_VALUE; /* CU_MEM_ATTACH_GLOBAL, _HOST */
+    return cuMemAlloc_v2(dptr, bytesize);
+}
+
+/* Rows of `width` bytes, each padded to a 512-byte pitch, as cudaMallocPitch. */
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem) {
+    if (!pitch || (elem != 4 && elem != 8 && elem != 16)) return CUDA_ERROR_INVALID_VALUE;
+    *pitch = (width + 511) & ~(size_t)511;
+    return cuMemAlloc_v2(dptr, *pitch * height);
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, void *stream) {
+    (void)stream;
+    return cuMemAlloc_v2(dptr, bytesize);
+}
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, void *stream) { return cuMemAllocAsync(dptr, bytesize, stream); }
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, void *pool, void *stream) {
+    (void)stream;
+    return pool ? cuMemAlloc_v2(dptr, bytesize) : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, void *pool, void *stream) {
+    return cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, void *stream) {
+    (void)stream;
+    return cuMemFree_v2(dptr);
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, void *stream) { return cuMemFreeAsync(dptr, stream); }
+
+/* Pinned host memory: host memory, never device memory. */
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) {
+    if (!pp) return CUDA_ERROR_INVALID_VALUE;
+    *pp = aligned_alloc(256, (bytesize + 255) & ~(size_t)255);
+    return *pp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuMemFreeHost(void *p) {
+    free(p);
+    return CUDA_SUCCESS;
+}
+
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr) {
     pthread_mutex_lock(&mem_lock);
     const struct range *r = range_at((uintptr_t)dptr);
@@ -420,6 +469,13 @@ static const struct { const char *name; void *fn; int since; } procs[] = {
     {"cuMemSetAccess", (void *)cuMemSetAccess, 10020},
     {"cuMemUnmap", (void *)cuMemUnmap, 10020},
     {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2, 3020},
+    {"cuMemAllocManaged", (void *)cuMemAllocManaged, 6000},
+    {"cuMemAllocPitch", (void *)cuMemAllocPitch_v2, 3020},
+    {"cuMemAllocAsync", (void *)cuMemAllocAsync, 11020},
+    {"cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync, 11020},
+    {"cuMemFreeAsync", (void *)cuMemFreeAsync, 11020},
+    {"cuMemAllocHost", (void *)cuMemAllocHost_v2, 3020},
+    {"cuMemFreeHost", (void *)cuMemFreeHost, 2000},
     {"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle, 4010},
     {"cuIpcOpenMemHandle", (void *)cuIpcOpenMemHandle_v2, 11000},
     {"cuIpcCloseMemHandle", (void *)cuIpcCloseMemHandle, 4010},

@@ -295,6 +295,19 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
     return launch(func, gridDim, blockDim, args, stream);
 }
 
+/* The head of cudaLaunchConfig_t; the attributes that follow are not modelled. */
+struct launch_config {
+    dim3 grid, block;
+    size_t shared;
+    cudaStream_t stream;
+};
+
+cudaError_t cudaLaunchKernelExC(const struct launch_config *config, const void *func, void **args) {
+    count_call(__func__);
+    if (!config) return fail(cudaErrorInvalidValue);
+    return launch(func, config->grid, config->block, args, config->stream);
+}
+
 cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
                                         cudaStream_t stream) {
     count_call(__func__);

@@ -200,3 +200,24 @@ fn ipc_opened_and_imported_memory_hold_operands_as_foreign_allocations_of_their_
     assert_eq!(t.summary.calls.get("cudaIpcCloseMemHandle"), Some(&1), "{:?}", t.summary.calls);
     assert!(t.summary.calls.get("cuIpcOpenMemHandle_v2").is_none(), "the runtime's inner driver call is not a second allocation: {:?}", t.summary.calls);
 }
+
+#[test]
+fn every_hooked_function_looked_up_on_its_librarys_handle_is_the_guards() {
+    let hooked: Vec<String> = dynamic_symbols(&guard_lib(), false)
+        .into_iter()
+        .filter(|s| (s.starts_with("cu") || s.starts_with("__cuda")) && !s.starts_with("cublasguard_"))
+        .collect();
+    assert!(hooked.len() > 80, "the guard exports its hooks: {hooked:?}");
+    let names: Vec<&str> = hooked.iter().map(String::as_str).collect();
+    let looked_up = |guarded: bool| -> Vec<(String, String)> {
+        let out = reach(&[&["every"], names.as_slice()].concat(), guarded);
+        assert!(out.output.status.success(), "{}", out.stderr());
+        out.stdout().lines().filter_map(|l| l.split_once(' ')).map(|(n, w)| (n.to_string(), w.to_string())).collect()
+    };
+    let bare = looked_up(false);
+    let guarded = looked_up(true);
+    assert_eq!(guarded.len(), names.len());
+    for ((name, without), (_, with)) in bare.iter().zip(&guarded) {
+        assert_eq!((without.as_str(), with.as_str()), ("real", "guarded"), "{name}: the stand-in defines every hooked function");
+    }
+}

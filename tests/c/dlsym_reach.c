@@ -2,6 +2,8 @@
  * and every function through dlsym on the library's handle (the program links neither).
  *   dlsym_reach clean|oob|nan       a 2 x 2 GEMM: clean, B's allocation short, a NaN in A
  *   dlsym_reach dlvsym              as clean, with the functions taken by dlvsym
+ *   dlsym_reach every NAME...       looks each NAME up on its library's handle and prints
+ *                                   "NAME guarded", "NAME real" or "NAME missing"
  *   dlsym_reach two VENDORED_PATH   a second, renamed copy of cuBLAS loaded beside the first:
  *                                   each copy's handle works with its own functions only
  * CUDA_MAJOR (default 12) picks the sonames, so NVIDIA's CUDA 13 libraries load too. */
@@ -48,12 +50,39 @@ static struct cublas load_cublas(const char *path, int versioned) {
     return c;
 }
 
+/* Which library a hooked name lives in, by its prefix, as XLA's stubs pick their handle. */
+static void *handle_for(const char *name, void *rt, void *blas, void *lt, void *driver) {
+    if (!strncmp(name, "cublasLt", 8)) return lt;
+    if (!strncmp(name, "cublas", 6)) return blas;
+    if (!strncmp(name, "cuda", 4) || !strncmp(name, "__cuda", 6)) return rt;
+    return driver;
+}
+
+static int every(int count, char **names, const char *major) {
+    char lt_soname[32];
+    snprintf(lt_soname, sizeof lt_soname, "libcublasLt.so.%s", major);
+    void *rt = must(dlopen(cudart_soname, RTLD_NOW | RTLD_LOCAL), cudart_soname);
+    void *blas = must(dlopen(cublas_soname, RTLD_NOW | RTLD_LOCAL), cublas_soname);
+    void *lt = must(dlopen(lt_soname, RTLD_NOW | RTLD_LOCAL), lt_soname);
+    void *driver = must(dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL), "libcuda.so.1");
+    for (int i = 0; i < count; i++) {
+        void *f = dlsym(handle_for(names[i], rt, blas, lt, driver), names[i]);
+        Dl_info info;
+        const char *what = !f ? "missing"
+                           : dladdr(f, &info) && info.dli_fname && strstr(info.dli_fname, "libcublasguard") ? "guarded"
+                                                                                                         : "real";
+        printf("%s %s\n", names[i], what);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     const char *c = argv[1];
     const char *major = getenv("CUDA_MAJOR") ? getenv("CUDA_MAJOR") : "12";
     snprintf(cublas_soname, sizeof cublas_soname, "libcublas.so.%s", major);
     snprintf(cudart_soname, sizeof cudart_soname, "libcudart.so.%s", major);
+    if (!strcmp(c, "every")) return every(argc - 2, argv + 2, major);
     void *rt = must(dlopen(cudart_soname, RTLD_NOW | RTLD_LOCAL), cudart_soname);
     malloc_fn cuda_malloc = (malloc_fn)must(dlsym(rt, "cudaMalloc"), "cudaMalloc");
     free_fn cuda_free = (free_fn)must(dlsym(rt, "cudaFree"), "cudaFree");

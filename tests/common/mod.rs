@@ -194,3 +194,19 @@ pub fn only_fault(trace: &Trace) -> &Fault {
     assert_eq!(trace.faults.len(), 1, "expected exactly one fault, got {:#?}", trace.faults);
     &trace.faults[0]
 }
+
+/// The dynamic symbols of an ELF file, undefined (imports) or defined (exports), without their
+/// versions. `nm` comes with the compiler's binutils, which the build needs anyway.
+pub fn dynamic_symbols(file: &std::path::Path, undefined: bool) -> Vec<String> {
+    let out = Command::new("nm")
+        .args(["-D", if undefined { "--undefined-only" } else { "--defined-only" }])
+        .arg(file)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(out.status.success(), "nm {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .map(|s| s.split('@').next().unwrap_or(s).to_string())
+        .collect()
+}
