@@ -289,13 +289,20 @@ static cublasStatus_t gemm_core(const char *name, cublasHandle_t handle, int tra
             return CUBLAS_STATUS_SUCCESS;
         }
     }
+    int half_accumulation = compute == CUBLAS_COMPUTE_16F || compute == CUBLAS_COMPUTE_16F_PEDANTIC ||
+                            (compute < 0 && C.type == R_16F && A.type == R_16F);
     for (int64_t bi = 0; bi < batch; bi++) {
         const void *a = member(&A, bi, a_bytes), *b = member(&B, bi, b_bytes);
         void *c = (void *)member(&C, bi, c_bytes);
         for (int64_t col = 0; col < n; col++) {
             for (int64_t row = 0; row < m; row++) {
                 double sum = 0;
-                for (int64_t p = 0; p < k; p++) sum += at(a, A.type, transa, A.ld, row, p) * at(b, B.type, transb, B.ld, p, col);
+                for (int64_t p = 0; p < k; p++) {
+                    sum += at(a, A.type, transa, A.ld, row, p) * at(b, B.type, transb, B.ld, p, col);
+                    /* fp16 accumulation, as the tensor cores do it: each partial sum is a half,
+                     * so it overflows to Inf past 65504 even when the final sum would not */
+                    if (half_accumulation) sum = half_to_float(float_to_half((float)sum));
+                }
                 size_t i = (size_t)(col * C.ld + row);
                 /* beta == 0: C is not read */
                 double v = b_scale == 0 ? a_scale * sum : a_scale * sum + b_scale * load_element(C.type, c, i);

@@ -143,7 +143,9 @@ static inline int supported_combination(int compute, int ab, int c) {
     case 64: case 65: return ab == R_16F && c == R_16F;
     case 68: case 69:
         return (ab == R_16BF && (c == R_16BF || c == R_32F)) || (ab == R_16F && (c == R_16F || c == R_32F)) ||
-               (ab == R_8I && c == R_32F) || (ab == R_32F && c == R_32F);
+               (ab == R_8I && c == R_32F) || (ab == R_32F && c == R_32F) ||
+               /* FP8 (cublasLt, sm_89 and later): E4M3/E5M2 inputs, a wider output */
+               ((ab == R_8F_E4M3 || ab == R_8F_E5M2) && (c == R_32F || c == R_16F || c == R_16BF));
     case 74: case 75: case 77: case 78: return ab == R_32F && c == R_32F;
     case 70: case 71: return ab == R_64F && c == R_64F;
     case 72: case 73: return ab == R_8I && c == R_32I;

@@ -123,7 +123,16 @@ pub struct Config {
     pub sync_launches: bool,
     /// CUBLASGUARD_IGNORE: faults that match a rule are counted, not stored.
     pub ignore: Vec<crate::ignore::IgnoreRule>,
+    /// CUBLASGUARD_DUMP: the folder operand dumps of faulting matrix multiplies go to.
+    pub dump_dir: Option<String>,
+    /// CUBLASGUARD_DUMP_MAX: dumps per process.
+    pub dump_max: u32,
+    /// CUBLASGUARD_DUMP_BYTES: bytes of operands per dump.
+    pub dump_bytes: u64,
 }
+
+pub const DEFAULT_DUMP_MAX: u32 = 8;
+pub const DEFAULT_DUMP_BYTES: u64 = 1 << 30;
 
 impl Default for Config {
     fn default() -> Self {
@@ -142,6 +151,9 @@ impl Default for Config {
             quiet: false,
             sync_launches: false,
             ignore: Vec::new(),
+            dump_dir: None,
+            dump_max: DEFAULT_DUMP_MAX,
+            dump_bytes: DEFAULT_DUMP_BYTES,
         }
     }
 }
@@ -233,6 +245,26 @@ impl Config {
                 "gemm" => config.sync_launches = false,
                 "launches" => config.sync_launches = true,
                 _ => reject("CUBLASGUARD_SYNC", &v, "not gemm or launches".into(), "gemm"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_DUMP") {
+            if v.trim().is_empty() {
+                reject("CUBLASGUARD_DUMP", &v, "empty path".into(), "no dumps");
+            } else {
+                config.dump_dir = Some(v);
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_DUMP_MAX") {
+            match parse_count(&v, u32::MAX as usize) {
+                Ok(n) => config.dump_max = n as u32,
+                Err(why) => reject("CUBLASGUARD_DUMP_MAX", &v, why, "8"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_DUMP_BYTES") {
+            match parse_count(&v, usize::MAX) {
+                Ok(n) if n > 0 => config.dump_bytes = n as u64,
+                Ok(_) => reject("CUBLASGUARD_DUMP_BYTES", &v, "must be at least 1".into(), "1073741824"),
+                Err(why) => reject("CUBLASGUARD_DUMP_BYTES", &v, why, "1073741824"),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_IGNORE") {

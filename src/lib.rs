@@ -13,6 +13,7 @@
 pub(crate) mod check;
 pub mod config;
 pub mod cuda;
+pub mod dump;
 pub(crate) mod ffi;
 pub(crate) mod guard;
 pub(crate) mod ignore;

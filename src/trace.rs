@@ -204,6 +204,12 @@ pub struct Fault {
     /// oldest first (one of them faulted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suspects: Vec<Suspect>,
+    /// The operand dump written for this fault (`CUBLASGUARD_DUMP`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dump: Option<String>,
+    /// What the dump left out, or why there is none (the byte cap, an unreadable operand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dump_note: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -486,6 +492,8 @@ pub(crate) fn sample_fault(seq: u64) -> Fault {
         python_stack_note: None,
         thread_name: None,
         suspects: vec![],
+        dump: None,
+        dump_note: None,
     }
 }
 

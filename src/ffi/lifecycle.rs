@@ -186,6 +186,7 @@ fn start() -> Session {
     }
     if let Ok(cwd) = std::env::current_dir() {
         config.trace_pattern = config::absolute_pattern(&config.trace_pattern, &cwd);
+        config.dump_dir = config.dump_dir.map(|d| config::absolute_pattern(&d, &cwd));
     }
     let process = process::describe();
     let mut path = config::expand_trace_path(&config.trace_pattern, process.pid, &process.hostname, process.rank);

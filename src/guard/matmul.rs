@@ -63,8 +63,10 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallA
         // A fault found before the call is on disk before the call runs: a call with bad
         // pointers may well crash the process inside the library.
         let early = check.finding.is_some();
+        // What the call overwrites, kept for a dump while dumps are left.
+        let before = super::dump::wanted(call, &record).then(|| super::dump::before_call(call, &check));
         if early {
-            finish(call, &check, -1, record, extra, Stage::BeforeCall); // aborts in abort mode
+            finish(call, &check, -1, record, extra, Stage::BeforeCall, before.as_ref().map(|b| (b, false))); // aborts in abort mode
         }
         let (status, forwarded) = match check.refusal(s.config.on_fault) {
             Some(status) => (status, false),
@@ -85,7 +87,7 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallA
         }
         call.record_scanned(returned, record, checks.nan);
         let stage = if early { Stage::Amend } else { Stage::AfterCall };
-        finish(call, &check, returned, record, extra, stage);
+        finish(call, &check, returned, record, extra, stage, before.as_ref().map(|b| (b, forwarded)));
         // After the fault is written (its suspects are the launches since the last clean
         // synchronisation): a clean one after the call clears everything up to it, one before
         // the call everything before it.
@@ -104,7 +106,9 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallA
     }
 }
 
-fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: CallArgs, extra: ExArgs, stage: Stage) {
+/// Writes the fault, if any. `dump`: what was read before the call for an operand dump, and
+/// whether the call ran.
+fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: CallArgs, extra: ExArgs, stage: Stage, dump: Option<(&super::dump::Before, bool)>) {
     let Some(finding) = check.finding.clone() else { return };
     let status_name = if returned < 0 { "not returned (the fault was recorded before the call ran)" } else { cuda::cublas_status_name(returned) };
     let mut fault = call.fault(finding, returned, status_name);
@@ -146,6 +150,34 @@ fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: 
         fault.suspects = super::launch::suspects(call, call.seq);
     }
     fault.freed_by = check.freed.map(|f| crate::trace::FreedBy { seq: f.seq, api: f.api.to_string(), base: hex(f.base), size: f.size });
+    let s = call.session;
+    let abort = s.config.on_fault == OnFault::Abort;
+    let dump = dump.filter(|_| stage != Stage::BeforeCall || abort);
+    match dump {
+        // Abort mode ends the process inside `report`: the dump is written first, for a fault
+        // that will be stored (not past the cap, no rule ignores it).
+        Some((before, forwarded)) if abort => {
+            if !s.faults_full() && !s.config.ignore.iter().any(|r| r.matches(&fault)) {
+                (fault.dump, fault.dump_note) = super::dump::write(call, check, before, forwarded, &fault);
+            }
+            publish(call, fault, stage);
+        }
+        // Otherwise the fault goes out first; once it is known to be stored, its dump is
+        // written and the fault amended with the path.
+        Some((before, forwarded)) => {
+            publish(call, fault.clone(), stage);
+            if s.is_stored(fault.seq, &fault.api) {
+                (fault.dump, fault.dump_note) = super::dump::write(call, check, before, forwarded, &fault);
+                if fault.dump.is_some() || fault.dump_note.is_some() {
+                    call.amend(fault);
+                }
+            }
+        }
+        None => publish(call, fault, stage),
+    }
+}
+
+fn publish(call: &Call<'_, i32>, fault: crate::trace::Fault, stage: Stage) {
     match stage {
         Stage::Amend => call.amend(fault),
         Stage::BeforeCall | Stage::AfterCall => call.report(fault),

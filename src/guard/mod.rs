@@ -5,6 +5,7 @@
 //! FFI layer supplies the real ones; the tests here supply models.
 
 pub(crate) mod blas;
+pub(crate) mod dump;
 pub(crate) mod gemm;
 pub(crate) mod handles;
 pub(crate) mod launch;
@@ -135,6 +136,8 @@ impl<'a, R: Copy> Call<'a, R> {
             python_stack_note: None,
             thread_name: None,
             suspects: Vec::new(),
+            dump: None,
+            dump_note: None,
         }
     }
 

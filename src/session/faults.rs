@@ -57,6 +57,11 @@ impl FaultLog {
         self.stored.load(Ordering::Relaxed) >= config.max_faults as u64
     }
 
+    /// The place of the stored fault of call `seq` to `api`.
+    pub fn stored_index(&self, seq: u64, api: &str) -> Option<usize> {
+        self.faults.lock().iter().rposition(|f| f.seq == seq && f.api == api)
+    }
+
     /// Runs `f` on stored fault number `index`.
     pub fn with_fault<R>(&self, index: usize, f: impl FnOnce(&Fault) -> R) -> Option<R> {
         self.faults.lock().get(index).map(f)

@@ -43,6 +43,8 @@ struct CallCounts {
     /// One `init_failed` per hooked function: without a driver every call fails the same way.
     init_reported: Box<[AtomicBool]>,
     seq: AtomicU64,
+    /// Operand dumps claimed (CUBLASGUARD_DUMP_MAX caps them).
+    dumps: AtomicU64,
 }
 
 impl CallCounts {
@@ -54,6 +56,7 @@ impl CallCounts {
             first_matmul: AtomicU64::new(0),
             init_reported: hook_names.iter().map(|_| AtomicBool::new(false)).collect(),
             seq: AtomicU64::new(0),
+            dumps: AtomicU64::new(0),
         }
     }
 }
@@ -243,6 +246,22 @@ impl Session {
 
     pub fn last_clean_sync(&self) -> u64 {
         self.last_clean_sync.load(Ordering::Relaxed)
+    }
+
+    /// Whether a fault could still get an operand dump (dumps are on and not all used).
+    pub fn dumps_left(&self) -> bool {
+        self.config.dump_dir.is_some() && self.counts.dumps.load(Ordering::Relaxed) < self.config.dump_max as u64
+    }
+
+    /// Takes one dump from the quota; false when it is used up.
+    pub fn claim_dump(&self) -> bool {
+        let max = self.config.dump_max as u64;
+        self.counts.dumps.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1)).is_ok()
+    }
+
+    /// Whether the fault of call `seq` to `api` is among the stored ones.
+    pub fn is_stored(&self, seq: u64, api: &str) -> bool {
+        self.faults.stored_index(seq, api).is_some()
     }
 
     /// Remembers the first matrix multiply of the process.

@@ -313,6 +313,8 @@ mod tests {
             python_stack_note: None,
             thread_name: None,
             suspects: Vec::new(),
+            dump: None,
+            dump_note: None,
         }
     }
 

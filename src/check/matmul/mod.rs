@@ -182,7 +182,13 @@ impl<'a> MatmulCheck<'a> {
         o.extent.unwrap_or(1) > 0 && o.spec.members.count() > 0
     }
 
-    pub(super) fn stream(&self) -> u64 {
+    /// The address of member `b` of operand `i` (pointer arrays: as read from the device).
+    pub fn member_address(&self, i: usize, b: u64) -> Option<u64> {
+        let spec = self.operands.get(i)?.as_ref()?.spec;
+        bounds::member_addr(spec, &self.arrays[i], b)
+    }
+
+    pub fn stream(&self) -> u64 {
         self.call.stream.unwrap_or_else(|| self.handle.map(|h| h.stream).unwrap_or(0))
     }
 

@@ -34,35 +34,40 @@ pub(super) fn counts(spec: &OperandSpec, scan: &MatrixScan) -> String {
 
 
 impl MatmulCheck<'_> {
-    /// Whether beta is zero, read the way the library reads it; `None` when it cannot be read.
-    fn read_beta_is_zero(&self, allocations: &Allocations, device: &dyn Device) -> Option<bool> {
+    /// A scalar argument's bytes (`size` of them valid), read the way the library reads it:
+    /// from host memory or device memory as the pointer mode says; `None` when it cannot be.
+    pub fn read_scalar(&self, ptr: Option<u64>, allocations: &Allocations, device: &dyn Device) -> Option<([u8; 16], usize)> {
         let size = self.call.scalar.size()? as usize;
-        let beta = self.call.beta?;
+        let ptr = ptr?;
         let mut bytes = [0u8; 16];
         let out = &mut bytes[..size];
         let ok = match self.pointer_mode() {
-            PointerMode::Host => allocations.containing(beta).is_none() && device.read_host(beta, out),
+            PointerMode::Host => allocations.containing(ptr).is_none() && device.read_host(ptr, out),
             PointerMode::Device => {
                 let inside = allocations
-                    .span_containing(beta)
-                    .is_some_and(|s| validate::containment(beta, size as u64, s) == Containment::Inside);
-                inside && device.read(beta, out, self.stream()).is_ok()
+                    .span_containing(ptr)
+                    .is_some_and(|s| validate::containment(ptr, size as u64, s) == Containment::Inside);
+                inside && device.read(ptr, out, self.stream()).is_ok()
             }
             PointerMode::Unknown(_) => false,
         };
+        ok.then_some((bytes, size))
+    }
+
+    /// Whether beta is zero, read the way the library reads it; `None` when it cannot be read.
+    fn read_beta_is_zero(&self, allocations: &Allocations, device: &dyn Device) -> Option<bool> {
+        let (bytes, size) = self.read_scalar(self.call.beta, allocations, device)?;
         // +0.0 and -0.0 both mean "do not read C": every bit but the sign is zero (and for
         // integer scales, zero is all bits zero).
         // A complex scale is zero when both its parts are.
         let part = self.call.scalar.complex_part().and_then(|p| p.size()).unwrap_or(size as u64) as usize;
-        ok.then(|| {
-            bytes[..size].chunks(part).all(|p| {
-                let mut word = [0u8; 8];
-                word[..p.len()].copy_from_slice(p);
-                let bits = u64::from_le_bytes(word);
-                let sign = if self.call.scalar.is_float() { 1u64 << (part * 8 - 1) } else { 0 };
-                bits & !sign == 0
-            })
-        })
+        Some(bytes[..size].chunks(part).all(|p| {
+            let mut word = [0u8; 8];
+            word[..p.len()].copy_from_slice(p);
+            let bits = u64::from_le_bytes(word);
+            let sign = if self.call.scalar.is_float() { 1u64 << (part * 8 - 1) } else { 0 };
+            bits & !sign == 0
+        }))
     }
 
     /// Scans every member (or an even sample of them, within `scan_bytes` for the operand).

@@ -1,0 +1,178 @@
+//! Operand dumps at fault time (`CUBLASGUARD_DUMP`): the bytes of a faulting matrix multiply's
+//! operands, read through the `Device` trait (the model device tests it like the scans), with
+//! the call record, in one safetensors file (`dump::encode`).
+//!
+//! What the call overwrites (C, when beta != 0) is read before the call, while dumps are left
+//! in the quota: the call itself may be the one that faults. Everything else is read after it.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use super::Call;
+use crate::check::matmul::{MatmulCheck, Members, OperandReport, Role};
+use crate::dump::{self, Tensor};
+use crate::recorder::CallArgs;
+use crate::trace::Fault;
+
+/// Operands read before the call, and what could not be.
+#[derive(Default)]
+pub(crate) struct Before {
+    tensors: Vec<Tensor>,
+    notes: Vec<String>,
+    bytes: u64,
+}
+
+/// Whether this call could still produce a dump: a matrix multiply, with dumps left.
+pub(crate) fn wanted(call: &Call<'_, i32>, record: &CallArgs) -> bool {
+    matches!(record, CallArgs::Gemm { .. }) && call.session.dumps_left()
+}
+
+/// C as it is before the call, when the call reads it (beta != 0).
+pub(crate) fn before_call(call: &Call<'_, i32>, check: &MatmulCheck<'_>) -> Before {
+    let mut before = Before::default();
+    if scalar(call, check, check.call.beta).is_some_and(|[re, im]| re == 0.0 && im == 0.0) {
+        return before;
+    }
+    for (i, op) in check.operands.iter().enumerate() {
+        let Some(op) = op else { continue };
+        if matches!(op.spec.role, Role::Accumulator | Role::Addend) {
+            match read_operand(call, check, i, op, "C", before.bytes) {
+                Ok(t) => {
+                    before.bytes += t.data.len() as u64;
+                    before.tensors.push(t);
+                }
+                Err(note) => before.notes.push(note),
+            }
+        }
+    }
+    before
+}
+
+/// A scalar argument's value, read as the library reads it.
+fn scalar(call: &Call<'_, i32>, check: &MatmulCheck<'_>, ptr: Option<u64>) -> Option<[f64; 2]> {
+    let (bytes, size) = check.read_scalar(ptr, &call.session.allocations, call.device)?;
+    Some(dump::element(check.call.scalar, &bytes[..size]))
+}
+
+/// One operand's members, each as its stored matrix; `Err` says why it is left out.
+fn read_operand(call: &Call<'_, i32>, check: &MatmulCheck<'_>, i: usize, op: &OperandReport<'_>, name: &str, used: u64) -> Result<Tensor, String> {
+    let spec = op.spec;
+    if !op.readable {
+        return Err(format!("{name} not dumped: it is not inside live device memory"));
+    }
+    let elem = spec.dtype.size().filter(|_| dump::dumpable(spec.dtype)).ok_or_else(|| format!("{name} not dumped: {} cannot be stored", spec.dtype.name()))? as usize;
+    let (rows, cols, ld) = (spec.shape.rows.max(0) as usize, spec.shape.cols.max(0) as usize, spec.shape.ld.max(0) as usize);
+    let count = spec.members.count();
+    let bytes = (count as u128) * (rows * cols * elem) as u128;
+    let cap = call.session.config.dump_bytes;
+    if used as u128 + bytes > cap as u128 {
+        return Err(format!("{name} not dumped: its {bytes} bytes would pass CUBLASGUARD_DUMP_BYTES ({cap})"));
+    }
+    let mut data = Vec::with_capacity(bytes as usize);
+    let mut columns = vec![0u8; rows * cols * elem];
+    for b in 0..count {
+        let addr = check.member_address(i, b).ok_or_else(|| format!("{name} not dumped: member {b} has no address"))?;
+        let column = rows * elem;
+        let reads: Vec<(u64, std::ops::Range<usize>)> = if ld == rows {
+            vec![(addr, 0..columns.len())]
+        } else {
+            (0..cols).map(|c| (addr + (c * ld * elem) as u64, c * column..(c + 1) * column)).collect()
+        };
+        for (from, into) in reads {
+            call.device
+                .read(from, &mut columns[into], check.stream())
+                .map_err(|code| format!("{name} not dumped: reading it failed with CUDA error {code}"))?;
+        }
+        dump::append_row_major(&columns, rows, cols, elem, &mut data);
+    }
+    let batch = (!matches!(spec.members, Members::One)).then_some(count);
+    Ok(Tensor { name: name.to_string(), dtype: spec.dtype, batch, rows: rows as u64, cols: cols as u64, data })
+}
+
+/// Writes the dump of `fault` and returns its path and what it left out. `forwarded`: the real
+/// call ran, so the outputs hold its results.
+pub(crate) fn write(call: &Call<'_, i32>, check: &MatmulCheck<'_>, before: &Before, forwarded: bool, fault: &Fault) -> (Option<String>, Option<String>) {
+    let s = call.session;
+    let Some(dir) = s.config.dump_dir.as_deref() else { return (None, None) };
+    if !s.claim_dump() {
+        return (None, None);
+    }
+    let mut tensors = Vec::new();
+    let mut notes = before.notes.clone();
+    let mut used = before.bytes;
+    let mut add = |i: usize, op: &OperandReport<'_>, name: &str, tensors: &mut Vec<Tensor>| match read_operand(call, check, i, op, name, used) {
+        Ok(t) => {
+            used += t.data.len() as u64;
+            tensors.push(t);
+        }
+        Err(note) => notes.push(note),
+    };
+    for (i, op) in check.operands.iter().enumerate() {
+        let Some(op) = op else { continue };
+        if op.spec.role == Role::Input {
+            add(i, op, op.spec.name, &mut tensors);
+        }
+    }
+    tensors.extend(before.tensors.iter().cloned());
+    if forwarded {
+        for (i, op) in check.operands.iter().enumerate() {
+            let Some(op) = op else { continue };
+            match op.spec.role {
+                Role::Accumulator => add(i, op, "C_out", &mut tensors),
+                Role::Output => add(i, op, "D_out", &mut tensors),
+                _ => {}
+            }
+        }
+    } else {
+        notes.push("no output: the call did not run (the fault was found before it, and CUBLASGUARD_ON_FAULT refused it or ends the process)".into());
+    }
+    let meta = metadata(call, check, &tensors, &notes, forwarded, fault);
+    let path = format!("{dir}/cublasguard-{}-{}-{}.safetensors", std::process::id(), fault.seq, fault.api);
+    let written = dump::encode(&tensors, &meta).and_then(|bytes| create(dir, &path, &bytes).map_err(|e| e.to_string()));
+    let note = (!notes.is_empty()).then(|| notes.join("; "));
+    match written {
+        Ok(()) => (Some(path), note),
+        Err(why) => (None, Some(format!("the dump {path} could not be written: {why}"))),
+    }
+}
+
+fn metadata(call: &Call<'_, i32>, check: &MatmulCheck<'_>, tensors: &[Tensor], notes: &[String], forwarded: bool, fault: &Fault) -> serde_json::Value {
+    use serde_json::json;
+    let described: BTreeMap<&str, serde_json::Value> = tensors
+        .iter()
+        .map(|t| (t.name.as_str(), json!({"dtype": t.dtype.name(), "rows": t.rows, "cols": t.cols, "batch": t.batch})))
+        .collect();
+    json!({
+        "format": dump::FORMAT,
+        "guard": env!("CARGO_PKG_VERSION"),
+        "api": fault.api,
+        "seq": fault.seq,
+        "kind": fault.kind.name(),
+        "message": fault.message,
+        "status": fault.status,
+        "args": fault.args,
+        "handle": fault.handle,
+        "lt": check.call.lt,
+        "scalar_type": check.call.scalar.name(),
+        "alpha": scalar(call, check, check.call.alpha),
+        "beta": scalar(call, check, check.call.beta),
+        "reduced_precision": check.call.reduced_precision_compute || fault.handle.as_ref().is_some_and(|h| h.reduced_precision),
+        "forwarded": forwarded,
+        "tensors": described,
+        "not_dumped": notes,
+    })
+}
+
+/// A new file, created as traces are: mode 0600, never through a symlink, never over another.
+fn create(dir: &str, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_data()
+}
