@@ -157,8 +157,8 @@ pub fn element(dtype: DType, bytes: &[u8]) -> [f64; 2] {
     match dtype {
         DType::F64 => real(f64::from_bits(word(8))),
         DType::F32 => real(f32::from_bits(word(4) as u32) as f64),
-        DType::F16 => real(minifloat(word(2), 5, 10, true)),
-        DType::BF16 => real(f32::from_bits((word(2) as u32) << 16) as f64),
+        DType::F16 => real(half::f16::from_bits(word(2) as u16).to_f64()),
+        DType::BF16 => real(half::bf16::from_bits(word(2) as u16).to_f64()),
         DType::F8E4M3 => real(minifloat(word(1), 4, 3, false)),
         DType::F8E5M2 => real(minifloat(word(1), 5, 2, true)),
         DType::I8 => real(word(1) as u8 as i8 as f64),
@@ -169,7 +169,7 @@ pub fn element(dtype: DType, bytes: &[u8]) -> [f64; 2] {
     }
 }
 
-/// A small IEEE-style float: `exp` exponent bits, `man` mantissa bits. Without infinities
+/// An FP8 float (no crate decodes both OCP formats): `exp` exponent bits, `man` mantissa bits. Without infinities
 /// (E4M3 "fn"), only the all-ones pattern is NaN and the rest of the top exponent is finite.
 fn minifloat(bits: u64, exp: u32, man: u32, has_inf: bool) -> f64 {
     let sign = if bits >> (exp + man) & 1 == 1 { -1.0 } else { 1.0 };
@@ -279,7 +279,7 @@ mod tests {
 
     #[test]
     fn a_file_without_the_call_record_is_named_as_not_a_dump() {
-        let t = vec![tensor("A", DType::F32, 1, 1, vec![0; 4])];
+        let t = [tensor("A", DType::F32, 1, 1, vec![0; 4])];
         let plain = safetensors::serialize(vec![("A", TensorView::new(Dtype::F32, vec![1, 1], &t[0].data).unwrap())], None).unwrap();
         assert!(decode(&plain).unwrap_err().contains("not a cublasguard dump"));
         assert!(decode(b"garbage").unwrap_err().contains("not a safetensors file"));

@@ -25,5 +25,7 @@ pub mod state;
 pub mod trace;
 pub mod validate;
 
+pub use ffi::lifecycle::pass_through_in_this_process;
+
 /// This machine's name, as traces record it.
 pub use ffi::process::hostname;

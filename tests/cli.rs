@@ -252,6 +252,14 @@ fn demo_runs_and_reports_the_injected_nan() {
     // The user's own line first: the example's source line that made the call.
     let at = body.lines().find(|l| l.trim_start().starts_with("at ")).unwrap_or_else(|| panic!("{body}"));
     assert!(at.contains("examples/mlp.c:") && at.contains(" in gemm_rm: ") && at.contains("cublasSgemm("), "{at}");
+    // The first fault's operands are dumped, and replay says what the NaN is.
+    let dumped = body.lines().find_map(|l| l.trim_start().strip_prefix("operands dumped to ")).unwrap_or_else(|| panic!("{body}"));
+    let dump = dumped.split(".safetensors").next().map(|p| format!("{p}.safetensors")).unwrap();
+    let out = cublasguard(&["replay", &dump], &dir, &[]);
+    let replayed = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "reproduced as recorded: {replayed}{}", text(&out.stderr));
+    let verdict = replayed.lines().find_map(|l| l.strip_prefix("verdict: ")).unwrap_or_else(|| panic!("{replayed}"));
+    assert!(verdict.starts_with("inherent: the inputs hold NaN/Inf (B: 1 NaN"), "the injected NaN is in the input features: {replayed}");
 }
 
 #[test]
@@ -269,7 +277,7 @@ fn the_guard_library_is_found_without_being_told_where() {
 
 #[test]
 fn every_subcommand_has_help() {
-    for sub in ["run", "report", "doctor", "timeline", "demo"] {
+    for sub in ["run", "report", "doctor", "timeline", "demo", "replay"] {
         let out = cublasguard(&[sub, "--help"], Path::new("."), &[]);
         assert_eq!(out.status.code(), Some(0), "{sub}");
         assert!(text(&out.stdout).contains("Usage: cublasguard"), "{sub}");

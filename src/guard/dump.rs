@@ -27,16 +27,21 @@ pub(crate) fn wanted(call: &Call<'_, i32>, record: &CallArgs) -> bool {
     matches!(record, CallArgs::Gemm { .. }) && call.session.dumps_left()
 }
 
-/// C as it is before the call, when the call reads it (beta != 0).
+/// C as it is before the call, when the call reads it (beta != 0); and, when a fault is
+/// already found, the inputs too: a call with a bad operand may leave nothing readable after it.
 pub(crate) fn before_call(call: &Call<'_, i32>, check: &MatmulCheck<'_>) -> Before {
     let mut before = Before::default();
-    if scalar(call, check, check.call.beta).is_some_and(|[re, im]| re == 0.0 && im == 0.0) {
-        return before;
-    }
+    let reads_c = !scalar(call, check, check.call.beta).is_some_and(|[re, im]| re == 0.0 && im == 0.0);
+    let early = check.finding.is_some();
     for (i, op) in check.operands.iter().enumerate() {
         let Some(op) = op else { continue };
-        if matches!(op.spec.role, Role::Accumulator | Role::Addend) {
-            match read_operand(call, check, i, op, "C", before.bytes) {
+        let name = match op.spec.role {
+            Role::Accumulator | Role::Addend if reads_c => "C",
+            Role::Input if early => op.spec.name,
+            _ => continue,
+        };
+        {
+            match read_operand(call, check, i, op, name, before.bytes) {
                 Ok(t) => {
                     before.bytes += t.data.len() as u64;
                     before.tensors.push(t);
@@ -109,7 +114,8 @@ pub(crate) fn write(call: &Call<'_, i32>, check: &MatmulCheck<'_>, before: &Befo
     };
     for (i, op) in check.operands.iter().enumerate() {
         let Some(op) = op else { continue };
-        if op.spec.role == Role::Input {
+        let read_before = before.tensors.iter().any(|t| t.name == op.spec.name) || before.notes.iter().any(|n| n.starts_with(&format!("{} ", op.spec.name)));
+        if op.spec.role == Role::Input && !read_before {
             add(i, op, op.spec.name, &mut tensors);
         }
     }

@@ -460,6 +460,35 @@ mod tests {
     }
 
     #[test]
+    fn a_dumped_fault_holds_the_operands_the_model_device_gave_and_the_quota_is_kept() {
+        let dir = std::env::temp_dir().join(format!("cublasguard-unit-dumps-{}", std::process::id()));
+        let mut s = setup(OnFault::Continue, f32::NAN);
+        s.session = {
+            let config = Config { dump_dir: Some(dir.display().to_string()), dump_max: 1, quiet: true, ..Config::default() };
+            let session = session(config);
+            session.handles.created(HANDLE);
+            for (base, bytes) in s.device.memory.borrow().iter() {
+                session.allocations.insert(crate::state::Allocation { base: *base, size: bytes.len() as u64, time_ns: 0, stream: None, api: "cudaMalloc" });
+            }
+            session
+        };
+        let calls = Cell::new(0);
+        sgemm(&s, A, 2, 0, &calls);
+        sgemm(&s, A, 2, 0, &calls);
+        let f = faults(&s);
+        assert_eq!(f.len(), 2);
+        let path = f[0].dump.clone().expect("the first fault is dumped");
+        assert!(f[1].dump.is_none(), "CUBLASGUARD_DUMP_MAX=1");
+        let d = crate::dump::decode(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(d.tensors["A"].at(0, 0, 0)[0].is_nan());
+        assert_eq!(d.tensors["B"].values, vec![[1.0, 0.0]; 4]);
+        assert!(!d.tensors.contains_key("C"), "beta is 0: C is not an input");
+        assert!(d.tensors.contains_key("C_out"));
+        assert_eq!((d.meta["alpha"][0].as_f64(), d.meta["beta"][0].as_f64()), (Some(1.0), Some(0.0)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_clean_call_is_recorded_once_with_its_shape() {
         let s = setup(OnFault::Continue, 1.0);
         let calls = Cell::new(0);

@@ -3,6 +3,9 @@
 mod diagnosis;
 mod doctor;
 mod framework;
+mod replay;
+mod replay_c;
+mod replay_cuda;
 mod report;
 mod run;
 mod timeline;
@@ -96,6 +99,20 @@ enum Cmd {
     },
     /// Run the bundled example on the CPU stand-in CUDA stack with a NaN injected, and report
     Demo,
+    /// Rerun a dumped faulting call (CUBLASGUARD_DUMP) against an exact reference
+    #[command(after_help = "Reads a dump the guard wrote with CUBLASGUARD_DUMP=DIR, recomputes the call on the CPU with                             f64 accumulation from the dumped inputs, and says whether the NaN/Inf is inherent (the                             inputs or their scale make it), comes from the library's reduced precision (TF32, fp16                             accumulation, FP8), or is not explained.\n\n                            Exit status: 0 the fault reproduced as recorded, 1 it did not, 2 the dump could not be read                             (or --cuda could not run the call).")]
+    Replay {
+        /// The .safetensors file named by the fault's `dump`
+        #[arg(value_name = "DUMP")]
+        dump: PathBuf,
+        /// Also rerun the call through the cuBLAS the loader finds (a GPU, or the stand-in) and
+        /// say whether the fault reproduces there
+        #[arg(long)]
+        cuda: bool,
+        /// Write a standalone C program that loads the dump and makes the call, for a bug report
+        #[arg(long, value_name = "FILE")]
+        emit_c: Option<PathBuf>,
+    },
 }
 
 fn colour() -> bool {
@@ -148,7 +165,13 @@ fn demo() -> Result<i32, CliError> {
         checks: None,
         on_fault: None,
         command: vec![mlp.into(), "--inject".into(), "nan".into(), "--epochs".into(), "2".into()],
-        env: vec![("LD_LIBRARY_PATH".into(), libpath), ("CUBLASGUARD_STDERR_LINES".into(), "3".into())],
+        env: vec![
+            ("LD_LIBRARY_PATH".into(), libpath),
+            ("CUBLASGUARD_STDERR_LINES".into(), "3".into()),
+            // One dump, of the first fault: `cublasguard replay` on it says what the NaN is.
+            ("CUBLASGUARD_DUMP".into(), dir.join("dumps").display().to_string()),
+            ("CUBLASGUARD_DUMP_MAX".into(), "1".into()),
+        ],
         quiet_summary: true,
         stdout_to_stderr: true,
     })?;
@@ -164,6 +187,8 @@ fn demo() -> Result<i32, CliError> {
 }
 
 fn main() -> ExitCode {
+    // This binary links the guard's code: it must not guard its own CUDA calls (replay --cuda).
+    cublasguard::pass_through_in_this_process();
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Run { trace, checks, on_fault, command } => {
@@ -188,6 +213,7 @@ fn main() -> ExitCode {
             Ok(0)
         }),
         Cmd::Demo => demo(),
+        Cmd::Replay { dump, cuda, emit_c } => replay::run(&replay::Options { dump, cuda, emit_c }),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -339,6 +339,16 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool) -> String {
             };
             let _ = writeln!(out, "{bullet}memory: {device}; {} live in {} allocations the guard saw", bytes(m.tracked_live_bytes), m.tracked_live_count);
         }
+        match (&f.dump, &f.dump_note) {
+            (Some(path), note) => {
+                let left_out = note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+                let _ = writeln!(out, "{bullet}operands dumped to {path}{left_out}; `cublasguard replay {path}` checks them against an exact result");
+            }
+            (None, Some(note)) => {
+                let _ = writeln!(out, "{bullet}no operand dump: {note}");
+            }
+            (None, None) => {}
+        }
         let _ = writeln!(out, "{bullet}probable cause: {}", d.cause);
         for step in &d.next_steps {
             let _ = writeln!(out, "{bullet}next: {step}");

@@ -1,0 +1,442 @@
+//! `cublasguard replay DUMP`: reruns a dumped matrix multiply on the CPU with an exact
+//! reference (f64 accumulation from the dumped inputs) and says whether the NaN/Inf is in the
+//! data (inherent), in the library's reduced precision, or not explained; `--cuda` reruns it
+//! through the real cuBLAS; `--emit-c` writes a standalone reproducer.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use cublasguard::cuda::DType;
+use cublasguard::dump::{self, Dump, Matrix};
+
+use super::CliError;
+
+/// Exit statuses: the fault reproduced as recorded, did not, or the dump could not be read.
+pub const REPRODUCED: i32 = 0;
+pub const NOT_REPRODUCED: i32 = 1;
+pub const UNREADABLE: i32 = 2;
+
+pub struct Options {
+    pub dump: PathBuf,
+    pub cuda: bool,
+    pub emit_c: Option<PathBuf>,
+}
+
+fn unreadable(message: impl Into<String>) -> CliError {
+    CliError { message: message.into(), code: UNREADABLE }
+}
+
+/// The call a dump records, as replay needs it.
+#[derive(Clone, Debug)]
+pub struct Replayed {
+    pub api: String,
+    pub seq: u64,
+    pub kind: String,
+    pub transa: char,
+    pub transb: char,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub alpha: [f64; 2],
+    pub beta: [f64; 2],
+    /// The arithmetic the library was asked for: its unit roundoff and its name.
+    pub compute_roundoff: f64,
+    pub compute_label: String,
+    pub reduced: bool,
+    pub relu: bool,
+    pub output_name: String,
+}
+
+fn op_of(value: &serde_json::Value, name: &str) -> Result<char, String> {
+    match value.as_str() {
+        Some("N") => Ok('N'),
+        Some("T") => Ok('T'),
+        Some("C") => Ok('C'),
+        other => Err(format!("{name} is {other:?}, not N, T or C")),
+    }
+}
+
+/// What arithmetic the call used, from its compute type, or for the typed functions from their
+/// type and the handle's math mode.
+fn compute_of(d: &Dump, inputs: DType) -> (f64, String, bool) {
+    let args = &d.meta["args"];
+    let tf32_math = d.meta["handle"]["math_mode"].as_str().is_some_and(|m| m.contains("TF32"));
+    let compute = args["computeType"].as_str().unwrap_or("");
+    let (dtype, label) = match compute {
+        c if c.starts_with("CUBLAS_COMPUTE_16F") => (DType::F16, "fp16 accumulation (CUBLAS_COMPUTE_16F)"),
+        c if c.contains("FAST_TF32") => (DType::F16, "TF32 (CUBLAS_COMPUTE_32F_FAST_TF32)"),
+        c if c.contains("FAST_16F") => (DType::F16, "fp16 inputs (CUBLAS_COMPUTE_32F_FAST_16F)"),
+        c if c.contains("FAST_16BF") => (DType::BF16, "bf16 inputs (CUBLAS_COMPUTE_32F_FAST_16BF)"),
+        c if c.starts_with("CUBLAS_COMPUTE_64F") => (DType::F64, "f64 (CUBLAS_COMPUTE_64F)"),
+        c if c.starts_with("CUBLAS_COMPUTE_32F") => (DType::F32, "f32 accumulation (CUBLAS_COMPUTE_32F)"),
+        _ if tf32_math && inputs == DType::F32 => (DType::F16, "TF32 tensor-op math (the handle's math mode)"),
+        _ if d.meta["api"].as_str().is_some_and(|a| a.starts_with("cublasHgemm")) => (DType::F16, "fp16 accumulation (cublasHgemm)"),
+        _ => (inputs, ""),
+    };
+    // TF32 keeps 10 mantissa bits, like fp16: the same roundoff.
+    let label = if label.is_empty() { format!("{} arithmetic", inputs.name()) } else { label.to_string() };
+    let reduced = dump::unit_roundoff(dtype) > dump::unit_roundoff(DType::F32) || d.meta["reduced_precision"].as_bool() == Some(true);
+    (dump::unit_roundoff(dtype).max(dump::unit_roundoff(inputs).min(dump::unit_roundoff(DType::F32))), label, reduced)
+}
+
+/// What the guard recorded as left out of the dump.
+fn not_dumped(d: &Dump) -> String {
+    let notes: Vec<&str> = d.meta["not_dumped"].as_array().map(|a| a.iter().filter_map(|n| n.as_str()).collect()).unwrap_or_default();
+    if notes.is_empty() {
+        "the record does not say why".into()
+    } else {
+        notes.join("; ")
+    }
+}
+
+pub fn replayed(d: &Dump) -> Result<Replayed, String> {
+    let args = &d.meta["args"];
+    let int = |name: &str| args[name].as_i64().filter(|v| *v >= 0).map(|v| v as usize).ok_or_else(|| format!("the call record has no {name}"));
+    let scalar = |name: &str| -> Result<[f64; 2], String> {
+        let v = &d.meta[name];
+        match (v[0].as_f64(), v[1].as_f64()) {
+            (Some(re), Some(im)) => Ok([re, im]),
+            _ => Err(format!("{name} could not be read when the dump was written")),
+        }
+    };
+    let a = d.tensors.get("A").ok_or_else(|| format!("the dump has no A: {}", not_dumped(d)))?;
+    d.tensors.get("B").ok_or_else(|| format!("the dump has no B: {}", not_dumped(d)))?;
+    let (compute_roundoff, compute_label, reduced) = compute_of(d, a.dtype);
+    let output_name = ["C_out", "D_out"].into_iter().find(|n| d.tensors.contains_key(*n)).ok_or("the dump has no output (C_out or D_out): the call did not run")?;
+    Ok(Replayed {
+        api: d.meta["api"].as_str().unwrap_or("?").to_string(),
+        seq: d.meta["seq"].as_u64().unwrap_or(0),
+        kind: d.meta["kind"].as_str().unwrap_or("?").to_string(),
+        transa: op_of(&args["transa"], "transa")?,
+        transb: op_of(&args["transb"], "transb")?,
+        m: int("m")?,
+        n: int("n")?,
+        k: int("k")?,
+        alpha: scalar("alpha")?,
+        beta: scalar("beta")?,
+        compute_roundoff,
+        compute_label,
+        reduced,
+        relu: args["epilogue"].as_str().is_some_and(|e| e.contains("RELU")),
+        output_name: output_name.to_string(),
+    })
+}
+
+/// `cudaDataType_t` of a dtype.
+pub fn cuda_type(dtype: DType) -> i32 {
+    match dtype {
+        DType::F32 => 0,
+        DType::F64 => 1,
+        DType::F16 => 2,
+        DType::I8 => 3,
+        DType::C32 => 4,
+        DType::C64 => 5,
+        DType::I32 => 10,
+        DType::BF16 => 14,
+        DType::F8E4M3 => 28,
+        DType::F8E5M2 => 29,
+        DType::Unknown(v) => v,
+    }
+}
+
+/// `cublasComputeType_t` for rerunning the call as cublasGemmStridedBatchedEx: the recorded
+/// compute type, or the typed function's own.
+pub fn compute_code(d: &Dump, inputs: DType) -> i32 {
+    let named = [
+        ("CUBLAS_COMPUTE_16F_PEDANTIC", 65),
+        ("CUBLAS_COMPUTE_16F", 64),
+        ("CUBLAS_COMPUTE_32F_PEDANTIC", 69),
+        ("CUBLAS_COMPUTE_32F_FAST_16F", 74),
+        ("CUBLAS_COMPUTE_32F_FAST_16BF", 75),
+        ("CUBLAS_COMPUTE_32F_FAST_TF32", 77),
+        ("CUBLAS_COMPUTE_32F", 68),
+        ("CUBLAS_COMPUTE_64F_PEDANTIC", 71),
+        ("CUBLAS_COMPUTE_64F", 70),
+        ("CUBLAS_COMPUTE_32I_PEDANTIC", 73),
+        ("CUBLAS_COMPUTE_32I", 72),
+    ];
+    if let Some((_, code)) = d.meta["args"]["computeType"].as_str().and_then(|c| named.iter().find(|(n, _)| *n == c)) {
+        return *code;
+    }
+    let tf32 = d.meta["handle"]["math_mode"].as_str().is_some_and(|m| m.contains("TF32"));
+    match inputs {
+        DType::F64 | DType::C64 => 70,
+        DType::F16 if d.meta["api"].as_str().is_some_and(|a| a.starts_with("cublasHgemm")) => 64,
+        DType::F32 | DType::C32 if tf32 => 77,
+        _ => 68,
+    }
+}
+
+/// A scalar (alpha, beta) as the bytes of the call's scalar type.
+pub fn scalar_bytes(d: &Dump, v: [f64; 2]) -> Vec<u8> {
+    match d.meta["scalar_type"].as_str().and_then(dump::dtype_named).unwrap_or(DType::F32) {
+        DType::F64 => v[0].to_le_bytes().to_vec(),
+        DType::C32 => [(v[0] as f32).to_le_bytes(), (v[1] as f32).to_le_bytes()].concat(),
+        DType::C64 => [v[0].to_le_bytes(), v[1].to_le_bytes()].concat(),
+        DType::F16 => half::f16::from_f64(v[0]).to_bits().to_le_bytes().to_vec(),
+        DType::I32 => (v[0] as i32).to_le_bytes().to_vec(),
+        _ => (v[0] as f32).to_le_bytes().to_vec(),
+    }
+}
+
+/// A stored matrix's bytes back in column-major order (leading dimension = rows), member after
+/// member, as the device takes them.
+pub fn column_major(m: &Matrix) -> Vec<u8> {
+    let elem = m.raw.len() / (m.batch * m.rows * m.cols).max(1);
+    let mut out = Vec::with_capacity(m.raw.len());
+    for b in 0..m.batch {
+        for c in 0..m.cols {
+            for r in 0..m.rows {
+                let at = ((b * m.rows + r) * m.cols + c) * elem;
+                out.extend_from_slice(&m.raw[at..at + elem]);
+            }
+        }
+    }
+    out
+}
+
+fn mul(a: [f64; 2], b: [f64; 2]) -> [f64; 2] {
+    [a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]]
+}
+
+fn magnitude(a: [f64; 2]) -> f64 {
+    a[0].hypot(a[1])
+}
+
+fn finite(a: [f64; 2]) -> bool {
+    a[0].is_finite() && a[1].is_finite()
+}
+
+/// Element (i, p) of op(M) for member `b` (a single member serves every batch member).
+fn op_at(m: &Matrix, op: char, b: usize, i: usize, p: usize) -> [f64; 2] {
+    let b = b.min(m.batch.saturating_sub(1));
+    match op {
+        'N' => m.at(b, i, p),
+        'T' => m.at(b, p, i),
+        _ => {
+            let v = m.at(b, p, i);
+            [v[0], -v[1]]
+        }
+    }
+}
+
+/// One element where the library and the exact result disagree.
+#[derive(Clone, Debug)]
+pub struct Difference {
+    pub member: usize,
+    pub row: usize,
+    pub col: usize,
+    pub got: [f64; 2],
+    pub exact: [f64; 2],
+    /// Error over tolerance (infinite where one side is NaN/Inf and the other is not).
+    pub ratio: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Analysis {
+    pub call: Replayed,
+    /// "A: 1 NaN, 0 Inf (first at member 0, (1, 2))" for each input holding NaN/Inf.
+    pub nonfinite_inputs: Vec<String>,
+    /// Elements whose exact value does not fit the output type.
+    pub overflowing: usize,
+    pub largest_exact: f64,
+    pub output_nonfinite: usize,
+    pub differences: Vec<Difference>,
+    pub output_dtype: DType,
+}
+
+fn nonfinite_summary(name: &str, m: &Matrix) -> Option<String> {
+    let (mut nan, mut inf, mut first) = (0, 0, None);
+    for (i, v) in m.values.iter().enumerate() {
+        if !finite(*v) {
+            if v[0].is_nan() || v[1].is_nan() {
+                nan += 1;
+            } else {
+                inf += 1;
+            }
+            first.get_or_insert(i);
+        }
+    }
+    let i = first?;
+    let (member, row, col) = (i / (m.rows * m.cols).max(1), i / m.cols.max(1) % m.rows.max(1), i % m.cols.max(1));
+    Some(format!("{name}: {nan} NaN, {inf} Inf (first at member {member}, ({row}, {col}))"))
+}
+
+/// The exact reference and its comparison with the library's output.
+pub fn analyse(d: &Dump) -> Result<Analysis, String> {
+    let call = replayed(d)?;
+    let a = &d.tensors["A"];
+    let b = d.tensors.get("B").ok_or("the dump has no B (see not_dumped in its record)")?;
+    let out = &d.tensors[&call.output_name];
+    let beta_zero = call.beta == [0.0, 0.0];
+    let c = if beta_zero { None } else { Some(d.tensors.get("C").ok_or("beta != 0 but the dump has no C (see not_dumped in its record)")?) };
+    let bias = d.tensors.get("bias");
+    if out.rows != call.m || out.cols != call.n {
+        return Err(format!("{} is {} x {}, but the call is m {} x n {}", call.output_name, out.rows, out.cols, call.m, call.n));
+    }
+    let mut nonfinite_inputs: Vec<String> = [("A", Some(a)), ("B", Some(b)), ("C", c), ("bias", bias)]
+        .into_iter()
+        .filter_map(|(name, m)| nonfinite_summary(name, m?))
+        .collect();
+    for (name, v) in [("alpha", call.alpha), ("beta", call.beta)] {
+        if !finite(v) {
+            nonfinite_inputs.push(format!("{name} is {}", v[0]));
+        }
+    }
+    let max = dump::finite_max(out.dtype);
+    let tolerance_unit = call.k as f64 * call.compute_roundoff + dump::unit_roundoff(out.dtype);
+    let (mut overflowing, mut largest_exact, mut output_nonfinite) = (0, 0f64, 0);
+    let mut differences = Vec::new();
+    for member in 0..out.batch {
+        for i in 0..call.m {
+            for j in 0..call.n {
+                let (mut sum, mut bound) = ([0.0, 0.0], 0.0);
+                for p in 0..call.k {
+                    let prod = mul(op_at(a, call.transa, member, i, p), op_at(b, call.transb, member, p, j));
+                    sum = [sum[0] + prod[0], sum[1] + prod[1]];
+                    bound += magnitude(prod);
+                }
+                let mut exact = mul(call.alpha, sum);
+                bound *= magnitude(call.alpha);
+                if let Some(c) = c {
+                    let scaled = mul(call.beta, c.at(member.min(c.batch - 1), i, j));
+                    exact = [exact[0] + scaled[0], exact[1] + scaled[1]];
+                    bound += magnitude(scaled);
+                }
+                if let Some(bias) = bias {
+                    let v = bias.at(member.min(bias.batch - 1), i, 0);
+                    exact = [exact[0] + v[0], exact[1] + v[1]];
+                    bound += magnitude(v);
+                }
+                if call.relu {
+                    exact[0] = exact[0].max(0.0);
+                }
+                // The exact value as the output type can hold it.
+                if finite(exact) {
+                    largest_exact = largest_exact.max(exact[0].abs()).max(exact[1].abs());
+                }
+                if exact[0].abs() > max || exact[1].abs() > max {
+                    overflowing += 1;
+                    let inf = |x: f64| if x.abs() > max { x.signum() * f64::INFINITY } else { x };
+                    exact = [inf(exact[0]), inf(exact[1])];
+                }
+                let got = out.at(member, i, j);
+                if !finite(got) {
+                    output_nonfinite += 1;
+                }
+                let ratio = match (finite(got), finite(exact)) {
+                    (true, true) => {
+                        let tolerance = 2.0 * tolerance_unit * bound + f64::MIN_POSITIVE;
+                        magnitude([got[0] - exact[0], got[1] - exact[1]]) / tolerance
+                    }
+                    (false, false) => 0.0,
+                    _ => f64::INFINITY,
+                };
+                if ratio > 1.0 {
+                    differences.push(Difference { member, row: i, col: j, got, exact, ratio });
+                }
+            }
+        }
+    }
+    differences.sort_by(|x, y| y.ratio.total_cmp(&x.ratio));
+    Ok(Analysis { call, nonfinite_inputs, overflowing, largest_exact, output_nonfinite, differences, output_dtype: out.dtype })
+}
+
+/// The one-line verdict, and whether the recorded fault shows in the dumped data.
+pub fn verdict(a: &Analysis) -> (String, bool) {
+    let out = a.output_dtype.name();
+    let line = if !a.nonfinite_inputs.is_empty() {
+        format!("inherent: the inputs hold NaN/Inf ({}); the library passed them on, the data must be fixed upstream", a.nonfinite_inputs.join("; "))
+    } else if a.overflowing > 0 {
+        format!(
+            "inherent: the exact result does not fit in {out} at {} element(s) (max {:.6e}): the inputs' scale makes it; rescale the inputs or use a wider output type",
+            a.overflowing,
+            dump::finite_max(a.output_dtype)
+        )
+    } else if !a.differences.is_empty() && a.call.reduced {
+        format!(
+            "reduced precision: the exact result is finite (largest |value| {:.6e}) but the library's {} gave {} at {} element(s); use f32 accumulation (CUBLAS_COMPUTE_32F) or rescale",
+            a.largest_exact,
+            a.call.compute_label,
+            if a.output_nonfinite > 0 { "NaN/Inf" } else { "results beyond its tolerance" },
+            a.differences.len()
+        )
+    } else if !a.differences.is_empty() {
+        format!(
+            "not explained: the library's output differs from the exact result beyond {} tolerance at {} element(s); rerun with --cuda, and if it reproduces, report it (--emit-c writes a reproducer)",
+            a.call.compute_label,
+            a.differences.len()
+        )
+    } else {
+        format!("clean: the library's output matches the exact result within the tolerance of {}", a.call.compute_label)
+    };
+    let shows = match a.call.kind.as_str() {
+        "nonfinite_input" => !a.nonfinite_inputs.is_empty(),
+        "nonfinite_output" => a.output_nonfinite > 0,
+        _ => !a.differences.is_empty() || a.output_nonfinite > 0,
+    };
+    (line, shows)
+}
+
+fn value(v: [f64; 2]) -> String {
+    if v[1] == 0.0 {
+        format!("{:.6e}", v[0])
+    } else {
+        format!("{:.6e}{:+.6e}i", v[0], v[1])
+    }
+}
+
+pub fn render(path: &Path, a: &Analysis) -> String {
+    let c = &a.call;
+    let mut s = String::new();
+    let _ = writeln!(s, "replay of {} (fault at call #{}: {})", path.display(), c.seq, c.kind);
+    let _ = writeln!(
+        s,
+        "  call: {} transa={} transb={} m={} n={} k={} alpha={} beta={}; {}",
+        c.api,
+        c.transa,
+        c.transb,
+        c.m,
+        c.n,
+        c.k,
+        value(c.alpha),
+        value(c.beta),
+        c.compute_label
+    );
+    let _ = writeln!(s, "  inputs with NaN/Inf: {}", if a.nonfinite_inputs.is_empty() { "none".into() } else { a.nonfinite_inputs.join("; ") });
+    let _ = writeln!(s, "  exact reference (f64 accumulation): {} element(s) do not fit in {}", a.overflowing, a.output_dtype.name());
+    let _ = writeln!(s, "  library's output ({}): {} NaN/Inf; {} element(s) beyond tolerance", c.output_name, a.output_nonfinite, a.differences.len());
+    for d in a.differences.iter().take(5) {
+        let _ = writeln!(s, "    member {} ({}, {}): library {}, exact {}", d.member, d.row, d.col, value(d.got), value(d.exact));
+    }
+    s
+}
+
+pub fn run(o: &Options) -> Result<i32, CliError> {
+    let bytes = std::fs::read(&o.dump).map_err(|e| unreadable(format!("{}: {e}", o.dump.display())))?;
+    let d = dump::decode(&bytes).map_err(|e| unreadable(format!("{}: {e}", o.dump.display())))?;
+    let analysis = analyse(&d).map_err(|e| unreadable(format!("{}: {e}", o.dump.display())))?;
+    let mut text = render(&o.dump, &analysis);
+    let (line, shows) = verdict(&analysis);
+    let mut reproduced = shows;
+    if let Some(file) = &o.emit_c {
+        let source = super::replay_c::program(&bytes, &d, &analysis.call, &o.dump).map_err(unreadable)?;
+        std::fs::write(file, source).map_err(|e| CliError::usage(format!("{}: {e}", file.display())))?;
+        let _ = writeln!(text, "  wrote {} (build: cc {} -lcublas -lcudart; run it beside the dump)", file.display(), file.display());
+    }
+    if o.cuda {
+        let rerun = super::replay_cuda::rerun(&d, &analysis.call).map_err(|e| CliError { message: format!("--cuda: {e}"), code: UNREADABLE })?;
+        let same = rerun.len() == d.tensors[&analysis.call.output_name].values.len()
+            && rerun.iter().zip(&d.tensors[&analysis.call.output_name].values).all(|(x, y)| finite(*x) == finite(*y));
+        let nonfinite = rerun.iter().filter(|v| !finite(**v)).count();
+        let _ = writeln!(
+            text,
+            "  --cuda: rerun through cuBLAS: {nonfinite} NaN/Inf in the output; {}",
+            if same { "the same elements as recorded: the fault reproduces" } else { "not the elements recorded: the fault does not reproduce" }
+        );
+        reproduced = same && (nonfinite > 0 || !shows || analysis.call.kind == "nonfinite_input");
+    }
+    let _ = writeln!(text, "verdict: {line}");
+    super::print(&text)?;
+    Ok(if reproduced { REPRODUCED } else { NOT_REPRODUCED })
+}
