@@ -126,6 +126,19 @@ fn main() {
         fs::create_dir_all(root.join(dir)).expect("create stand-in dirs");
     }
     let compiler = cc::Build::new().opt_level(2).get_compiler();
+    // The scan kernel's host build (src/kernels), which the stand-in driver runs for
+    // cuLaunchKernel: C++ without its runtime, so the C driver links the object as is.
+    let kernels = out.join("kernels.o");
+    {
+        let mut cmd = compiler.to_command();
+        cmd.args(["-x", "c++", "-std=c++14", "-fno-exceptions", "-fno-rtti", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-c", "-o"])
+            .arg(&kernels)
+            .arg(manifest.join("src/kernels/host_launch.cpp"));
+        run(cmd);
+        for file in ["host_launch.cpp", "host.h", "nonfinite.cu"] {
+            println!("cargo:rerun-if-changed=src/kernels/{file}");
+        }
+    }
 
     for lib in LIBRARIES {
         let dir = root.join(lib.folder);
@@ -134,6 +147,7 @@ fn main() {
             .arg(dir.join(lib.soname))
             .arg(shims.join(format!("{}.c", lib.source)))
             .args(lib.extra.iter().map(|e| shims.join(format!("{e}.c"))))
+            .args((lib.source == "cuda").then_some(&kernels))
             .arg(format!("-Wl,-soname,{}", lib.soname))
             // The sibling libraries first (RUNPATH: LD_LIBRARY_PATH still wins), so the copies a
             // wheel installs find each other, and auditwheel sees them inside the wheel.

@@ -446,6 +446,87 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     return CUDA_SUCCESS;
 }
 
+/* ---- modules and kernels: the stand-in runs the kernels it has a host build of ----
+ * cuModuleLoadData recognises a kernel by its entry in the PTX text; cuLaunchKernel runs the
+ * host build of the same source (src/kernels/nonfinite.cu) over the launch grid, in order, so
+ * a launch is ordered on its stream like every other stand-in operation.
+ *   CUDASHIM_REFUSE_MODULES=1  cuModuleLoadData fails, as a driver too old for the PTX does
+ *   CUDASHIM_WRONG_KERNEL=1    the kernel's answer is wrong (NaN and Inf counts swapped): a
+ *                              miscompiled kernel, for the guard's self-test to catch */
+int cudashim_run_nonfinite(void **params, unsigned int grid, unsigned int block);
+
+#define CUDA_ERROR_INVALID_IMAGE 200
+#define CUDA_ERROR_ILLEGAL_ADDRESS 700
+#define NONFINITE_ENTRY ".entry cublasguard_nonfinite("
+
+static int context_token, module_token, function_token;
+static unsigned long driver_launches;
+
+unsigned long cudashim_driver_launches(void) { return __atomic_load_n(&driver_launches, __ATOMIC_RELAXED); }
+
+CUresult cuCtxGetCurrent(void **ctx) {
+    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    *ctx = &context_token; /* the primary context, current once the runtime started */
+    return CUDA_SUCCESS;
+}
+
+CUresult cuModuleLoadData(void **module, const void *image) {
+    if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+    if (env_int("CUDASHIM_REFUSE_MODULES", 0)) return CUDA_ERROR_INVALID_IMAGE;
+    if (!strstr((const char *)image, NONFINITE_ENTRY)) return CUDA_ERROR_INVALID_IMAGE; /* no host build */
+    *module = &module_token;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
+    if (!function || module != &module_token || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (strcmp(name, "cublasguard_nonfinite")) return CUDA_ERROR_NOT_FOUND;
+    *function = &function_token;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+                        unsigned int bz, unsigned int shared, void *stream, void **params, void **extra) {
+    (void)shared, (void)stream;
+    if (f != &function_token || !params || extra || gy != 1 || gz != 1 || by != 1 || bz != 1 || !gx || !bx || bx > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* The kernel reads rows x cols elements at ld and writes 24 bytes: both must be device memory. */
+    unsigned long long data = *(unsigned long long *)params[0], rows = *(unsigned long long *)params[1];
+    unsigned long long cols = *(unsigned long long *)params[2], ld = *(unsigned long long *)params[3];
+    unsigned int kind = *(unsigned int *)params[4];
+    unsigned long long out = *(unsigned long long *)params[5];
+    size_t size = kind == 1 ? 8 : kind == 2 || kind == 14 ? 2 : kind == 28 || kind == 29 ? 1 : 4;
+    size_t extent = rows && cols ? ((cols - 1) * ld + rows) * size : 0;
+    if ((extent && !cudashim_driver_is_device_range((const void *)(uintptr_t)data, extent)) ||
+        !cudashim_driver_is_device_range((const void *)(uintptr_t)out, 24))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    __atomic_add_fetch(&driver_launches, 1, __ATOMIC_RELAXED);
+    if (cudashim_run_nonfinite(params, gx, bx)) return CUDA_ERROR_INVALID_VALUE;
+    if (env_int("CUDASHIM_WRONG_KERNEL", 0)) {
+        unsigned long long *result = (unsigned long long *)(uintptr_t)out, nan = result[0];
+        result[0] = result[1];
+        result[1] = nan;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, void *stream) {
+    (void)stream;
+    if (!cudashim_driver_is_device_range((const void *)(uintptr_t)dst, count)) return CUDA_ERROR_INVALID_VALUE;
+    memset((void *)(uintptr_t)dst, value, count);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, void *stream) {
+    (void)stream;
+    return cuMemcpyDtoH_v2(dst, src, bytes);
+}
+
+CUresult cuStreamSynchronize(void *stream) {
+    (void)stream; /* everything already ran, in order */
+    return CUDA_SUCCESS;
+}
+
 /* ---- entry points: how the runtime, and programs with a static runtime, find the above ---- */
 #define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (1 << 1)
 

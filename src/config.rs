@@ -113,9 +113,9 @@ pub struct Config {
     /// Keep the time spent scanning under this fraction of wall time by skipping scans
     /// (argument and bounds checks always run); `None`: no budget.
     pub budget: Option<f64>,
-    /// Scan operands on the GPU (PTX kernel through the driver API) instead of copying them to
-    /// the host; off by default until verified on real GPUs.
-    pub device_scan: bool,
+    /// Where operands are scanned: on the GPU (the scan kernel, through the driver API) or
+    /// copied to the host.
+    pub device_scan: DeviceScan,
     /// No banner line at start-up.
     pub quiet: bool,
     /// CUBLASGUARD_SYNC=launches: synchronise after every kernel launch too, like
@@ -129,6 +129,18 @@ pub struct Config {
     pub dump_max: u32,
     /// CUBLASGUARD_DUMP_BYTES: bytes of operands per dump.
     pub dump_bytes: u64,
+}
+
+/// CUBLASGUARD_DEVICE_SCAN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceScan {
+    /// The host scan only.
+    Off,
+    /// The device scan where the driver loads the kernel and its self-test passes; the host
+    /// scan otherwise, recorded in the trace.
+    Auto,
+    /// As `Auto`, and a fallback is also said on stderr.
+    On,
 }
 
 pub const DEFAULT_DUMP_MAX: u32 = 8;
@@ -147,7 +159,7 @@ impl Default for Config {
             scan_bytes: DEFAULT_SCAN_BYTES,
             scan_every: 1,
             budget: None,
-            device_scan: false,
+            device_scan: DeviceScan::Auto,
             quiet: false,
             sync_launches: false,
             ignore: Vec::new(),
@@ -235,9 +247,10 @@ impl Config {
         }
         if let Some(v) = lookup("CUBLASGUARD_DEVICE_SCAN") {
             match v.trim() {
-                "on" | "1" => config.device_scan = true,
-                "off" | "0" => config.device_scan = false,
-                _ => reject("CUBLASGUARD_DEVICE_SCAN", &v, "not on or off".into(), "off"),
+                "auto" => config.device_scan = DeviceScan::Auto,
+                "on" | "1" => config.device_scan = DeviceScan::On,
+                "off" | "0" => config.device_scan = DeviceScan::Off,
+                _ => reject("CUBLASGUARD_DEVICE_SCAN", &v, "not auto, on or off".into(), "auto"),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_SYNC") {

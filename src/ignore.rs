@@ -126,6 +126,7 @@ mod tests {
             stride: None,
             pointer_array: false,
             bad_member: None,
+            scan_path: None,
         });
         f.python_stack.push(PythonFrame { file: "/src/model/attention.py".into(), line: 57, function: "forward".into() });
         f

@@ -128,6 +128,8 @@ pub struct MatrixScan {
     pub scanned_elements: u64,
     /// The matrix was larger than the byte budget, so only evenly spaced columns were read.
     pub sampled: bool,
+    /// Scanned by the kernel on the device (else copied to the host and scanned there).
+    pub on_device: bool,
 }
 
 /// Host buffer size for one chunk of a scan.
@@ -203,22 +205,26 @@ pub fn scan_matrix(
         first_nonfinite: tally.first_index.map(|i| (i % ld, i / ld)),
         scanned_elements: scanned,
         sampled,
+        on_device: false,
     })
+}
+
+/// Bytes in host memory, addressed from 0: the host scan of a buffer the guard made itself
+/// (the device self-test's answers) and the tests.
+pub struct Slice(pub Vec<u8>);
+
+impl DeviceReader for Slice {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
+        let a = usize::try_from(addr).map_err(|_| 1)?;
+        let src = self.0.get(a..a.checked_add(out.len()).ok_or(1)?).ok_or(1)?;
+        out.copy_from_slice(src);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Slice(Vec<u8>);
-    impl DeviceReader for Slice {
-        fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
-            let a = addr as usize;
-            let src = self.0.get(a..a + out.len()).ok_or(1)?;
-            out.copy_from_slice(src);
-            Ok(())
-        }
-    }
 
     fn f32_bytes(values: &[f32]) -> Vec<u8> {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()

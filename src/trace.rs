@@ -321,6 +321,9 @@ pub struct Operand {
     /// Larger than CUBLASGUARD_SCAN_BYTES: only evenly spaced columns were read.
     #[serde(default)]
     pub sampled: bool,
+    /// Where the scan ran: "device" (the scan kernel) or "host" (copied and scanned there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan_path: Option<String>,
     pub nan: Option<u64>,
     pub inf: Option<u64>,
     pub first_nonfinite: Option<Position>,

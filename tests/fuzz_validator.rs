@@ -1,5 +1,6 @@
 //! Property tests (a bounded fuzz run) of the pure checks that take a caller's raw numbers:
-//! the GEMM argument rules, extents, containment and the scan. Nothing may panic or overflow,
+//! the GEMM argument rules, extents, containment and the scan (and the scan kernel's host
+//! build, against the host scan). Nothing may panic or overflow,
 //! and what they accept must satisfy NVIDIA's rules. CI raises the case count with
 //! CUBLASGUARD_FUZZ_CASES.
 
@@ -35,6 +36,28 @@ impl DeviceReader for Bytes {
         out.copy_from_slice(self.0.get(start..end).ok_or(1)?);
         Ok(())
     }
+}
+
+mod common;
+
+/// The scan kernel's host build (src/kernels), run as the stand-in driver runs it.
+fn kernel_on_host(data: &[u8], shape: StoredShape, kind: u32, grid: u32, block: u32) -> [u64; 3] {
+    use std::sync::OnceLock;
+    type Run = unsafe extern "C" fn(*mut *mut std::ffi::c_void, u32, u32) -> i32;
+    static DRIVER: OnceLock<libloading::Library> = OnceLock::new();
+    // SAFETY: the stand-in driver, loaded once for its exported launcher.
+    let lib = DRIVER.get_or_init(|| unsafe { libloading::Library::new(common::standin().join("driver/libcuda.so.1")) }.expect("the stand-in driver"));
+    // SAFETY: the launcher's C signature (src/kernels/host_launch.cpp).
+    let launch = unsafe { lib.get::<Run>(b"cudashim_run_nonfinite\0") }.expect("the kernel launcher");
+    let mut result = [0u64, 0, u64::MAX];
+    let (mut d, mut r, mut c, mut l, mut k, mut o) =
+        (data.as_ptr() as u64, shape.rows as u64, shape.cols as u64, shape.ld as u64, kind, result.as_mut_ptr() as u64);
+    let mut params: [*mut std::ffi::c_void; 6] =
+        [&mut d as *mut u64 as _, &mut r as *mut u64 as _, &mut c as *mut u64 as _, &mut l as *mut u64 as _, &mut k as *mut u32 as _, &mut o as *mut u64 as _];
+    // SAFETY: six live parameters as the kernel declares them; the caller's `data` holds the
+    // whole matrix; `result` is three u64.
+    assert_eq!(unsafe { launch(params.as_mut_ptr(), grid, block) }, 0);
+    result
 }
 
 proptest! {
@@ -144,5 +167,22 @@ proptest! {
             let want = if n <= 0 { 0 } else if inc == 0 { 1 } else { (n as u128 - 1) * inc.unsigned_abs() as u128 + 1 };
             prop_assert_eq!(bytes as u128, want);
         }
+    }
+
+    #[test]
+    fn the_scan_kernels_host_build_agrees_with_the_host_scan(seed in proptest::collection::vec(any::<u8>(), 1..2048),
+                                                             rows in 1i64..24, cols in 1i64..24, pad in 0i64..5,
+                                                             kind in prop_oneof![Just(0u32), Just(1), Just(2), Just(14), Just(28), Just(29)],
+                                                             grid in 1u32..6, block in prop_oneof![Just(1u32), Just(7), Just(32), Just(256)]) {
+        let dtype = DType::from_cuda(kind as i32);
+        let shape = StoredShape { rows, cols, ld: rows + pad };
+        let needed = ((shape.ld * (cols - 1) + rows) as u64 * dtype.size().unwrap()) as usize;
+        // Random bytes hold NaN/Inf patterns of every format now and then; the seed is repeated
+        // to cover the matrix.
+        let bytes: Vec<u8> = seed.iter().cycle().take(needed).copied().collect();
+        let host = scan::scan_matrix(&Bytes(bytes.clone()), 0, shape, dtype, &mut Vec::new(), u64::MAX).unwrap();
+        let [nan, inf, first] = kernel_on_host(&bytes, shape, kind, grid, block);
+        let first = (first != u64::MAX).then(|| (first % shape.ld as u64, first / shape.ld as u64));
+        prop_assert_eq!((nan, inf, first), (host.nan, host.inf, host.first_nonfinite));
     }
 }

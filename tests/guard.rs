@@ -387,10 +387,15 @@ fn scan_every_and_budget_sample_scans_but_never_the_argument_checks() {
 
 /// The stand-in's per-function call counts of one run (CUDASHIM_COUNT_CALLS).
 fn runtime_calls(guarded: bool, checks: &str) -> std::collections::BTreeMap<String, u64> {
+    runtime_calls_scanning(guarded, checks, "off")
+}
+
+/// As `runtime_calls`, with the scan on the device (`on`) or the host (`off`).
+fn runtime_calls_scanning(guarded: bool, checks: &str, device_scan: &str) -> std::collections::BTreeMap<String, u64> {
     let program = scenarios();
     let dir = temp_dir("counts");
     let file = dir.join("counts.txt").display().to_string();
-    let env = [("CUDASHIM_COUNT_CALLS", file.as_str()), ("CUBLASGUARD_CHECKS", checks)];
+    let env = [("CUDASHIM_COUNT_CALLS", file.as_str()), ("CUBLASGUARD_CHECKS", checks), ("CUBLASGUARD_DEVICE_SCAN", device_scan)];
     let run = run(Launch { env: &env, guarded, ..Launch::new(&program, &["clean"]) });
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     std::fs::read_to_string(&file)
@@ -424,6 +429,15 @@ fn the_guard_makes_only_the_runtime_calls_its_checks_need() {
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     assert_eq!(all, expect);
+    // With the scan on the device, the copies go: the runtime sees only the pending-error look,
+    // the capture query and the synchronisations around each GEMM (the scans are driver calls).
+    let device = extra(&runtime_calls_scanning(true, "all", "on"));
+    let expect_device: std::collections::BTreeMap<String, u64> =
+        [("cudaPeekAtLastError", 2 + 2), ("cudaStreamIsCapturing", 2), ("cudaStreamSynchronize", 4), ("cudaRuntimeGetVersion", 1), ("cudaDriverGetVersion", 1)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+    assert_eq!(device, expect_device);
     // Argument and bounds checks alone make no runtime call per GEMM.
     let cheap = extra(&runtime_calls(true, "args,bounds"));
     assert_eq!(cheap.keys().map(String::as_str).collect::<Vec<_>>(), ["cudaDriverGetVersion", "cudaPeekAtLastError", "cudaRuntimeGetVersion"], "{cheap:?}");

@@ -213,9 +213,13 @@ fn large_operands_are_scanned_by_sampling_within_the_budget() {
     let t = scenario("big_nan", &[]).trace();
     let a = t.faults[0].operands.iter().find(|o| o.name == "A").unwrap();
     assert_eq!((a.nan, a.sampled), (Some(2), false));
-    // With a 4 KiB budget, 16 evenly spaced columns (0, 4, 8, ...) are read: (5, 8) is seen,
-    // (6, 9) is not, and the fault says it sampled.
+    // The budget is for copies to the host: the device scan reads everything, at memory speed.
     let t = scenario("big_nan", &[("CUBLASGUARD_SCAN_BYTES", "4096")]).trace();
+    let a = t.faults[0].operands.iter().find(|o| o.name == "A").unwrap();
+    assert_eq!((a.nan, a.sampled, a.scan_path.as_deref()), (Some(2), false, Some("device")));
+    // On the host, with a 4 KiB budget, 16 evenly spaced columns (0, 4, 8, ...) are read:
+    // (5, 8) is seen, (6, 9) is not, and the fault says it sampled.
+    let t = scenario("big_nan", &[("CUBLASGUARD_SCAN_BYTES", "4096"), ("CUBLASGUARD_DEVICE_SCAN", "off")]).trace();
     let f = &t.faults[0];
     let a = f.operands.iter().find(|o| o.name == "A").unwrap();
     assert_eq!((a.nan, a.sampled), (Some(1), true));

@@ -5,6 +5,7 @@
 pub mod init;
 pub mod lt;
 pub mod matmul;
+pub mod selftest;
 #[cfg(test)]
 pub(crate) mod model;
 

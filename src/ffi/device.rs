@@ -62,10 +62,11 @@ impl<'a> RealDevice<'a> {
 
 impl Device for RealDevice<'_> {
     fn scan_on_device(&self, addr: u64, shape: crate::validate::StoredShape, dtype: crate::scan::DType, stream: u64) -> Option<crate::scan::MatrixScan> {
-        if !self.session.config.device_scan {
+        let mode = self.session.config.device_scan;
+        if mode == crate::config::DeviceScan::Off {
             return None;
         }
-        super::device_scan::scan(&self.session.device_scan, addr, shape, dtype, stream)
+        super::device_scan::scan(&self.session.device_scan, mode, addr, shape, dtype, stream)
     }
 
     fn memory_type(&self, ptr: u64) -> Option<MemoryType> {

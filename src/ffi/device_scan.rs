@@ -1,16 +1,21 @@
-//! The NaN/Inf scan on the GPU itself: the PTX kernel in src/ptx/nonfinite.ptx, loaded once per
-//! CUDA context through the driver API and launched on the call's stream; it reduces NaN
-//! count, Inf count and the first bad index into 24 bytes that are copied back. Copying a
-//! large operand over PCIe to scan it on the host costs more than the GEMM itself.
+//! The NaN/Inf scan on the GPU itself: the kernel in src/kernels/nonfinite.cu, compiled to the
+//! PTX in src/ptx/nonfinite.ptx by NVRTC (scripts/gen-ptx.sh), loaded once per CUDA context
+//! through the driver API and launched on the call's stream; it reduces NaN count, Inf count
+//! and the first bad index into 24 bytes that are copied back. Copying a large operand over
+//! PCIe to scan it on the host costs more than the GEMM itself.
 //!
-//! Only the driver the program already loaded is used (the typed table never loads one): no driver, a
-//! driver without these entry points (the stand-in), or any failure, and the scan falls back
-//! to the host path, with the reason recorded once. Off unless CUBLASGUARD_DEVICE_SCAN=on until
-//! scripts/gpu-check.sh has verified it on real GPUs (none has been available yet).
+//! Before its first verdict in a context the kernel passes a self-test (check/selftest.rs):
+//! planted NaN/Inf in every dtype, compared with the host scan. Only the driver the program
+//! already loaded is used (the typed table never loads one): no driver, a driver that refuses
+//! the module, a failed launch or a wrong self-test answer, and the scan falls back to the host
+//! path for the rest of the process, with the reason recorded once in the trace (and said on
+//! stderr for a wrong answer, or when CUBLASGUARD_DEVICE_SCAN=on asked for the device).
 
 use std::ffi::{c_char, c_int, c_void, CString};
 
 use super::cuda_api as api;
+use crate::check::selftest;
+use crate::config::DeviceScan;
 use crate::scan::{DType, MatrixScan};
 use crate::session::DeviceScanState;
 use crate::validate::StoredShape;
@@ -22,8 +27,18 @@ const MAX_BLOCKS: u64 = 4096;
 
 type Ptr = *mut c_void;
 
-fn fail(state: &DeviceScanState, why: String) -> Option<MatrixScan> {
-    if state.fail(why.clone()) {
+/// Why the device scan is off: not available here (quiet unless asked for), or wrong (said).
+enum Unusable {
+    Unavailable(String),
+    Wrong(String),
+}
+
+fn fail(state: &DeviceScanState, mode: DeviceScan, why: Unusable) -> Option<MatrixScan> {
+    let (why, loud) = match why {
+        Unusable::Unavailable(why) => (why, mode == DeviceScan::On),
+        Unusable::Wrong(why) => (why, true),
+    };
+    if state.fail(why.clone()) && loud {
         super::lifecycle::say(&format!("cublasguard: the on-device scan is off ({why}); scanning on the host"));
     }
     None
@@ -50,40 +65,41 @@ fn kind(dtype: DType) -> Option<u32> {
     })
 }
 
-/// The kernel and result buffer of the current context, loading them on first use.
-fn context(state: &DeviceScanState) -> Result<(Ptr, u64), String> {
+/// The kernel and result buffer of the current context, loading them (and running the
+/// self-test, on `stream`) on first use.
+fn context(state: &DeviceScanState, stream: u64) -> Result<(Ptr, u64), Unusable> {
     let mut ctx: Ptr = std::ptr::null_mut();
-    driver("cuCtxGetCurrent", api::cuCtxGetCurrent(&mut ctx))?;
+    driver("cuCtxGetCurrent", api::cuCtxGetCurrent(&mut ctx)).map_err(Unusable::Unavailable)?;
     if ctx.is_null() {
-        return Err("no current CUDA context".into());
+        return Err(Unusable::Unavailable("no current CUDA context".into()));
     }
-    state.kernel_for(ctx as usize, || {
+    let mut wrong = None;
+    let loaded = state.kernel_for(ctx as usize, || {
         let ptx = CString::new(KERNEL_PTX).map_err(|_| "the PTX text holds a NUL".to_string())?;
         let (mut module, mut function, mut out): (Ptr, Ptr, u64) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
         // Valid out-parameters; the PTX and the kernel name are NUL-terminated.
         driver("cuModuleLoadData", api::cuModuleLoadData(&mut module, ptx.as_ptr() as *const c_void))?;
         driver("cuModuleGetFunction", api::cuModuleGetFunction(&mut function, module, KERNEL_NAME.as_ptr() as *const c_char))?;
         driver("cuMemAlloc of the result buffer", api::cuMemAlloc_v2(&mut out, 24))?;
-        Ok((function as usize, out))
-    })
-    .map(|(f, out)| (f as Ptr, out))
+        match self_test(function, out, stream) {
+            Ok(()) => Ok((function as usize, out)),
+            Err(Unusable::Wrong(why)) => {
+                wrong = Some(why.clone());
+                Err(why)
+            }
+            Err(Unusable::Unavailable(why)) => Err(why),
+        }
+    });
+    match (loaded, wrong) {
+        (Ok((f, out)), _) => Ok((f as Ptr, out)),
+        (Err(_), Some(why)) => Err(Unusable::Wrong(format!("its self-test failed: {why}"))),
+        (Err(why), None) => Err(Unusable::Unavailable(why)),
+    }
 }
 
-/// Scans one matrix on the GPU, on `stream`; `None`: use the host path.
-pub(crate) fn scan(state: &DeviceScanState, addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<MatrixScan> {
-    if state.failed() {
-        return None;
-    }
-    let kind = kind(dtype)?;
-    if shape.rows <= 0 || shape.cols <= 0 || shape.ld < shape.rows {
-        return Some(MatrixScan::default());
-    }
-    let (function, out) = match context(state) {
-        Ok(x) => x,
-        Err(why) => return fail(state, why),
-    };
-    let (mut data, mut rows, mut cols, mut ld, mut kind, mut out_arg) =
-        (addr, shape.rows as u64, shape.cols as u64, shape.ld as u64, kind, out);
+/// Runs the kernel once over `rows x cols` (leading dimension `ld`) elements at `addr`.
+fn launch(function: Ptr, out: u64, addr: u64, shape: StoredShape, kind: u32, stream: u64) -> Result<MatrixScan, String> {
+    let (mut data, mut rows, mut cols, mut ld, mut kind, mut out_arg) = (addr, shape.rows as u64, shape.cols as u64, shape.ld as u64, kind, out);
     let mut params: [Ptr; 6] = [
         &mut data as *mut u64 as Ptr,
         &mut rows as *mut u64 as Ptr,
@@ -106,18 +122,60 @@ pub(crate) fn scan(state: &DeviceScanState, addr: u64, shape: StoredShape, dtype
         ("cuStreamSynchronize", api::cuStreamSynchronize(stream)),
     ];
     for (name, code) in steps {
-        if let Err(why) = driver(name, code) {
-            return fail(state, format!("the scan kernel failed: {why}"));
-        }
+        driver(name, code)?;
     }
     let [nan, inf, first] = result;
-    Some(MatrixScan {
+    Ok(MatrixScan {
         nan,
         inf,
         first_nonfinite: (first != u64::MAX).then(|| (first % ld, first / ld)),
         scanned_elements: elements,
         sampled: false,
+        on_device: true,
     })
+}
+
+/// Scans the planted matrices on the device and compares with the host's answers.
+fn self_test(function: Ptr, out: u64, stream: u64) -> Result<(), Unusable> {
+    let cases = selftest::planted();
+    let bytes = cases.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
+    let mut buffer = 0u64;
+    driver("cuMemAlloc of the self-test buffer", api::cuMemAlloc_v2(&mut buffer, bytes)).map_err(Unusable::Unavailable)?;
+    let result = (|| {
+        for case in &cases {
+            let kind = kind(case.dtype).ok_or_else(|| Unusable::Wrong(format!("no kernel type for {}", case.dtype.name())))?;
+            // `buffer` holds `bytes` >= case.bytes.len() bytes of device memory.
+            driver("cuMemcpyHtoD", api::cuMemcpyHtoD_v2(buffer, case.bytes.as_ptr() as *const c_void, case.bytes.len()))
+                .map_err(Unusable::Unavailable)?;
+            let answer = launch(function, out, buffer, case.shape, kind, stream).map_err(|why| Unusable::Wrong(format!("{}: {why}", case.dtype.name())))?;
+            if let Some(why) = selftest::judge(case, &answer) {
+                return Err(Unusable::Wrong(why));
+            }
+        }
+        Ok(())
+    })();
+    // The guard's own buffer, freed once the answers are in.
+    let _ = api::cuMemFree_v2(buffer);
+    result
+}
+
+/// Scans one matrix on the GPU, on `stream`; `None`: use the host path.
+pub(crate) fn scan(state: &DeviceScanState, mode: DeviceScan, addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<MatrixScan> {
+    if state.failed() {
+        return None;
+    }
+    let kind = kind(dtype)?;
+    if shape.rows <= 0 || shape.cols <= 0 || shape.ld < shape.rows {
+        return Some(MatrixScan::default());
+    }
+    let (function, out) = match context(state, stream) {
+        Ok(x) => x,
+        Err(why) => return fail(state, mode, why),
+    };
+    match launch(function, out, addr, shape, kind, stream) {
+        Ok(scan) => Some(scan),
+        Err(why) => fail(state, mode, Unusable::Wrong(format!("the scan kernel failed: {why}"))),
+    }
 }
 
 /// For scripts/gpu-check.sh: scans `rows x cols` (leading dimension `ld`) elements of
@@ -143,7 +201,7 @@ pub unsafe extern "C" fn cublasguard_scan_on_device(
     let shape = StoredShape { rows, cols, ld };
     let result = std::panic::catch_unwind(|| {
         let state = super::lifecycle::session().map(|s| &s.device_scan)?;
-        scan(state, data, shape, DType::from_cuda(cuda_data_type), stream)
+        scan(state, DeviceScan::On, data, shape, DType::from_cuda(cuda_data_type), stream)
     });
     match result {
         Ok(Some(s)) => {

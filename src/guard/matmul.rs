@@ -275,6 +275,7 @@ fn operand_record(op: &OperandReport<'_>, api_of: &dyn Fn(u64) -> Option<String>
         stride,
         pointer_array,
         bad_member: op.bad_member,
+        scan_path: op.scan.map(|s| if s.on_device { "device" } else { "host" }.to_string()),
     }
 }
 

@@ -150,6 +150,11 @@ pub fn run(launch: Launch) -> Run {
             cmd.env("CUBLASGUARD_TRACE", &trace_path);
         }
     }
+    // CI runs the scan-heavy tests a second time with the host scan forced
+    // (CUBLASGUARD_TEST_DEVICE_SCAN=off): on the stand-in the device scan is the default.
+    if let Ok(mode) = std::env::var("CUBLASGUARD_TEST_DEVICE_SCAN") {
+        cmd.env("CUBLASGUARD_DEVICE_SCAN", mode);
+    }
     for (k, v) in launch.env {
         cmd.env(k, v);
     }

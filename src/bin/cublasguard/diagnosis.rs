@@ -301,6 +301,7 @@ mod tests {
                 stride: None,
                 pointer_array: false,
                 bad_member: None,
+                scan_path: None,
                 nan: Some(1),
                 inf: Some(0),
                 first_nonfinite: Some(Position { row: 2, col: 3 }),

@@ -111,6 +111,8 @@ impl MatmulCheck<'_> {
             total_scan.inf += s.inf;
             total_scan.scanned_elements += s.scanned_elements;
             total_scan.sampled |= s.sampled || step > 1;
+            // One member scanned on the host (the device path fell back) makes it a host scan.
+            total_scan.on_device = s.on_device && (b == 0 || total_scan.on_device);
             b += step;
         }
         if let Some(r) = self.operands[i].as_mut() {
