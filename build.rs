@@ -178,6 +178,7 @@ fn main() {
         run(cmd);
     }
     println!("cargo:rerun-if-changed=shims/elements.h");
+    println!("cargo:rerun-if-changed=shims/counting.h");
     copy_tree(&shims.join("include"), &root.join("include"));
     println!("cargo:rerun-if-changed=shims/include");
 

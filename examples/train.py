@@ -32,12 +32,15 @@ def parse() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--features", type=int, default=32)
     p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--anomaly", action="store_true", help="torch.autograd.set_detect_anomaly(True), for comparison")
+    p.add_argument("--quiet", action="store_true", help="no line per step")
     return p.parse_args()
 
 
 def main() -> int:
     args = parse()
     torch.manual_seed(0)
+    torch.autograd.set_detect_anomaly(args.anomaly)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     device = torch.device(args.device)
     model = nn.Sequential(
@@ -62,7 +65,9 @@ def main() -> int:
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
         optimizer.step()
-        print(f"step {step} loss {loss.item():.6f}", flush=True)
+        value = loss.item()
+        if not args.quiet:
+            print(f"step {step} loss {value:.6f}", flush=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
     print("done")

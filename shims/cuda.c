@@ -15,6 +15,10 @@
 
 #include "include/cuda.h"
 
+/* CUDASHIM_COUNT_DRIVER_CALLS=FILE: the driver functions the guard itself calls count their calls. */
+#define COUNT_CALLS_VARIABLE "CUDASHIM_COUNT_DRIVER_CALLS"
+#include "counting.h"
+
 static int env_int(const char *name, int fallback) {
     const char *v = getenv(name);
     return (v && *v) ? atoi(v) : fallback;
@@ -465,12 +469,14 @@ static unsigned long driver_launches;
 unsigned long cudashim_driver_launches(void) { return __atomic_load_n(&driver_launches, __ATOMIC_RELAXED); }
 
 CUresult cuCtxGetCurrent(void **ctx) {
+    count_call(__func__);
     if (!ctx) return CUDA_ERROR_INVALID_VALUE;
     *ctx = &context_token; /* the primary context, current once the runtime started */
     return CUDA_SUCCESS;
 }
 
 CUresult cuModuleLoadData(void **module, const void *image) {
+    count_call(__func__);
     if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
     if (env_int("CUDASHIM_REFUSE_MODULES", 0)) return CUDA_ERROR_INVALID_IMAGE;
     if (!strstr((const char *)image, NONFINITE_ENTRY)) return CUDA_ERROR_INVALID_IMAGE; /* no host build */
@@ -479,6 +485,7 @@ CUresult cuModuleLoadData(void **module, const void *image) {
 }
 
 CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
+    count_call(__func__);
     if (!function || module != &module_token || !name) return CUDA_ERROR_INVALID_VALUE;
     if (strcmp(name, "cublasguard_nonfinite")) return CUDA_ERROR_NOT_FOUND;
     *function = &function_token;
@@ -487,6 +494,7 @@ CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
 
 CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                         unsigned int bz, unsigned int shared, void *stream, void **params, void **extra) {
+    count_call(__func__);
     (void)shared, (void)stream;
     if (f != &function_token || !params || extra || gy != 1 || gz != 1 || by != 1 || bz != 1 || !gx || !bx || bx > 1024)
         return CUDA_ERROR_INVALID_VALUE;
@@ -511,6 +519,7 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, void *stream) {
+    count_call(__func__);
     (void)stream;
     if (!cudashim_driver_is_device_range((const void *)(uintptr_t)dst, count)) return CUDA_ERROR_INVALID_VALUE;
     memset((void *)(uintptr_t)dst, value, count);
@@ -518,11 +527,13 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, voi
 }
 
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, void *stream) {
+    count_call(__func__);
     (void)stream;
     return cuMemcpyDtoH_v2(dst, src, bytes);
 }
 
 CUresult cuStreamSynchronize(void *stream) {
+    count_call(__func__);
     (void)stream; /* everything already ran, in order */
     return CUDA_SUCCESS;
 }

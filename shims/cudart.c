@@ -64,38 +64,9 @@ static int started;        /* the runtime initialised in this process */
 /* CUDASHIM_COUNT_CALLS=FILE: every public runtime entry point counts its calls, and the counts
  * are written to FILE at exit ("name count" lines), so a test or a benchmark can say how many
  * runtime calls a program (or the guard inside it) made. */
-#define MAX_COUNTED 64
-static struct { const char *name; unsigned long count; } counted[MAX_COUNTED];
-static pthread_mutex_t count_lock = PTHREAD_MUTEX_INITIALIZER;
-static const char *count_path;
+#define COUNT_CALLS_VARIABLE "CUDASHIM_COUNT_CALLS"
+#include "counting.h"
 
-static void write_counts(void) {
-    FILE *f = fopen(count_path, "w");
-    if (!f) return;
-    for (int i = 0; i < MAX_COUNTED && counted[i].name; i++) fprintf(f, "%s %lu\n", counted[i].name, counted[i].count);
-    fclose(f);
-}
-
-static void count_call(const char *name) {
-    if (!count_path) return;
-    pthread_mutex_lock(&count_lock);
-    for (int i = 0; i < MAX_COUNTED; i++) {
-        if (!counted[i].name) counted[i].name = name;
-        if (counted[i].name == name) {
-            counted[i].count++;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&count_lock);
-}
-
-__attribute__((constructor)) static void start_counting(void) {
-    const char *path = getenv("CUDASHIM_COUNT_CALLS");
-    if (path && *path) {
-        count_path = path;
-        atexit(write_counts);
-    }
-}
 static int forked_child;   /* forked after the runtime started: CUDA is unusable here */
 
 /* As NVIDIA's runtime: a CUDA context does not survive fork(), and every runtime call in the

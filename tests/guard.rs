@@ -392,10 +392,19 @@ fn runtime_calls(guarded: bool, checks: &str) -> std::collections::BTreeMap<Stri
 
 /// As `runtime_calls`, with the scan on the device (`on`) or the host (`off`).
 fn runtime_calls_scanning(guarded: bool, checks: &str, device_scan: &str) -> std::collections::BTreeMap<String, u64> {
+    calls_scanning(guarded, checks, device_scan, "CUDASHIM_COUNT_CALLS")
+}
+
+/// The stand-in driver's counts of the functions the guard calls (CUDASHIM_COUNT_DRIVER_CALLS).
+fn driver_calls_scanning(guarded: bool, checks: &str, device_scan: &str) -> std::collections::BTreeMap<String, u64> {
+    calls_scanning(guarded, checks, device_scan, "CUDASHIM_COUNT_DRIVER_CALLS")
+}
+
+fn calls_scanning(guarded: bool, checks: &str, device_scan: &str, counter: &str) -> std::collections::BTreeMap<String, u64> {
     let program = scenarios();
     let dir = temp_dir("counts");
     let file = dir.join("counts.txt").display().to_string();
-    let env = [("CUDASHIM_COUNT_CALLS", file.as_str()), ("CUBLASGUARD_CHECKS", checks), ("CUBLASGUARD_DEVICE_SCAN", device_scan)];
+    let env = [(counter, file.as_str()), ("CUBLASGUARD_CHECKS", checks), ("CUBLASGUARD_DEVICE_SCAN", device_scan)];
     let run = run(Launch { env: &env, guarded, ..Launch::new(&program, &["clean"]) });
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     std::fs::read_to_string(&file)
@@ -438,6 +447,26 @@ fn the_guard_makes_only_the_runtime_calls_its_checks_need() {
             .map(|(k, v)| (k.to_string(), v))
             .collect();
     assert_eq!(device, expect_device);
+    // And the driver calls of the device scans: per scanned operand (A and B of the first GEMM,
+    // then C; the second GEMM, beta = 1, also C before) a context query, two memsets, a launch,
+    // a read-back and a synchronisation; once, the module, its function and the self-test's
+    // six launches.
+    let driver = driver_calls_scanning(true, "all", "on");
+    let scanned = 3 + 4;
+    let expect_driver: std::collections::BTreeMap<String, u64> = [
+        ("cuCtxGetCurrent", scanned),
+        ("cuModuleLoadData", 1),
+        ("cuModuleGetFunction", 1),
+        ("cuMemsetD8Async", 2 * (scanned + 6)),
+        ("cuLaunchKernel", scanned + 6),
+        ("cuMemcpyDtoHAsync_v2", scanned + 6),
+        ("cuStreamSynchronize", scanned + 6),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(driver, expect_driver);
+    assert!(driver_calls_scanning(true, "all", "off").is_empty(), "the host path makes no driver call of its own");
     // Argument and bounds checks alone make no runtime call per GEMM.
     let cheap = extra(&runtime_calls(true, "args,bounds"));
     assert_eq!(cheap.keys().map(String::as_str).collect::<Vec<_>>(), ["cudaDriverGetVersion", "cudaPeekAtLastError", "cudaRuntimeGetVersion"], "{cheap:?}");
