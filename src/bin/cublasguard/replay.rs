@@ -99,6 +99,12 @@ pub fn replayed(d: &Dump) -> Result<Replayed, String> {
             _ => Err(format!("{name} could not be read when the dump was written")),
         }
     };
+    if let Some(epilogue) = args["epilogue"].as_str() {
+        let recomputed = ["CUBLASLT_EPILOGUE_DEFAULT", "CUBLASLT_EPILOGUE_BIAS", "CUBLASLT_EPILOGUE_RELU", "CUBLASLT_EPILOGUE_RELU_BIAS"];
+        if !recomputed.contains(&epilogue) {
+            return Err(format!("the epilogue {epilogue} is not recomputed by replay (bias and ReLU are)"));
+        }
+    }
     let a = d.tensors.get("A").ok_or_else(|| format!("the dump has no A: {}", not_dumped(d)))?;
     d.tensors.get("B").ok_or_else(|| format!("the dump has no B: {}", not_dumped(d)))?;
     let (compute_roundoff, compute_label, reduced) = compute_of(d, a.dtype);
