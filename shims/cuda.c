@@ -458,12 +458,24 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
  *   CUDASHIM_WRONG_KERNEL=1    the kernel's answer is wrong (NaN and Inf counts swapped): a
  *                              miscompiled kernel, for the guard's self-test to catch */
 int cudashim_run_nonfinite(void **params, unsigned int grid, unsigned int block);
+int cudashim_run_nonfinite_many(void **params, unsigned int grid_x, unsigned int grid_y, unsigned int block);
+
+/* The layout of cublasguard_nonfinite_many's first parameter (src/kernels/nonfinite.cu). */
+struct scan_job {
+    unsigned long long data, rows, cols, ld, members;
+    long long stride;
+    unsigned int kind, array;
+};
+struct scan_jobs {
+    struct scan_job job[6];
+    unsigned int count, unused;
+};
 
 #define CUDA_ERROR_INVALID_IMAGE 200
 #define CUDA_ERROR_ILLEGAL_ADDRESS 700
 #define NONFINITE_ENTRY ".entry cublasguard_nonfinite("
 
-static int context_token, module_token, function_token;
+static int context_token, module_token, function_token, many_token;
 static unsigned long driver_launches;
 
 unsigned long cudashim_driver_launches(void) { return __atomic_load_n(&driver_launches, __ATOMIC_RELAXED); }
@@ -487,8 +499,43 @@ CUresult cuModuleLoadData(void **module, const void *image) {
 CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
     count_call(__func__);
     if (!function || module != &module_token || !name) return CUDA_ERROR_INVALID_VALUE;
-    if (strcmp(name, "cublasguard_nonfinite")) return CUDA_ERROR_NOT_FOUND;
-    *function = &function_token;
+    if (!strcmp(name, "cublasguard_nonfinite")) *function = &function_token;
+    else if (!strcmp(name, "cublasguard_nonfinite_many")) *function = &many_token;
+    else return CUDA_ERROR_NOT_FOUND;
+    return CUDA_SUCCESS;
+}
+
+static size_t kind_size(unsigned int kind) { return kind == 1 ? 8 : kind == 2 || kind == 14 ? 2 : kind == 28 || kind == 29 ? 1 : 4; }
+
+/* Every member of every job must be device memory, as the kernel would fault otherwise. */
+static CUresult launch_many(unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+                            unsigned int bz, void **params, void **extra) {
+    if (!params || extra || gz != 1 || by != 1 || bz != 1 || !gx || !gy || !bx || bx > 1024) return CUDA_ERROR_INVALID_VALUE;
+    const struct scan_jobs *jobs = (const struct scan_jobs *)params[0];
+    unsigned long long out = *(unsigned long long *)params[1];
+    if (jobs->count > 6 || gy < jobs->count) return CUDA_ERROR_INVALID_VALUE;
+    if (!cudashim_driver_is_device_range((const void *)(uintptr_t)out, 24 * (size_t)jobs->count)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    for (unsigned int j = 0; j < jobs->count; j++) {
+        const struct scan_job *job = &jobs->job[j];
+        size_t size = kind_size(job->kind);
+        size_t extent = job->rows && job->cols ? ((job->cols - 1) * job->ld + job->rows) * size : 0;
+        if (job->array && !cudashim_driver_is_device_range((const void *)(uintptr_t)job->data, job->members * 8))
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        for (unsigned long long m = 0; extent && m < job->members; m++) {
+            uintptr_t base = job->array ? (uintptr_t)((const unsigned long long *)(uintptr_t)job->data)[m]
+                                        : (uintptr_t)(job->data + (long long)m * job->stride * (long long)size);
+            if (!cudashim_driver_is_device_range((const void *)base, extent)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
+    }
+    __atomic_add_fetch(&driver_launches, 1, __ATOMIC_RELAXED);
+    if (cudashim_run_nonfinite_many(params, gx, gy, bx)) return CUDA_ERROR_INVALID_VALUE;
+    if (env_int("CUDASHIM_WRONG_KERNEL", 0)) {
+        for (unsigned int j = 0; j < jobs->count; j++) {
+            unsigned long long *result = (unsigned long long *)(uintptr_t)out + 3 * j, nan = result[0];
+            result[0] = result[1];
+            result[1] = nan;
+        }
+    }
     return CUDA_SUCCESS;
 }
 
@@ -496,6 +543,7 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
                         unsigned int bz, unsigned int shared, void *stream, void **params, void **extra) {
     count_call(__func__);
     (void)shared, (void)stream;
+    if (f == &many_token) return launch_many(gx, gy, gz, bx, by, bz, params, extra);
     if (f != &function_token || !params || extra || gy != 1 || gz != 1 || by != 1 || bz != 1 || !gx || !bx || bx > 1024)
         return CUDA_ERROR_INVALID_VALUE;
     /* The kernel reads rows x cols elements at ld and writes 24 bytes: both must be device memory. */
@@ -503,7 +551,7 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
     unsigned long long cols = *(unsigned long long *)params[2], ld = *(unsigned long long *)params[3];
     unsigned int kind = *(unsigned int *)params[4];
     unsigned long long out = *(unsigned long long *)params[5];
-    size_t size = kind == 1 ? 8 : kind == 2 || kind == 14 ? 2 : kind == 28 || kind == 29 ? 1 : 4;
+    size_t size = kind_size(kind);
     size_t extent = rows && cols ? ((cols - 1) * ld + rows) * size : 0;
     if ((extent && !cudashim_driver_is_device_range((const void *)(uintptr_t)data, extent)) ||
         !cudashim_driver_is_device_range((const void *)(uintptr_t)out, 24))

@@ -150,7 +150,8 @@ fn the_kernels_host_build_agrees_with_the_host_scan_in_every_dtype() {
         seed
     };
     // (cudaDataType, dtype, a NaN, an Inf) as bytes.
-    let types: [(u32, DType, Vec<u8>, Option<Vec<u8>>); 6] = [
+    type Planted = (u32, DType, Vec<u8>, Option<Vec<u8>>);
+    let types: [Planted; 6] = [
         (0, DType::F32, f32::NAN.to_le_bytes().to_vec(), Some(f32::INFINITY.to_le_bytes().to_vec())),
         (1, DType::F64, f64::NAN.to_le_bytes().to_vec(), Some(f64::NEG_INFINITY.to_le_bytes().to_vec())),
         (2, DType::F16, 0x7e01u16.to_le_bytes().to_vec(), Some(0xfc00u16.to_le_bytes().to_vec())),

@@ -14,6 +14,21 @@ use crate::trace::FaultKind;
 
 /// What the checks may ask of the CUDA runtime. Every method must leave the program's view
 /// (its last error, its streams, its capture) as it was.
+/// One operand for the batched device scan: `members` stored matrices at `addr` plus
+/// `member * stride` elements, or (`array`) at the pointers in the device array at `addr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchScan {
+    pub addr: u64,
+    pub shape: crate::validate::StoredShape,
+    pub dtype: crate::scan::DType,
+    pub members: u64,
+    pub stride: i64,
+    pub array: bool,
+}
+
+/// The most operands one batched scan takes (a call has at most this many).
+pub const MAX_BATCH_SCANS: usize = 6;
+
 pub trait Device {
     /// `cudaPointerGetAttributes`'s memory type; `None` when the call failed.
     fn memory_type(&self, ptr: u64) -> Option<MemoryType>;
@@ -29,6 +44,12 @@ pub trait Device {
     fn is_capturing(&self, stream: u64) -> Result<bool, i32>;
     /// Scans a matrix on the device itself, on `stream`; `None`: scan it on the host.
     fn scan_on_device(&self, _addr: u64, _shape: crate::validate::StoredShape, _dtype: crate::scan::DType, _stream: u64) -> Option<crate::scan::MatrixScan> {
+        None
+    }
+    /// Scans several operands, every member of each, in one launch on the device (results
+    /// after one synchronisation): each job's counts, and the member holding its first NaN/Inf.
+    /// `None`: not available, scan operand by operand.
+    fn scan_batch_on_device(&self, _jobs: &[BatchScan], _stream: u64) -> Option<Vec<(crate::scan::MatrixScan, Option<u64>)>> {
         None
     }
     /// Whether `ptr` lies in the calling thread's stack (host memory, then, for certain).

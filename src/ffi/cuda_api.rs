@@ -72,7 +72,6 @@ cuda_functions! {
     Driver fn cuMemsetD8Async(dptr: u64, value: u8, count: usize, stream: Ptr) -> c_int;
     Driver fn cuLaunchKernel(f: Ptr, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Ptr, params: *mut Ptr, extra: *mut Ptr) -> c_int;
     Driver fn cuMemcpyDtoHAsync_v2(dst: Ptr, src: u64, bytes: usize, stream: Ptr) -> c_int;
-    Driver fn cuStreamSynchronize(stream: Ptr) -> c_int;
     Driver fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, bytes: usize) -> c_int;
     Driver fn cuMemFree_v2(dptr: u64) -> c_int;
     Driver fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usize, dptr: u64) -> c_int;

@@ -69,6 +69,14 @@ impl Device for RealDevice<'_> {
         super::device_scan::scan(&self.session.device_scan, mode, addr, shape, dtype, stream)
     }
 
+    fn scan_batch_on_device(&self, jobs: &[crate::check::BatchScan], stream: u64) -> Option<Vec<(crate::scan::MatrixScan, Option<u64>)>> {
+        let mode = self.session.config.device_scan;
+        if mode == crate::config::DeviceScan::Off {
+            return None;
+        }
+        super::device_scan::scan_batch(&self.session.device_scan, mode, jobs, stream)
+    }
+
     fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
         let mut attrs = PointerAttributes { kind: 0, device: 0, device_pointer: std::ptr::null_mut(), host_pointer: std::ptr::null_mut() };
         let code = self.quietly(|| api::cudaPointerGetAttributes(&mut attrs, ptr as *const c_void))?;

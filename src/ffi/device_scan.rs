@@ -14,14 +14,17 @@
 use std::ffi::{c_char, c_int, c_void, CString};
 
 use super::cuda_api as api;
-use crate::check::selftest;
+use crate::check::{selftest, BatchScan, MAX_BATCH_SCANS};
 use crate::config::DeviceScan;
 use crate::scan::{DType, MatrixScan};
-use crate::session::DeviceScanState;
+use crate::session::{DeviceScanState, LoadedKernels};
 use crate::validate::StoredShape;
 
 pub(crate) const KERNEL_PTX: &str = include_str!("../ptx/nonfinite.ptx");
 const KERNEL_NAME: &[u8] = b"cublasguard_nonfinite\0";
+const MANY_KERNEL_NAME: &[u8] = b"cublasguard_nonfinite_many\0";
+/// Result bytes: three u64 per operand of a batch.
+const OUT_BYTES: usize = 24 * MAX_BATCH_SCANS;
 const THREADS: u32 = 256;
 const MAX_BLOCKS: u64 = 4096;
 
@@ -33,7 +36,7 @@ enum Unusable {
     Wrong(String),
 }
 
-fn fail(state: &DeviceScanState, mode: DeviceScan, why: Unusable) -> Option<MatrixScan> {
+fn fail<T>(state: &DeviceScanState, mode: DeviceScan, why: Unusable) -> Option<T> {
     let (why, loud) = match why {
         Unusable::Unavailable(why) => (why, mode == DeviceScan::On),
         Unusable::Wrong(why) => (why, true),
@@ -67,7 +70,7 @@ fn kind(dtype: DType) -> Option<u32> {
 
 /// The kernel and result buffer of the current context, loading them (and running the
 /// self-test, on `stream`) on first use.
-fn context(state: &DeviceScanState, stream: u64) -> Result<(Ptr, u64), Unusable> {
+fn context(state: &DeviceScanState, stream: u64) -> Result<LoadedKernels, Unusable> {
     let mut ctx: Ptr = std::ptr::null_mut();
     driver("cuCtxGetCurrent", api::cuCtxGetCurrent(&mut ctx)).map_err(Unusable::Unavailable)?;
     if ctx.is_null() {
@@ -76,13 +79,15 @@ fn context(state: &DeviceScanState, stream: u64) -> Result<(Ptr, u64), Unusable>
     let mut wrong = None;
     let loaded = state.kernel_for(ctx as usize, || {
         let ptx = CString::new(KERNEL_PTX).map_err(|_| "the PTX text holds a NUL".to_string())?;
-        let (mut module, mut function, mut out): (Ptr, Ptr, u64) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
-        // Valid out-parameters; the PTX and the kernel name are NUL-terminated.
+        let (mut module, mut function, mut many, mut out): (Ptr, Ptr, Ptr, u64) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0);
+        // Valid out-parameters; the PTX and the kernel names are NUL-terminated.
         driver("cuModuleLoadData", api::cuModuleLoadData(&mut module, ptx.as_ptr() as *const c_void))?;
         driver("cuModuleGetFunction", api::cuModuleGetFunction(&mut function, module, KERNEL_NAME.as_ptr() as *const c_char))?;
-        driver("cuMemAlloc of the result buffer", api::cuMemAlloc_v2(&mut out, 24))?;
-        match self_test(function, out, stream) {
-            Ok(()) => Ok((function as usize, out)),
+        driver("cuModuleGetFunction", api::cuModuleGetFunction(&mut many, module, MANY_KERNEL_NAME.as_ptr() as *const c_char))?;
+        driver("cuMemAlloc of the result buffer", api::cuMemAlloc_v2(&mut out, OUT_BYTES))?;
+        let kernels = LoadedKernels { single: function as usize, many: many as usize, out };
+        match self_test(kernels, stream) {
+            Ok(()) => Ok(kernels),
             Err(Unusable::Wrong(why)) => {
                 wrong = Some(why.clone());
                 Err(why)
@@ -91,7 +96,7 @@ fn context(state: &DeviceScanState, stream: u64) -> Result<(Ptr, u64), Unusable>
         }
     });
     match (loaded, wrong) {
-        (Ok((f, out)), _) => Ok((f as Ptr, out)),
+        (Ok(kernels), _) => Ok(kernels),
         (Err(_), Some(why)) => Err(Unusable::Wrong(format!("its self-test failed: {why}"))),
         (Err(why), None) => Err(Unusable::Unavailable(why)),
     }
@@ -118,8 +123,9 @@ fn launch(function: Ptr, out: u64, addr: u64, shape: StoredShape, kind: u32, str
         ("cuMemsetD8Async", api::cuMemsetD8Async(out, 0, 16, stream)),
         ("cuMemsetD8Async", api::cuMemsetD8Async(out + 16, 0xff, 8, stream)),
         ("cuLaunchKernel", api::cuLaunchKernel(function, blocks, 1, 1, THREADS, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut())),
+        // Into pageable host memory, the copy returns only once it is done (CUDA's documented
+        // behaviour for device-to-pageable copies): it is the synchronisation.
         ("cuMemcpyDtoHAsync", api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, 24, stream)),
-        ("cuStreamSynchronize", api::cuStreamSynchronize(stream)),
     ];
     for (name, code) in steps {
         driver(name, code)?;
@@ -135,8 +141,10 @@ fn launch(function: Ptr, out: u64, addr: u64, shape: StoredShape, kind: u32, str
     })
 }
 
-/// Scans the planted matrices on the device and compares with the host's answers.
-fn self_test(function: Ptr, out: u64, stream: u64) -> Result<(), Unusable> {
+/// Scans the planted matrices on the device, one launch each and all in one batched launch, and
+/// compares with the host's answers.
+fn self_test(kernels: LoadedKernels, stream: u64) -> Result<(), Unusable> {
+    let (function, out) = (kernels.single as Ptr, kernels.out);
     let cases = selftest::planted();
     let bytes = cases.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
     let mut buffer = 0u64;
@@ -150,6 +158,30 @@ fn self_test(function: Ptr, out: u64, stream: u64) -> Result<(), Unusable> {
             let answer = launch(function, out, buffer, case.shape, kind, stream).map_err(|why| Unusable::Wrong(format!("{}: {why}", case.dtype.name())))?;
             if let Some(why) = selftest::judge(case, &answer) {
                 return Err(Unusable::Wrong(why));
+            }
+        }
+        // The batch: every case at once, each in its own slice of one buffer.
+        let mut offsets = Vec::with_capacity(cases.len());
+        let mut all = Vec::new();
+        for case in &cases {
+            offsets.push(all.len() as u64);
+            all.extend_from_slice(&case.bytes);
+            all.resize(all.len().next_multiple_of(16), 0);
+        }
+        let mut batch_buffer = 0u64;
+        driver("cuMemAlloc of the self-test batch", api::cuMemAlloc_v2(&mut batch_buffer, all.len())).map_err(Unusable::Unavailable)?;
+        let jobs: Vec<BatchScan> = cases
+            .iter()
+            .zip(&offsets)
+            .map(|(c, off)| BatchScan { addr: batch_buffer + off, shape: c.shape, dtype: c.dtype, members: 1, stride: 0, array: false })
+            .collect();
+        // `batch_buffer` holds all.len() bytes of device memory.
+        let copied = driver("cuMemcpyHtoD", api::cuMemcpyHtoD_v2(batch_buffer, all.as_ptr() as *const c_void, all.len())).map_err(Unusable::Unavailable);
+        let answers = copied.and_then(|()| launch_many(kernels, &jobs, stream).map_err(|why| Unusable::Wrong(format!("the batched kernel: {why}"))));
+        let _ = api::cuMemFree_v2(batch_buffer);
+        for (case, (answer, _)) in cases.iter().zip(answers?) {
+            if let Some(why) = selftest::judge(case, &answer) {
+                return Err(Unusable::Wrong(format!("the batched kernel, {why}")));
             }
         }
         Ok(())
@@ -168,13 +200,103 @@ pub(crate) fn scan(state: &DeviceScanState, mode: DeviceScan, addr: u64, shape: 
     if shape.rows <= 0 || shape.cols <= 0 || shape.ld < shape.rows {
         return Some(MatrixScan::default());
     }
-    let (function, out) = match context(state, stream) {
-        Ok(x) => x,
+    let kernels = match context(state, stream) {
+        Ok(k) => k,
         Err(why) => return fail(state, mode, why),
     };
-    match launch(function, out, addr, shape, kind, stream) {
+    match launch(kernels.single as Ptr, kernels.out, addr, shape, kind, stream) {
         Ok(scan) => Some(scan),
         Err(why) => fail(state, mode, Unusable::Wrong(format!("the scan kernel failed: {why}"))),
+    }
+}
+
+/// `struct scan_job` of src/kernels/nonfinite.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ScanJob {
+    data: u64,
+    rows: u64,
+    cols: u64,
+    ld: u64,
+    members: u64,
+    stride: i64,
+    kind: u32,
+    array: u32,
+}
+
+/// `struct scan_jobs`: passed by value, so the launch needs no copy of its own.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ScanJobs {
+    job: [ScanJob; MAX_BATCH_SCANS],
+    count: u32,
+    unused: u32,
+}
+
+/// One launch over every job: results in `kernels.out`, read back with one copy (which waits
+/// for the launch). Each job's counts, and the member of its first NaN/Inf.
+fn launch_many(kernels: LoadedKernels, jobs: &[BatchScan], stream: u64) -> Result<Vec<(MatrixScan, Option<u64>)>, String> {
+    let mut packed = ScanJobs::default();
+    let mut widest = 0u64;
+    for (slot, job) in packed.job.iter_mut().zip(jobs) {
+        let kind = kind(job.dtype).ok_or_else(|| format!("no kernel type for {}", job.dtype.name()))?;
+        let (rows, cols) = (job.shape.rows.max(0) as u64, job.shape.cols.max(0) as u64);
+        *slot = ScanJob { data: job.addr, rows, cols, ld: job.shape.ld.max(0) as u64, members: job.members, stride: job.stride, kind, array: job.array as u32 };
+        widest = widest.max(rows.saturating_mul(cols).saturating_mul(job.members));
+    }
+    packed.count = jobs.len().min(MAX_BATCH_SCANS) as u32;
+    let mut out = kernels.out;
+    let mut params: [Ptr; 2] = [&mut packed as *mut ScanJobs as Ptr, &mut out as *mut u64 as Ptr];
+    let blocks = widest.div_ceil(THREADS as u64).clamp(1, MAX_BLOCKS) as u32;
+    let bytes = 24 * packed.count as usize;
+    let stream_ptr = stream as Ptr;
+    let mut result = [0u64; 3 * MAX_BATCH_SCANS];
+    // `params` points at the two live values the kernel takes; `result` holds `bytes` writable
+    // bytes; `out` is this context's buffer of OUT_BYTES >= bytes.
+    let steps = [
+        ("cuMemsetD8Async", api::cuMemsetD8Async(out, 0, bytes, stream_ptr)),
+        ("cuLaunchKernel", api::cuLaunchKernel(kernels.many as Ptr, blocks, packed.count, 1, THREADS, 1, 1, 0, stream_ptr, params.as_mut_ptr(), std::ptr::null_mut())),
+        // Into pageable host memory: the copy returns once it is done, and is the synchronisation.
+        ("cuMemcpyDtoHAsync", api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, bytes, stream_ptr)),
+    ];
+    for (name, code) in steps {
+        driver(name, code)?;
+    }
+    Ok(jobs
+        .iter()
+        .enumerate()
+        .map(|(j, job)| {
+            let (nan, inf, first) = (result[3 * j], result[3 * j + 1], result[3 * j + 2]);
+            let key = (first != 0).then_some(!first);
+            let ld = job.shape.ld.max(1) as u64;
+            let scan = MatrixScan {
+                nan,
+                inf,
+                first_nonfinite: key.map(|k| k & ((1 << 40) - 1)).map(|index| (index % ld, index / ld)),
+                scanned_elements: (job.shape.rows.max(0) as u64).saturating_mul(job.shape.cols.max(0) as u64).saturating_mul(job.members),
+                sampled: false,
+                on_device: true,
+            };
+            (scan, key.map(|k| k >> 40))
+        })
+        .collect())
+}
+
+/// Scans every job in one launch on the GPU, on `stream`; `None`: use the host path.
+pub(crate) fn scan_batch(state: &DeviceScanState, mode: DeviceScan, jobs: &[BatchScan], stream: u64) -> Option<Vec<(MatrixScan, Option<u64>)>> {
+    if state.failed() || jobs.is_empty() || jobs.len() > MAX_BATCH_SCANS || jobs.iter().any(|j| kind(j.dtype).is_none()) {
+        return None;
+    }
+    if jobs.iter().any(|j| j.shape.rows <= 0 || j.shape.cols <= 0 || j.shape.ld < j.shape.rows) {
+        return None; // nothing sensible to launch: the per-operand path says why
+    }
+    let kernels = match context(state, stream) {
+        Ok(k) => k,
+        Err(why) => return fail(state, mode, why),
+    };
+    match launch_many(kernels, jobs, stream) {
+        Ok(results) => Some(results),
+        Err(why) => fail(state, mode, Unusable::Wrong(format!("the batched scan kernel failed: {why}"))),
     }
 }
 

@@ -22,6 +22,12 @@ static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long 
     return old;
 }
 
+static inline unsigned long long atomicMax(unsigned long long *p, unsigned long long v) {
+    unsigned long long old = *p;
+    if (v > old) *p = v;
+    return old;
+}
+
 static inline unsigned long long atomicMin(unsigned long long *p, unsigned long long v) {
     unsigned long long old = *p;
     if (v < old) *p = v;

@@ -24,4 +24,23 @@ int cudashim_run_nonfinite(void **params, unsigned int grid, unsigned int block)
     }
     return 0;
 }
+
+// cublasguard_nonfinite_many over a 2-D grid (blocks per job x jobs).
+int cudashim_run_nonfinite_many(void **params, unsigned int grid_x, unsigned int grid_y, unsigned int block) {
+    if (!params || !grid_x || !grid_y || !block) return 1;
+    const struct scan_jobs jobs = *(const struct scan_jobs *)params[0];
+    const u64 out = *(const u64 *)params[1];
+    gridDim = host_dim3{grid_x, grid_y, 1};
+    blockDim = host_dim3{block, 1, 1};
+    for (unsigned int y = 0; y < grid_y; y++) {
+        for (unsigned int b = 0; b < grid_x; b++) {
+            for (unsigned int t = 0; t < block; t++) {
+                blockIdx = host_dim3{b, y, 0};
+                threadIdx = host_dim3{t, 0, 0};
+                cublasguard_nonfinite_many(jobs, out);
+            }
+        }
+    }
+    return 0;
+}
 }

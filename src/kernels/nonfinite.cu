@@ -94,3 +94,62 @@ extern "C" __global__ void cublasguard_nonfinite(u64 data, u64 rows, u64 cols, u
     if (inf) atomicAdd(&result[1], inf);
     if (first != ~0ull) atomicMin(&result[2], first);
 }
+
+// Every operand of one call, every member of each batch, in one launch: job j is scanned by the
+// blocks with blockIdx.y == j. A member is at `data + member * stride` elements (a strided
+// batch), or at the member-th pointer of the device array at `data` (`array` != 0). `out`
+// (three u64 per job, zeroed by the caller) receives the NaN count, the Inf count and ~key of
+// the first NaN/Inf, key = member << 40 | stored index (so 0 means none, and the largest ~key
+// is the first in member order, then in stored order).
+#define CUBLASGUARD_MAX_JOBS 6
+
+struct scan_job {
+    u64 data, rows, cols, ld, members;
+    long long stride;
+    u32 kind, array;
+};
+
+struct scan_jobs {
+    struct scan_job job[CUBLASGUARD_MAX_JOBS];
+    u32 count, unused;
+};
+
+extern "C" __global__ void cublasguard_nonfinite_many(struct scan_jobs jobs, u64 out) {
+    if (blockIdx.y >= jobs.count) return;
+    const struct scan_job job = jobs.job[blockIdx.y];
+    const u64 per = job.rows * job.cols, elements = per * job.members, size = element_size(job.kind);
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    u64 e = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (per == 0 || e >= elements) return;
+    // (member, col, row) of element e, stepped along the grid stride without dividing per element.
+    u64 member = e / per, within = e - member * per;
+    u64 col = within / job.rows, row = within - col * job.rows;
+    const u64 step_member = stride / per, step_within = stride - step_member * per;
+    const u64 step_col = step_within / job.rows, step_row = step_within - step_col * job.rows;
+    u64 nan = 0, inf = 0, first = 0;
+    for (; e < elements; e += stride) {
+        const unsigned char *base = job.array ? (const unsigned char *)((const u64 *)job.data)[member]
+                                              : (const unsigned char *)job.data + (long long)member * job.stride * (long long)size;
+        const u64 index = col * job.ld + row;
+        const int c = classify(base + index * size, job.kind);
+        if (c == 1) nan++;
+        if (c == 2) inf++;
+        const u64 key = ~((member << 40) | index);
+        if (c && key > first) first = key;
+        row += step_row;
+        col += step_col;
+        if (row >= job.rows) {
+            row -= job.rows;
+            col++;
+        }
+        member += step_member;
+        if (col >= job.cols) {
+            col -= job.cols;
+            member++;
+        }
+    }
+    u64 *result = (u64 *)out + 3 * blockIdx.y;
+    if (nan) atomicAdd(&result[0], nan);
+    if (inf) atomicAdd(&result[1], inf);
+    if (first) atomicMax(&result[2], first);
+}

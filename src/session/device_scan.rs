@@ -5,24 +5,33 @@
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// One context's scan kernels (as addresses): one matrix, and a batch of operands; and the
+/// device buffer their results go to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadedKernels {
+    pub single: usize,
+    pub many: usize,
+    pub out: u64,
+}
+
 #[derive(Default)]
 pub struct DeviceScanState {
-    /// Per context: (context, kernel function, 24-byte result buffer). Never unloaded.
-    contexts: Mutex<Vec<(usize, usize, u64)>>,
+    /// Per context: the kernels and their result buffer. Never unloaded.
+    contexts: Mutex<Vec<(usize, LoadedKernels)>>,
     failed: AtomicBool,
     failure: Mutex<Option<String>>,
 }
 
 impl DeviceScanState {
-    /// The kernel and result buffer for `context`, loading them with `load` the first time.
-    pub fn kernel_for(&self, context: usize, load: impl FnOnce() -> Result<(usize, u64), String>) -> Result<(usize, u64), String> {
+    /// The kernels and result buffer for `context`, loading them with `load` the first time.
+    pub fn kernel_for(&self, context: usize, load: impl FnOnce() -> Result<LoadedKernels, String>) -> Result<LoadedKernels, String> {
         let mut contexts = self.contexts.lock();
-        if let Some(&(_, f, out)) = contexts.iter().find(|(c, _, _)| *c == context) {
-            return Ok((f, out));
+        if let Some(&(_, loaded)) = contexts.iter().find(|(c, _)| *c == context) {
+            return Ok(loaded);
         }
-        let (f, out) = load()?;
-        contexts.push((context, f, out));
-        Ok((f, out))
+        let loaded = load()?;
+        contexts.push((context, loaded));
+        Ok(loaded)
     }
 
     pub fn failed(&self) -> bool {

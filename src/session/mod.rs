@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::recorder::{RecordedCall, Recorder};
 use crate::state::{Allocations, HandleLookup, Handles, LiveObjects};
 use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
-pub use device_scan::DeviceScanState;
+pub use device_scan::{DeviceScanState, LoadedKernels};
 pub use facts::{ForkOrigin, Identity, Versions};
 pub use kernels::KernelNames;
 pub use faults::Recorded;

@@ -205,8 +205,15 @@ fn mul(a: [f64; 2], b: [f64; 2]) -> [f64; 2] {
     [a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]]
 }
 
+/// |a|, scaled so that squaring cannot overflow. (Not `f64::hypot`: glibc 2.35 versioned it,
+/// and the wheel must run on glibc 2.34.)
 fn magnitude(a: [f64; 2]) -> f64 {
-    a[0].hypot(a[1])
+    let m = a[0].abs().max(a[1].abs());
+    if m == 0.0 || !m.is_finite() {
+        return m;
+    }
+    let (x, y) = (a[0] / m, a[1] / m);
+    m * (x * x + y * y).sqrt()
 }
 
 fn finite(a: [f64; 2]) -> bool {

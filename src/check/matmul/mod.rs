@@ -23,6 +23,7 @@ use crate::config::{Checks, OnFault};
 use crate::cuda::{self, PointerMode};
 use crate::state::{Allocations, HandleLookup, HandleState};
 use crate::trace::{hex, FaultKind};
+use crate::scan::MatrixScan;
 use crate::validate;
 
 /// State carried from the checks before the call to those after it. It borrows the call:
@@ -35,6 +36,8 @@ pub struct MatmulCheck<'a> {
     pub operands: [Option<OperandReport<'a>>; MAX_OPERANDS],
     /// Member addresses of pointer-array operands, read from device memory.
     pub(super) arrays: [Vec<u64>; MAX_OPERANDS],
+    /// Results of a batched device scan, each taken by the operand's next scan.
+    pub(super) prescanned: [Option<(MatrixScan, Option<u64>)>; MAX_OPERANDS],
     pub finding: Option<Finding>,
     /// use_after_free: the freed allocation the operand is in.
     pub freed: Option<crate::state::Freed>,
@@ -91,6 +94,7 @@ impl<'a> MatmulCheck<'a> {
             call,
             handle: None,
             arrays: Default::default(),
+            prescanned: [None; MAX_OPERANDS],
             finding: None,
             freed: None,
             found_before: true,
@@ -251,6 +255,7 @@ impl<'a> MatmulCheck<'a> {
             }
         }
         if forwarded && checks.nan && self.finding.is_none() && status == cuda::CUBLAS_SUCCESS && !self.capturing && !empty {
+            self.prescan_on_device(device, |o| o.spec.role.written());
             for i in 0..MAX_OPERANDS {
                 let Some(o) = self.operands[i] else { continue };
                 if !o.spec.role.written() || !o.readable {

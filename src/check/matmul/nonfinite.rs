@@ -2,9 +2,9 @@
 //! an even sample of them, read the way the library reads them (beta decides whether C is read).
 
 use super::bounds::member_addr;
-use super::operands::{describe, Members, OperandSpec, Role, Triangle, MAX_OPERANDS};
+use super::operands::{describe, Members, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS};
 use super::MatmulCheck;
-use crate::check::{Device, Finding};
+use crate::check::{BatchScan, Device, Finding, MAX_BATCH_SCANS};
 use crate::cuda::PointerMode;
 use crate::scan::{self, DType, MatrixScan};
 use crate::state::Allocations;
@@ -70,9 +70,49 @@ impl MatmulCheck<'_> {
         }))
     }
 
+    /// Scans the operands `wanted` picks in one launch on the device, when the device can:
+    /// their next `scan_operand` takes the result instead of scanning again.
+    pub(super) fn prescan_on_device(&mut self, device: &dyn Device, wanted: impl Fn(&OperandReport<'_>) -> bool) {
+        let mut jobs = Vec::with_capacity(MAX_BATCH_SCANS);
+        let mut which = Vec::with_capacity(MAX_BATCH_SCANS);
+        for (i, o) in self.operands.iter().enumerate() {
+            let Some(o) = o else { continue };
+            let on_host = o.spec.role == Role::Result && self.pointer_mode() == PointerMode::Host;
+            if !wanted(o) || !o.readable || !Self::used(o) || o.spec.triangle.is_some() || on_host || !o.spec.dtype.is_float() || o.spec.dtype.complex_part().is_some() {
+                continue;
+            }
+            let (members, stride, array) = match o.spec.members {
+                Members::One => (1, 0, false),
+                Members::Strided { count, stride } => (count, stride, false),
+                Members::Array { count } => (count.min(self.arrays[i].len() as u64), 0, true),
+            };
+            if members == 0 {
+                continue;
+            }
+            jobs.push(BatchScan { addr: o.spec.ptr, shape: o.spec.shape, dtype: o.spec.dtype, members, stride, array });
+            which.push(i);
+        }
+        if jobs.is_empty() || jobs.len() > MAX_BATCH_SCANS {
+            return;
+        }
+        let Some(results) = device.scan_batch_on_device(&jobs, self.stream()) else { return };
+        for (i, result) in which.into_iter().zip(results) {
+            self.prescanned[i] = Some(result);
+        }
+    }
+
     /// Scans every member (or an even sample of them, within `scan_bytes` for the operand).
     pub(super) fn scan_operand(&mut self, i: usize, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) -> Option<MatrixScan> {
         let o = self.operands[i]?;
+        if let Some((scan, bad)) = self.prescanned.get_mut(i).and_then(Option::take) {
+            if let Some(r) = self.operands[i].as_mut() {
+                r.scan = Some(scan);
+                if o.spec.members.count() > 1 {
+                    r.bad_member = bad;
+                }
+            }
+            return Some(scan);
+        }
         let elem = o.spec.dtype.size()?;
         let count = match o.spec.members {
             Members::Array { count } => count.min(self.arrays[i].len() as u64),
@@ -127,6 +167,11 @@ impl MatmulCheck<'_> {
     pub(super) fn scan_inputs(&mut self, allocations: &Allocations, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
         self.beta_is_zero = self.read_beta_is_zero(allocations, device);
         let reads_scaled = self.beta_is_zero != Some(true);
+        self.prescan_on_device(device, |o| match o.spec.role {
+            Role::Input | Role::InOut => true,
+            Role::Accumulator | Role::Addend => reads_scaled,
+            Role::Output | Role::Workspace | Role::Result => false,
+        });
         let mut all_finite = true;
         let mut first_bad: Option<usize> = None;
         for i in 0..MAX_OPERANDS {
