@@ -23,7 +23,6 @@ use crate::config::{Checks, OnFault};
 use crate::cuda::{self, PointerMode};
 use crate::state::{Allocations, HandleLookup, HandleState};
 use crate::trace::{hex, FaultKind};
-use crate::scan::MatrixScan;
 use crate::validate;
 
 /// State carried from the checks before the call to those after it. It borrows the call:
@@ -36,8 +35,10 @@ pub struct MatmulCheck<'a> {
     pub operands: [Option<OperandReport<'a>>; MAX_OPERANDS],
     /// Member addresses of pointer-array operands, read from device memory.
     pub(super) arrays: [Vec<u64>; MAX_OPERANDS],
-    /// Results of a batched device scan, each taken by the operand's next scan.
-    pub(super) prescanned: [Option<(MatrixScan, Option<u64>)>; MAX_OPERANDS],
+    /// Operands (bit i: operand i) whose report holds a batched device scan's result, taken by
+    /// the operand's next scan. A bit mask, not a copy of the results: the check is moved by
+    /// value on every call.
+    pub(super) prescanned: u8,
     pub finding: Option<Finding>,
     /// use_after_free: the freed allocation the operand is in.
     pub freed: Option<crate::state::Freed>,
@@ -94,7 +95,7 @@ impl<'a> MatmulCheck<'a> {
             call,
             handle: None,
             arrays: Default::default(),
-            prescanned: [None; MAX_OPERANDS],
+            prescanned: 0,
             finding: None,
             freed: None,
             found_before: true,

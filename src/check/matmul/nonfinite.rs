@@ -96,22 +96,23 @@ impl MatmulCheck<'_> {
             return;
         }
         let Some(results) = device.scan_batch_on_device(&jobs, self.stream()) else { return };
-        for (i, result) in which.into_iter().zip(results) {
-            self.prescanned[i] = Some(result);
+        for (i, (scan, bad)) in which.into_iter().zip(results) {
+            if let Some(r) = self.operands[i].as_mut() {
+                r.scan = Some(scan);
+                if r.spec.members.count() > 1 {
+                    r.bad_member = bad;
+                }
+                self.prescanned |= 1 << i;
+            }
         }
     }
 
     /// Scans every member (or an even sample of them, within `scan_bytes` for the operand).
     pub(super) fn scan_operand(&mut self, i: usize, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) -> Option<MatrixScan> {
         let o = self.operands[i]?;
-        if let Some((scan, bad)) = self.prescanned.get_mut(i).and_then(Option::take) {
-            if let Some(r) = self.operands[i].as_mut() {
-                r.scan = Some(scan);
-                if o.spec.members.count() > 1 {
-                    r.bad_member = bad;
-                }
-            }
-            return Some(scan);
+        if self.prescanned & (1 << i) != 0 {
+            self.prescanned &= !(1 << i);
+            return o.scan;
         }
         let elem = o.spec.dtype.size()?;
         let count = match o.spec.members {
