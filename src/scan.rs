@@ -211,9 +211,9 @@ pub fn scan_matrix(
 
 /// Bytes in host memory, addressed from 0: the host scan of a buffer the guard made itself
 /// (the device self-test's answers) and the tests.
-pub struct Slice(pub Vec<u8>);
+pub struct Slice<'a>(pub &'a [u8]);
 
-impl DeviceReader for Slice {
+impl DeviceReader for Slice<'_> {
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
         let a = usize::try_from(addr).map_err(|_| 1)?;
         let src = self.0.get(a..a.checked_add(out.len()).ok_or(1)?).ok_or(1)?;
@@ -264,7 +264,7 @@ mod tests {
         let mut t = Tally::default();
         tally_elements(DType::C32, &bytes, 10, &mut t);
         assert_eq!((t.nan, t.inf, t.first_index), (1, 1, Some(11)));
-        let scan = scan_matrix(&Slice(bytes), 0, StoredShape { rows: 3, cols: 1, ld: 3 }, DType::C32, &mut Vec::new(), u64::MAX).unwrap();
+        let scan = scan_matrix(&Slice(&bytes), 0, StoredShape { rows: 3, cols: 1, ld: 3 }, DType::C32, &mut Vec::new(), u64::MAX).unwrap();
         assert_eq!((scan.nan, scan.inf, scan.first_nonfinite), (1, 1, Some((1, 0))));
     }
 
@@ -289,7 +289,8 @@ mod tests {
         m[3] = f32::NAN;
         m[7] = f32::NAN;
         m[5] = f32::INFINITY; // row 1, col 1
-        let reader = Slice(f32_bytes(&m));
+        let data = f32_bytes(&m);
+        let reader = Slice(&data);
         let shape = StoredShape { rows: 3, cols: 2, ld: 4 };
         let mut buf = Vec::new();
         let s = scan_matrix(&reader, 0, shape, DType::F32, &mut buf, u64::MAX).unwrap();
@@ -303,7 +304,8 @@ mod tests {
         let mut m = vec![0.0f32; 400];
         m[4 * 50 + 1] = f32::NAN; // column 50: sampled
         m[4 * 51 + 1] = f32::NAN; // column 51: not sampled
-        let reader = Slice(f32_bytes(&m));
+        let data = f32_bytes(&m);
+        let reader = Slice(&data);
         let shape = StoredShape { rows: 4, cols: 100, ld: 4 };
         let s = scan_matrix(&reader, 0, shape, DType::F32, &mut Vec::new(), 160).unwrap();
         assert!(s.sampled);
@@ -321,7 +323,8 @@ mod tests {
         let mut m = vec![1.0f32; n];
         m[n - 1] = f32::NAN;
         m[CHUNK_BYTES / 4] = f32::NAN;
-        let reader = Slice(f32_bytes(&m));
+        let data = f32_bytes(&m);
+        let reader = Slice(&data);
         let shape = StoredShape { rows: n as i64, cols: 1, ld: n as i64 };
         let s = scan_matrix(&reader, 0, shape, DType::F32, &mut Vec::new(), u64::MAX).unwrap();
         assert_eq!(s.nan, 2);
@@ -330,7 +333,7 @@ mod tests {
 
     #[test]
     fn read_errors_surface() {
-        let reader = Slice(vec![0; 4]);
+        let reader = Slice(&[0; 4]);
         let shape = StoredShape { rows: 4, cols: 4, ld: 4 };
         assert_eq!(scan_matrix(&reader, 0, shape, DType::F32, &mut Vec::new(), u64::MAX), Err(1));
     }

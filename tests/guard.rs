@@ -612,3 +612,30 @@ fn an_ignore_rule_by_python_line_keeps_the_fault_from_another_line() {
     assert_eq!(t.faults.len(), 1, "the worker's fault is kept");
     assert_eq!(t.faults[0].python_stack[1].function, "forward_worker");
 }
+
+#[test]
+fn a_batch_is_scanned_with_one_synchronisation_per_operand_on_either_path() {
+    // cublasSgemmStridedBatched, 3 members of 4 x 4, beta = 0: A and B before, C after.
+    let program = build_c("gemm_family", &["gemm_family.c"], false);
+    let counts = |guarded: bool, device_scan: &str| -> std::collections::BTreeMap<String, u64> {
+        let dir = temp_dir("batch-counts");
+        let file = dir.join("counts.txt").display().to_string();
+        let env = [("CUDASHIM_COUNT_CALLS", file.as_str()), ("CUBLASGUARD_DEVICE_SCAN", device_scan)];
+        let run = run(Launch { env: &env, guarded, ..Launch::new(&program, &["cublasSgemmStridedBatched", "clean"]) });
+        assert_eq!(run.code(), Some(0), "{}", run.stderr());
+        std::fs::read_to_string(&file)
+            .expect("counts")
+            .lines()
+            .filter_map(|l| l.split_once(' ').map(|(name, n)| (name.to_string(), n.parse().unwrap())))
+            .collect()
+    };
+    let bare = counts(false, "off");
+    let extra = |name: &str, c: &std::collections::BTreeMap<String, u64>| c.get(name).copied().unwrap_or(0) - bare.get(name).copied().unwrap_or(0);
+    // Host: every member copied, one synchronisation per operand (not per member), plus the
+    // guard's own before and after.
+    let host = counts(true, "off");
+    assert_eq!((extra("cudaMemcpyAsync", &host), extra("cudaStreamSynchronize", &host)), (3 * 3, 2 + 3));
+    // Device: nothing copied through the runtime; the two scan launches are driver calls.
+    let device = counts(true, "on");
+    assert_eq!((extra("cudaMemcpyAsync", &device), extra("cudaStreamSynchronize", &device)), (0, 2));
+}

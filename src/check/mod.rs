@@ -34,6 +34,16 @@ pub trait Device {
     fn memory_type(&self, ptr: u64) -> Option<MemoryType>;
     /// Copies device memory to the host, ordered after the work queued on `stream`.
     fn read(&self, addr: u64, out: &mut [u8], stream: u64) -> Result<(), i32>;
+    /// Copies several device ranges, one after the other, into `out` (as long as their sum),
+    /// ordered after the work queued on `stream`, with one synchronisation for all of them.
+    fn read_many(&self, pieces: &[(u64, usize)], out: &mut [u8], stream: u64) -> Result<(), i32> {
+        let mut at = 0;
+        for &(addr, len) in pieces {
+            self.read(addr, out.get_mut(at..at + len).ok_or(-1)?, stream)?;
+            at += len;
+        }
+        Ok(())
+    }
     /// Reads a scalar the program passed by host pointer (cuBLAS reads it on the host too).
     fn read_host(&self, addr: u64, out: &mut [u8]) -> bool;
     /// Waits for `stream`; returns the CUDA error it reports.

@@ -51,7 +51,7 @@ pub fn planted() -> Vec<Planted> {
             put(5, 3, &nan);
             put(1, 4, inf.as_deref().unwrap_or(&nan));
             put(8, 0, &nan);
-            let expected = scan_matrix(&Slice(bytes.clone()), 0, shape, dtype, &mut Vec::new(), u64::MAX).ok()?;
+            let expected = scan_matrix(&Slice(&bytes), 0, shape, dtype, &mut Vec::new(), u64::MAX).ok()?;
             Some(Planted { dtype, shape, bytes, expected })
         })
         .collect()

@@ -97,6 +97,25 @@ impl Device for RealDevice<'_> {
         }
     }
 
+    fn read_many(&self, pieces: &[(u64, usize)], out: &mut [u8], stream: u64) -> Result<(), i32> {
+        let mut at = 0;
+        for &(addr, len) in pieces {
+            let dst = out.get_mut(at..at + len).ok_or(-1)?;
+            // `dst` is valid for `len` bytes; callers pass only device ranges already verified
+            // inside a live allocation. Queued: one synchronisation below covers them all.
+            let dst = dst.as_mut_ptr() as *mut c_void;
+            let code = self.quietly(|| api::cudaMemcpyAsync(dst, addr as *const c_void, len, MEMCPY_DEVICE_TO_HOST, stream as *mut c_void)).ok_or(-1)?;
+            if code != 0 {
+                return Err(code);
+            }
+            at += len;
+        }
+        match self.synchronize(stream) {
+            0 => Ok(()),
+            code => Err(code),
+        }
+    }
+
     fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
         read_host(addr, out)
     }

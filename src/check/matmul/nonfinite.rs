@@ -128,6 +128,11 @@ impl MatmulCheck<'_> {
             (count.div_ceil(members), (scan_bytes / members).max(elem))
         };
         let host = o.spec.role == Role::Result && self.pointer_mode() == PointerMode::Host;
+        if count > 1 && step == 1 && !host && o.spec.triangle.is_none() {
+            if let Some(scan) = self.scan_members_at_once(i, count, device, buf, scan_bytes) {
+                return Some(scan);
+            }
+        }
         let reader: &dyn scan::DeviceReader = if host { &HostReader { device } } else { &StreamReader { device, stream: self.stream() } };
         let mut total_scan = MatrixScan::default();
         let mut bad = None;
@@ -161,6 +166,46 @@ impl MatmulCheck<'_> {
             if count > 1 {
                 r.bad_member = bad;
             }
+        }
+        Some(total_scan)
+    }
+
+    /// The host path for a batch small enough to hold: every member copied with one
+    /// synchronisation for all of them, then scanned from the host buffer. `None`: too big, or
+    /// a copy failed (the member-by-member path takes over).
+    fn scan_members_at_once(&mut self, i: usize, count: u64, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) -> Option<MatrixScan> {
+        let o = self.operands[i]?;
+        let elem = o.spec.dtype.size()?;
+        let shape = o.spec.shape;
+        // One member's stored extent, padding between columns included.
+        let extent = validate::operand_extent(shape, elem)?;
+        let total = extent.checked_mul(count)?;
+        if total > scan_bytes.min(HELD_BATCH_BYTES) || shape.rows <= 0 || shape.cols <= 0 {
+            return None;
+        }
+        let mut pieces = Vec::with_capacity(count as usize);
+        for b in 0..count {
+            pieces.push((member_addr(o.spec, &self.arrays[i], b)?, extent as usize));
+        }
+        buf.clear();
+        buf.resize(total as usize, 0);
+        device.read_many(&pieces, buf, self.stream()).ok()?;
+        let mut total_scan = MatrixScan::default();
+        let mut bad = None;
+        let mut chunk = Vec::new();
+        for b in 0..count {
+            let member = scan::scan_matrix(&scan::Slice(buf), b * extent, shape, o.spec.dtype, &mut chunk, u64::MAX).ok()?;
+            if (member.nan > 0 || member.inf > 0) && bad.is_none() {
+                bad = Some(b);
+                total_scan.first_nonfinite = member.first_nonfinite;
+            }
+            total_scan.nan += member.nan;
+            total_scan.inf += member.inf;
+            total_scan.scanned_elements += member.scanned_elements;
+        }
+        if let Some(r) = self.operands[i].as_mut() {
+            r.scan = Some(total_scan);
+            r.bad_member = bad;
         }
         Some(total_scan)
     }
@@ -211,6 +256,9 @@ impl MatmulCheck<'_> {
     }
 
 }
+
+/// The most bytes of a batch the host path holds at once to copy it with one synchronisation.
+const HELD_BATCH_BYTES: u64 = 64 << 20;
 
 struct StreamReader<'a> {
     device: &'a dyn Device,
