@@ -401,11 +401,18 @@ fn driver_calls_scanning(guarded: bool, checks: &str, device_scan: &str) -> std:
 }
 
 fn calls_scanning(guarded: bool, checks: &str, device_scan: &str, counter: &str) -> std::collections::BTreeMap<String, u64> {
-    let program = scenarios();
+    let env = [("CUBLASGUARD_CHECKS", checks), ("CUBLASGUARD_DEVICE_SCAN", device_scan)];
+    counted_calls(&scenarios(), &["clean"], guarded, &env, counter)
+}
+
+/// The stand-in's per-function counts (`counter` names the file variable) of one run of
+/// `program args`.
+fn counted_calls(program: &std::path::Path, args: &[&str], guarded: bool, env: &[(&str, &str)], counter: &str) -> std::collections::BTreeMap<String, u64> {
     let dir = temp_dir("counts");
     let file = dir.join("counts.txt").display().to_string();
-    let env = [(counter, file.as_str()), ("CUBLASGUARD_CHECKS", checks), ("CUBLASGUARD_DEVICE_SCAN", device_scan)];
-    let run = run(Launch { env: &env, guarded, ..Launch::new(&program, &["clean"]) });
+    let mut env = env.to_vec();
+    env.push((counter, file.as_str()));
+    let run = run(Launch { env: &env, guarded, ..Launch::new(program, args) });
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     std::fs::read_to_string(&file)
         .expect("counts")
@@ -617,17 +624,8 @@ fn an_ignore_rule_by_python_line_keeps_the_fault_from_another_line() {
 fn a_batch_is_scanned_with_one_synchronisation_per_operand_on_either_path() {
     // cublasSgemmStridedBatched, 3 members of 4 x 4, beta = 0: A and B before, C after.
     let program = build_c("gemm_family", &["gemm_family.c"], false);
-    let counts = |guarded: bool, device_scan: &str| -> std::collections::BTreeMap<String, u64> {
-        let dir = temp_dir("batch-counts");
-        let file = dir.join("counts.txt").display().to_string();
-        let env = [("CUDASHIM_COUNT_CALLS", file.as_str()), ("CUBLASGUARD_DEVICE_SCAN", device_scan)];
-        let run = run(Launch { env: &env, guarded, ..Launch::new(&program, &["cublasSgemmStridedBatched", "clean"]) });
-        assert_eq!(run.code(), Some(0), "{}", run.stderr());
-        std::fs::read_to_string(&file)
-            .expect("counts")
-            .lines()
-            .filter_map(|l| l.split_once(' ').map(|(name, n)| (name.to_string(), n.parse().unwrap())))
-            .collect()
+    let counts = |guarded: bool, device_scan: &str| {
+        counted_calls(&program, &["cublasSgemmStridedBatched", "clean"], guarded, &[("CUBLASGUARD_DEVICE_SCAN", device_scan)], "CUDASHIM_COUNT_CALLS")
     };
     let bare = counts(false, "off");
     let extra = |name: &str, c: &std::collections::BTreeMap<String, u64>| c.get(name).copied().unwrap_or(0) - bare.get(name).copied().unwrap_or(0);

@@ -79,6 +79,18 @@ fn compute_of(d: &Dump, inputs: DType) -> (f64, String, bool) {
     (dump::unit_roundoff(dtype).max(dump::unit_roundoff(inputs).min(dump::unit_roundoff(DType::F32))), label, reduced)
 }
 
+impl Replayed {
+    /// Whether the call can be made again as `cublasGemmStridedBatchedEx` (for `--cuda` and
+    /// `--emit-c`): a cublasLt epilogue (bias, ReLU) has no equivalent there, and the rerun
+    /// would differ for that reason alone.
+    pub fn rerunnable(&self, d: &Dump) -> Result<(), String> {
+        if d.tensors.contains_key("bias") || self.relu {
+            return Err("this call has a cublasLt epilogue, which cublasGemmStridedBatchedEx cannot apply".into());
+        }
+        Ok(())
+    }
+}
+
 /// What the guard recorded as left out of the dump.
 fn not_dumped(d: &Dump) -> String {
     let notes: Vec<&str> = d.meta["not_dumped"].as_array().map(|a| a.iter().filter_map(|n| n.as_str()).collect()).unwrap_or_default();

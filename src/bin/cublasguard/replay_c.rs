@@ -34,9 +34,7 @@ fn c_string(s: &str) -> String {
 }
 
 pub fn program(file: &[u8], d: &Dump, call: &Replayed, path: &Path) -> Result<String, String> {
-    if d.tensors.contains_key("bias") || call.relu {
-        return Err("this call has a cublasLt epilogue, which the reproducer (cublasGemmStridedBatchedEx) cannot apply".into());
-    }
+    call.rerunnable(d)?;
     let (_, header) = safetensors::SafeTensors::read_metadata(file).map_err(|e| e.to_string())?;
     let infos = header.tensors();
     let offset = |name: &str| infos.get(name).map(|i| i.data_offsets).ok_or_else(|| format!("the dump has no {name}"));

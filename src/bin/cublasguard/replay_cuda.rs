@@ -44,11 +44,7 @@ fn op_code(op: char) -> c_int {
 
 /// The rerun's output, element by element in the dump's order (member, row, column).
 pub fn rerun(d: &Dump, call: &Replayed) -> Result<Vec<[f64; 2]>, String> {
-    // A cublasLt epilogue (bias, ReLU, GELU) has no cublasGemmStridedBatchedEx equivalent: the
-    // rerun would differ for that reason alone.
-    if d.tensors.contains_key("bias") || call.relu {
-        return Err("this call has a cublasLt epilogue, which the rerun through cublasGemmStridedBatchedEx cannot apply".into());
-    }
+    call.rerunnable(d)?;
     let cudart = open(&["libcudart.so.13", "libcudart.so.12", "libcudart.so"])?;
     let cublas = open(&["libcublas.so.13", "libcublas.so.12", "libcublas.so"])?;
     // SAFETY: each symbol is declared with its C signature from NVIDIA's headers.

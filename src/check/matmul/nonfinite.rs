@@ -77,14 +77,14 @@ impl MatmulCheck<'_> {
         let mut which = Vec::with_capacity(MAX_BATCH_SCANS);
         for (i, o) in self.operands.iter().enumerate() {
             let Some(o) = o else { continue };
-            let on_host = o.spec.role == Role::Result && self.pointer_mode() == PointerMode::Host;
-            if !wanted(o) || !o.readable || !Self::used(o) || o.spec.triangle.is_some() || on_host || !o.spec.dtype.is_float() || o.spec.dtype.complex_part().is_some() {
+            if !wanted(o) || !o.readable || !Self::used(o) || o.spec.triangle.is_some() || self.in_host_memory(o.spec) || !o.spec.dtype.is_float() || o.spec.dtype.complex_part().is_some() {
                 continue;
             }
-            let (members, stride, array) = match o.spec.members {
-                Members::One => (1, 0, false),
-                Members::Strided { count, stride } => (count, stride, false),
-                Members::Array { count } => (count.min(self.arrays[i].len() as u64), 0, true),
+            let members = self.member_count(i);
+            let (stride, array) = match o.spec.members {
+                Members::One => (0, false),
+                Members::Strided { stride, .. } => (stride, false),
+                Members::Array { .. } => (0, true),
             };
             if members == 0 {
                 continue;
@@ -97,12 +97,31 @@ impl MatmulCheck<'_> {
         }
         let Some(results) = device.scan_batch_on_device(&jobs, self.stream()) else { return };
         for (i, (scan, bad)) in which.into_iter().zip(results) {
-            if let Some(r) = self.operands[i].as_mut() {
-                r.scan = Some(scan);
-                if r.spec.members.count() > 1 {
-                    r.bad_member = bad;
-                }
-                self.prescanned |= 1 << i;
+            self.keep_scan(i, scan, bad);
+            self.prescanned |= 1 << i;
+        }
+    }
+
+    /// How many members of operand `i` there are to scan (a pointer array: those read).
+    fn member_count(&self, i: usize) -> u64 {
+        match self.operands[i].map(|o| o.spec.members) {
+            Some(Members::Array { count }) => count.min(self.arrays[i].len() as u64),
+            Some(m) => m.count(),
+            None => 0,
+        }
+    }
+
+    /// A dot product's result in HOST pointer mode: host memory, read on the host.
+    fn in_host_memory(&self, spec: &OperandSpec) -> bool {
+        spec.role == Role::Result && self.pointer_mode() == PointerMode::Host
+    }
+
+    /// Records an operand's scan, and for a batch the first member that held NaN/Inf.
+    fn keep_scan(&mut self, i: usize, scan: MatrixScan, bad: Option<u64>) {
+        if let Some(r) = self.operands[i].as_mut() {
+            r.scan = Some(scan);
+            if r.spec.members.count() > 1 {
+                r.bad_member = bad;
             }
         }
     }
@@ -115,10 +134,7 @@ impl MatmulCheck<'_> {
             return o.scan;
         }
         let elem = o.spec.dtype.size()?;
-        let count = match o.spec.members {
-            Members::Array { count } => count.min(self.arrays[i].len() as u64),
-            m => m.count(),
-        };
+        let count = self.member_count(i);
         let member_bytes = (o.spec.shape.rows.max(0) as u64).saturating_mul(o.spec.shape.cols.max(0) as u64).saturating_mul(elem);
         let total = member_bytes.saturating_mul(count);
         let (step, per_member) = if total <= scan_bytes || count == 0 {
@@ -127,15 +143,14 @@ impl MatmulCheck<'_> {
             let members = (scan_bytes / member_bytes.max(1)).clamp(1, count);
             (count.div_ceil(members), (scan_bytes / members).max(elem))
         };
-        let host = o.spec.role == Role::Result && self.pointer_mode() == PointerMode::Host;
+        let host = self.in_host_memory(o.spec);
         if count > 1 && step == 1 && !host && o.spec.triangle.is_none() {
             if let Some(scan) = self.scan_members_at_once(i, count, device, buf, scan_bytes) {
                 return Some(scan);
             }
         }
         let reader: &dyn scan::DeviceReader = if host { &HostReader { device } } else { &StreamReader { device, stream: self.stream() } };
-        let mut total_scan = MatrixScan::default();
-        let mut bad = None;
+        let mut total = BatchTally::default();
         let mut b = 0;
         while b < count {
             let addr = member_addr(o.spec, &self.arrays[i], b)?;
@@ -149,25 +164,14 @@ impl MatmulCheck<'_> {
                     }
                 }
             };
-            if (s.nan > 0 || s.inf > 0) && bad.is_none() {
-                bad = Some(b);
-                total_scan.first_nonfinite = s.first_nonfinite;
-            }
-            total_scan.nan += s.nan;
-            total_scan.inf += s.inf;
-            total_scan.scanned_elements += s.scanned_elements;
-            total_scan.sampled |= s.sampled || step > 1;
+            total.add(b, &s);
+            total.scan.sampled |= s.sampled || step > 1;
             // One member scanned on the host (the device path fell back) makes it a host scan.
-            total_scan.on_device = s.on_device && (b == 0 || total_scan.on_device);
+            total.scan.on_device = s.on_device && (b == 0 || total.scan.on_device);
             b += step;
         }
-        if let Some(r) = self.operands[i].as_mut() {
-            r.scan = Some(total_scan);
-            if count > 1 {
-                r.bad_member = bad;
-            }
-        }
-        Some(total_scan)
+        self.keep_scan(i, total.scan, total.bad);
+        Some(total.scan)
     }
 
     /// The host path for a batch small enough to hold: every member copied with one
@@ -190,24 +194,14 @@ impl MatmulCheck<'_> {
         buf.clear();
         buf.resize(total as usize, 0);
         device.read_many(&pieces, buf, self.stream()).ok()?;
-        let mut total_scan = MatrixScan::default();
-        let mut bad = None;
+        let mut total = BatchTally::default();
         let mut chunk = Vec::new();
         for b in 0..count {
             let member = scan::scan_matrix(&scan::Slice(buf), b * extent, shape, o.spec.dtype, &mut chunk, u64::MAX).ok()?;
-            if (member.nan > 0 || member.inf > 0) && bad.is_none() {
-                bad = Some(b);
-                total_scan.first_nonfinite = member.first_nonfinite;
-            }
-            total_scan.nan += member.nan;
-            total_scan.inf += member.inf;
-            total_scan.scanned_elements += member.scanned_elements;
+            total.add(b, &member);
         }
-        if let Some(r) = self.operands[i].as_mut() {
-            r.scan = Some(total_scan);
-            r.bad_member = bad;
-        }
-        Some(total_scan)
+        self.keep_scan(i, total.scan, total.bad);
+        Some(total.scan)
     }
 
     pub(super) fn scan_inputs(&mut self, allocations: &Allocations, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
@@ -255,6 +249,26 @@ impl MatmulCheck<'_> {
         }
     }
 
+}
+
+/// A batch's members' scans added up: counts summed, the first member with NaN/Inf and its
+/// position kept.
+#[derive(Default)]
+struct BatchTally {
+    scan: MatrixScan,
+    bad: Option<u64>,
+}
+
+impl BatchTally {
+    fn add(&mut self, member: u64, s: &MatrixScan) {
+        if (s.nan > 0 || s.inf > 0) && self.bad.is_none() {
+            self.bad = Some(member);
+            self.scan.first_nonfinite = s.first_nonfinite;
+        }
+        self.scan.nan += s.nan;
+        self.scan.inf += s.inf;
+        self.scan.scanned_elements += s.scanned_elements;
+    }
 }
 
 /// The most bytes of a batch the host path holds at once to copy it with one synchronisation.
