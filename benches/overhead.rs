@@ -41,7 +41,11 @@ fn main() {
         let mut cmd = Command::new(program);
         cmd.args(args).env("LD_LIBRARY_PATH", &libpath).env_remove("LD_PRELOAD").env_remove("CUBLASGUARD_TRACE");
         if let Some(checks) = checks {
-            cmd.env("LD_PRELOAD", &guard).env("CUBLASGUARD_QUIET", "1");
+            // The host scan, unless the caller's environment asks otherwise: on the stand-in
+            // the device scan runs the kernel's host build thread by thread, an emulation whose
+            // cost says nothing about a GPU's.
+            let device_scan = std::env::var("CUBLASGUARD_DEVICE_SCAN").unwrap_or_else(|_| "off".into());
+            cmd.env("LD_PRELOAD", &guard).env("CUBLASGUARD_QUIET", "1").env("CUBLASGUARD_DEVICE_SCAN", device_scan);
             if let Some(checks) = checks {
                 cmd.env("CUBLASGUARD_CHECKS", checks);
             }
