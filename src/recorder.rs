@@ -192,7 +192,10 @@ pub struct RecordedCall {
     /// The hooked function, by its index in the hook table.
     pub hook: u16,
     pub status: i32,
+    /// When the call returned.
     pub time_ns: u64,
+    /// How long it ran, from the hook's entry to its return (the guard's checks included).
+    pub duration_ns: u64,
     pub thread: u32,
     pub args: CallArgs,
     /// The call's operands were scanned for NaN/Inf.
@@ -200,7 +203,7 @@ pub struct RecordedCall {
 }
 
 /// Words per recorded call (the slot's mark aside).
-const WORDS: usize = 11;
+const WORDS: usize = 12;
 
 impl RecordedCall {
     fn encode(&self) -> [u64; WORDS] {
@@ -232,7 +235,8 @@ impl RecordedCall {
             CallArgs::Range { ptr, size } => (8, [ptr, size, 0, 0, 0, 0, 0]),
         };
         w[3] = self.hook as u64 | tag << 16 | (self.scanned as u64) << 32;
-        w[4..].copy_from_slice(&payload);
+        w[4..11].copy_from_slice(&payload);
+        w[11] = self.duration_ns;
         w
     }
 
@@ -283,6 +287,7 @@ impl RecordedCall {
             hook: (w[3] & 0xffff) as u16,
             status: w[2] as u32 as i32,
             time_ns: w[1],
+            duration_ns: w[11],
             thread: (w[2] >> 32) as u32,
             args,
             scanned: (w[3] >> 32) & 1 != 0,
@@ -392,7 +397,7 @@ mod tests {
     use super::*;
 
     fn call(seq: u64, args: CallArgs) -> RecordedCall {
-        RecordedCall { seq, hook: 3, status: -7, time_ns: seq * 10, thread: 42, args, scanned: seq.is_multiple_of(2) }
+        RecordedCall { seq, hook: 3, status: -7, time_ns: seq * 10, duration_ns: seq, thread: 42, args, scanned: seq.is_multiple_of(2) }
     }
 
     #[test]

@@ -372,7 +372,11 @@ pub struct RecentCall {
     pub seq: u64,
     pub api: String,
     pub status: i32,
+    /// When the call returned (ns since the Unix epoch).
     pub time_ns: u64,
+    /// How long the call ran, the guard's checks included (0 in traces before 0.5).
+    #[serde(default)]
+    pub duration_ns: u64,
     pub thread: u32,
     pub args: BTreeMap<String, serde_json::Value>,
     /// Whether the guard scanned this call's operands (GEMMs).

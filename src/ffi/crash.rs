@@ -307,6 +307,8 @@ fn call_json(w: &mut Writer, c: &RecordedCall, api: &str) {
     w.bytes(b",");
     w.field("time_ns", c.time_ns as i64);
     w.bytes(b",");
+    w.field("duration_ns", c.duration_ns as i64);
+    w.bytes(b",");
     w.field("thread", c.thread as i64);
     w.bytes(b",\"args\":{");
     let mut first = true;
@@ -586,6 +588,7 @@ mod tests {
             hook: 0,
             status: -7,
             time_ns: 5,
+            duration_ns: 2,
             thread: 9,
             args: CallArgs::Gemm { transa: 1, transb: 9, m: 2, n: 3, k: 4, lda: 4, ldb: 4, ldc: 2 },
             scanned: true,

@@ -59,13 +59,16 @@ pub(crate) struct Call<'a, R: Copy> {
     pub outlet: &'a dyn Outlet,
     forward: &'a dyn Fn() -> R,
     recorded: Cell<bool>,
+    /// When the hook was entered: the recorder keeps each call's duration (the timeline).
+    started_ns: u64,
 }
 
 impl<'a, R: Copy> Call<'a, R> {
     /// Counts the call and gives it its sequence number.
     pub fn begin(session: &'a Session, hook: Hook, device: &'a dyn Device, outlet: &'a dyn Outlet, forward: &'a dyn Fn() -> R) -> Self {
         let seq = session.begin(hook.index());
-        Self { session, hook, seq, device, outlet, forward, recorded: Cell::new(false) }
+        let started_ns = outlet.now_ns();
+        Self { session, hook, seq, device, outlet, forward, recorded: Cell::new(false), started_ns }
     }
 
     /// The real function, with the program's arguments.
@@ -84,11 +87,13 @@ impl<'a, R: Copy> Call<'a, R> {
 
     pub fn record_scanned(&self, status: i32, args: CallArgs, scanned: bool) {
         self.recorded.set(true);
+        let time_ns = self.outlet.now_ns();
         let call = RecordedCall {
             seq: self.seq,
             hook: self.hook.index() as u16,
             status,
-            time_ns: self.outlet.now_ns(),
+            time_ns,
+            duration_ns: time_ns.saturating_sub(self.started_ns),
             thread: self.outlet.thread_id(),
             args,
             scanned,

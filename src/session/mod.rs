@@ -431,6 +431,7 @@ impl Session {
             api: self.hook_name(call.hook as usize).to_string(),
             status: call.status,
             time_ns: call.time_ns,
+            duration_ns: call.duration_ns,
             thread: call.thread,
             args,
             scanned: call.scanned,
@@ -548,7 +549,7 @@ mod tests {
         s.add_fault(fault(1), 0);
         s.note_error(700, 1);
         s.handles.created(0x77);
-        s.recorder.record(&RecordedCall { seq: 1, hook: 0, status: 0, time_ns: 1, thread: 1, args: CallArgs::None, scanned: false });
+        s.recorder.record(&RecordedCall { seq: 1, hook: 0, status: 0, time_ns: 1, duration_ns: 0, thread: 1, args: CallArgs::None, scanned: false });
         let child = child_of(&s, 99, "child.json");
         let t = child.trace(Environment::default());
         assert!(t.faults.is_empty() && t.summary.calls.is_empty());
