@@ -16,9 +16,19 @@ say() { echo "wheel-check: $*" >&2; }
 python3 -m venv "$work/tools"
 "$work/tools/bin/pip" install --quiet --disable-pip-version-check auditwheel==6.8.2
 
-say "building the wheel (pip wheel ., maturin from PyPI)"
-MATURIN_PEP517_ARGS="--compatibility manylinux_2_34" \
-    "$work/tools/bin/pip" wheel --quiet --disable-pip-version-check --no-deps -w "$work/dist" .
+# From a fresh clone of the commit, as a new user builds it: a tree that has run cargo already
+# hides what only the build makes (a fresh clone has no target/ at all). Uncommitted changes are
+# not in it: commit first.
+say "cloning $(git rev-parse --short HEAD) into a fresh folder"
+git clone --quiet --no-local "$root" "$work/src"
+git -C "$work/src" checkout --quiet --detach "$(git rev-parse HEAD)"
+[ ! -e "$work/src/target" ] || fail "the fresh clone has a target/ folder"
+if ! git diff --quiet HEAD 2>/dev/null; then
+    say "note: uncommitted changes are not in the wheel (it is built from HEAD)"
+fi
+say "building the wheel (pip wheel . in the fresh clone, maturin from PyPI)"
+(cd "$work/src" && MATURIN_PEP517_ARGS="--compatibility manylinux_2_34" \
+    "$work/tools/bin/pip" wheel --quiet --disable-pip-version-check --no-deps -w "$work/dist" .)
 wheel=$(ls "$work"/dist/cublasguard-*.whl)
 case "$wheel" in *manylinux_2_34_x86_64.whl) ;; *) fail "not tagged manylinux_2_34_x86_64: $wheel" ;; esac
 "$work/tools/bin/auditwheel" show "$wheel" > "$work/audit.txt" 2>&1 || { cat "$work/audit.txt"; fail "auditwheel show"; }
