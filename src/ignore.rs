@@ -127,6 +127,7 @@ mod tests {
             pointer_array: false,
             bad_member: None,
             scan_path: None,
+            not_checked: None,
         });
         f.python_stack.push(PythonFrame { file: "/src/model/attention.py".into(), line: 57, function: "forward".into() });
         f

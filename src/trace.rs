@@ -100,6 +100,31 @@ pub struct Environment {
     /// The Python the process runs, if it runs one (the version its frames come from).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python_version: Option<String>,
+    /// The program's first capability probe that found no usable CUDA, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeNote>,
+}
+
+/// A capability probe (`cudaGetDeviceCount`) that found no driver or no device: a fact about
+/// the machine, not a fault. "Use CUDA if available, else the CPU" asks exactly this and then
+/// does nothing wrong. It turns into a fault only when the program exits with a failure status
+/// (then it is also stored as an `init_failed` fault); a later CUDA call that fails is a fault
+/// of its own, with the same cause.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProbeNote {
+    pub seq: u64,
+    pub api: String,
+    pub status: i32,
+    pub status_name: String,
+    pub cause: Option<InitCause>,
+    /// The probing thread's Python frames, innermost first (where the program asked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python_stack: Vec<PythonFrame>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_name: Option<String>,
+    /// The native frames of the probe (the framework's code that asked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backtrace: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -342,6 +367,11 @@ pub struct Operand {
     /// The first batch member that broke a rule or held NaN/Inf.
     #[serde(default)]
     pub bad_member: Option<u64>,
+    /// Why the operand's pointer and extent were not checked against the allocations (the
+    /// arguments or the handle were refused first, an earlier operand's fault stopped the
+    /// check, bounds checks are off); `allocation` is still where it lies, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_checked: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -253,16 +253,19 @@ fn no_driver_is_an_init_failure_with_its_cause() {
     assert_eq!(run.code(), Some(3));
     assert!(run.stdout().contains("cudaGetDeviceCount=35 count=-1"), "{}", run.stdout());
     let trace = run.trace();
+    // The program's own cudaGetDeviceCount is a probe (a note); cublasCreate is the fault.
     let faults = faults_of(&trace, FaultKind::InitFailed);
-    assert_eq!(faults.len(), 2, "{:#?}", trace.faults);
-    assert_eq!(faults[0].api, "cudaGetDeviceCount");
-    assert_eq!(faults[1].api, "cublasCreate_v2");
-    for f in &faults {
-        let cause = f.cause.as_ref().expect("cause");
+    assert_eq!(faults.len(), 1, "{:#?}", trace.faults);
+    assert_eq!(faults[0].api, "cublasCreate_v2");
+    let probe = trace.environment.probe.as_ref().expect("the probe's note");
+    assert_eq!(probe.api, "cudaGetDeviceCount");
+    for cause in [faults[0].cause.as_ref(), probe.cause.as_ref()] {
+        let cause = cause.expect("cause");
         assert_eq!(cause.kind, InitCauseKind::NoDriver);
-        assert!(f.message.contains("no NVIDIA driver"), "{}", f.message);
+        assert!(cause.message.contains("no NVIDIA driver"), "{}", cause.message);
     }
-    assert_eq!(faults[0].cause.as_ref().and_then(|c| c.device_count_status), Some(35));
+    assert!(faults[0].message.contains("no NVIDIA driver"), "{}", faults[0].message);
+    assert_eq!(probe.cause.as_ref().and_then(|c| c.device_count_status), Some(35));
     assert!(!trace.environment.driver.loaded);
     assert_eq!(trace.environment.driver_version, None);
     assert!(trace.environment.driver.error.as_deref().unwrap_or("").contains("no NVIDIA driver"));

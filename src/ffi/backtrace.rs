@@ -35,8 +35,9 @@ fn object_of(addr: *const c_void) -> Option<(usize, String)> {
         return None;
     }
     // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
-    let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
-    Some((info.dli_fbase as usize, file))
+    let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
+    // Absolute, so the report can tell the program's own frames (`process.exe` is absolute).
+    Some((info.dli_fbase as usize, super::process::absolute_object_path(&file)))
 }
 
 /// The frame at return address `addr` in the object mapped at `base` from `file`.

@@ -42,7 +42,7 @@ pub(crate) fn cuda_libraries() -> Vec<LoadedLibrary> {
         })
         .map(|(path, soname)| LoadedLibrary {
             soname: soname.unwrap_or_else(|| real::file_name(&path).to_string()),
-            path,
+            path: super::process::absolute_object_path(&path),
         })
         .collect();
     out.dedup();
@@ -84,6 +84,7 @@ pub(crate) fn collect(s: &Session, live: bool) -> Environment {
         device_scan_fallback: s.device_scan.failure(),
         framework: framework_build(),
         python_version: super::python::version(),
+        probe: s.probe_note(),
     }
 }
 

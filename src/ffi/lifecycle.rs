@@ -117,7 +117,7 @@ fn arm(s: &'static Session) {
         // Registered now, after main started, this exit handler runs before the loader's
         // _dl_fini tears the CUDA libraries down (the one registered when the library was
         // loaded runs after it, and only covers processes whose session never started).
-        libc::atexit(on_exit);
+        register_exit_handler();
     }
 }
 
@@ -191,7 +191,9 @@ fn start() -> Session {
     for problem in problems {
         say(&format!("cublasguard: {problem}"));
     }
-    if let Ok(cwd) = std::env::current_dir() {
+    // Relative paths are meant from where the process started, not from wherever it has
+    // changed to by its first CUDA call (Hydra changes folder; daemons chdir("/")).
+    if let Some(cwd) = process::start_dir() {
         config.trace_pattern = config::absolute_pattern(&config.trace_pattern, &cwd);
         config.dump_dir = config.dump_dir.map(|d| config::absolute_pattern(&d, &cwd));
     }
@@ -238,8 +240,19 @@ fn write_trace_with(s: &Session, live: bool) {
     crash::update_prefix(&trace);
 }
 
+extern "C" {
+    /// glibc's `on_exit`: an exit handler that is told the exit status (`atexit`'s is not).
+    fn on_exit(function: extern "C" fn(libc::c_int, *mut libc::c_void), arg: *mut libc::c_void) -> libc::c_int;
+}
+
+/// Registers `exit_handler` to run at `exit()` (and at a return from `main`), with the status.
+fn register_exit_handler() {
+    // SAFETY: exit_handler is a plain extern "C" fn that never unwinds; the argument is unused.
+    unsafe { on_exit(exit_handler, std::ptr::null_mut()) };
+}
+
 #[cfg_attr(test, allow(dead_code))]
-fn at_exit() {
+fn at_exit(status: i32) {
     let Some(_inside) = super::reentry::Reentry::enter() else { return };
     if DISABLED.load(Ordering::Relaxed) || process::is_privileged() || EXITED.swap(true, Ordering::SeqCst) {
         return;
@@ -255,6 +268,12 @@ fn at_exit() {
         Some(s) => s,
         None => SESSION.get_or_init(start),
     };
+    // A failed capability probe explains a failing exit: it is written as the fault.
+    if let Some(recorded) = s.probe_at_exit(status, process::now_ns()) {
+        for line in &recorded.lines {
+            say(line);
+        }
+    }
     if !s.should_write_at_exit(cuda_loaded) {
         return;
     }
@@ -270,8 +289,8 @@ fn at_exit() {
 }
 
 #[cfg_attr(test, allow(dead_code))]
-extern "C" fn on_exit() {
-    if std::panic::catch_unwind(at_exit).is_err() {
+extern "C" fn exit_handler(status: libc::c_int, _arg: *mut libc::c_void) {
+    if std::panic::catch_unwind(|| at_exit(status)).is_err() {
         DISABLED.store(true, Ordering::Relaxed);
     }
 }
@@ -292,8 +311,8 @@ extern "C" fn on_load() {
     };
     if own {
         super::stderr::keep_original();
-        // SAFETY: on_exit is a plain extern "C" fn that never unwinds.
-        unsafe { libc::atexit(on_exit) };
+        process::remember_start_dir();
+        register_exit_handler();
     }
 }
 

@@ -29,6 +29,36 @@ pub fn var(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
+static START_DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+
+/// Remembers the working folder as the process started (called when the library is loaded,
+/// before the program's `main` can change it).
+pub fn remember_start_dir() {
+    START_DIR.get_or_init(|| std::env::current_dir().ok());
+}
+
+/// The folder the process started in: where a relative trace path, the program's relative
+/// name and a library found through a relative LD_LIBRARY_PATH entry are meant from.
+pub fn start_dir() -> Option<std::path::PathBuf> {
+    START_DIR.get_or_init(|| std::env::current_dir().ok()).clone()
+}
+
+/// `path` as an absolute path: the loader names the program as it was started and libraries
+/// as found through LD_LIBRARY_PATH, both possibly relative to the start folder.
+pub fn absolute_object_path(path: &str) -> String {
+    if path.is_empty() || path.starts_with('/') {
+        return path.to_string();
+    }
+    match start_dir() {
+        Some(dir) => {
+            let joined = dir.join(path);
+            // "./a/../b" reads better as "/start/b"; the file exists (the loader mapped it).
+            std::fs::canonicalize(&joined).unwrap_or(joined).to_string_lossy().into_owned()
+        }
+        None => path.to_string(),
+    }
+}
+
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: buf is writable for its length.

@@ -132,7 +132,8 @@ fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: 
     fault.args = args_map(call, &record, extra, check);
     // Each allocation named with the function that made it, while it is live.
     let api_of = |base: u64| call.session.allocations.containing(base).filter(|a| a.base == base).map(|a| a.api.to_string());
-    fault.operands = check.operands.iter().flatten().map(|op| operand_record(op, &api_of)).collect();
+    let unchecked = |i: usize| check.unchecked.filter(|(from, _)| i >= *from).map(|(_, why)| why.to_string());
+    fault.operands = check.operands.iter().enumerate().filter_map(|(i, op)| op.as_ref().map(|op| operand_record(op, &api_of, unchecked(i)))).collect();
     if fault.kind == FaultKind::HostPointer {
         // Pinned host memory the program allocated: say so, with the call that made it.
         let pinned = check.operands.iter().flatten().find_map(|o| call.session.pinned.containing(o.spec.ptr).map(|p| (o.spec.name, p)));
@@ -247,7 +248,7 @@ fn scalar_json(dtype: DType, bytes: [u8; 16]) -> serde_json::Value {
     }
 }
 
-fn operand_record(op: &OperandReport<'_>, api_of: &dyn Fn(u64) -> Option<String>) -> Operand {
+fn operand_record(op: &OperandReport<'_>, api_of: &dyn Fn(u64) -> Option<String>, not_checked: Option<String>) -> Operand {
     let spec = op.spec;
     let pointer_array = matches!(spec.members, Members::Array { .. });
     let (batch_count, stride) = match spec.members {
@@ -276,6 +277,7 @@ fn operand_record(op: &OperandReport<'_>, api_of: &dyn Fn(u64) -> Option<String>
         pointer_array,
         bad_member: op.bad_member,
         scan_path: op.scan.map(|s| if s.on_device { "device" } else { "host" }.to_string()),
+        not_checked,
     }
 }
 

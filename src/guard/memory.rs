@@ -296,7 +296,7 @@ pub(crate) fn get_device_count(call: &Call<'_, c_int>, count: *mut c_int) -> c_i
     call.record(status, CallArgs::Size { size: written.unwrap_or(0).max(0) as u64, stream: None });
     call.session.note_device_count(status, written);
     if status != cuda::CUDA_SUCCESS {
-        call.report_init_failure(status, cuda::cuda_error_name(status), Some((status, None)));
+        call.note_failed_probe(status, cuda::cuda_error_name(status));
     }
     status
 }

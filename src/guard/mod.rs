@@ -71,6 +71,11 @@ impl<'a, R: Copy> Call<'a, R> {
         Self { session, hook, seq, device, outlet, forward, recorded: Cell::new(false), started_ns }
     }
 
+    /// A call that is neither counted nor recorded (a kernel registration): sequence number 0.
+    pub fn uncounted(session: &'a Session, hook: Hook, device: &'a dyn Device, outlet: &'a dyn Outlet, forward: &'a dyn Fn() -> R) -> Self {
+        Self { session, hook, seq: 0, device, outlet, forward, recorded: Cell::new(true), started_ns: 0 }
+    }
+
     /// The real function, with the program's arguments.
     pub fn forward(&self) -> R {
         (self.forward)()
@@ -236,6 +241,26 @@ impl<'a, R: Copy> Call<'a, R> {
         let mut fault = self.fault(finding, status, status_name);
         fault.cause = Some(cause);
         self.report(fault);
+    }
+
+    /// A capability probe (`cudaGetDeviceCount`) that found no driver or no device. Programs
+    /// ask it to choose between CUDA and the CPU, so this is a note, not a fault: its cause
+    /// and Python frames are kept for the trace's environment (and for the fault it becomes if
+    /// the program exits with a failure status); nothing is printed or written for it.
+    pub fn note_failed_probe(&self, status: i32, status_name: &str) {
+        let s = self.session;
+        if !s.first_init_failure(self.hook.index()) {
+            return;
+        }
+        let probe = self.device.probe_driver(Some((status, None)));
+        let cause = init::explain(&probe, &self.init_context(false));
+        s.set_driver_error(cause.message.clone());
+        let finding = Finding::new(FaultKind::InitFailed, format!("returned {status_name} ({status}): {}", cause.message));
+        let mut fault = self.fault(finding, status, status_name);
+        fault.cause = Some(cause);
+        self.add_python_stack(&mut fault);
+        fault.backtrace = self.outlet.backtrace();
+        s.keep_probe(fault);
     }
 
     /// What the session knows that explains a failed start: a fork after the parent used CUDA,

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use crate::check::matmul::KnownError;
 use crate::cuda;
-use crate::trace::Process;
+use crate::trace::{Fault, Process};
 
 /// Who this process is and where its trace goes.
 #[derive(Clone, Debug)]
@@ -42,6 +42,9 @@ pub(super) struct ProcessFacts {
     /// What the program's own first cudaGetDeviceCount returned: (status, count).
     device_count: Mutex<Option<(i32, Option<i32>)>>,
     versions: Mutex<Versions>,
+    /// The first failed capability probe, kept as the fault it becomes if the program exits
+    /// with a failure status.
+    probe: Mutex<Option<Fault>>,
 }
 
 impl ProcessFacts {
@@ -54,6 +57,7 @@ impl ProcessFacts {
             driver_error: Mutex::new(None),
             device_count: Mutex::new(None),
             versions: Mutex::new(Versions::default()),
+            probe: Mutex::new(None),
         }
     }
 
@@ -70,6 +74,7 @@ impl ProcessFacts {
             driver_error: Mutex::new(None),
             device_count: Mutex::new(None),
             versions: Mutex::new(*self.versions.lock()),
+            probe: Mutex::new(None),
         }
     }
 
@@ -111,6 +116,15 @@ impl ProcessFacts {
 
     pub fn device_count(&self) -> Option<(i32, Option<i32>)> {
         *self.device_count.lock()
+    }
+
+    /// Keeps the first failed probe.
+    pub fn keep_probe(&self, fault: Fault) {
+        self.probe.lock().get_or_insert(fault);
+    }
+
+    pub fn probe(&self) -> Option<Fault> {
+        self.probe.lock().clone()
     }
 
     pub fn versions(&self) -> Versions {

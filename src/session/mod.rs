@@ -341,6 +341,38 @@ impl Session {
         self.facts.device_count()
     }
 
+    /// A failed capability probe: kept as a note for the trace's environment, and as the
+    /// fault it becomes if the program exits with a failure status.
+    pub fn keep_probe(&self, fault: Fault) {
+        self.facts.keep_probe(fault);
+    }
+
+    /// The note for the trace's environment.
+    pub fn probe_note(&self) -> Option<trace::ProbeNote> {
+        self.facts.probe().map(|f| trace::ProbeNote {
+            seq: f.seq,
+            api: f.api,
+            status: f.status,
+            status_name: f.status_name,
+            cause: f.cause,
+            python_stack: f.python_stack,
+            thread_name: f.thread_name,
+            backtrace: f.backtrace,
+        })
+    }
+
+    /// At exit with `status`: a failed probe becomes the fault that explains a failing exit,
+    /// unless another fault already does (a later CUDA call that failed, say). Returns what
+    /// was recorded, for the outlet.
+    pub fn probe_at_exit(&self, status: i32, now_ns: u64) -> Option<Recorded> {
+        if status == 0 || self.fault_count() > 0 {
+            return None;
+        }
+        let mut fault = self.facts.probe()?;
+        fault.message = format!("{}; the program then exited with status {status}", fault.message);
+        Some(self.add_fault(fault, now_ns))
+    }
+
     /// CUDA versions learnt while the libraries were alive: (runtime, driver, cuBLAS).
     pub fn versions(&self) -> Versions {
         self.facts.versions()

@@ -302,6 +302,7 @@ mod tests {
                 pointer_array: false,
                 bad_member: None,
                 scan_path: None,
+                not_checked: None,
                 nan: Some(1),
                 inf: Some(0),
                 first_nonfinite: Some(Position { row: 2, col: 3 }),

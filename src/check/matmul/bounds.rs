@@ -65,6 +65,20 @@ impl MatmulCheck<'_> {
         }
     }
 
+    /// Operands from `from` on were not checked (`why`): where they lie is noted all the same.
+    pub(super) fn note_unchecked(&mut self, from: usize, why: &'static str, allocations: &Allocations) {
+        for o in self.operands.iter_mut().skip(from).flatten() {
+            if let (Members::One, Some(extent), None) = (o.spec.members, o.extent, o.allocation) {
+                o.allocation = allocations.span_containing(o.spec.ptr);
+                o.readable = Self::used(o)
+                    && o.allocation.is_some_and(|s| validate::containment(o.spec.ptr, extent, s) == Containment::Inside);
+            }
+        }
+        if self.operands.iter().skip(from).any(Option::is_some) {
+            self.unchecked = Some((from, why));
+        }
+    }
+
     /// Reads a pointer array's members from device memory (checking the array itself first).
     fn load_array(&mut self, i: usize, allocations: &Allocations, device: &dyn Device) -> Result<(), Finding> {
         let Some(o) = self.operands[i] else { return Ok(()) };
@@ -127,135 +141,151 @@ impl MatmulCheck<'_> {
     pub(super) fn check_pointers(&mut self, allocations: &Allocations, device: &dyn Device) -> Option<Finding> {
         for i in 0..MAX_OPERANDS {
             if let Err(f) = self.load_array(i, allocations, device) {
+                self.note_unchecked(0, "the check stopped at an earlier fault", allocations);
                 return Some(f);
             }
         }
         for i in 0..MAX_OPERANDS {
-            let Some(o) = self.operands[i] else { continue };
-            if !Self::used(&o) {
-                continue;
+            let finding = self.check_operand_pointers(i, allocations, device);
+            if finding.is_some() {
+                self.note_unchecked(i + 1, "the check stopped at an earlier operand's fault", allocations);
+                return finding;
             }
-            let spec: &OperandSpec = o.spec;
-            if spec.role == Role::Result && self.pointer_mode() == PointerMode::Host {
-                // Written by the library on the host: device memory there is the mistake.
-                if allocations.containing(spec.ptr).is_some() {
+        }
+        self.check_scalars(device, allocations)
+    }
+
+    /// Operand `i`'s members against the allocations.
+    fn check_operand_pointers(&mut self, i: usize, allocations: &Allocations, device: &dyn Device) -> Option<Finding> {
+        let o = self.operands[i]?;
+        if !Self::used(&o) {
+            return None;
+        }
+        let spec: &OperandSpec = o.spec;
+        if spec.role == Role::Result && self.pointer_mode() == PointerMode::Host {
+            // Written by the library on the host: device memory there is the mistake.
+            if allocations.containing(spec.ptr).is_some() {
+                return Some(Finding::new(
+                    FaultKind::InvalidArgument,
+                    format!(
+                        "{} ({}) points to device memory but the pointer mode is HOST: the library will write it \
+                         on the host",
+                        spec.name,
+                        hex(spec.ptr)
+                    ),
+                ));
+            }
+            if let Some(o) = self.operands[i].as_mut() {
+                o.readable = true;
+            }
+            return None;
+        }
+        let Some(extent) = o.extent else {
+            return Some(Finding::new(
+                FaultKind::OutOfBounds,
+                format!("{}: its extent overflows a 64-bit byte count", describe(spec, None)),
+            ));
+        };
+        if matches!(spec.members, Members::Array { .. }) && self.arrays[i].is_empty() {
+            return None; // the array could not be read: its members are not checked
+        }
+        let count = match spec.members {
+            Members::Array { count } => count.min(self.arrays[i].len() as u64),
+            m => m.count(),
+        };
+        // A strided batch is visited first, last, then the rest: when the first and last
+        // members sit in one allocation, every member between does too.
+        let strided_ends_first = matches!(spec.members, Members::Strided { .. }) && count > 2;
+        let mut first_span = None;
+        let mut all_inside = true;
+        for visit in 0..count {
+            let b = match (strided_ends_first, visit) {
+                (true, 0) => 0,
+                (true, 1) => count - 1,
+                (true, v) => v - 1,
+                (false, v) => v,
+            };
+            let Some(addr) = member_addr(spec, &self.arrays[i], b) else {
+                return Some(Finding::new(
+                    FaultKind::OutOfBounds,
+                    format!("{}: its address overflows", describe(spec, Some(b))),
+                ));
+            };
+            match check_member(addr, extent, allocations, device) {
+                Ok(span) => {
+                    if b == 0 {
+                        first_span = Some(span);
+                    }
+                    if strided_ends_first && b == count - 1 && first_span == Some(span) {
+                        break; // both ends in one allocation: every member between is too
+                    }
+                }
+                Err(MemberProblem::Untracked) => all_inside = false,
+                Err(MemberProblem::Freed(freed)) => {
+                    if let Some(o) = self.operands[i].as_mut() {
+                        o.bad_member = (count > 1).then_some(b);
+                    }
+                    self.freed = Some(freed);
                     return Some(Finding::new(
-                        FaultKind::InvalidArgument,
+                        FaultKind::UseAfterFree,
                         format!(
-                            "{} ({}) points to device memory but the pointer mode is HOST: the library will write it \
-                             on the host",
-                            spec.name,
-                            hex(spec.ptr)
+                            "{} at {} lies in memory the program freed: the {} bytes at {} released by {} at call #{} (no live \
+                             allocation holds it since)",
+                            describe(spec, (count > 1).then_some(b)),
+                            hex(addr),
+                            freed.size,
+                            hex(freed.base),
+                            freed.api,
+                            freed.seq
                         ),
                     ));
                 }
-                if let Some(o) = self.operands[i].as_mut() {
-                    o.readable = true;
+                Err(MemberProblem::Host(t)) => {
+                    let seen = t.map(|t| format!("{t:?}")).unwrap_or_else(|| "unknown".into());
+                    let f = Finding::new(
+                        FaultKind::HostPointer,
+                        format!(
+                            "{} at {} is not device memory (cudaPointerGetAttributes says {seen}, and no live \
+                             cudaMalloc holds it): a host (CPU) buffer was passed to a GPU call",
+                            describe(spec, (count > 1).then_some(b)),
+                            hex(addr)
+                        ),
+                    );
+                    if let Some(o) = self.operands[i].as_mut() {
+                        o.bad_member = (count > 1).then_some(b);
+                    }
+                    return Some(f);
                 }
-                continue;
-            }
-            let Some(extent) = o.extent else {
-                return Some(Finding::new(
-                    FaultKind::OutOfBounds,
-                    format!("{}: its extent overflows a 64-bit byte count", describe(spec, None)),
-                ));
-            };
-            if matches!(spec.members, Members::Array { .. }) && self.arrays[i].is_empty() {
-                continue; // the array could not be read: its members are not checked
-            }
-            let count = match spec.members {
-                Members::Array { count } => count.min(self.arrays[i].len() as u64),
-                m => m.count(),
-            };
-            // A strided batch is visited first, last, then the rest: when the first and last
-            // members sit in one allocation, every member between does too.
-            let strided_ends_first = matches!(spec.members, Members::Strided { .. }) && count > 2;
-            let mut first_span = None;
-            let mut all_inside = true;
-            for visit in 0..count {
-                let b = match (strided_ends_first, visit) {
-                    (true, 0) => 0,
-                    (true, 1) => count - 1,
-                    (true, v) => v - 1,
-                    (false, v) => v,
-                };
-                let Some(addr) = member_addr(spec, &self.arrays[i], b) else {
+                Err(MemberProblem::Overruns { span, over }) => {
+                    if let Some(o) = self.operands[i].as_mut() {
+                        o.allocation = Some(span);
+                        o.bad_member = (count > 1).then_some(b);
+                    }
+                    let name = if spec.role == Role::Workspace { "the workspace".to_string() } else { describe(spec, (count > 1).then_some(b)) };
+                    let what = format!("{name} spans {extent} bytes from {}", hex(addr));
                     return Some(Finding::new(
                         FaultKind::OutOfBounds,
-                        format!("{}: its address overflows", describe(spec, Some(b))),
+                        format!(
+                            "{what} but its allocation (base {}, {} bytes) ends {} bytes after that pointer: \
+                             the {} overruns it by {over} bytes",
+                            hex(span.base),
+                            span.size,
+                            span.size - (addr - span.base).min(span.size),
+                            if spec.role == Role::Workspace { "workspace" } else { "operand" },
+                        ),
                     ));
-                };
-                match check_member(addr, extent, allocations, device) {
-                    Ok(span) => {
-                        if b == 0 {
-                            first_span = Some(span);
-                        }
-                        if strided_ends_first && b == count - 1 && first_span == Some(span) {
-                            break; // both ends in one allocation: every member between is too
-                        }
-                    }
-                    Err(MemberProblem::Untracked) => all_inside = false,
-                    Err(MemberProblem::Freed(freed)) => {
-                        if let Some(o) = self.operands[i].as_mut() {
-                            o.bad_member = (count > 1).then_some(b);
-                        }
-                        self.freed = Some(freed);
-                        return Some(Finding::new(
-                            FaultKind::UseAfterFree,
-                            format!(
-                                "{} at {} lies in memory the program freed: the {} bytes at {} released by {} at call #{} (no live \
-                                 allocation holds it since)",
-                                describe(spec, (count > 1).then_some(b)),
-                                hex(addr),
-                                freed.size,
-                                hex(freed.base),
-                                freed.api,
-                                freed.seq
-                            ),
-                        ));
-                    }
-                    Err(MemberProblem::Host(t)) => {
-                        let seen = t.map(|t| format!("{t:?}")).unwrap_or_else(|| "unknown".into());
-                        let f = Finding::new(
-                            FaultKind::HostPointer,
-                            format!(
-                                "{} at {} is not device memory (cudaPointerGetAttributes says {seen}, and no live \
-                                 cudaMalloc holds it): a host (CPU) buffer was passed to a GPU call",
-                                describe(spec, (count > 1).then_some(b)),
-                                hex(addr)
-                            ),
-                        );
-                        if let Some(o) = self.operands[i].as_mut() {
-                            o.bad_member = (count > 1).then_some(b);
-                        }
-                        return Some(f);
-                    }
-                    Err(MemberProblem::Overruns { span, over }) => {
-                        if let Some(o) = self.operands[i].as_mut() {
-                            o.allocation = Some(span);
-                            o.bad_member = (count > 1).then_some(b);
-                        }
-                        let name = if spec.role == Role::Workspace { "the workspace".to_string() } else { describe(spec, (count > 1).then_some(b)) };
-                        let what = format!("{name} spans {extent} bytes from {}", hex(addr));
-                        return Some(Finding::new(
-                            FaultKind::OutOfBounds,
-                            format!(
-                                "{what} but its allocation (base {}, {} bytes) ends {} bytes after that pointer: \
-                                 the {} overruns it by {over} bytes",
-                                hex(span.base),
-                                span.size,
-                                span.size - (addr - span.base).min(span.size),
-                                if spec.role == Role::Workspace { "workspace" } else { "operand" },
-                            ),
-                        ));
-                    }
                 }
             }
-            if let Some(o) = self.operands[i].as_mut() {
-                o.allocation = first_span;
-                o.readable = all_inside && first_span.is_some();
-            }
         }
+        if let Some(o) = self.operands[i].as_mut() {
+            o.allocation = first_span;
+            o.readable = all_inside && first_span.is_some();
+        }
+        None
+    }
+
+    /// alpha and beta against the pointer mode.
+    fn check_scalars(&self, device: &dyn Device, allocations: &Allocations) -> Option<Finding> {
         let mode = self.pointer_mode();
         for (name, ptr) in [("alpha", self.call.alpha), ("beta", self.call.beta)] {
             let Some(ptr) = ptr else { continue };

@@ -52,6 +52,9 @@ pub struct MatmulCheck<'a> {
     pub clean_after: bool,
     pub(super) inputs_scanned_finite: bool,
     pub(super) beta_is_zero: Option<bool>,
+    /// Operands from this index on were not checked against the allocations, and why: the
+    /// report says "not checked", never "in no allocation", for what it did not look at.
+    pub unchecked: Option<(usize, &'static str)>,
 }
 
 /// A sticky CUDA error the guard has already attributed, so later calls that merely see it
@@ -105,6 +108,7 @@ impl<'a> MatmulCheck<'a> {
             clean_after: false,
             inputs_scanned_finite: false,
             beta_is_zero: None,
+            unchecked: None,
         };
         if let HandleLookup::Alive(state) = lookup {
             check.handle = Some(state);
@@ -120,6 +124,7 @@ impl<'a> MatmulCheck<'a> {
             };
             if let Some(why) = why {
                 check.finding = Some(Finding::new(FaultKind::InvalidHandle, why));
+                check.note_unchecked(0, "the handle was refused first", allocations);
                 return check;
             }
         }
@@ -127,7 +132,10 @@ impl<'a> MatmulCheck<'a> {
             if checks.args {
                 check.finding = Some(Finding::new(FaultKind::InvalidArgument, problem.clone()));
             }
-            return check; // the library refuses the call: nothing is read or written
+            // The library refuses the call: nothing is read or written. Where the operands
+            // lie is still worth knowing (and cheap), for the report and the dump.
+            check.note_unchecked(0, "the arguments were refused first", allocations);
+            return check;
         }
         if checks.bounds {
             if let Some(f) = check.check_pointers(allocations, device) {
@@ -136,6 +144,7 @@ impl<'a> MatmulCheck<'a> {
             }
         } else {
             check.note_readable(allocations);
+            check.unchecked = Some((0, "bounds checks are off"));
         }
         if !(checks.nan || checks.sync) || check.is_empty() {
             return check;

@@ -37,6 +37,13 @@ fn intercept<R: HookReturn>(hook: Hook, forward: impl Fn() -> R, handler: impl F
         r
     };
     let outcome = catch_unwind(AssertUnwindSafe(|| match lifecycle::session() {
+        // A kernel registration is bookkeeping at load (PyTorch's libraries make tens of
+        // thousands): it is neither counted nor recorded, so it fills no slot of the flight
+        // recorder and uses no sequence number.
+        Some(s) if hook.is_registration() => {
+            let device = RealDevice::new(s);
+            handler(&Call::uncounted(s, hook, &device, &RealOutlet, &tracked))
+        }
         Some(s) => {
             let device = RealDevice::new(s);
             let call = Call::begin(s, hook, &device, &RealOutlet, &tracked);
@@ -54,6 +61,13 @@ fn intercept<R: HookReturn>(hook: Hook, forward: impl Fn() -> R, handler: impl F
             lifecycle::disable("internal error inside a hook");
             result.get().unwrap_or_else(&forward)
         }
+    }
+}
+
+impl Hook {
+    /// Registrations of kernels with the runtime, made by nvcc's code at load.
+    fn is_registration(self) -> bool {
+        matches!(self, Hook::__cudaRegisterFunction)
     }
 }
 

@@ -1,0 +1,183 @@
+//! What a new user meets first on a machine without a GPU: a program that only asks whether
+//! CUDA is there is not a fault, PyTorch's kernel registrations do not crowd out the calls that
+//! matter, and a program that dies of the missing driver still gets its postmortem.
+
+mod common;
+
+use common::*;
+use cublasguard::trace::{FaultKind, InitCauseKind};
+
+fn probe(mode: &str, env: &[(&str, &str)], trace: bool) -> Run {
+    let program = build_c("probe", &["probe.c"], false);
+    let args = [mode];
+    run(Launch { env, driver: false, trace, ..Launch::new(&program, &args) })
+}
+
+fn report_status(path: &std::path::Path) -> (Option<i32>, String) {
+    let out = std::process::Command::new(cli()).arg("report").arg(path).output().expect("report");
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn a_program_that_only_asks_for_a_device_and_falls_back_to_the_cpu_leaves_no_trace_and_no_warning() {
+    // LD_PRELOAD alone, as the README shows: the trace would go to the working folder.
+    let run = probe("cpu", &[], false);
+    assert_eq!(run.code(), Some(0));
+    assert!(run.stdout().contains("cpu fallback"), "{}", run.stdout());
+    let files: Vec<_> = std::fs::read_dir(&run.dir).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(files.is_empty(), "no trace of its own: {files:?}");
+    assert!(!run.stderr().contains("init_failed") && !run.stderr().contains("fault(s)"), "nothing said about a fault:\n{}", run.stderr());
+}
+
+#[test]
+fn a_failed_probe_is_an_environment_note_with_its_cause_when_a_trace_is_written() {
+    // With a trace asked for (as `cublasguard run` does), the probe is a note of the
+    // environment, and the report does not fail.
+    let run = probe("cpu", &[], true);
+    let t = run.trace();
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+    assert_eq!(t.summary.faults, 0);
+    let note = t.environment.probe.as_ref().expect("the probe's note");
+    assert_eq!((note.api.as_str(), note.status), ("cudaGetDeviceCount", 35));
+    assert_eq!(note.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
+    let (code, _) = report_status(&run.trace_path);
+    assert_eq!(code, Some(0), "a probe is no fault");
+}
+
+#[test]
+fn a_program_that_exits_with_a_failure_after_a_failed_probe_gets_the_probe_as_its_fault() {
+    let run = probe("die", &[], false);
+    assert_eq!(run.code(), Some(1));
+    let traces: Vec<_> = std::fs::read_dir(&run.dir).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(traces.len(), 1, "the postmortem is written: {traces:?}\n{}", run.stderr());
+    let t = cublasguard::trace::read(&traces[0]).expect("trace");
+    let f = only_fault(&t);
+    assert_eq!((f.api.as_str(), f.kind), ("cudaGetDeviceCount", FaultKind::InitFailed));
+    assert_eq!(f.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
+    assert!(f.message.contains("exited with status 1"), "{}", f.message);
+    let (code, _) = report_status(&traces[0]);
+    assert_eq!(code, Some(1));
+}
+
+#[test]
+fn a_cuda_call_that_fails_after_a_failed_probe_is_the_fault_with_the_probes_cause() {
+    let run = probe("malloc", &[], true);
+    assert!(run.stdout().contains("cudaMalloc=35"), "{}", run.stdout());
+    let t = run.trace();
+    let f = only_fault(&t);
+    assert_eq!((f.api.as_str(), f.kind), ("cudaMalloc", FaultKind::InitFailed));
+    assert_eq!(f.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
+    assert!(t.environment.probe.is_some(), "the probe stays a note");
+}
+
+#[test]
+fn a_python_scripts_probe_keeps_the_line_that_asked() {
+    let dir = temp_dir("probe-py");
+    let script = dir.join("probe.py");
+    let runtime = standin().join("lib/libcudart.so.12");
+    std::fs::write(
+        &script,
+        format!(
+            "import ctypes, sys\nrt = ctypes.CDLL({:?})\ndef is_available():\n    n = ctypes.c_int(-1)\n    return rt.cudaGetDeviceCount(ctypes.byref(n)) == 0  # PROBE\nif not is_available():\n    sys.exit('Found no NVIDIA driver on your system.')\n",
+            runtime.display().to_string()
+        ),
+    )
+    .unwrap();
+    let script_s = script.display().to_string();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let env = [("PATH", path.as_str())];
+    let run = run(Launch { env: &env, driver: false, ..Launch::new(std::path::Path::new("python3"), &[&script_s]) });
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    let t = run.trace();
+    let f = only_fault(&t);
+    assert_eq!(f.api, "cudaGetDeviceCount");
+    let frame = f.python_stack.first().expect("the probing line");
+    assert_eq!((frame.function.as_str(), frame.line), ("is_available", 5), "{:#?}", f.python_stack);
+    let note = t.environment.probe.as_ref().expect("note");
+    assert_eq!(note.python_stack.first().map(|fr| fr.line), Some(5));
+}
+
+#[test]
+fn kernel_registrations_are_neither_counted_nor_recorded() {
+    let program = build_c("probe", &["probe.c"], false);
+    let run = run(Launch::new(&program, &["kernels", "3000"]));
+    assert!(run.stdout().contains("sgemm=0"), "{}\n{}", run.stdout(), run.stderr());
+    let t = run.trace();
+    assert_eq!(t.summary.calls.get("__cudaRegisterFunction"), None, "{:?}", t.summary.calls);
+    assert!(t.recent_calls.iter().all(|c| !c.api.starts_with("__cudaRegister")), "registrations fill no recorder slot");
+    let apis: Vec<&str> = t.recent_calls.iter().map(|c| c.api.as_str()).collect();
+    assert_eq!(apis, ["cudaMalloc", "cublasCreate_v2", "cublasSgemm_v2"], "the calls that matter are all there");
+    assert_eq!(t.recent_calls[0].seq, 1, "registrations use no sequence number");
+}
+
+#[test]
+fn each_recent_call_has_a_duration() {
+    let t = scenario("nan_a", &[]).trace();
+    let gemm = t.recent_calls.iter().find(|c| c.api == "cublasSgemm_v2").expect("the GEMM");
+    assert!(gemm.duration_ns > 0, "a guarded GEMM takes some time: {gemm:?}");
+}
+
+fn mlp(inject: &str, env: &[(&str, &str)]) -> Run {
+    let program = standin().join("bin/mlp");
+    let args = ["--inject", inject, "--epochs", "1"];
+    run(Launch { env, ..Launch::new(&program, &args) })
+}
+
+#[test]
+fn operands_of_a_call_refused_for_its_arguments_are_not_checked_yet_located_and_dumped() {
+    let dumps = temp_dir("lda-dumps");
+    let dumps_s = dumps.display().to_string();
+    let run = mlp("lda", &[("CUBLASGUARD_DUMP", dumps_s.as_str())]);
+    let t = run.trace();
+    let f = t.faults.iter().find(|f| f.kind == FaultKind::InvalidArgument).expect("the lda fault");
+    assert_eq!(f.operands.len(), 3);
+    for o in &f.operands {
+        assert!(o.allocation.is_some(), "{} is in a live cudaMalloc buffer: {o:?}", o.name);
+        assert_eq!(o.not_checked.as_deref(), Some("the arguments were refused first"), "{}", o.name);
+    }
+    assert_eq!(f.dump_note, None, "every operand is in the dump");
+    assert!(f.dump.as_deref().is_some_and(|d| std::path::Path::new(d).is_file()), "{:?}", f.dump);
+}
+
+#[test]
+fn operands_after_the_one_that_overruns_are_located_but_not_checked() {
+    let t = mlp("width", &[]).trace();
+    let f = t.faults.iter().find(|f| f.kind == FaultKind::OutOfBounds).expect("the width fault");
+    let by_name = |n: &str| f.operands.iter().find(|o| o.name == n).expect(n);
+    let a = by_name("A");
+    assert!(a.allocation.is_some() && a.not_checked.is_none(), "A was checked: {a:?}");
+    for name in ["B", "C"] {
+        let o = by_name(name);
+        assert!(o.allocation.is_some(), "{name}: {o:?}");
+        assert_eq!(o.not_checked.as_deref(), Some("the check stopped at an earlier operand's fault"), "{name}");
+    }
+}
+
+#[test]
+fn the_users_native_line_is_found_when_the_program_was_started_by_a_relative_path() {
+    // As the README runs it: from the repository root, by a relative path, with a relative
+    // LD_LIBRARY_PATH.
+    let root = manifest_dir();
+    let program = profile_dir().join("stand-in/bin/mlp");
+    let relative = program.strip_prefix(&root).expect("the build is inside the repository");
+    let lib = profile_dir().join("stand-in");
+    let libpath = format!("{}:{}", lib.join("lib").strip_prefix(&root).unwrap().display(), lib.join("driver").strip_prefix(&root).unwrap().display());
+    let dir = temp_dir("relative");
+    let trace = dir.join("t.json");
+    let out = std::process::Command::new(relative)
+        .args(["--inject", "width", "--epochs", "1"])
+        .current_dir(&root)
+        .env("LD_LIBRARY_PATH", libpath)
+        .env("LD_PRELOAD", guard_lib())
+        .env("CUBLASGUARD_TRACE", &trace)
+        .output()
+        .expect("run mlp");
+    let t = cublasguard::trace::read(&trace).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let exe = t.process.exe.clone().expect("exe");
+    let f = &t.faults[0];
+    assert!(f.backtrace.iter().any(|l| l.contains(&format!("({exe}+"))), "frames name the program by its absolute path: {:#?}", f.backtrace);
+    assert!(t.environment.libraries.iter().all(|l| l.path.starts_with('/')), "{:#?}", t.environment.libraries);
+    let report = std::process::Command::new(cli()).arg("report").arg(&trace).output().expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("mlp.c:") && text.contains(" in gemm_rm: "), "the user's line with its source: {text}");
+}
