@@ -208,7 +208,7 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
     if let Some(m) = &opts.on_fault {
         OnFault::parse(m).map_err(|e| CliError::usage(format!("--on-fault {m}: {e}")))?;
     }
-    let (program, args) = opts.command.split_first().ok_or_else(|| CliError::usage("no command given: cublasguard run -- CMD [ARGS...]"))?;
+    let (program, args) = opts.command.split_first().ok_or_else(|| CliError::usage("no command given: cublasguard run [OPTIONS] CMD [ARGS...]"))?;
     let lib = find_guard_library()?;
     let pattern = absolute_pattern(opts.trace.as_deref().unwrap_or(DEFAULT_TRACE_PATTERN));
     let preload = match std::env::var("LD_PRELOAD") {
