@@ -1,5 +1,5 @@
 //! `cublasguard run`, `doctor` and `replay` as a user types them: the command without `--`,
-//! and help texts that read as prose.
+//! one summary per run, and help texts that read as prose.
 
 mod common;
 
@@ -42,6 +42,23 @@ fn run_takes_a_command_without_a_double_dash_and_leaves_the_options_after_it_to_
     assert_eq!(text(&out.stdout).trim(), "dashed");
     let none = cublasguard(&["run"], &dir);
     assert_eq!(none.status.code(), Some(2), "a command is required");
+}
+
+#[test]
+fn run_tells_each_guarded_process_to_leave_the_exit_summary_to_it() {
+    let out = cublasguard(&["run", "sh", "-c", "echo \"$CUBLASGUARD_EXIT_SUMMARY\""], &temp_dir("run-exit-summary"));
+    assert_eq!(text(&out.stdout).trim(), "0", "{}", text(&out.stderr));
+}
+
+#[test]
+#[ignore = "needs the guard library to read CUBLASGUARD_EXIT_SUMMARY=0 (src/config.rs, src/ffi/lifecycle.rs)"]
+fn a_faulting_run_prints_its_summary_once() {
+    let program = scenarios().display().to_string();
+    let out = cublasguard(&["run", &program, "nan_a"], &temp_dir("run-summary-once"));
+    let stderr = text(&out.stderr);
+    let summaries: Vec<&str> = stderr.lines().filter(|l| l.contains(" fault(s) in ")).collect();
+    assert_eq!(summaries.len(), 1, "one summary, run's: {stderr}");
+    assert!(summaries[0].starts_with("cublasguard: 1 fault(s) in ") && summaries[0].ends_with("first ones:"), "{stderr}");
 }
 
 /// `sub --help`, split into its prose (lines at column 0 outside the usage line) and its
