@@ -89,7 +89,7 @@ enum Cmd {
         #[arg(long, value_name = "PATH", default_value = "python3")]
         python: PathBuf,
         /// Seconds to wait for the frameworks to import before giving up on them
-        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = doctor::parse_timeout)]
         python_timeout: u64,
     },
     /// Write a trace's calls and faults as Chrome Trace Event JSON (Perfetto, chrome://tracing)
