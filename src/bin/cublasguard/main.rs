@@ -15,7 +15,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// An error for the user, with the exit status it maps to.
 #[derive(Debug)]
@@ -120,6 +120,9 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         emit_c: Option<PathBuf>,
     },
+    /// The subcommands' names, one a line: what `python -m cublasguard` passes to this command
+    #[command(hide = true)]
+    Subcommands,
 }
 
 fn colour() -> bool {
@@ -193,6 +196,17 @@ fn demo() -> Result<i32, CliError> {
     Ok(if code == 0 { 0 } else { code })
 }
 
+/// Every name a subcommand answers to (aliases and clap's `help` included), hidden ones left out.
+fn subcommand_names() -> Vec<String> {
+    let mut cli = Cli::command();
+    cli.build();
+    cli.get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .flat_map(|c| std::iter::once(c.get_name()).chain(c.get_all_aliases()))
+        .map(str::to_string)
+        .collect()
+}
+
 fn main() -> ExitCode {
     // This binary links the guard's code: it must not guard its own CUDA calls (replay --cuda).
     cublasguard::pass_through_in_this_process();
@@ -221,6 +235,7 @@ fn main() -> ExitCode {
         }),
         Cmd::Demo => demo(),
         Cmd::Replay { dump, cuda, emit_c } => replay::run(&replay::Options { dump, cuda, emit_c }),
+        Cmd::Subcommands => print(&subcommand_names().iter().map(|n| format!("{n}\n")).collect::<String>()).map(|_| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
