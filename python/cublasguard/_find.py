@@ -4,7 +4,8 @@ pip installs the command into the scheme's "scripts" directory and the library i
 directory (`<data>/share/cublasguard/lib/libcublasguard.so`), so the library always sits at
 `../share/cublasguard/lib` from the command. Where the scripts directory is depends on how the package was installed (as in uv's
 `_find_uv.py`): a virtual environment or the system (`sysconfig`), `--user` (the user scheme),
-`--prefix` and `--target` (relative to this package).
+`--prefix` and `--target` (relative to this package). CUBLASGUARD_COMMAND, when set, names the
+command instead (a build of the command outside any install, such as target/release/cublasguard).
 """
 
 import os
@@ -37,6 +38,11 @@ def find_command():
 
     Raises FileNotFoundError with every place looked at when there is none.
     """
+    named = os.environ.get("CUBLASGUARD_COMMAND")
+    if named:
+        if os.path.isfile(named) and os.access(named, os.X_OK):
+            return os.path.abspath(named)
+        raise FileNotFoundError("CUBLASGUARD_COMMAND=" + named + " is not an executable file")
     seen = []
     for directory in _candidates():
         if not directory:

@@ -1,5 +1,6 @@
 //! `cublasguard doctor`: the CUDA troubleshooting checklist, done for you. Each check prints
-//! ok / warn / fail, one line of evidence and, when not ok, one line of fix.
+//! ok / skip / warn / fail, one line of evidence and, when not ok, one line of fix. One cause is
+//! one failure: a check that needs what an earlier one found missing (a driver) is skipped.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{c_char, c_int, c_uint};
@@ -12,6 +13,8 @@ use serde::Serialize;
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Ok,
+    /// Could not be checked: it needs something an earlier check found missing (which failed).
+    Skip,
     Warn,
     Fail,
 }
@@ -32,6 +35,19 @@ fn cuda_version(v: i32) -> String {
     format!("{}.{}", v / 1000, v % 1000 / 10)
 }
 
+/// `--python-timeout`: whole seconds, at least one (0 would give up before Python starts).
+pub fn parse_timeout(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1 second (0 would give up on the frameworks before Python starts)".into()),
+        Ok(secs) => Ok(secs),
+        Err(_) => Err("not a whole number of seconds".into()),
+    }
+}
+
+/// The private symbol by which cublasguard's CPU stand-in driver (shims/cuda.c) is known: no
+/// NVIDIA driver has it. Its devices' names say so too ("cudashim stand-in device N").
+const STANDIN_SYMBOL: &[u8] = b"cudashim_driver_is_device_range\0";
+
 /// What the driver said, through libloading (a missing library is an error, never a panic).
 /// The doctor loads the driver on purpose, to ask it: the opposite of the guard, whose typed
 /// table of CUDA functions (`ffi/cuda_api.rs`) only ever finds libraries the program loaded.
@@ -44,6 +60,10 @@ struct Driver {
     devices: Vec<String>,
     /// Each device's compute capability (major, minor).
     capabilities: Vec<(i32, i32)>,
+    /// The libcuda.so.1 the loader picked, as mapped into this process.
+    path: Option<PathBuf>,
+    /// It is cublasguard's CPU stand-in, not NVIDIA's driver: its devices are no GPUs.
+    standin: bool,
 }
 
 fn probe_driver() -> Driver {
@@ -64,6 +84,8 @@ fn probe_driver() -> Driver {
             }
         };
         d.loaded = true;
+        d.path = mapped_driver();
+        d.standin = lib.get::<unsafe extern "C" fn()>(STANDIN_SYMBOL).is_ok();
         if let Ok(f) = lib.get::<IntOut>(b"cuDriverGetVersion\0") {
             let mut v = 0;
             if f(&mut v) == 0 {
@@ -91,6 +113,7 @@ fn probe_driver() -> Driver {
                     let (mut major, mut minor) = (0, 0);
                     if get(&mut dev, ordinal) == 0 && name(buf.as_mut_ptr(), 256, dev) == 0 {
                         let n = std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy();
+                        d.standin |= n.starts_with("cudashim stand-in");
                         attr(&mut major, 75, dev);
                         attr(&mut minor, 76, dev);
                         text = format!("device {ordinal}: {n} (compute capability {major}.{minor})");
@@ -105,8 +128,19 @@ fn probe_driver() -> Driver {
     d
 }
 
-/// Folders where the dynamic loader and Python environments find CUDA libraries.
-fn search_dirs() -> Vec<PathBuf> {
+/// The file of the libcuda.so.1 mapped into this process (/proc/self/maps).
+fn mapped_driver() -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .find(|path| path.rsplit('/').next().is_some_and(|file| file.starts_with("libcuda.so")))
+        .map(PathBuf::from)
+}
+
+/// Folders where the dynamic loader finds CUDA libraries, then `python_dirs`: those of the
+/// Python whose frameworks are checked (its `site-packages/nvidia/*/lib`, and the folders of
+/// the libraries its PyTorch loaded).
+fn search_dirs(python_dirs: &[PathBuf]) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
         dirs.extend(std::env::split_paths(&paths).filter(|p| !p.as_os_str().is_empty()));
@@ -130,16 +164,7 @@ fn search_dirs() -> Vec<PathBuf> {
             }
         }
     }
-    if let Ok(out) = Command::new("python3").args(["-c", "import sys; print('\\n'.join(sys.path))"]).output() {
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let nvidia = Path::new(line).join("nvidia");
-            if let Ok(entries) = std::fs::read_dir(&nvidia) {
-                for e in entries.filter_map(|e| e.ok()) {
-                    dirs.push(e.path().join("lib"));
-                }
-            }
-        }
-    }
+    dirs.extend(python_dirs.iter().cloned());
     let mut seen = BTreeSet::new();
     dirs.retain(|d| d.is_dir() && seen.insert(d.canonicalize().unwrap_or_else(|_| d.clone())));
     dirs
@@ -154,9 +179,9 @@ pub fn family_and_major(file: &str) -> Option<(&str, u32)> {
     Some((family, rest.split('.').next()?.parse().ok()?))
 }
 
-fn libraries() -> BTreeMap<String, BTreeMap<u32, Vec<PathBuf>>> {
+fn libraries(python_dirs: &[PathBuf]) -> BTreeMap<String, BTreeMap<u32, Vec<PathBuf>>> {
     let mut found: BTreeMap<String, BTreeMap<u32, Vec<PathBuf>>> = BTreeMap::new();
-    for dir in search_dirs() {
+    for dir in search_dirs(python_dirs) {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
         for e in entries.filter_map(|e| e.ok()) {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -173,6 +198,61 @@ fn libraries() -> BTreeMap<String, BTreeMap<u32, Vec<PathBuf>>> {
     found
 }
 
+/// The driver and its devices. A missing driver is one failure; the devices are then skipped.
+/// The stand-in is named as what it is, and its devices are never counted as GPUs.
+fn driver_checks(driver: &Driver) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let at = driver.path.as_ref().map(|p| format!(" at {}", p.display())).unwrap_or_default();
+    match (&driver.load_error, driver.version) {
+        (Some(e), _) => checks.push(check(
+            "driver",
+            Status::Fail,
+            format!("no NVIDIA driver: libcuda.so.1 cannot be loaded ({e})"),
+            Some("install the NVIDIA driver (nvidia-smi must work); in a container, run it with GPU access (--gpus all)"),
+        )),
+        (None, Some(v)) if driver.standin => checks.push(check(
+            "driver",
+            Status::Ok,
+            format!("libcuda.so.1{at} is cublasguard's CPU stand-in (cudashim), not an NVIDIA driver; it poses as a driver for CUDA {}", cuda_version(v)),
+            None,
+        )),
+        (None, Some(v)) => checks.push(check("driver", Status::Ok, format!("libcuda.so.1{at} loaded; the driver supports CUDA {}", cuda_version(v)), None)),
+        (None, None) => checks.push(check("driver", Status::Fail, format!("libcuda.so.1{at} loaded but cuDriverGetVersion failed"), Some("reinstall the NVIDIA driver"))),
+    }
+    if !driver.loaded {
+        checks.push(check("devices", Status::Skip, "needs a driver (see the driver check): no GPU can be used without one", None));
+        return checks;
+    }
+    match driver.init {
+        Some(0) if driver.standin => {
+            let folder = driver.path.as_ref().and_then(|p| p.parent()).map(|d| d.display().to_string()).unwrap_or_else(|| "the stand-in's driver folder".into());
+            checks.push(check(
+                "devices",
+                Status::Warn,
+                format!("no GPU: the stand-in emulates {} device(s) on the CPU ({})", driver.devices.len(), driver.devices.join("; ")),
+                Some(&format!("to check this machine's GPUs, take {folder} off LD_LIBRARY_PATH")),
+            ))
+        }
+        Some(0) if !driver.devices.is_empty() => {
+            checks.push(check("devices", Status::Ok, format!("{} GPU(s): {}", driver.devices.len(), driver.devices.join("; ")), None))
+        }
+        Some(0) => checks.push(check(
+            "devices",
+            Status::Fail,
+            "cuInit succeeded but the driver shows no device",
+            Some("check CUDA_VISIBLE_DEVICES and that the GPU is visible (nvidia-smi); in containers, pass the device through"),
+        )),
+        Some(code) => checks.push(check(
+            "devices",
+            Status::Fail,
+            format!("cuInit failed with {code}{}", if code == 100 { " (no CUDA-capable device)" } else { "" }),
+            Some("check CUDA_VISIBLE_DEVICES and that the GPU is visible (nvidia-smi); in containers, pass the device through"),
+        )),
+        None => checks.push(check("devices", Status::Fail, "the driver has no cuInit", Some("reinstall the NVIDIA driver"))),
+    }
+    checks
+}
+
 /// Which Python to ask about the frameworks, and for how long.
 pub struct PythonOptions {
     pub python: PathBuf,
@@ -182,39 +262,29 @@ pub struct PythonOptions {
 pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
     let mut checks = Vec::new();
     let driver = probe_driver();
-    match (&driver.load_error, driver.version) {
-        (Some(e), _) => checks.push(check(
-            "driver",
-            Status::Fail,
-            format!("no NVIDIA driver: libcuda.so.1 cannot be loaded ({e})"),
-            Some("install the NVIDIA driver (nvidia-smi must work); in a container, run it with GPU access (--gpus all)"),
-        )),
-        (None, Some(v)) => checks.push(check("driver", Status::Ok, format!("libcuda.so.1 loaded; the driver supports CUDA {}", cuda_version(v)), None)),
-        (None, None) => checks.push(check("driver", Status::Fail, "libcuda.so.1 loaded but cuDriverGetVersion failed", Some("reinstall the NVIDIA driver"))),
-    }
-    if driver.loaded {
-        match driver.init {
-            Some(0) if !driver.devices.is_empty() => {
-                checks.push(check("devices", Status::Ok, format!("{} device(s): {}", driver.devices.len(), driver.devices.join("; ")), None))
-            }
-            Some(code) => checks.push(check(
-                "devices",
-                Status::Fail,
-                format!("cuInit failed with {code}{}", if code == 100 { " (no CUDA-capable device)" } else { "" }),
-                Some("check CUDA_VISIBLE_DEVICES and that the GPU is visible (nvidia-smi); in containers, pass the device through"),
-            )),
-            None => checks.push(check("devices", Status::Fail, "the driver has no cuInit", Some("reinstall the NVIDIA driver"))),
-        }
-    } else {
-        checks.push(check("devices", Status::Fail, "no GPU can be used on this machine: there is no NVIDIA driver", Some("run on a machine with an NVIDIA GPU and driver")));
-    }
-    let libs = libraries();
+    checks.extend(driver_checks(&driver));
+    // The frameworks are asked first: the library search includes that Python's nvidia wheels.
+    let answer = crate::framework::probe(&python.python, python.timeout);
+    let python_dirs = match &answer {
+        Ok(f) => f.library_dirs(),
+        Err(_) => Vec::new(),
+    };
+    let libs = libraries(&python_dirs);
     if libs.is_empty() {
+        let python_name = python.python.display();
+        let evidence = match &answer {
+            Ok(_) => format!(
+                "no libcudart/libcublas/libcublasLt on LD_LIBRARY_PATH, in the ldconfig cache, /usr/local/cuda* or {python_name}'s NVIDIA wheels (site-packages/nvidia/*/lib)"
+            ),
+            Err(_) => format!(
+                "no libcudart/libcublas/libcublasLt on LD_LIBRARY_PATH, in the ldconfig cache or /usr/local/cuda*; {python_name}'s NVIDIA wheels were not searched, as it did not answer (see the frameworks check)"
+            ),
+        };
         checks.push(check(
             "libraries",
             Status::Warn,
-            "no libcudart/libcublas/libcublasLt found on LD_LIBRARY_PATH, in the ldconfig cache, /usr/local/cuda* or Python's nvidia packages",
-            Some("install the CUDA toolkit or the framework's CUDA wheels (pip install torch pulls nvidia-* packages)"),
+            evidence,
+            Some("install the CUDA toolkit or the framework's CUDA wheels (pip install torch pulls nvidia-* packages); check another Python with --python"),
         ));
     }
     for (family, majors) in &libs {
@@ -271,9 +341,9 @@ pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
         driver_loaded: driver.loaded,
         driver_cuda: driver.version,
         devices: driver.capabilities.clone(),
+        standin: driver.standin,
         nvcc: crate::framework::nvcc_release(),
     };
-    let answer = crate::framework::probe(&python.python, python.timeout);
     checks.extend(crate::framework::checks(&answer, &python.python, &machine));
     match crate::run::find_guard_library() {
         Ok(p) => checks.push(check("guard", Status::Ok, format!("libcublasguard.so at {}", p.display()), None)),
@@ -286,6 +356,7 @@ pub fn render(checks: &[Check], colour: bool) -> String {
     let paint = |s: Status| {
         let (word, code) = match s {
             Status::Ok => ("ok  ", "32"),
+            Status::Skip => ("skip", "2"),
             Status::Warn => ("warn", "33"),
             Status::Fail => ("FAIL", "31"),
         };
@@ -305,6 +376,7 @@ pub fn render(checks: &[Check], colour: bool) -> String {
     let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     out.push_str(match worst {
         Status::Ok => "\nAll checks passed.\n",
+        Status::Skip => "\nNo failures; some checks were skipped (see above).\n",
         Status::Warn => "\nNo failures; see the warnings above.\n",
         Status::Fail => "\nSome checks failed: CUDA programs will not run correctly here until they are fixed.\n",
     });
@@ -322,6 +394,46 @@ mod tests {
         assert_eq!(family_and_major("libcublasLt.so.13"), Some(("libcublasLt", 13)));
         assert_eq!(family_and_major("libcublas.so"), None);
         assert_eq!(family_and_major("libcufft.so.11"), None);
+    }
+
+    #[test]
+    fn a_timeout_of_zero_seconds_is_refused() {
+        assert!(parse_timeout("0").unwrap_err().contains("at least 1 second"));
+        assert!(parse_timeout("-1").is_err() && parse_timeout("soon").is_err());
+        assert_eq!(parse_timeout("2"), Ok(2));
+    }
+
+    #[test]
+    fn a_missing_driver_is_one_failure_and_its_devices_are_skipped() {
+        let missing = Driver { load_error: Some("libcuda.so.1: cannot open shared object file".into()), ..Default::default() };
+        let checks = driver_checks(&missing);
+        assert_eq!(checks.iter().filter(|c| c.status == Status::Fail).count(), 1, "{checks:#?}");
+        let devices = checks.iter().find(|c| c.name == "devices").unwrap();
+        assert_eq!(devices.status, Status::Skip);
+        assert!(devices.evidence.contains("needs a driver"), "{}", devices.evidence);
+        let text = render(&checks, false);
+        assert!(text.contains("skip devices"), "{text}");
+    }
+
+    #[test]
+    fn the_stand_in_driver_is_named_and_its_devices_are_no_gpus() {
+        let standin = Driver {
+            loaded: true,
+            version: Some(12090),
+            init: Some(0),
+            devices: vec!["device 0: cudashim stand-in device 0 (compute capability 9.0)".into()],
+            capabilities: vec![(9, 0)],
+            path: Some(PathBuf::from("/x/stand-in/driver/libcuda.so.1")),
+            standin: true,
+            ..Default::default()
+        };
+        let checks = driver_checks(&standin);
+        assert!(checks[0].evidence.contains("stand-in") && checks[0].evidence.contains("not an NVIDIA driver"), "{}", checks[0].evidence);
+        let devices = &checks[1];
+        assert_eq!(devices.status, Status::Warn);
+        assert!(devices.evidence.starts_with("no GPU:") && !devices.evidence.contains("GPU(s)"), "{}", devices.evidence);
+        assert!(devices.fix.as_deref().is_some_and(|f| f.contains("/x/stand-in/driver")), "{devices:?}");
+        assert!(!render(&checks, false).contains("All checks passed"));
     }
 
     #[test]

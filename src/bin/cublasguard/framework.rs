@@ -6,7 +6,7 @@
 //! loaded at once, nvcc's version mistaken for the one that matters.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,8 +17,21 @@ use crate::doctor::{check, Check, Status};
 /// Run in the user's interpreter: imports each framework that is installed and prints one JSON
 /// object on its last line. Every question is guarded, so a partial install still answers.
 const PROBE: &str = r#"
-import importlib.util, json, sys
+import importlib.util, json, os, sys
 out = {"python": sys.version.split()[0], "executable": sys.executable}
+def nvidia_lib_dirs():
+    dirs = []
+    for entry in sys.path:
+        try:
+            base = os.path.join(os.path.abspath(entry or "."), "nvidia")
+            for name in sorted(os.listdir(base)):
+                lib = os.path.join(base, name, "lib")
+                if os.path.isdir(lib) and lib not in dirs:
+                    dirs.append(lib)
+        except Exception:
+            pass
+    return dirs
+out["nvidia_lib_dirs"] = nvidia_lib_dirs()
 def loaded_cuda_libraries():
     try:
         with open("/proc/self/maps") as maps:
@@ -117,9 +130,24 @@ pub struct TensorFlow {
 pub struct Frameworks {
     pub python: Option<String>,
     pub executable: Option<String>,
+    /// The `nvidia/*/lib` folders of NVIDIA's pip wheels on this Python's `sys.path`.
+    #[serde(default)]
+    pub nvidia_lib_dirs: Vec<String>,
     pub torch: Option<Torch>,
     pub jax: Option<Jax>,
     pub tensorflow: Option<TensorFlow>,
+}
+
+impl Frameworks {
+    /// Where this Python's CUDA libraries are: its NVIDIA wheels' folders, and the folders of
+    /// the libraries its PyTorch loaded (a wheel laid out otherwise, or torch's own lib/).
+    pub fn library_dirs(&self) -> Vec<PathBuf> {
+        let loaded = self.torch.iter().flat_map(|t| t.libraries.iter()).filter_map(|l| Path::new(l).parent().map(Path::to_path_buf));
+        let mut dirs: Vec<PathBuf> = self.nvidia_lib_dirs.iter().map(PathBuf::from).chain(loaded).collect();
+        let mut seen = std::collections::BTreeSet::new();
+        dirs.retain(|d| seen.insert(d.clone()));
+        dirs
+    }
 }
 
 /// Why the frameworks could not be asked.
@@ -175,8 +203,29 @@ pub struct Machine {
     pub driver_cuda: Option<i32>,
     /// Each device's compute capability.
     pub devices: Vec<(i32, i32)>,
+    /// The driver is cublasguard's CPU stand-in: its devices are emulated, no GPUs.
+    pub standin: bool,
     /// `nvcc --version`'s release, e.g. "12.4".
     pub nvcc: Option<String>,
+}
+
+impl Machine {
+    /// How the evidence names the driver: the stand-in is never passed off as NVIDIA's.
+    fn driver_name(&self) -> &'static str {
+        if self.standin {
+            "the stand-in driver"
+        } else {
+            "the driver"
+        }
+    }
+
+    fn device_name(&self) -> &'static str {
+        if self.standin {
+            "the stand-in's emulated device"
+        } else {
+            "the device"
+        }
+    }
 }
 
 /// "13.2" → 13020, as the driver reports versions.
@@ -253,7 +302,8 @@ pub fn checks(answer: &Result<Frameworks, ProbeError>, python: &Path, machine: &
     if !any {
         out.push(check("frameworks", Status::Ok, format!("{} (Python {}) has no PyTorch, JAX or TensorFlow", python.display(), frameworks.python.as_deref().unwrap_or("?")), None));
     }
-    let has_gpu = machine.driver_loaded || !machine.devices.is_empty();
+    // The stand-in's devices are emulated on the CPU: no GPU, whatever it reports.
+    let has_gpu = !machine.standin && (machine.driver_loaded || !machine.devices.is_empty());
     if let Some(t) = &frameworks.torch {
         torch_checks(t, machine, has_gpu, &mut out);
     }
@@ -312,25 +362,26 @@ fn torch_checks(t: &Torch, machine: &Machine, has_gpu: bool, out: &mut Vec<Check
     out.push(check("pytorch", Status::Ok, format!("torch {version}, a CUDA {cuda} build"), None));
     let built = version_number(cuda);
     match (machine.driver_cuda, built) {
+        // The driver check has failed already: one missing driver is one failure.
         (None, _) => out.push(check(
             "pytorch vs driver",
-            Status::Fail,
-            format!("no NVIDIA driver: PyTorch's CUDA {cuda} build needs a driver that supports CUDA {cuda} or newer"),
-            Some("install the NVIDIA driver (nvidia-smi must work); in a container, run it with GPU access"),
+            Status::Skip,
+            format!("needs a driver (see the driver check): there is no NVIDIA driver, and PyTorch's CUDA {cuda} build needs one that supports CUDA {cuda} or newer"),
+            None,
         )),
         (Some(driver), Some(built)) if driver / 1000 < built / 1000 => out.push(check(
             "pytorch vs driver",
             Status::Fail,
-            format!("PyTorch is built for CUDA {cuda} but the driver supports CUDA {}: CUDA will not start", cuda_text(driver)),
+            format!("PyTorch is built for CUDA {cuda} but {} supports CUDA {}: CUDA will not start", machine.driver_name(), cuda_text(driver)),
             Some("upgrade the NVIDIA driver, or install the PyTorch build for the driver's CUDA major"),
         )),
         (Some(driver), Some(built)) if driver < built => out.push(check(
             "pytorch vs driver",
             Status::Warn,
-            format!("PyTorch is built for CUDA {cuda}, the driver supports CUDA {}: the same major runs through minor-version compatibility, but kernels that need PTX compiled by the driver may fail", cuda_text(driver)),
+            format!("PyTorch is built for CUDA {cuda}, {} supports CUDA {}: the same major runs through minor-version compatibility, but kernels that need PTX compiled by the driver may fail", machine.driver_name(), cuda_text(driver)),
             Some("upgrade the NVIDIA driver to CUDA {cuda} or newer"),
         )),
-        (Some(driver), _) => out.push(check("pytorch vs driver", Status::Ok, format!("built for CUDA {cuda}; the driver supports CUDA {}", cuda_text(driver)), None)),
+        (Some(driver), _) => out.push(check("pytorch vs driver", Status::Ok, format!("built for CUDA {cuda}; {} supports CUDA {}", machine.driver_name(), cuda_text(driver)), None)),
     }
     let archs = if t.arch_list.is_empty() { "unknown".to_string() } else { t.arch_list.join(" ") };
     if machine.devices.is_empty() {
@@ -338,12 +389,12 @@ fn torch_checks(t: &Torch, machine: &Machine, has_gpu: bool, out: &mut Vec<Check
     }
     for &(major, minor) in &machine.devices {
         if t.arch_list.is_empty() || runs_on(&t.arch_list, major, minor) {
-            out.push(check("pytorch architectures", Status::Ok, format!("compiled for {archs}; the device is sm_{major}{minor}"), None));
+            out.push(check("pytorch architectures", Status::Ok, format!("compiled for {archs}; {} is sm_{major}{minor}", machine.device_name()), None));
         } else {
             out.push(check(
                 "pytorch architectures",
                 Status::Fail,
-                format!("the device is sm_{major}{minor} (compute capability {major}.{minor}) but this PyTorch build has kernels for {archs} only: \"no kernel image is available for execution on the device\" (209), or CUBLAS_STATUS_EXECUTION_FAILED / ARCH_MISMATCH at the first GEMM"),
+                format!("{} is sm_{major}{minor} (compute capability {major}.{minor}) but this PyTorch build has kernels for {archs} only: \"no kernel image is available for execution on the device\" (209), or CUBLAS_STATUS_EXECUTION_FAILED / ARCH_MISMATCH at the first GEMM", machine.device_name()),
                 Some("install a PyTorch build that lists this architecture (a newer release, or one built for a newer CUDA)"),
             ));
         }
@@ -422,19 +473,50 @@ mod tests {
 
     #[test]
     fn a_cpu_only_build_fails_on_a_machine_with_a_gpu_and_warns_without() {
-        let gpu = Machine { driver_loaded: true, driver_cuda: Some(12090), devices: vec![(9, 0)], nvcc: None };
+        let gpu = Machine { driver_loaded: true, driver_cuda: Some(12090), devices: vec![(9, 0)], standin: false, nvcc: None };
         assert_eq!(status_of(&checks(&torch(None, &[]), Path::new("python3"), &gpu), "pytorch"), Status::Fail);
         assert_eq!(status_of(&checks(&torch(None, &[]), Path::new("python3"), &Machine::default()), "pytorch"), Status::Warn);
     }
 
     #[test]
     fn a_build_for_a_newer_cuda_than_the_driver_fails() {
-        let old_driver = Machine { driver_loaded: true, driver_cuda: Some(12040), devices: vec![(9, 0)], nvcc: Some("12.4".into()) };
+        let old_driver = Machine { driver_loaded: true, driver_cuda: Some(12040), devices: vec![(9, 0)], standin: false, nvcc: Some("12.4".into()) };
         let c = checks(&torch(Some("13.0"), &["sm_90"]), Path::new("python3"), &old_driver);
         assert_eq!(status_of(&c, "pytorch vs driver"), Status::Fail);
         assert_eq!(status_of(&c, "nvcc"), Status::Ok, "nvcc is explained, not blamed");
+    }
+
+    #[test]
+    fn without_a_driver_the_comparison_with_it_is_skipped_not_failed_again() {
         let no_driver = checks(&torch(Some("13.2"), &["sm_90"]), Path::new("python3"), &Machine::default());
-        assert_eq!(status_of(&no_driver, "pytorch vs driver"), Status::Fail);
+        let c = no_driver.iter().find(|c| c.name == "pytorch vs driver").expect("pytorch vs driver");
+        assert_eq!(c.status, Status::Skip, "{c:?}");
+        assert!(c.evidence.contains("needs a driver") && c.evidence.contains("13.2"), "{}", c.evidence);
+        assert!(no_driver.iter().all(|c| c.status != Status::Fail), "{no_driver:#?}");
+    }
+
+    #[test]
+    fn the_stand_in_counts_as_no_gpu_and_is_named_in_the_comparisons() {
+        let standin = Machine { driver_loaded: true, driver_cuda: Some(12040), devices: vec![(9, 0)], standin: true, nvcc: None };
+        assert_eq!(status_of(&checks(&torch(None, &[]), Path::new("python3"), &standin), "pytorch"), Status::Warn, "a CPU-only build is no failure without a GPU");
+        let jax = Ok(Frameworks { jax: Some(Jax { version: Some("0.7.0".into()), ..Default::default() }), ..Default::default() });
+        assert_eq!(status_of(&checks(&jax, Path::new("python3"), &standin), "jax"), Status::Warn);
+        let c = checks(&torch(Some("13.0"), &["sm_80"]), Path::new("python3"), &standin);
+        let driver = c.iter().find(|c| c.name == "pytorch vs driver").unwrap();
+        assert!(driver.evidence.contains("the stand-in driver supports CUDA 12.4"), "{}", driver.evidence);
+        let archs = c.iter().find(|c| c.name == "pytorch architectures").unwrap();
+        assert!(archs.evidence.contains("the stand-in's emulated device is sm_90"), "{}", archs.evidence);
+    }
+
+    #[test]
+    fn the_library_search_takes_the_wheels_and_the_folders_of_what_pytorch_loaded() {
+        let f = Frameworks {
+            nvidia_lib_dirs: vec!["/v/site-packages/nvidia/cu13/lib".into(), "/v/site-packages/nvidia/cudnn/lib".into()],
+            torch: Some(Torch { libraries: vec!["/v/site-packages/nvidia/cu13/lib/libcublas.so.13".into(), "/opt/torch/lib/libcudart.so.13".into()], ..Default::default() }),
+            ..Default::default()
+        };
+        let dirs: Vec<String> = f.library_dirs().iter().map(|d| d.display().to_string()).collect();
+        assert_eq!(dirs, ["/v/site-packages/nvidia/cu13/lib", "/v/site-packages/nvidia/cudnn/lib", "/opt/torch/lib"]);
     }
 
     #[test]
@@ -445,7 +527,7 @@ mod tests {
                 t.libraries = vec!["/v/site-packages/nvidia/cu13/lib/libcublas.so.13".into(), "/usr/local/cuda-12.4/lib64/libcudart.so.12".into()];
             }
         }
-        let c = checks(&answer, Path::new("python3"), &Machine { driver_loaded: true, driver_cuda: Some(13020), devices: vec![(9, 0)], nvcc: None });
+        let c = checks(&answer, Path::new("python3"), &Machine { driver_loaded: true, driver_cuda: Some(13020), devices: vec![(9, 0)], standin: false, nvcc: None });
         assert_eq!(status_of(&c, "pytorch libraries"), Status::Warn);
     }
 

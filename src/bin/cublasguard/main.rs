@@ -15,7 +15,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// An error for the user, with the exit status it maps to.
 #[derive(Debug)]
@@ -48,11 +48,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a command under the guard, then summarise what it found
-    #[command(after_help = "The options become CUBLASGUARD_* variables, inherited by child processes, \
-        so `cublasguard run -- torchrun --nproc_per_node 4 train.py` guards every rank.\n\
+    #[command(after_help = "The command starts at the first word that is not one of these options; every word after it \
+        is the command's own, options included (`cublasguard run python3 train.py --lr 0.1`). Put `--` before a \
+        command whose name starts with `-`.\n\n\
+        Each option takes its default from its CUBLASGUARD_* variable when that is set; the option on the command \
+        line wins. The options become CUBLASGUARD_* variables, inherited by child processes, so \
+        `cublasguard run torchrun --nproc_per_node 4 train.py` guards every rank; other CUBLASGUARD_* variables \
+        reach the command unchanged.\n\n\
         Exit status: the command's own (128 + N if it died by signal N).")]
-    #[command(after_help = "Each option takes its default from its CUBLASGUARD_* variable when that is set; the option \
-                            on the command line wins. Other CUBLASGUARD_* variables reach the command unchanged.")]
     Run {
         /// Trace path pattern (%p pid, %h host, %r rank)
         #[arg(long, value_name = "PATH", env = "CUBLASGUARD_TRACE", default_value = cublasguard::config::DEFAULT_TRACE_PATTERN)]
@@ -63,8 +66,8 @@ enum Cmd {
         /// What to do at a fault: continue, error (the call returns an error), abort
         #[arg(long, value_name = "MODE", env = "CUBLASGUARD_ON_FAULT")]
         on_fault: Option<String>,
-        /// The command and its arguments
-        #[arg(last = true, required = true, value_name = "CMD")]
+        /// The command to run and its arguments (options after its name are its own)
+        #[arg(trailing_var_arg = true, required = true, num_args = 1.., value_name = "CMD")]
         command: Vec<OsString>,
     },
     /// Explain trace files (or folders of them): first fault first, with causes and next steps
@@ -86,7 +89,7 @@ enum Cmd {
         #[arg(long, value_name = "PATH", default_value = "python3")]
         python: PathBuf,
         /// Seconds to wait for the frameworks to import before giving up on them
-        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = doctor::parse_timeout)]
         python_timeout: u64,
     },
     /// Write a trace's calls and faults as Chrome Trace Event JSON (Perfetto, chrome://tracing)
@@ -100,7 +103,11 @@ enum Cmd {
     /// Run the bundled example on the CPU stand-in CUDA stack with a NaN injected, and report
     Demo,
     /// Rerun a dumped faulting call (CUBLASGUARD_DUMP) against an exact reference
-    #[command(after_help = "Reads a dump the guard wrote with CUBLASGUARD_DUMP=DIR, recomputes the call on the CPU with                             f64 accumulation from the dumped inputs, and says whether the NaN/Inf is inherent (the                             inputs or their scale make it), comes from the library's reduced precision (TF32, fp16                             accumulation, FP8), or is not explained.\n\n                            Exit status: 0 the fault reproduced as recorded, 1 it did not, 2 the dump could not be read                             (or --cuda could not run the call).")]
+    #[command(after_help = "Reads a dump the guard wrote with CUBLASGUARD_DUMP=DIR, recomputes the call on the CPU with \
+        f64 accumulation from the dumped inputs, and says whether the NaN/Inf is inherent (the inputs or their scale \
+        make it), comes from the library's reduced precision (TF32, fp16 accumulation, FP8), or is not explained.\n\n\
+        Exit status: 0 the fault reproduced as recorded, 1 it did not, 2 the dump could not be read (or --cuda could \
+        not run the call).")]
     Replay {
         /// The .safetensors file named by the fault's `dump`
         #[arg(value_name = "DUMP")]
@@ -113,6 +120,9 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         emit_c: Option<PathBuf>,
     },
+    /// The subcommands' names, one a line: what `python -m cublasguard` passes to this command
+    #[command(hide = true)]
+    Subcommands,
 }
 
 fn colour() -> bool {
@@ -186,6 +196,17 @@ fn demo() -> Result<i32, CliError> {
     Ok(if code == 0 { 0 } else { code })
 }
 
+/// Every name a subcommand answers to (aliases and clap's `help` included), hidden ones left out.
+fn subcommand_names() -> Vec<String> {
+    let mut cli = Cli::command();
+    cli.build();
+    cli.get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .flat_map(|c| std::iter::once(c.get_name()).chain(c.get_all_aliases()))
+        .map(str::to_string)
+        .collect()
+}
+
 fn main() -> ExitCode {
     // This binary links the guard's code: it must not guard its own CUDA calls (replay --cuda).
     cublasguard::pass_through_in_this_process();
@@ -214,6 +235,7 @@ fn main() -> ExitCode {
         }),
         Cmd::Demo => demo(),
         Cmd::Replay { dump, cuda, emit_c } => replay::run(&replay::Options { dump, cuda, emit_c }),
+        Cmd::Subcommands => print(&subcommand_names().iter().map(|n| format!("{n}\n")).collect::<String>()).map(|_| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

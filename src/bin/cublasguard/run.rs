@@ -63,6 +63,10 @@ pub fn find_guard_library() -> Result<PathBuf, CliError> {
     })
 }
 
+/// What tells the guard in each process not to print its exit line ("N fault(s) in M
+/// intercepted call(s); trace: ...") at exit: the run's summary covers every process.
+const NO_EXIT_SUMMARY: (&str, &str) = ("CUBLASGUARD_EXIT_SUMMARY", "0");
+
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
 /// Every signal a job scheduler or a user may send to `cublasguard run` to mean the command
@@ -208,7 +212,7 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
     if let Some(m) = &opts.on_fault {
         OnFault::parse(m).map_err(|e| CliError::usage(format!("--on-fault {m}: {e}")))?;
     }
-    let (program, args) = opts.command.split_first().ok_or_else(|| CliError::usage("no command given: cublasguard run -- CMD [ARGS...]"))?;
+    let (program, args) = opts.command.split_first().ok_or_else(|| CliError::usage("no command given: cublasguard run [OPTIONS] CMD [ARGS...]"))?;
     let lib = find_guard_library()?;
     let pattern = absolute_pattern(opts.trace.as_deref().unwrap_or(DEFAULT_TRACE_PATTERN));
     let preload = match std::env::var("LD_PRELOAD") {
@@ -218,6 +222,9 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
     let run_id = new_run_id();
     let mut cmd = Command::new(program);
     cmd.args(args).env("LD_PRELOAD", preload).env("CUBLASGUARD_TRACE", &pattern).env("CUBLASGUARD_RUN_ID", &run_id);
+    // This run reports on every process it started (the summary below, or the demo's report):
+    // each process's own exit line would say the same again, once per process.
+    cmd.env(NO_EXIT_SUMMARY.0, NO_EXIT_SUMMARY.1);
     if let Some(c) = &opts.checks {
         cmd.env("CUBLASGUARD_CHECKS", c);
     }
