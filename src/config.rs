@@ -118,6 +118,9 @@ pub struct Config {
     pub device_scan: DeviceScan,
     /// No banner line at start-up.
     pub quiet: bool,
+    /// CUBLASGUARD_EXIT_SUMMARY=0: no "N fault(s) in M intercepted call(s)" line at exit
+    /// (`cublasguard run` sets it: its own summary covers every process of the run).
+    pub exit_summary: bool,
     /// CUBLASGUARD_SYNC=launches: synchronise after every kernel launch too, like
     /// CUDA_LAUNCH_BLOCKING=1, and pin an asynchronous error to the launch that caused it.
     pub sync_launches: bool,
@@ -161,6 +164,7 @@ impl Default for Config {
             budget: None,
             device_scan: DeviceScan::Auto,
             quiet: false,
+            exit_summary: true,
             sync_launches: false,
             ignore: Vec::new(),
             dump_dir: None,
@@ -287,6 +291,9 @@ impl Config {
         }
         if let Some(v) = lookup("CUBLASGUARD_QUIET") {
             config.quiet = !matches!(v.trim(), "" | "0" | "false" | "no");
+        }
+        if let Some(v) = lookup("CUBLASGUARD_EXIT_SUMMARY") {
+            config.exit_summary = !matches!(v.trim(), "0" | "false" | "no" | "off");
         }
         (config, problems)
     }

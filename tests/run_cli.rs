@@ -51,7 +51,6 @@ fn run_tells_each_guarded_process_to_leave_the_exit_summary_to_it() {
 }
 
 #[test]
-#[ignore = "needs the guard library to read CUBLASGUARD_EXIT_SUMMARY=0 (src/config.rs, src/ffi/lifecycle.rs)"]
 fn a_faulting_run_prints_its_summary_once() {
     let program = scenarios().display().to_string();
     let out = cublasguard(&["run", &program, "nan_a"], &temp_dir("run-summary-once"));

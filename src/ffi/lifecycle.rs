@@ -278,7 +278,7 @@ fn at_exit(status: i32) {
         return;
     }
     write_trace_with(s, false);
-    if !WRITE_FAILED.load(Ordering::Relaxed) && (s.fault_count() > 0 || !s.config.quiet) {
+    if !WRITE_FAILED.load(Ordering::Relaxed) && s.config.exit_summary && (s.fault_count() > 0 || !s.config.quiet) {
         say(&format!(
             "cublasguard: {} fault(s) in {} intercepted call(s); trace: {}",
             s.fault_count(),
