@@ -5,7 +5,7 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::config::Config;
-use crate::trace::Fault;
+use crate::trace::{Fault, FaultKind};
 
 /// What became of a fault handed to the session.
 #[derive(Debug, PartialEq, Eq)]
@@ -33,6 +33,10 @@ pub(super) struct FaultLog {
     total: AtomicU64,
     stored: AtomicU64,
     stderr_lines: AtomicU32,
+    /// The call of the first NaN/Inf fault (0: none yet). NaN/Inf that later calls merely
+    /// consume is usually that one passed on: one line says so, not one line per call.
+    first_nonfinite: AtomicU64,
+    propagation_said: std::sync::atomic::AtomicBool,
     last_rewrite_ns: AtomicU64,
     /// Held while the trace file is written (one writer at a time).
     pub writer: Mutex<()>,
@@ -78,14 +82,28 @@ impl FaultLog {
 
     pub fn add(&self, config: &Config, fault: Fault, path: &str, now_ns: u64) -> Recorded {
         self.total.fetch_add(1, Ordering::Relaxed);
-        let n = self.stderr_lines.fetch_add(1, Ordering::Relaxed);
-        let cap = config.stderr_lines;
-        let lines = if n < cap {
-            vec![format!("cublasguard: {} #{}: {} [{}]; trace: {path}", fault.api, fault.seq, fault.message, fault.kind.name())]
-        } else if n == cap {
-            vec![format!("cublasguard: further faults are recorded in {path} only")]
+        let nonfinite = matches!(fault.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput);
+        let earlier_nonfinite = if nonfinite {
+            match self.first_nonfinite.compare_exchange(0, fault.seq.max(1), Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => None,
+                Err(first) => Some(first),
+            }
         } else {
-            Vec::new()
+            None
+        };
+        let lines = match earlier_nonfinite {
+            // Consumed after an earlier NaN/Inf: said once, as propagation, then silent.
+            Some(first) if fault.kind == FaultKind::NonfiniteInput => {
+                if self.propagation_said.swap(true, Ordering::Relaxed) {
+                    Vec::new()
+                } else {
+                    vec![format!(
+                        "cublasguard: {} #{} and later calls consume NaN/Inf too, probably passed on from #{first}; recorded in {path} only",
+                        fault.api, fault.seq
+                    )]
+                }
+            }
+            _ => self.line(config, &fault, path),
         };
         let mut faults = self.faults.lock();
         let stored = faults.len() < config.max_faults;
@@ -97,6 +115,19 @@ impl FaultLog {
         drop(faults);
         let rewrite = stored && self.rewrite_due(self.stored.load(Ordering::Relaxed), now_ns);
         Recorded { stored, index, lines, rewrite }
+    }
+
+    /// The fault's stderr line, within the cap.
+    fn line(&self, config: &Config, fault: &Fault, path: &str) -> Vec<String> {
+        let n = self.stderr_lines.fetch_add(1, Ordering::Relaxed);
+        let cap = config.stderr_lines;
+        if n < cap {
+            vec![format!("cublasguard: {} #{}: {} [{}]; trace: {path}", fault.api, fault.seq, fault.message, fault.kind.name())]
+        } else if n == cap {
+            vec![format!("cublasguard: further faults are recorded in {path} only")]
+        } else {
+            Vec::new()
+        }
     }
 
     /// Replaces the stored fault of the same call; its index, or `None` when it was not stored.
