@@ -306,7 +306,6 @@ pub fn rank_from(lookup: impl Fn(&str) -> Option<String>) -> Option<i64> {
         .find_map(|var| lookup(var).and_then(|v| v.trim().parse::<i64>().ok()))
 }
 
-/// Expands `%p` (pid), `%h` (host), `%r` (rank, 0 when unset) and `%%` in a trace path.
 /// The pattern as an absolute path, resolved against `cwd` (once, at start: a later chdir()
 /// must not split the trace across folders).
 pub fn absolute_pattern(pattern: &str, cwd: &std::path::Path) -> String {
@@ -326,6 +325,11 @@ pub fn path_with_pid(path: &str, pid: u32) -> String {
     }
 }
 
+/// What `%r` becomes in a process with no rank.
+pub const NO_RANK: &str = "norank";
+
+/// Expands `%p` (pid), `%h` (host), `%r` (rank; `norank` for a process that has none, such
+/// as torchrun's launcher, which must not take rank 0's name) and `%%` in a trace path.
 pub fn expand_trace_path(pattern: &str, pid: u32, host: &str, rank: Option<i64>) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut chars = pattern.chars();
@@ -337,7 +341,10 @@ pub fn expand_trace_path(pattern: &str, pid: u32, host: &str, rank: Option<i64>)
         match chars.next() {
             Some('p') => out.push_str(&pid.to_string()),
             Some('h') => out.push_str(host),
-            Some('r') => out.push_str(&rank.unwrap_or(0).to_string()),
+            Some('r') => match rank {
+                Some(rank) => out.push_str(&rank.to_string()),
+                None => out.push_str(NO_RANK),
+            },
             Some('%') => out.push('%'),
             Some(other) => {
                 out.push('%');
@@ -443,7 +450,8 @@ mod tests {
     #[test]
     fn expands_path_patterns() {
         assert_eq!(expand_trace_path("t-%h-%p-%r.json", 42, "node1", Some(3)), "t-node1-42-3.json");
-        assert_eq!(expand_trace_path("%r/%%p%", 1, "h", None), "0/%p%");
+        assert_eq!(expand_trace_path("%r/%%p%", 1, "h", None), "norank/%p%");
+        assert_eq!(expand_trace_path("t-%r.json", 1, "h", Some(0)), "t-0.json");
         assert_eq!(expand_trace_path("a%xb", 1, "h", None), "a%xb");
     }
 }

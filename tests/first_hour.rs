@@ -193,3 +193,22 @@ fn a_nan_passed_on_from_call_to_call_takes_two_lines_of_stderr_not_one_per_call(
     let first = t.faults[0].seq;
     assert!(guard_lines[1].contains(&format!("probably passed on from #{first}")), "{}", guard_lines[1]);
 }
+
+#[test]
+fn a_process_without_a_rank_does_not_take_rank_zeros_trace_name() {
+    let dir = temp_dir("ranks");
+    let pattern = dir.join("t-%r.json").display().to_string();
+    let program = scenarios();
+    for rank in [None, Some("0")] {
+        let mut env = vec![("CUBLASGUARD_TRACE", pattern.as_str())];
+        if let Some(r) = rank {
+            env.push(("RANK", r));
+        }
+        run(Launch { env: &env, trace: false, ..Launch::new(&program, &["nan_a"]) });
+    }
+    let mut names: Vec<String> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["t-0.json", "t-norank.json"]);
+    let launcher = cublasguard::trace::read(&dir.join("t-norank.json")).unwrap();
+    assert_eq!(launcher.process.rank, None);
+}
