@@ -426,3 +426,26 @@ fn the_version_names_the_package_and_the_commit_and_every_trace_records_it() {
     assert_eq!(t.guard.version, version);
     assert_eq!(t.guard.commit.is_some(), printed.contains("(git "), "the trace and --version agree");
 }
+
+#[test]
+fn demos_leave_one_folder_behind_and_print_a_replay_command_that_runs() {
+    let tmp = temp_dir("cli-demo-tmp");
+    let tmp_s = tmp.display().to_string();
+    for _ in 0..3 {
+        let out = cublasguard(&["demo"], &tmp, &[("TMPDIR", tmp_s.clone())]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let base: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(base.len(), 1, "{base:?}");
+    let runs: Vec<_> = std::fs::read_dir(&base[0]).unwrap().flatten().collect();
+    assert_eq!(runs.len(), 1, "only the last demo's folder: {runs:?}");
+    // The command it prints names this very program, so it works after `cargo run` too.
+    let out = cublasguard(&["demo"], &tmp, &[("TMPDIR", tmp_s.clone())]);
+    let err = text(&out.stderr);
+    let line = err.lines().find_map(|l| l.strip_prefix("Next, to see what the NaN is: ")).unwrap_or_else(|| panic!("{err}"));
+    let mut words = line.split_whitespace();
+    let (program, sub, dump) = (words.next().unwrap(), words.next().unwrap(), words.next().unwrap());
+    assert!(Path::new(program).is_absolute() && sub == "replay", "{line}");
+    let replayed = Command::new(program).args(["replay", dump]).output().expect("run the printed command");
+    assert_eq!(replayed.status.code(), Some(0), "{}", text(&replayed.stderr));
+}

@@ -161,11 +161,45 @@ fn standin_dir() -> Result<PathBuf, CliError> {
     })
 }
 
+/// The demo's folder: `cublasguard-demo-UID/run-PID` in the temporary folder. It is kept after
+/// the demo, so the `replay` command it prints works, and the next demo removes the folders of
+/// earlier demos that have ended (one left behind at most, not one per run; a demo running
+/// beside it keeps its own).
+fn demo_dir() -> Result<PathBuf, CliError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let base = std::env::temp_dir().join(format!("cublasguard-demo-{uid}"));
+    let fail = |e: std::io::Error| CliError::usage(format!("the demo's folder {}: {e}", base.display()));
+    match std::fs::DirBuilder::new().mode(0o700).create(&base) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(fail(e)),
+    }
+    // Only a real folder of this user's: never through a link, never another user's.
+    let meta = std::fs::symlink_metadata(&base).map_err(fail)?;
+    if !meta.is_dir() || meta.uid() != uid {
+        return Err(CliError::usage(format!("{} exists and is not this user's folder: remove it", base.display())));
+    }
+    for entry in std::fs::read_dir(&base).map_err(fail)?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("run-")).and_then(|p| p.parse::<i32>().ok()) else { continue };
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        let ended = unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if ended {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let dir = base.join(format!("run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir); // a reused pid's
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
 fn demo() -> Result<i32, CliError> {
     let standin = standin_dir()?;
     let mlp = standin.join("bin/mlp");
-    let dir = std::env::temp_dir().join(format!("cublasguard-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
+    let dir = demo_dir()?;
     let trace = dir.join("trace-%p.json");
     eprintln!("cublasguard demo: training a small MLP with cublasSgemm on the CPU stand-in CUDA stack,");
     eprintln!("with one NaN injected into the input features (examples/mlp.c --inject nan):\n");
@@ -193,6 +227,11 @@ fn demo() -> Result<i32, CliError> {
     eprintln!("\nThe guard's report (`cublasguard report {}`):\n", dir.display());
     let loaded = report::load(&traces).map_err(CliError::usage)?;
     print(&report::render(&loaded, report::Format::Text))?;
+    // By the path of this very command: after `cargo run` it is not on the PATH.
+    if let Some(dump) = loaded.iter().flat_map(|l| &l.trace.faults).find_map(|f| f.dump.clone()) {
+        let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "cublasguard".into());
+        eprintln!("\nNext, to see what the NaN is: {exe} replay {dump}");
+    }
     Ok(if code == 0 { 0 } else { code })
 }
 
