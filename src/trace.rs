@@ -475,6 +475,12 @@ pub fn write_atomic_with<T>(path: &Path, trace: &Trace, ticket: impl FnOnce() ->
                 std::fs::remove_file(&tmp)?; // left by an earlier process with our pid
                 open()?
             }
+            // A folder named for the trace that does not exist yet is made, not a reason to
+            // lose the faults.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir)?;
+                open()?
+            }
             other => other?,
         };
         file.write_all(&bytes)?;

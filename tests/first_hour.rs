@@ -212,3 +212,28 @@ fn a_process_without_a_rank_does_not_take_rank_zeros_trace_name() {
     let launcher = cublasguard::trace::read(&dir.join("t-norank.json")).unwrap();
     assert_eq!(launcher.process.rank, None);
 }
+
+#[test]
+fn a_trace_folder_that_does_not_exist_yet_is_made_and_nothing_is_lost() {
+    let dir = temp_dir("new-folder").join("not/there/yet");
+    let path = dir.join("t-%p.json").display().to_string();
+    let run = scenario("nan_a", &[("CUBLASGUARD_TRACE", path.as_str())]);
+    assert!(!run.stderr().contains("cannot write"), "{}", run.stderr());
+    let traces: Vec<_> = std::fs::read_dir(&dir).expect("the folder was made").flatten().map(|e| e.path()).collect();
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    assert_eq!(cublasguard::trace::read(&traces[0]).unwrap().faults.len(), 1);
+    // And under `cublasguard run`, whose summary reads it.
+    let dir2 = temp_dir("new-folder-run").join("deeper");
+    let path2 = dir2.join("t-%p.json").display().to_string();
+    let program = scenarios();
+    let out = std::process::Command::new(cli())
+        .args(["run", "--trace", &path2, "--"])
+        .arg(&program)
+        .arg("nan_a")
+        .env("LD_LIBRARY_PATH", format!("{}:{}", standin().join("lib").display(), standin().join("driver").display()))
+        .env("CUBLASGUARD_LIB", guard_lib())
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("made no CUDA call") && err.contains("nonfinite_input"), "{err}");
+}

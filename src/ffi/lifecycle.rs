@@ -199,6 +199,14 @@ fn start() -> Session {
     }
     let process = process::describe();
     let mut path = config::expand_trace_path(&config.trace_pattern, process.pid, &process.hostname, process.rank);
+    if config.trace_requested {
+        // The folder a user named is made now, so that even a crash record has a place.
+        if let Some(dir) = Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                say(&format!("cublasguard: cannot make the trace's folder {}: {e}", dir.display()));
+            }
+        }
+    }
     if !claim::claim(&path) {
         // Another live process writes this path (a fixed path, and this process was started
         // by it through fork + exec, say): this one writes its own, as a forked child does.
