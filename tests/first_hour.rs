@@ -237,3 +237,14 @@ fn a_trace_folder_that_does_not_exist_yet_is_made_and_nothing_is_lost() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("made no CUDA call") && err.contains("nonfinite_input"), "{err}");
 }
+
+#[test]
+fn each_licence_the_package_declares_has_its_text_in_the_repository() {
+    let root = manifest_dir();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("license = \"MIT OR Apache-2.0\""));
+    let mit = std::fs::read_to_string(root.join("LICENSE-MIT")).expect("LICENSE-MIT");
+    assert!(mit.starts_with("MIT License") && mit.contains("Permission is hereby granted"));
+    let apache = std::fs::read_to_string(root.join("LICENSE-APACHE")).expect("LICENSE-APACHE");
+    assert!(apache.contains("Apache License") && apache.contains("Version 2.0, January 2004"));
+}
