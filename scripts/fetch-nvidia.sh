@@ -4,6 +4,13 @@
 # unpacked). tests/nvidia.rs runs against them; .ci/run calls this script first.
 # The CUDA 13 versions are the ones PyTorch 2.15's wheel pins (cuda-toolkit 13.2.2).
 set -euo pipefail
+# Tells the build that the tests needing this may run (build.rs: without the marker they are
+# reported as ignored, not passed).
+mark_ready() {
+    local dir
+    dir=$(cd "$(dirname "$0")/.." && pwd)/target/test-env
+    mkdir -p "$dir" && touch "$dir/nvidia"
+}
 cache=${CUBLASGUARD_CACHE:-$HOME/.cache/cublasguard}
 mkdir -p "$cache"
 
@@ -26,3 +33,4 @@ install nvidia-nvcc-cu12 nvidia-cuda-nvcc-cu12==12.9.86
 # NVRTC, which compiles the scan kernel's one source (src/kernels/nonfinite.cu) to the PTX the
 # library ships (scripts/gen-ptx.sh; CI checks the checked-in PTX is what it makes).
 install nvidia-nvrtc-cu12 nvidia-cuda-nvrtc-cu12==12.9.86
+mark_ready
