@@ -207,6 +207,10 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
             "the cuBLAS handle is not a live one: never created, destroyed already, or inherited across fork".into(),
             steps(&["Create the handle with cublasCreate in this process and destroy it only after the last call that uses it."]),
         ),
+        FaultKind::Unknown => (
+            "a fault of a kind this cublasguard does not know: the guard's own message above says what it found".into(),
+            steps(&["Upgrade cublasguard to the version that wrote this trace (the note at the top names it) for its advice on this kind."]),
+        ),
     };
     if let Some(e) = &fault.error {
         if !matches!(fault.kind, FaultKind::AsyncError) {
