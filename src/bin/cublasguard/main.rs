@@ -68,12 +68,26 @@ enum Cmd {
         command: Vec<OsString>,
     },
     /// Explain trace files (or folders of them): first fault first, with causes and next steps
-    #[command(after_help = "Exit status: 0 no faults, 1 faults found, 2 unreadable input.")]
+    #[command(after_help = "Traces of several processes are merged in time order. A fault that follows from an earlier \
+        one of its process (NaN passed on, a context lost to its error, the same failure to start) is counted under \
+        that root cause, not printed in full.\n\n\
+        Exit status: 0 no faults, 1 faults found, 2 unreadable input.")]
     Report {
+        /// Trace files, or folders of them (the *.json traces directly inside; other JSON files there
+        /// are skipped with a note)
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
+        /// Output format: text for a terminal, markdown (CommonMark) for an issue or a chat, json
+        /// for a program (json always holds every fault)
         #[arg(long, value_enum, default_value = "text")]
         format: report::Format,
+        /// Show the first N root causes in full, each with the count of the faults that follow
+        /// from it
+        #[arg(long, value_name = "N", default_value_t = report::DEFAULT_LIMIT, conflicts_with = "all")]
+        limit: usize,
+        /// Show every root cause, and every fault that follows from one, one line each
+        #[arg(long)]
+        all: bool,
     },
     /// Check this machine's CUDA setup: driver, devices, libraries, versions, variables, and
     /// the frameworks (PyTorch, JAX, TensorFlow) of the Python you run
@@ -128,10 +142,10 @@ fn print(text: &str) -> Result<(), CliError> {
     }
 }
 
-fn report_cmd(paths: &[PathBuf], format: report::Format) -> Result<i32, CliError> {
+fn report_cmd(paths: &[PathBuf], format: report::Format, limit: Option<usize>) -> Result<i32, CliError> {
     let loaded = report::load(paths).map_err(CliError::usage)?;
-    print(&report::render(&loaded, format))?;
-    let faults = report::total(loaded.iter().map(|l| l.trace.summary.faults.max(l.trace.faults.len() as u64)));
+    print(&report::render_limited(&loaded, format, limit))?;
+    let faults = report::total(loaded.iter().map(report::Loaded::fault_count));
     Ok(if faults > 0 { 1 } else { 0 })
 }
 
@@ -194,7 +208,7 @@ fn main() -> ExitCode {
         Cmd::Run { trace, checks, on_fault, command } => {
             run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env: Vec::new(), quiet_summary: false, stdout_to_stderr: false })
         }
-        Cmd::Report { paths, format } => report_cmd(&paths, format),
+        Cmd::Report { paths, format, limit, all } => report_cmd(&paths, format, (!all).then_some(limit)),
         Cmd::Doctor { json, python, python_timeout } => {
             let options = doctor::PythonOptions { python, timeout: std::time::Duration::from_secs(python_timeout) };
             let checks = doctor::run_checks(&options);
