@@ -478,10 +478,111 @@ fn every_function_that_fails_to_start_cuda_for_the_same_reason_is_one_root_cause
     assert!(causes[0]["followers"].as_array().unwrap().iter().all(|f| f["relation"] == "same_cause"), "{json:#}");
 }
 
+/// Checks one Trace Event Format event: the fields each phase needs, of the right types.
+fn check_event(e: &Value) {
+    let ph = e["ph"].as_str().unwrap_or_else(|| panic!("no ph: {e}"));
+    assert!(e["name"].is_string(), "name: {e}");
+    assert!(e["ts"].is_number() && e["ts"].as_f64().unwrap() >= 0.0, "ts: {e}");
+    assert!(e["pid"].is_u64() && e["tid"].is_u64(), "pid and tid: {e}");
+    assert!(e["tid"].as_u64().unwrap() < 1 << 31, "tid fits 31 bits: {e}");
+    match ph {
+        "X" => assert!(e["dur"].as_f64().is_some_and(|d| d >= 0.0), "dur: {e}"),
+        "i" | "I" => assert!(matches!(e["s"].as_str(), Some("g" | "p" | "t")), "scope: {e}"),
+        "M" => {
+            assert!(matches!(e["name"].as_str(), Some("process_name" | "thread_name" | "process_sort_index" | "thread_sort_index")), "{e}");
+            assert!(e["args"]["name"].is_string(), "args.name: {e}");
+        }
+        other => panic!("unexpected phase {other}: {e}"),
+    }
+}
+
+fn check_timeline(v: &Value, traces: &[cublasguard::trace::Trace]) {
+    let events = v["traceEvents"].as_array().expect("traceEvents");
+    events.iter().for_each(check_event);
+    let base: u64 = v["otherData"]["base_time_ns"].as_str().and_then(|b| b.parse().ok()).expect("otherData.base_time_ns");
+    // Every track an event is on is named.
+    let named: Vec<(u64, u64)> = events.iter().filter(|e| e["name"] == "thread_name").map(|e| (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap())).collect();
+    for e in events.iter().filter(|e| e["ph"] != "M") {
+        assert!(named.contains(&(e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap())), "unnamed track: {e}");
+    }
+    for t in traces {
+        let pid = t.process.pid as u64;
+        assert!(events.iter().any(|e| e["name"] == "process_name" && e["pid"] == pid), "the process is named");
+        for c in &t.recent_calls {
+            let x = events
+                .iter()
+                .find(|e| e["ph"] == "X" && e["pid"] == pid && e["tid"] == c.thread as u64 && e["args"]["seq"] == c.seq)
+                .unwrap_or_else(|| panic!("call #{} as a complete event on its thread", c.seq));
+            let ts = (c.time_ns - c.duration_ns - base) as f64 / 1000.0;
+            assert!((x["ts"].as_f64().unwrap() - ts).abs() < 1e-6, "#{}: ts {} != {ts}", c.seq, x["ts"]);
+            assert!((x["dur"].as_f64().unwrap() - c.duration_ns as f64 / 1000.0).abs() < 1e-6, "#{}: dur", c.seq);
+            assert!(c.duration_ns > 0, "#{} has its duration", c.seq);
+        }
+        for f in &t.faults {
+            assert!(events.iter().any(|e| e["ph"] == "i" && e["cat"] == "fault" && e["pid"] == pid && e["tid"] == f.thread as u64 && e["args"]["seq"] == f.seq), "fault #{}", f.seq);
+        }
+    }
+    // Complete events on one track nest or follow one another: none starts inside another and
+    // ends after it.
+    let mut tracks: std::collections::BTreeMap<(u64, u64), Vec<(f64, f64)>> = Default::default();
+    for e in events.iter().filter(|e| e["ph"] == "X") {
+        let ts = e["ts"].as_f64().unwrap();
+        tracks.entry((e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap())).or_default().push((ts, ts + e["dur"].as_f64().unwrap()));
+    }
+    for (track, mut slices) in tracks {
+        slices.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in slices.windows(2) {
+            assert!(w[1].0 >= w[0].1 || w[1].1 <= w[0].1, "{track:?}: {:?} and {:?} overlap", w[0], w[1]);
+        }
+    }
+}
+
 #[test]
-fn report_describes_its_arguments_in_help() {
+fn the_timeline_follows_the_trace_event_format_and_goes_beside_the_trace_or_to_stdout() {
+    let run = mlp(Some("nan"), &[], true);
+    let t = run.trace();
+    let out = cublasguard(&["timeline", &s(&run.trace_path)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let beside = run.dir.join("trace.timeline.json");
+    assert!(text(&out.stderr).contains(&format!("wrote {}", beside.display())), "says where: {}", text(&out.stderr));
+    let v = json_of(&beside);
+    check_timeline(&v, std::slice::from_ref(&t));
+    let faults = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "fault").count();
+    assert_eq!(faults, 2 * t.faults.len(), "each fault on its thread and its stream");
+    // -o -: the JSON on stdout, no file named "-".
+    let dir = temp_dir("timeline-stdout");
+    let out = Command::new(env!("CARGO_BIN_EXE_cublasguard")).args(["timeline", &s(&run.trace_path), "-o", "-"]).current_dir(&dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the timeline on stdout");
+    check_timeline(&v, std::slice::from_ref(&t));
+    assert!(!dir.join("-").exists(), "no file named -");
+    // Kernel launches name their stream: on the stream's track too, named.
+    let program = build_c("launches", &["launches.c"], false);
+    let launches = common::run(Launch::new(&program, &[]));
+    let lt = launches.trace();
+    let out = cublasguard(&["timeline", &s(&launches.trace_path), "-o", &s(&launches.dir.join("tl.json"))]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v = json_of(&launches.dir.join("tl.json"));
+    check_timeline(&v, std::slice::from_ref(&lt));
+    let launch = lt.recent_calls.iter().find(|c| c.api == "cudaLaunchKernel").expect("a launch");
+    let stream = launch.args["stream"].as_str().expect("the launch's stream");
+    let events = v["traceEvents"].as_array().unwrap();
+    let track = events.iter().find(|e| e["name"] == "thread_name" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with(&format!("stream {stream}")))).expect("the stream's track");
+    assert!(events.iter().any(|e| e["ph"] == "X" && e["tid"] == track["tid"] && e["args"]["seq"] == launch.seq), "the launch on its stream's track");
+    // Never over a trace it reads.
+    let out = cublasguard(&["timeline", &s(&run.trace_path), "-o", &s(&run.trace_path)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(run.trace().faults.len() == t.faults.len(), "the trace is intact");
+}
+
+#[test]
+fn report_and_timeline_describe_their_arguments_in_help() {
     let help = text(&cublasguard(&["report", "--help"]).stdout);
     for w in ["Trace files, or folders of them", "Output format", "--limit <N>", "first N root causes", "--all", "Show every root cause"] {
         assert!(help.contains(w), "report --help lacks '{w}':\n{help}");
+    }
+    let help = text(&cublasguard(&["timeline", "--help"]).stdout);
+    for w in ["Trace files, or folders of them", "-o, --output <OUT.json>", "`-` for standard output", "beside the first trace"] {
+        assert!(help.contains(w), "timeline --help lacks '{w}':\n{help}");
     }
 }

@@ -104,12 +104,17 @@ enum Cmd {
         python_timeout: u64,
     },
     /// Write a trace's calls and faults as Chrome Trace Event JSON (Perfetto, chrome://tracing)
+    #[command(after_help = "Each recent call the guard recorded is a slice on its thread's track (and on its stream's, \
+        for calls that name a stream); each fault is an instant on the same tracks. Times are microseconds from the \
+        earliest event (otherData.base_time_ns holds it, in ns since the Unix epoch).")]
     Timeline {
+        /// Trace files, or folders of them (several processes are merged, one process per trace)
         #[arg(required = true, value_name = "TRACE")]
         traces: Vec<PathBuf>,
-        /// Output file
+        /// Where to write the timeline; `-` for standard output. Default: beside the first trace,
+        /// TRACE.timeline.json (in the folder, for a folder: cublasguard.timeline.json)
         #[arg(short, long, value_name = "OUT.json")]
-        output: PathBuf,
+        output: Option<PathBuf>,
     },
     /// Run the bundled example on the CPU stand-in CUDA stack with a NaN injected, and report
     Demo,
@@ -147,6 +152,33 @@ fn report_cmd(paths: &[PathBuf], format: report::Format, limit: Option<usize>) -
     print(&report::render_limited(&loaded, format, limit))?;
     let faults = report::total(loaded.iter().map(report::Loaded::fault_count));
     Ok(if faults > 0 { 1 } else { 0 })
+}
+
+fn timeline_cmd(traces: &[PathBuf], output: Option<PathBuf>) -> Result<i32, CliError> {
+    let loaded = report::load(traces).map_err(CliError::usage)?;
+    for l in &loaded {
+        for note in &l.notes {
+            eprintln!("cublasguard: note: {}: {}", l.path.display(), report::escape_controls(note));
+        }
+    }
+    let mut json = serde_json::to_vec_pretty(&timeline::events(&loaded)).map_err(|e| CliError::usage(e.to_string()))?;
+    json.push(b'\n');
+    let output = output.unwrap_or_else(|| timeline::default_output(&traces[0]));
+    if output.as_os_str() == "-" {
+        let mut out = std::io::stdout().lock();
+        return match out.write_all(&json).and_then(|_| out.flush()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::usage(format!("writing the timeline: {e}"))),
+            _ => Ok(0),
+        };
+    }
+    // Never over a trace it was asked to read.
+    let same = |a: &std::path::Path, b: &std::path::Path| a.canonicalize().ok().is_some_and(|a| b.canonicalize().ok() == Some(a));
+    if let Some(l) = loaded.iter().find(|l| same(&l.path, &output)) {
+        return Err(CliError::usage(format!("{}: that is one of the traces read; choose another file with -o", l.path.display())));
+    }
+    std::fs::write(&output, json).map_err(|e| CliError::usage(format!("{}: {e}", output.display())))?;
+    eprintln!("cublasguard: wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)", output.display());
+    Ok(0)
 }
 
 /// The stand-in stack and the demo program: installed beside the command by the Python wheel
@@ -219,13 +251,7 @@ fn main() -> ExitCode {
             };
             print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::Status::Fail)))
         }
-        Cmd::Timeline { traces, output } => report::load(&traces).map_err(CliError::usage).and_then(|loaded| {
-            let all: Vec<_> = loaded.into_iter().map(|l| l.trace).collect();
-            let json = serde_json::to_vec_pretty(&timeline::events(&all)).map_err(|e| CliError::usage(e.to_string()))?;
-            std::fs::write(&output, json).map_err(|e| CliError::usage(format!("{}: {e}", output.display())))?;
-            eprintln!("cublasguard: wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)", output.display());
-            Ok(0)
-        }),
+        Cmd::Timeline { traces, output } => timeline_cmd(&traces, output),
         Cmd::Demo => demo(),
         Cmd::Replay { dump, cuda, emit_c } => replay::run(&replay::Options { dump, cuda, emit_c }),
     };
