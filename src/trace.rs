@@ -171,6 +171,10 @@ pub enum FaultKind {
     InitFailed,
     /// An operand in memory the program freed earlier.
     UseAfterFree,
+    /// A kind this build does not know (a newer guard wrote it): the reader keeps its name in
+    /// `Parsed::unknown_kinds`. Never written by the guard, never read from a trace by name.
+    #[serde(skip_deserializing)]
+    Unknown,
 }
 
 impl FaultKind {
@@ -187,6 +191,7 @@ impl FaultKind {
             Self::AllocFailed => "alloc_failed",
             Self::InitFailed => "init_failed",
             Self::UseAfterFree => "use_after_free",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -544,8 +549,19 @@ pub(crate) fn sample_fault(seq: u64) -> Fault {
 #[derive(Debug)]
 pub enum ReadError {
     Io(std::io::Error),
+    /// Names itself a cublasguard trace but is not complete JSON (cut short), or its fields do
+    /// not have the types of this build's format version.
     NotJson(serde_json::Error),
+    /// Another document: other JSON (a report, a timeline, a config file) or no JSON at all.
     Foreign(String),
+}
+
+impl ReadError {
+    /// The file is some other document, not a trace of any kind: a folder of traces may hold
+    /// such files beside them (a report's JSON, a timeline, a config file).
+    pub fn is_foreign(&self) -> bool {
+        matches!(self, Self::Foreign(_))
+    }
 }
 
 impl std::fmt::Display for ReadError {
@@ -560,22 +576,230 @@ impl std::fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
-/// Parses a trace, rejecting other JSON documents and newer format versions by name.
+/// A trace as far as this build could read it, and what it could not.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Parsed {
+    pub trace: Trace,
+    /// For a person: what was left out and why (a newer format, kinds or fields this build does
+    /// not know), naming the cublasguard that wrote the trace. Empty for a trace this build
+    /// reads whole.
+    pub notes: Vec<String>,
+    /// The faults (by index in `trace.faults`) whose kind this build does not know: their kind
+    /// is `FaultKind::Unknown`, their name as the trace spells it is here.
+    pub unknown_kinds: BTreeMap<usize, String>,
+    /// Faults stored in the trace that could not be read at all (a newer format), left out of
+    /// `trace.faults`.
+    pub unreadable_faults: u64,
+}
+
+impl Parsed {
+    /// The fault's kind as the trace names it (its own spelling for a kind this build does not
+    /// know).
+    pub fn kind_name(&self, index: usize) -> &str {
+        match self.unknown_kinds.get(&index) {
+            Some(raw) => raw,
+            None => self.trace.faults.get(index).map(|f| f.kind.name()).unwrap_or("unknown"),
+        }
+    }
+}
+
+/// Parses a trace, rejecting other JSON documents by name. See `parse_lenient`.
 pub fn parse(text: &str) -> Result<Trace, ReadError> {
-    let value: serde_json::Value = serde_json::from_str(text).map_err(ReadError::NotJson)?;
+    parse_lenient(text).map(|p| p.trace)
+}
+
+/// Parses a trace, reading a newer one as far as this build can: a fault kind it does not know
+/// becomes `FaultKind::Unknown` (its name kept), fields it does not know are left out, and in a
+/// newer format version (or from a newer guard) a section or a fault it cannot read is left
+/// out; each is said in `notes`, with the version of the cublasguard that wrote the trace. A
+/// trace of this version that does not fit its own format is an error, as is a newer one whose
+/// faults cannot be read at all.
+pub fn parse_lenient(text: &str) -> Result<Parsed, ReadError> {
+    use serde_json::Value;
+    let mut value: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        // Cut short, most likely: say so when it claims to be a trace.
+        Err(e) if text.contains(FORMAT) => return Err(ReadError::NotJson(e)),
+        Err(e) => return Err(ReadError::Foreign(format!("not JSON ({e})"))),
+    };
     match value.get("format") {
-        Some(serde_json::Value::String(f)) if f == FORMAT => {}
-        Some(serde_json::Value::String(other)) => return Err(ReadError::Foreign(format!("format is '{}'", other.escape_debug()))),
+        Some(Value::String(f)) if f == FORMAT => {}
+        Some(Value::String(other)) => return Err(ReadError::Foreign(format!("format is '{}'", other.escape_debug()))),
         Some(other) => return Err(ReadError::Foreign(format!("\"format\" is not a string but {}", json_kind(other)))),
         None => return Err(ReadError::Foreign("no \"format\" field".into())),
     }
-    match value.get("version") {
-        Some(v) if v.as_u64() == Some(VERSION as u64) => {}
-        Some(v) if v.as_u64().is_some() => return Err(ReadError::Foreign(format!("format version {v}; this build reads {VERSION}"))),
-        Some(other) => return Err(ReadError::Foreign(format!("\"version\" is not a whole number but {}", json_kind(other)))),
+    let version = match value.get("version") {
+        Some(v) => v.as_u64().ok_or_else(|| ReadError::Foreign(format!("\"version\" is not a whole number but {}", json_kind(v))))?,
         None => return Err(ReadError::Foreign("no \"version\" field".into())),
+    };
+    if version < VERSION as u64 {
+        return Err(ReadError::Foreign(format!("format version {version}; this build reads {VERSION}")));
     }
-    serde_json::from_value(value).map_err(ReadError::NotJson)
+    let writer = value.pointer("/guard/version").and_then(Value::as_str).filter(|v| !v.is_empty()).map(String::from);
+    // Kinds this build does not know: a placeholder it knows for now, the fault's kind set to
+    // Unknown once it is read.
+    let mut raw_kinds: BTreeMap<usize, String> = BTreeMap::new();
+    if let Some(faults) = value.get_mut("faults").and_then(Value::as_array_mut) {
+        for (i, fault) in faults.iter_mut().enumerate() {
+            if let Some(Value::String(kind)) = fault.get("kind") {
+                if serde_json::from_value::<FaultKind>(Value::String(kind.clone())).is_err() {
+                    raw_kinds.insert(i, kind.clone());
+                    fault["kind"] = Value::String(FaultKind::ApiError.name().into());
+                }
+            }
+        }
+    }
+    let newer = version > VERSION as u64 || writer.as_deref().is_some_and(newer_than_this_build);
+    let (mut trace, kept, broken) = match Trace::deserialize(&value) {
+        Ok(t) => {
+            let kept = value.get("faults").and_then(Value::as_array).map(|a| (0..a.len()).collect()).unwrap_or_default();
+            (t, kept, Vec::new())
+        }
+        Err(e) if !newer && raw_kinds.is_empty() => return Err(ReadError::NotJson(e)),
+        Err(_) => in_parts(&value, version as u32)?,
+    };
+    let stored = value.get("faults").and_then(Value::as_array).map_or(0, Vec::len);
+    let mut parsed = Parsed { unreadable_faults: (stored - kept.len()) as u64, ..Default::default() };
+    for (index, original) in kept.iter().enumerate() {
+        if let Some(raw) = raw_kinds.remove(original) {
+            trace.faults[index].kind = FaultKind::Unknown;
+            parsed.unknown_kinds.insert(index, raw);
+        }
+    }
+    let unknown_fields = unknown_fields_of(&value, &trace, &kept);
+    // One note, naming everything this build left out.
+    let mut left_out = Vec::new();
+    if version > VERSION as u64 {
+        left_out.push(format!("the trace is format version {version} and this build reads version {VERSION}"));
+    }
+    if !parsed.unknown_kinds.is_empty() {
+        let mut names: Vec<&str> = parsed.unknown_kinds.values().map(String::as_str).collect();
+        names.sort_unstable();
+        names.dedup();
+        let names: Vec<String> = names.iter().map(|n| format!("'{}'", n.escape_debug())).collect();
+        left_out.push(format!("{} fault(s) of a kind it does not know ({}), shown as recorded, without advice", parsed.unknown_kinds.len(), names.join(", ")));
+    }
+    if !unknown_fields.is_empty() {
+        const LISTED: usize = 8;
+        let mut list: Vec<String> = unknown_fields.iter().take(LISTED).map(|f| f.escape_debug().to_string()).collect();
+        if unknown_fields.len() > LISTED {
+            list.push(format!("and {} more", unknown_fields.len() - LISTED));
+        }
+        left_out.push(format!("fields it does not know, left out ({})", list.join(", ")));
+    }
+    if !broken.is_empty() {
+        left_out.push(format!("parts it could not read, left out ({})", broken.join(", ")));
+    }
+    if parsed.unreadable_faults > 0 {
+        left_out.push(format!("{} fault(s) it could not read, left out", parsed.unreadable_faults));
+    }
+    if !left_out.is_empty() {
+        let by = match &writer {
+            Some(v) => format!("cublasguard {}", v.escape_debug()),
+            None => "a cublasguard that did not record its version".into(),
+        };
+        let to = writer.as_ref().map(|v| format!(" to {} or later", v.escape_debug())).unwrap_or_default();
+        parsed.notes.push(format!(
+            "written by {by}; this is cublasguard {}, which read it as far as it could: {}. Upgrade cublasguard{to} to read all of it.",
+            env!("CARGO_PKG_VERSION"),
+            left_out.join("; ")
+        ));
+    }
+    parsed.trace = trace;
+    Ok(parsed)
+}
+
+/// A trace read section by section, fault by fault: what cannot be read is left at its default
+/// (and named) or, for a fault or a recent call, left out. The faults themselves must be there.
+fn in_parts(value: &serde_json::Value, version: u32) -> Result<(Trace, Vec<usize>, Vec<String>), ReadError> {
+    use serde::de::DeserializeOwned;
+    let mut broken = Vec::new();
+    fn part<T: DeserializeOwned + Default>(value: &serde_json::Value, key: &str, broken: &mut Vec<String>) -> T {
+        match value.get(key).map(T::deserialize) {
+            Some(Ok(v)) => v,
+            None | Some(Err(_)) => {
+                broken.push(key.to_string());
+                T::default()
+            }
+        }
+    }
+    let faults = value
+        .get("faults")
+        .and_then(serde_json::Value::as_array)
+        .ok_or_else(|| ReadError::Foreign(format!("format version {version} with no \"faults\" list this build can read")))?;
+    let (kept, faults): (Vec<usize>, Vec<Fault>) = faults.iter().enumerate().filter_map(|(i, f)| Some((i, Fault::deserialize(f).ok()?))).unzip();
+    let calls = value.get("recent_calls").and_then(serde_json::Value::as_array);
+    let recent_calls: Vec<RecentCall> = calls.map(|c| c.iter().filter_map(|c| RecentCall::deserialize(c).ok()).collect()).unwrap_or_default();
+    let unread_calls = calls.map_or(0, |c| c.len() - recent_calls.len());
+    if unread_calls > 0 {
+        broken.push(format!("{unread_calls} recent call(s)"));
+    }
+    let trace = Trace {
+        format: FORMAT.into(),
+        version,
+        guard: part(value, "guard", &mut broken),
+        process: part(value, "process", &mut broken),
+        environment: part(value, "environment", &mut broken),
+        faults,
+        recent_calls,
+        summary: part(value, "summary", &mut broken),
+        crash: value.get("crash").and_then(|c| Crash::deserialize(c).ok()),
+    };
+    Ok((trace, kept, broken))
+}
+
+/// Whether a guard version ("0.6.0", "1.2.3-rc1") is newer than this build's.
+fn newer_than_this_build(version: &str) -> bool {
+    fn numbers(v: &str) -> Vec<u64> {
+        v.split(['-', '+']).next().unwrap_or("").split('.').map(|n| n.parse().unwrap_or(0)).collect()
+    }
+    numbers(version) > numbers(env!("CARGO_PKG_VERSION"))
+}
+
+/// The fields of the trace's JSON that this build does not know (it left them out), by path
+/// ("faults[].new_field"); `kept`: the original index of each fault that was read. Empty values
+/// (null, [], {}) are not counted: this build writes those fields by leaving them out.
+fn unknown_fields_of(original: &serde_json::Value, read: &Trace, kept: &[usize]) -> std::collections::BTreeSet<String> {
+    use serde_json::Value;
+    fn walk(original: &Value, known: &Value, path: &str, out: &mut std::collections::BTreeSet<String>) {
+        match (original, known) {
+            (Value::Object(o), Value::Object(k)) => {
+                for (key, v) in o {
+                    let empty = matches!(v, Value::Null) || v.as_array().is_some_and(Vec::is_empty) || v.as_object().is_some_and(|m| m.is_empty());
+                    let here = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                    match k.get(key) {
+                        Some(kv) => walk(v, kv, &here, out),
+                        None if !empty => {
+                            out.insert(here);
+                        }
+                        None => {}
+                    }
+                }
+            }
+            (Value::Array(o), Value::Array(k)) => {
+                for (v, kv) in o.iter().zip(k) {
+                    walk(v, kv, &format!("{path}[]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Default::default();
+    let Ok(known) = serde_json::to_value(read) else { return out };
+    // The faults as read, beside the originals they came from.
+    let mut original = original.clone();
+    if let Some(faults) = original.get_mut("faults").and_then(Value::as_array_mut) {
+        let all = std::mem::take(faults);
+        *faults = all.into_iter().enumerate().filter(|(i, _)| kept.contains(i)).map(|(_, f)| f).collect();
+    }
+    if let (Some(Value::Array(calls)), Some(Value::Array(read_calls))) = (original.get("recent_calls"), known.get("recent_calls")) {
+        if calls.len() != read_calls.len() {
+            // Some were left out: which is which is not known, so compare none.
+            original["recent_calls"] = Value::Array(Vec::new());
+        }
+    }
+    walk(&original, &known, "", &mut out);
+    out
 }
 
 fn json_kind(v: &serde_json::Value) -> &'static str {
@@ -593,8 +817,13 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
 pub const MAX_TRACE_BYTES: u64 = 1 << 30;
 
 /// Reads a trace file: a regular file (a FIFO or a device is refused without blocking on it),
-/// at most `MAX_TRACE_BYTES`.
+/// at most `MAX_TRACE_BYTES`. See `read_lenient`.
 pub fn read(path: &Path) -> Result<Trace, ReadError> {
+    read_lenient(path).map(|p| p.trace)
+}
+
+/// Reads a trace file as `parse_lenient` parses one.
+pub fn read_lenient(path: &Path) -> Result<Parsed, ReadError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
@@ -606,9 +835,11 @@ pub fn read(path: &Path) -> Result<Trace, ReadError> {
     if meta.len() > MAX_TRACE_BYTES {
         return Err(ReadError::Io(std::io::Error::other(format!("{} bytes: larger than any trace ({MAX_TRACE_BYTES} at most)", meta.len()))));
     }
-    let mut text = String::new();
-    file.take(MAX_TRACE_BYTES + 1).read_to_string(&mut text).map_err(ReadError::Io)?;
-    parse(&text)
+    let mut bytes = Vec::new();
+    file.take(MAX_TRACE_BYTES + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    // The guard writes UTF-8 JSON: anything else is some other file.
+    let text = String::from_utf8(bytes).map_err(|_| ReadError::Foreign("not UTF-8 text".into()))?;
+    parse_lenient(&text)
 }
 
 #[cfg(test)]
@@ -668,6 +899,68 @@ mod tests {
         assert!(matches!(parse(r#"{"format":"chrome"}"#), Err(ReadError::Foreign(_))));
         assert!(matches!(parse(r#"{"a":1}"#), Err(ReadError::Foreign(_))));
         assert!(matches!(parse(r#"{"format":"cublasguard-trace","version":9}"#), Err(ReadError::Foreign(_))));
+    }
+
+    /// A trace with two faults, as JSON, written by the guard version given.
+    fn two_faults(guard: &str) -> serde_json::Value {
+        let mut t = sample();
+        t.guard.version = guard.into();
+        t.faults = vec![sample_fault(1), sample_fault(2)];
+        serde_json::to_value(&t).unwrap()
+    }
+
+    #[test]
+    fn a_fault_kind_this_build_does_not_know_is_read_with_its_name_and_a_note_to_upgrade() {
+        let mut v = two_faults("9.1.0");
+        v["faults"][1]["kind"] = "tensor_core_fault".into();
+        v["faults"][1]["lane"] = 7.into();
+        let p = parse_lenient(&v.to_string()).unwrap();
+        assert_eq!(p.trace.faults.len(), 2);
+        assert_eq!((p.trace.faults[0].kind, p.trace.faults[1].kind), (FaultKind::ApiError, FaultKind::Unknown));
+        assert_eq!(p.kind_name(1), "tensor_core_fault");
+        assert_eq!(p.kind_name(0), "api_error");
+        assert_eq!(p.notes.len(), 1, "{:?}", p.notes);
+        let note = &p.notes[0];
+        for w in ["written by cublasguard 9.1.0", "'tensor_core_fault'", "faults[].lane", "Upgrade cublasguard to 9.1.0 or later"] {
+            assert!(note.contains(w), "{w}: {note}");
+        }
+        // The name is never taken for a kind by anything that reads kinds by name.
+        assert!(serde_json::from_value::<FaultKind>("unknown".into()).is_err());
+    }
+
+    #[test]
+    fn a_newer_format_version_is_read_as_far_as_it_fits() {
+        let mut v = two_faults("2.0.0");
+        v["version"] = 2.into();
+        v["faults"][0]["operands"] = "moved to a table".into();
+        v["summary"] = "a new shape".into();
+        let p = parse_lenient(&v.to_string()).unwrap();
+        assert_eq!(p.trace.faults.len(), 1, "the fault that fits is read");
+        assert_eq!(p.trace.faults[0].seq, 2);
+        assert_eq!(p.unreadable_faults, 1);
+        let note = &p.notes[0];
+        for w in ["format version 2", "cublasguard 2.0.0", "1 fault(s) it could not read", "(summary)"] {
+            assert!(note.contains(w), "{w}: {note}");
+        }
+    }
+
+    #[test]
+    fn a_trace_this_build_reads_whole_has_no_note() {
+        let p = parse_lenient(&two_faults(env!("CARGO_PKG_VERSION")).to_string()).unwrap();
+        assert!(p.notes.is_empty() && p.unknown_kinds.is_empty(), "{:?}", p.notes);
+        // Fields left empty are how this build writes them too: not unknown.
+        let mut v = two_faults(env!("CARGO_PKG_VERSION"));
+        v["faults"][0]["python_stack"] = serde_json::json!([]);
+        v["crash"] = serde_json::Value::Null;
+        assert!(parse_lenient(&v.to_string()).unwrap().notes.is_empty());
+    }
+
+    #[test]
+    fn a_trace_of_this_version_that_breaks_its_format_is_still_an_error() {
+        let mut v = two_faults(env!("CARGO_PKG_VERSION"));
+        v["faults"][0]["seq"] = "one".into();
+        assert!(matches!(parse_lenient(&v.to_string()), Err(ReadError::NotJson(_))));
+        assert!(matches!(parse("not json at all"), Err(ReadError::Foreign(_))));
     }
 
     #[test]

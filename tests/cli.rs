@@ -112,9 +112,9 @@ fn report_names_call_operand_and_next_step_for_each_kind() {
     let cases: &[(&str, &[(&str, &str)], bool, &[&str])] = &[
         ("nan_a", &[], true, &["nonfinite_input", "operand A", "holds 1 NaN and 1 Inf", "next:"]),
         ("overflow", &[], true, &["nonfinite_output", "overflow", "learning rate"]),
-        ("bad_lda", &[], true, &["invalid_argument", "lda = 3", "in_features"]),
+        ("bad_lda", &[], true, &["invalid_argument", "lda = 3", "row counts (column-major)"]),
         ("bad_handle", &[], true, &["invalid_handle", "cublasCreate"]),
-        ("host_pointer", &[], true, &["host_pointer", "operand A", ".to('cuda')", "cudaErrorIllegalAddress"]),
+        ("host_pointer", &[], true, &["host_pointer", "operand A", "cudaMemcpyHostToDevice", "cudaErrorIllegalAddress"]),
         ("out_of_bounds", &[], true, &["out_of_bounds", "operand B", "feature width"]),
         ("async", &[("CUDASHIM_ASYNC_FAULT", "2")], true, &["async_error", "culprit", "CUDA_LAUNCH_BLOCKING"]),
         ("api_error", &[("CUDASHIM_FAIL", "cublasSgemm_v2:1:14")], true, &["api_error", "CUBLAS_STATUS_INTERNAL_ERROR"]),

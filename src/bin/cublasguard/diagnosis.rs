@@ -2,7 +2,7 @@
 //! uses, the probable cause, and what to do next. The recorder records facts; this is where
 //! they are interpreted.
 
-use cublasguard::trace::{Fault, FaultKind, InitCauseKind, Operand};
+use cublasguard::trace::{Fault, FaultKind, InitCauseKind, Operand, Trace};
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -45,13 +45,65 @@ fn bad_operand(fault: &Fault) -> Option<&Operand> {
     fault.operands.iter().find(|o| o.nan.unwrap_or(0) + o.inf.unwrap_or(0) > 0)
 }
 
+/// What kind of program made the calls: the advice is in its terms (PyTorch's, JAX's, a Python
+/// program's, or the CUDA C API's for a C/C++ program).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Program {
+    #[serde(rename = "pytorch")]
+    PyTorch,
+    Jax,
+    /// Python, with no framework the trace names.
+    Python,
+    /// A C/C++ (or other compiled) program calling CUDA and cuBLAS itself.
+    Native,
+}
+
+/// Decides the program's kind from what its trace records: the Python it runs (its version,
+/// the faults' Python frames, an interpreter as the executable), the framework the guard found
+/// loaded (PyTorch's `libtorch_cuda.so`), the libraries' paths and the native frames. Without
+/// Python it is a native program, even one that links libtorch.
+pub fn program_of(t: &Trace) -> Program {
+    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+    let interpreter = t.process.exe.iter().chain(t.process.argv.first()).any(|p| base(p).starts_with("python"));
+    let python = t.environment.python_version.is_some()
+        || interpreter
+        || t.faults.iter().any(|f| !f.python_stack.is_empty() || f.python_stack_note.is_some());
+    if !python {
+        return Program::Native;
+    }
+    // Where the frames and libraries come from.
+    let files = t.faults.iter().flat_map(|f| f.python_stack.iter().map(|p| p.file.as_str()));
+    let native = t.faults.iter().flat_map(|f| f.backtrace.iter().map(String::as_str));
+    let libraries = t.environment.libraries.iter().map(|l| l.path.as_str());
+    let places: Vec<&str> = files.chain(native).chain(libraries).collect();
+    let torch = t.environment.framework.as_ref().is_some_and(|f| f.name == "torch")
+        || places.iter().any(|p| p.contains("/torch/") || p.contains("libtorch"))
+        || t.faults.iter().any(|f| f.thread_name.as_deref().is_some_and(|n| n.starts_with("pt_autograd")));
+    let jax = places.iter().any(|p| p.contains("/jax/") || p.contains("/jaxlib/") || p.contains("jax_plugins") || p.contains("xla_extension"));
+    if torch {
+        Program::PyTorch
+    } else if jax {
+        Program::Jax
+    } else {
+        Program::Python
+    }
+}
+
+/// `cublasSgemm` for `cublasSgemm_v2`: the name a C program calls (cublas_v2.h's macro).
+fn c_name(api: &str) -> &str {
+    api.strip_suffix("_v2").unwrap_or(api)
+}
+
 /// `earlier_nonfinite`: an earlier fault in the run already saw non-finite values, so this
-/// one is probably propagation.
-pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
+/// one is probably propagation. `program`: whose terms the advice is in.
+pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program) -> Diagnosis {
     let layer = linear_layer(fault);
     let row_major = fault.operands.iter().map(row_major).collect();
     let tf32 = fault.handle.as_ref().is_some_and(|h| h.reduced_precision);
     let steps = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let call = c_name(&fault.api);
+    let native = program == Program::Native;
     // A failed handle creation with a cause (ALLOC_FAILED) reads like a failed start.
     let kind = if fault.kind == FaultKind::ApiError && fault.cause.is_some() { FaultKind::InitFailed } else { fault.kind };
     let (mut cause, mut next_steps) = match kind {
@@ -69,13 +121,32 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
                 } else {
                     "an input operand"
                 };
-                (
-                    format!("operand {op} is {input} and already held NaN/Inf before this call: the bad values were made earlier, outside cuBLAS"),
-                    steps(&[
+                let advice = match program {
+                    Program::PyTorch => steps(&[
                         "If this is the first layer: check the input features (data loading, normalisation, division by zero, log of 0) with torch.isfinite(x).all() before the model.",
                         "If it happens after some training steps: the weights diverged; lower the learning rate, clip gradients (torch.nn.utils.clip_grad_norm_), and turn on torch.autograd.set_detect_anomaly(True) to find the backward op that made them.",
                         "Known-benign NaNs (masked attention, torch.where) can be excluded by checking the operand's first position above.",
                     ]),
+                    Program::Jax => steps(&[
+                        "If this is the first layer: check the input arrays (data loading, normalisation, division by zero, log of 0) with jnp.isfinite(x).all() before the model.",
+                        "To find the operation that made them: jax.config.update(\"jax_debug_nans\", True) stops at the first one that produces a NaN.",
+                        "If it happens after some training steps: the weights diverged; lower the learning rate or clip gradients (optax.clip_by_global_norm).",
+                    ]),
+                    Program::Python => steps(&[
+                        "Check the arrays before they reach the GPU (data loading, normalisation, division by zero, log of 0), with numpy.isfinite(x).all() or your framework's isfinite.",
+                        "If it happens after some iterations: the values diverged; lower the learning rate (step size) or rescale the data.",
+                    ]),
+                    Program::Native => vec![
+                        format!(
+                            "Check the buffer you pass to {call} as {op}: copy it back with cudaMemcpy(host, d_{op}, bytes, cudaMemcpyDeviceToHost) right after you fill it and test every element with isfinite(); the first step that leaves a NaN/Inf in it is the culprit (a division by zero, log of 0 or sqrt of a negative number in your own code or kernel)."
+                        ),
+                        "If it is finite at first and goes bad after some iterations: the values diverge; lower the step size (learning rate) or rescale the data.".into(),
+                        format!("A NaN you make on purpose can be kept out of the report with `CUBLASGUARD_IGNORE='kind=nonfinite_input,api={},operand={op}'`.", fault.api),
+                    ],
+                };
+                (
+                    format!("operand {op} is {input} and already held NaN/Inf before this call: the bad values were made earlier, outside cuBLAS"),
+                    advice,
                 )
             }
         },
@@ -84,36 +155,78 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
             if tf32 {
                 cause.push_str("; the handle uses TF32 tensor-op math, which rounds float32 inputs to 10 mantissa bits");
             }
-            let mut s = steps(&[
-                "Lower the learning rate or add gradient clipping (torch.nn.utils.clip_grad_norm_); exploding weights overflow first in the largest GEMM.",
-                "In fp16, use loss scaling (torch.cuda.amp.GradScaler) or bf16, whose range matches float32.",
-                "Check the operands' magnitudes: an input scaled by a huge factor overflows the product.",
-            ]);
+            let mut s = match program {
+                Program::PyTorch => steps(&[
+                    "Lower the learning rate or add gradient clipping (torch.nn.utils.clip_grad_norm_); exploding weights overflow first in the largest GEMM.",
+                    "In fp16, use loss scaling (torch.cuda.amp.GradScaler) or bf16, whose range matches float32.",
+                    "Check the operands' magnitudes: an input scaled by a huge factor overflows the product.",
+                ]),
+                Program::Jax => steps(&[
+                    "Lower the learning rate or clip gradients (optax.clip_by_global_norm); exploding weights overflow first in the largest GEMM.",
+                    "In fp16, scale the loss or use bf16, whose range matches float32.",
+                    "Check the operands' magnitudes: an input scaled by a huge factor overflows the product.",
+                ]),
+                Program::Python => steps(&[
+                    "If this runs in a training loop: lower the learning rate or clip gradients; exploding weights overflow first in the largest GEMM.",
+                    "In fp16, scale the loss or use bf16, whose range matches float32.",
+                    "Check the operands' magnitudes: an input scaled by a huge factor overflows the product.",
+                ]),
+                Program::Native => vec![
+                    format!("Check the magnitudes of the buffers you pass to {call}: copy A and B back with cudaMemcpy and find their largest |value|; a sum of products beyond the output type's range (3.4e38 for float, 65504 for half) overflows to Inf, and Inf - Inf gives NaN."),
+                    "If this runs in a training loop or an iterative solver: lower the learning rate (step size) or rescale the inputs; exploding values overflow first in the largest GEMM.".into(),
+                    "For half-precision data: accumulate in float (cublasGemmEx with CUBLAS_COMPUTE_32F) or scale the inputs down.".into(),
+                ],
+            };
             if tf32 {
-                s.push("To compare with strict float32: torch.backends.cuda.matmul.allow_tf32 = False (or NVIDIA_TF32_OVERRIDE=0).".into());
+                s.push(match program {
+                    Program::PyTorch => "To compare with strict float32: torch.backends.cuda.matmul.allow_tf32 = False (or NVIDIA_TF32_OVERRIDE=0).".into(),
+                    Program::Jax => "To compare with strict float32: jax.default_matmul_precision(\"highest\") (or NVIDIA_TF32_OVERRIDE=0).".into(),
+                    Program::Python => "To compare with strict float32: NVIDIA_TF32_OVERRIDE=0 turns TF32 off for the whole process.".into(),
+                    Program::Native => "To compare with strict float32: cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH) (or NVIDIA_TF32_OVERRIDE=0).".into(),
+                });
             }
             (cause, s)
         }
         FaultKind::InvalidArgument => (
             "the arguments break cuBLAS's rules: a shape or leading dimension does not fit the matrices".into(),
-            steps(&[
-                "Compare the feature width of the input with the layer's in_features (x.shape[-1] must equal in_features).",
-                "In C/C++: lda/ldb/ldc are the stored matrices' row counts (column-major); for transposed operands the rule swaps.",
-            ]),
+            match program {
+                Program::PyTorch => steps(&[
+                    "Compare the feature width of the input with the layer's in_features (x.shape[-1] must equal in_features).",
+                    "A view with unusual strides can break the rule too: call .contiguous() on the input before the op.",
+                ]),
+                Program::Jax | Program::Python => steps(&[
+                    "Compare the shapes of the arrays you multiply: the inner dimensions must agree (x.shape[-1] == w.shape[0]).",
+                ]),
+                Program::Native => vec![
+                    format!("lda/ldb/ldc are the stored matrices' row counts (column-major): for {call}, lda >= max(1, m) if transa = N, else max(1, k); ldb >= max(1, k) if transb = N, else max(1, n); ldc >= max(1, m)."),
+                    "Row-major data: compute C^T = B^T A^T (swap A and B, and m and n) instead of passing row-major leading dimensions.".into(),
+                ],
+            },
         ),
         FaultKind::HostPointer => (
             "an operand is host (CPU) memory, passed to a GPU call".into(),
-            steps(&[
-                "Move the tensor to the GPU (tensor.to('cuda')) or the module (model.cuda()) so every operand lives on the same device.",
-                "In C/C++: copy host data into a cudaMalloc'd buffer with cudaMemcpy before the call.",
-            ]),
+            match program {
+                Program::PyTorch => steps(&["Move the tensor to the GPU (tensor.to('cuda')) or the module (model.cuda()) so every operand lives on the same device."]),
+                Program::Jax => steps(&["Put the array on the device (jax.device_put(x)) before the call."]),
+                Program::Python => steps(&["Pass device arrays (CuPy's, or your framework's GPU tensors), not NumPy arrays or other host memory."]),
+                Program::Native => vec![
+                    format!("Copy the host data into a cudaMalloc'd buffer with cudaMemcpy(d_x, x, bytes, cudaMemcpyHostToDevice) and pass that device pointer to {call}."),
+                    "Or allocate the buffer with cudaMallocManaged, which host and device can both use.".into(),
+                ],
+            },
         ),
         FaultKind::OutOfBounds => (
             "an operand extends past the end of its allocation: the call would read or write memory that is not part of the tensor".into(),
-            steps(&[
-                "A wrong feature width is the usual cause: the input has fewer features than the layer's in_features, or a view/stride is wrong.",
-                "Check the leading dimensions and that the buffer was not freed or allocated too small.",
-            ]),
+            match program {
+                Program::Native => vec![
+                    format!("Check each buffer's size against what {call} reads: ld x cols elements of its type (A is lda x k with transa = N, else lda x m); a wrong feature width (k), a wrong leading dimension or a buffer allocated too small is the usual cause."),
+                    "Check that the buffer was not freed and allocated again smaller.".into(),
+                ],
+                _ => steps(&[
+                    "A wrong feature width is the usual cause: the input has fewer features than the layer's in_features, or a view/stride is wrong.",
+                    "Check the leading dimensions and that the buffer was not freed or allocated too small.",
+                ]),
+            },
         ),
         FaultKind::AsyncError => (
             "the kernel launched by this call faulted; the guard synchronised right after it (as CUDA_LAUNCH_BLOCKING=1 would), so this call is the culprit, not a later one".into(),
@@ -154,11 +267,26 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
             }
             (
                 cause,
-                steps(&[
-                    "Reduce the batch size, or use gradient checkpointing / mixed precision to shrink activations.",
-                    "Free what is no longer needed (del tensors, torch.cuda.empty_cache()); a growing tracked count across steps means a leak.",
-                    "Check that no other process holds the GPU (nvidia-smi).",
-                ]),
+                match program {
+                    Program::PyTorch => steps(&[
+                        "Reduce the batch size, or use gradient checkpointing / mixed precision to shrink activations.",
+                        "Free what is no longer needed (del tensors, torch.cuda.empty_cache()); a growing tracked count across steps means a leak.",
+                        "Check that no other process holds the GPU (nvidia-smi).",
+                    ]),
+                    Program::Jax => steps(&[
+                        "Reduce the batch size; JAX preallocates most of the GPU's memory at start: XLA_PYTHON_CLIENT_PREALLOCATE=false or a smaller XLA_PYTHON_CLIENT_MEM_FRACTION leaves room for others.",
+                        "Check that no other process holds the GPU (nvidia-smi).",
+                    ]),
+                    Program::Python => steps(&[
+                        "Reduce the batch size, or free arrays that are no longer needed; a growing tracked count across steps means a leak.",
+                        "Check that no other process holds the GPU (nvidia-smi).",
+                    ]),
+                    Program::Native => steps(&[
+                        "Reduce the batch size or the buffers' sizes.",
+                        "cudaFree the buffers you no longer need; a tracked count that grows across iterations means a leak (a cudaMalloc without its cudaFree).",
+                        "Check that no other process holds the GPU (nvidia-smi).",
+                    ]),
+                },
             )
         }
         FaultKind::InitFailed => {
@@ -168,21 +296,39 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
                     "Install the NVIDIA driver (nvidia-smi must work); in a container, start it with GPU access (--gpus all, nvidia-container-toolkit).",
                     "Run `cublasguard doctor` to see which CUDA libraries the program would load.",
                 ]),
+                Some(InitCauseKind::DriverTooOld) if native => steps(&[
+                    "Upgrade the NVIDIA driver to one that supports the runtime's CUDA version, or build the program with a CUDA toolkit the driver supports (or install the CUDA forward-compatibility package, cuda-compat).",
+                ]),
                 Some(InitCauseKind::DriverTooOld) => steps(&[
                     "Upgrade the NVIDIA driver to one that supports the runtime's CUDA version, or install the framework build for the driver's CUDA version.",
                 ]),
                 Some(InitCauseKind::NoDevice) => steps(&[
                     "Check CUDA_VISIBLE_DEVICES (empty or -1 hides every GPU) and that the job or container was given a GPU.",
                 ]),
-                Some(InitCauseKind::OutOfMemory) => steps(&[
-                    "The device had no room for cuBLAS's workspace: this is memory, not the driver. Reinstalling drivers will not help.",
-                    "PyTorch: torch.cuda.empty_cache() before the first matmul, a smaller batch, or PYTORCH_CUDA_ALLOC_CONF to cap the caching allocator; TensorFlow: TF_FORCE_GPU_ALLOW_GROWTH=true (it maps all memory otherwise).",
-                    "Check nvidia-smi for other processes holding memory on the same GPU.",
-                ]),
-                Some(InitCauseKind::ForkedChild) => steps(&[
-                    "Use the spawn start method for workers that touch CUDA: torch.multiprocessing.set_start_method(\"spawn\"), or DataLoader(..., multiprocessing_context=\"spawn\").",
-                    "Or keep CUDA out of the parent until the workers are started; worker_init_fn does not help, the context is already lost at fork.",
-                ]),
+                Some(InitCauseKind::OutOfMemory) => {
+                    let mut s = steps(&["The device had no room for cuBLAS's workspace: this is memory, not the driver. Reinstalling drivers will not help."]);
+                    s.push(match program {
+                        Program::PyTorch => "torch.cuda.empty_cache() before the first matmul, a smaller batch, or PYTORCH_CUDA_ALLOC_CONF to cap the caching allocator.".into(),
+                        Program::Jax => "JAX preallocates most of the GPU's memory at start: XLA_PYTHON_CLIENT_PREALLOCATE=false, or a smaller XLA_PYTHON_CLIENT_MEM_FRACTION.".into(),
+                        Program::Python => "A framework's caching allocator can hold nearly all memory: TensorFlow TF_FORCE_GPU_ALLOW_GROWTH=true, JAX XLA_PYTHON_CLIENT_PREALLOCATE=false, PyTorch torch.cuda.empty_cache().".into(),
+                        Program::Native => format!("Create the handle ({call}) before the large allocations, or cudaFree buffers you no longer need before creating it."),
+                    });
+                    s.push("Check nvidia-smi for other processes holding memory on the same GPU.".into());
+                    s
+                }
+                Some(InitCauseKind::ForkedChild) => match program {
+                    Program::PyTorch => steps(&[
+                        "Use the spawn start method for workers that touch CUDA: torch.multiprocessing.set_start_method(\"spawn\"), or DataLoader(..., multiprocessing_context=\"spawn\").",
+                        "Or keep CUDA out of the parent until the workers are started; worker_init_fn does not help, the context is already lost at fork.",
+                    ]),
+                    Program::Jax | Program::Python => steps(&[
+                        "Use the spawn start method for workers that touch CUDA: multiprocessing.set_start_method(\"spawn\").",
+                        "Or keep CUDA out of the parent until the workers are started: the context is already lost at fork.",
+                    ]),
+                    Program::Native => steps(&[
+                        "A CUDA context does not survive fork(): start CUDA only in the child, after the fork, or start workers with posix_spawn/exec instead of a bare fork.",
+                    ]),
+                },
                 Some(InitCauseKind::ContextLost) => steps(&[
                     "This is not the first fault: read the earlier one, whose call number the cause names; every call after it fails the same way.",
                     "Run again with the guard (or CUDA_LAUNCH_BLOCKING=1) to pin that first fault to its call.",
@@ -197,15 +343,29 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
             let by = fault.freed_by.as_ref().map(|f| format!(" (by {} at call #{}, {} at {})", f.api, f.seq, bytes(f.size), f.base)).unwrap_or_default();
             (
                 format!("use after free: an operand points into device memory the program freed earlier{by}"),
-                steps(&[
-                    "Keep the buffer (the tensor) alive until every call that uses it has run; free it after the last one.",
-                    "With several streams, a buffer freed on one stream may still be in use on another: synchronise first (PyTorch: tensor.record_stream(stream)).",
-                ]),
+                match program {
+                    Program::Native => vec![
+                        format!("Keep the buffer allocated until every call that uses it has run: cudaFree it after the last {call} that reads it (after cudaStreamSynchronize when the calls are asynchronous)."),
+                        "With several streams, a buffer freed on one stream may still be in use on another: synchronise first, or free it with cudaFreeAsync on the stream that uses it.".into(),
+                    ],
+                    Program::PyTorch => steps(&[
+                        "Keep the buffer (the tensor) alive until every call that uses it has run; free it after the last one.",
+                        "With several streams, a buffer freed on one stream may still be in use on another: synchronise first (PyTorch: tensor.record_stream(stream)).",
+                    ]),
+                    Program::Jax | Program::Python => steps(&[
+                        "Keep the buffer (the array) alive until every call that uses it has run; free it after the last one.",
+                        "With several streams, a buffer freed on one stream may still be in use on another: synchronise first.",
+                    ]),
+                },
             )
         }
         FaultKind::InvalidHandle => (
             "the cuBLAS handle is not a live one: never created, destroyed already, or inherited across fork".into(),
             steps(&["Create the handle with cublasCreate in this process and destroy it only after the last call that uses it."]),
+        ),
+        FaultKind::Unknown => (
+            "a fault of a kind this cublasguard does not know: the guard's own message above says what it found".into(),
+            steps(&["Upgrade cublasguard to the version that wrote this trace (the note at the top names it) for its advice on this kind."]),
         ),
     };
     if let Some(e) = &fault.error {
@@ -244,7 +404,11 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>) -> Diagnosis {
         );
         next_steps.insert(
             0,
-            format!("Run `cublasguard doctor --python <the program's python>`: it lists the framework's compiled architectures next to sm_{sm}; install a build that includes it (a newer release, or one built for a newer CUDA)."),
+            if native {
+                format!("Build the program (and the libraries it links) with kernels for sm_{sm}: nvcc -gencode arch=compute_{sm},code=sm_{sm} (or include PTX for the driver to compile), and use a cuBLAS that supports it.")
+            } else {
+                format!("Run `cublasguard doctor --python <the program's python>`: it lists the framework's compiled architectures next to sm_{sm}; install a build that includes it (a newer release, or one built for a newer CUDA).")
+            },
         );
     }
     Diagnosis { layer, row_major, cause, next_steps }
@@ -322,7 +486,7 @@ mod tests {
 
     #[test]
     fn recognises_a_linear_layer_and_translates_to_row_major() {
-        let d = diagnose(&fault(FaultKind::NonfiniteInput), None);
+        let d = diagnose(&fault(FaultKind::NonfiniteInput), None, Program::PyTorch);
         assert_eq!(d.layer.as_deref(), Some("looks like nn.Linear(in_features=8, out_features=16) on a batch of 32"));
         assert_eq!(d.row_major, ["B as row-major: [32, 8] f32, first non-finite at [3, 2]"]);
         assert!(d.cause.contains("the features fed to this Linear"), "{}", d.cause);
@@ -331,7 +495,7 @@ mod tests {
 
     #[test]
     fn later_nonfinite_inputs_are_propagation() {
-        let d = diagnose(&fault(FaultKind::NonfiniteInput), Some(3));
+        let d = diagnose(&fault(FaultKind::NonfiniteInput), Some(3), Program::Native);
         assert!(d.cause.starts_with("propagation") && d.cause.contains("#3"), "{}", d.cause);
     }
 
@@ -348,10 +512,80 @@ mod tests {
             FaultKind::ApiError,
             FaultKind::AllocFailed,
             FaultKind::InitFailed,
+            FaultKind::UseAfterFree,
+            FaultKind::Unknown,
         ] {
-            let d = diagnose(&fault(kind), None);
-            assert!(!d.cause.is_empty() && !d.next_steps.is_empty(), "{kind:?}");
+            for program in [Program::PyTorch, Program::Jax, Program::Python, Program::Native] {
+                let d = diagnose(&fault(kind), None, program);
+                assert!(!d.cause.is_empty() && !d.next_steps.is_empty(), "{kind:?} {program:?}");
+            }
         }
+    }
+
+    /// Words that only make sense in a PyTorch program.
+    const PYTORCH_WORDS: [&str; 7] = ["torch.", "GradScaler", "nn.Linear", "in_features", ".to('cuda')", "model.cuda", "record_stream"];
+
+    #[test]
+    fn a_c_program_gets_cuda_c_advice_and_no_pytorch_advice() {
+        for kind in [
+            FaultKind::NonfiniteInput,
+            FaultKind::NonfiniteOutput,
+            FaultKind::InvalidArgument,
+            FaultKind::HostPointer,
+            FaultKind::OutOfBounds,
+            FaultKind::AllocFailed,
+            FaultKind::UseAfterFree,
+        ] {
+            let mut f = fault(kind);
+            f.handle = Some(cublasguard::trace::HandleRecord {
+                ptr: "0x1".into(),
+                math_mode: "CUBLAS_TF32_TENSOR_OP_MATH".into(),
+                pointer_mode: "HOST".into(),
+                stream: "0x0".into(),
+                reduced_precision: true,
+            });
+            let d = diagnose(&f, None, Program::Native);
+            let advice = d.next_steps.join("\n");
+            for w in PYTORCH_WORDS {
+                assert!(!advice.contains(w), "{kind:?}: '{w}' in C advice:\n{advice}");
+            }
+            assert!(advice.contains("cuda") || advice.contains("cublas") || advice.contains("ld"), "{kind:?}: {advice}");
+            let torch = diagnose(&f, None, Program::PyTorch).next_steps.join("\n");
+            assert!(PYTORCH_WORDS.iter().any(|w| torch.contains(w)), "{kind:?}: PyTorch advice in a PyTorch program:\n{torch}");
+        }
+        let d = diagnose(&fault(FaultKind::NonfiniteInput), None, Program::Native);
+        assert!(d.next_steps[0].contains("the buffer you pass to cublasSgemm as B") && d.next_steps[0].contains("isfinite"), "{:?}", d.next_steps);
+    }
+
+    fn trace_of(f: Fault) -> Trace {
+        Trace { faults: vec![f], ..Default::default() }
+    }
+
+    #[test]
+    fn the_program_kind_comes_from_what_the_trace_records() {
+        let c = trace_of(fault(FaultKind::NonfiniteInput));
+        assert_eq!(program_of(&c), Program::Native);
+        // libtorch linked into a C++ program: still native, no Python.
+        let mut cpp = c.clone();
+        cpp.environment.framework = Some(cublasguard::trace::FrameworkBuild { name: "torch".into(), version: None, cuda: None });
+        assert_eq!(program_of(&cpp), Program::Native);
+        let mut torch = cpp.clone();
+        torch.environment.python_version = Some("3.12.3".into());
+        assert_eq!(program_of(&torch), Program::PyTorch);
+        let mut plain = c.clone();
+        plain.process.argv = vec!["/usr/bin/python3".into(), "frames.py".into()];
+        assert_eq!(program_of(&plain), Program::Python);
+        let mut jax = plain.clone();
+        jax.faults[0].python_stack = vec![cublasguard::trace::PythonFrame {
+            file: "/venv/lib/python3.12/site-packages/jax/_src/dispatch.py".into(),
+            line: 1,
+            function: "apply".into(),
+        }];
+        assert_eq!(program_of(&jax), Program::Jax);
+        let mut autograd = plain.clone();
+        autograd.faults[0].python_stack_note = Some("an autograd thread".into());
+        autograd.faults[0].thread_name = Some("pt_autograd_0".into());
+        assert_eq!(program_of(&autograd), Program::PyTorch);
     }
 
     #[test]

@@ -71,12 +71,26 @@ enum Cmd {
         command: Vec<OsString>,
     },
     /// Explain trace files (or folders of them): first fault first, with causes and next steps
-    #[command(after_help = "Exit status: 0 no faults, 1 faults found, 2 unreadable input.")]
+    #[command(after_help = "Traces of several processes are merged in time order. A fault that follows from an earlier \
+        one of its process (NaN passed on, a context lost to its error, the same failure to start) is counted under \
+        that root cause, not printed in full.\n\n\
+        Exit status: 0 no faults, 1 faults found, 2 unreadable input.")]
     Report {
+        /// Trace files, or folders of them (the *.json traces directly inside; other JSON files there
+        /// are skipped with a note)
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
+        /// Output format: text for a terminal, markdown (CommonMark) for an issue or a chat, json
+        /// for a program (json always holds every fault)
         #[arg(long, value_enum, default_value = "text")]
         format: report::Format,
+        /// Show the first N root causes in full, each with the count of the faults that follow
+        /// from it
+        #[arg(long, value_name = "N", default_value_t = report::DEFAULT_LIMIT, conflicts_with = "all")]
+        limit: usize,
+        /// Show every root cause, and every fault that follows from one, one line each
+        #[arg(long)]
+        all: bool,
     },
     /// Check this machine's CUDA setup: driver, devices, libraries, versions, variables, and
     /// the frameworks (PyTorch, JAX, TensorFlow) of the Python you run
@@ -93,12 +107,17 @@ enum Cmd {
         python_timeout: u64,
     },
     /// Write a trace's calls and faults as Chrome Trace Event JSON (Perfetto, chrome://tracing)
+    #[command(after_help = "Each recent call the guard recorded is a slice on its thread's track (and on its stream's, \
+        for calls that name a stream); each fault is an instant on the same tracks. Times are microseconds from the \
+        earliest event (otherData.base_time_ns holds it, in ns since the Unix epoch).")]
     Timeline {
+        /// Trace files, or folders of them (several processes are merged, one process per trace)
         #[arg(required = true, value_name = "TRACE")]
         traces: Vec<PathBuf>,
-        /// Output file
+        /// Where to write the timeline; `-` for standard output. Default: beside the first trace,
+        /// TRACE.timeline.json (in the folder, for a folder: cublasguard.timeline.json)
         #[arg(short, long, value_name = "OUT.json")]
-        output: PathBuf,
+        output: Option<PathBuf>,
     },
     /// Run the bundled example on the CPU stand-in CUDA stack with a NaN injected, and report
     Demo,
@@ -138,11 +157,38 @@ fn print(text: &str) -> Result<(), CliError> {
     }
 }
 
-fn report_cmd(paths: &[PathBuf], format: report::Format) -> Result<i32, CliError> {
+fn report_cmd(paths: &[PathBuf], format: report::Format, limit: Option<usize>) -> Result<i32, CliError> {
     let loaded = report::load(paths).map_err(CliError::usage)?;
-    print(&report::render(&loaded, format))?;
-    let faults = report::total(loaded.iter().map(|l| l.trace.summary.faults.max(l.trace.faults.len() as u64)));
+    print(&report::render_limited(&loaded, format, limit))?;
+    let faults = report::total(loaded.iter().map(report::Loaded::fault_count));
     Ok(if faults > 0 { 1 } else { 0 })
+}
+
+fn timeline_cmd(traces: &[PathBuf], output: Option<PathBuf>) -> Result<i32, CliError> {
+    let loaded = report::load(traces).map_err(CliError::usage)?;
+    for l in &loaded {
+        for note in &l.notes {
+            eprintln!("cublasguard: note: {}: {}", l.path.display(), report::escape_controls(note));
+        }
+    }
+    let mut json = serde_json::to_vec_pretty(&timeline::events(&loaded)).map_err(|e| CliError::usage(e.to_string()))?;
+    json.push(b'\n');
+    let output = output.unwrap_or_else(|| timeline::default_output(&traces[0]));
+    if output.as_os_str() == "-" {
+        let mut out = std::io::stdout().lock();
+        return match out.write_all(&json).and_then(|_| out.flush()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::usage(format!("writing the timeline: {e}"))),
+            _ => Ok(0),
+        };
+    }
+    // Never over a trace it was asked to read.
+    let same = |a: &std::path::Path, b: &std::path::Path| a.canonicalize().ok().is_some_and(|a| b.canonicalize().ok() == Some(a));
+    if let Some(l) = loaded.iter().find(|l| same(&l.path, &output)) {
+        return Err(CliError::usage(format!("{}: that is one of the traces read; choose another file with -o", l.path.display())));
+    }
+    std::fs::write(&output, json).map_err(|e| CliError::usage(format!("{}: {e}", output.display())))?;
+    eprintln!("cublasguard: wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)", output.display());
+    Ok(0)
 }
 
 /// The stand-in stack and the demo program: installed beside the command by the Python wheel
@@ -254,7 +300,7 @@ fn main() -> ExitCode {
         Cmd::Run { trace, checks, on_fault, command } => {
             run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env: Vec::new(), quiet_summary: false, stdout_to_stderr: false })
         }
-        Cmd::Report { paths, format } => report_cmd(&paths, format),
+        Cmd::Report { paths, format, limit, all } => report_cmd(&paths, format, (!all).then_some(limit)),
         Cmd::Doctor { json, python, python_timeout } => {
             let options = doctor::PythonOptions { python, timeout: std::time::Duration::from_secs(python_timeout) };
             let checks = doctor::run_checks(&options);
@@ -265,13 +311,7 @@ fn main() -> ExitCode {
             };
             print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::Status::Fail)))
         }
-        Cmd::Timeline { traces, output } => report::load(&traces).map_err(CliError::usage).and_then(|loaded| {
-            let all: Vec<_> = loaded.into_iter().map(|l| l.trace).collect();
-            let json = serde_json::to_vec_pretty(&timeline::events(&all)).map_err(|e| CliError::usage(e.to_string()))?;
-            std::fs::write(&output, json).map_err(|e| CliError::usage(format!("{}: {e}", output.display())))?;
-            eprintln!("cublasguard: wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)", output.display());
-            Ok(0)
-        }),
+        Cmd::Timeline { traces, output } => timeline_cmd(&traces, output),
         Cmd::Demo => demo(),
         Cmd::Replay { dump, cuda, emit_c } => replay::run(&replay::Options { dump, cuda, emit_c }),
         Cmd::Subcommands => print(&subcommand_names().iter().map(|n| format!("{n}\n")).collect::<String>()).map(|_| 0),

@@ -287,6 +287,40 @@ fn nonfinite_summary(name: &str, m: &Matrix) -> Option<String> {
     Some(format!("{name}: {nan} NaN, {inf} Inf (first at member {member}, ({row}, {col}))"))
 }
 
+/// Whether `replay` can rerun the dump at `path`, or why not (the report asks before it offers
+/// the command): the checks `analyse` makes before it computes, from the file's header alone,
+/// so a large dump is not read.
+pub fn can_replay(path: &Path) -> Result<(), String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(|e| format!("it cannot be read ({e})"))?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).map_err(|_| "not a safetensors file (too short)".to_string())?;
+    let len = u64::from_le_bytes(len);
+    if len > 100 << 20 {
+        return Err("not a safetensors file (its header would be larger than 100 MiB)".into());
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header).map_err(|_| "not a safetensors file (its header is cut short)".to_string())?;
+    let header: serde_json::Value = serde_json::from_slice(&header).map_err(|e| format!("not a safetensors file: {e}"))?;
+    let record = header["__metadata__"][dump::METADATA_KEY].as_str().ok_or("a safetensors file, but not a cublasguard dump (no call record in its metadata)")?;
+    let meta: serde_json::Value = serde_json::from_str(record).map_err(|e| format!("the call record is not JSON: {e}"))?;
+    let format = meta["format"].as_u64().unwrap_or(0);
+    if format == 0 || format > dump::FORMAT {
+        return Err(format!("dump format {format} (this cublasguard reads format {})", dump::FORMAT));
+    }
+    let mut tensors = std::collections::BTreeMap::new();
+    for name in header.as_object().into_iter().flat_map(|o| o.keys()).filter(|k| *k != "__metadata__") {
+        let dtype = meta["tensors"][name]["dtype"].as_str().and_then(dump::dtype_named).ok_or_else(|| format!("{name}: no dtype in the call record"))?;
+        tensors.insert(name.clone(), Matrix { dtype, batch: 0, rows: 0, cols: 0, values: Vec::new(), raw: Vec::new() });
+    }
+    let d = Dump { meta, tensors };
+    let call = replayed(&d)?;
+    if call.beta != [0.0, 0.0] && !d.tensors.contains_key("C") {
+        return Err("beta != 0 but the dump has no C (see not_dumped in its record)".into());
+    }
+    Ok(())
+}
+
 /// The exact reference and its comparison with the library's output.
 pub fn analyse(d: &Dump) -> Result<Analysis, String> {
     let call = replayed(d)?;

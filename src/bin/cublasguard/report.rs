@@ -1,12 +1,16 @@
-//! `cublasguard report`: traces in, a postmortem out, first fault first.
+//! `cublasguard report`: traces in, a postmortem out, first fault first: a table of the faults
+//! by kind, function and call site, then one entry per root cause, with the faults that follow
+//! from it (NaN passed on, a context lost to its error, the same failure to start) counted
+//! under it.
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use cublasguard::trace::{self, Fault, FaultKind, Trace};
+use cublasguard::trace::{self, Fault, FaultKind, InitCauseKind, Trace};
 use serde::Serialize;
 
-use crate::diagnosis::{self, bytes, Diagnosis};
+use crate::diagnosis::{self, bytes, Diagnosis, Program};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -15,42 +19,105 @@ pub enum Format {
     Json,
 }
 
+/// Root causes shown in full unless `--limit` or `--all` says otherwise.
+pub const DEFAULT_LIMIT: usize = 20;
+
 /// A trace and where it came from.
+#[derive(Debug)]
 pub struct Loaded {
     pub path: PathBuf,
     pub trace: Trace,
+    /// What the reader left out of a trace from a newer cublasguard, for a person.
+    pub notes: Vec<String>,
+    /// Faults (by index) of a kind this build does not know, by the name the trace gives.
+    pub unknown_kinds: BTreeMap<usize, String>,
+    /// Faults stored in the trace that this build could not read.
+    pub unreadable_faults: u64,
 }
 
-/// Expands folders to the `*.json` files directly inside them, sorted.
-pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    let mut out = Vec::new();
+impl Loaded {
+    pub fn new(path: PathBuf, parsed: trace::Parsed) -> Self {
+        Self { path, trace: parsed.trace, notes: parsed.notes, unknown_kinds: parsed.unknown_kinds, unreadable_faults: parsed.unreadable_faults }
+    }
+
+    /// Faults the trace stores, read or not.
+    fn stored(&self) -> u64 {
+        (self.trace.faults.len() as u64).saturating_add(self.unreadable_faults)
+    }
+
+    /// Faults the guard counted but did not store (past CUBLASGUARD_MAX_FAULTS).
+    pub fn not_stored(&self) -> u64 {
+        self.trace.summary.dropped_faults.max(self.trace.summary.faults.saturating_sub(self.stored()))
+    }
+
+    /// Every fault the trace tells of.
+    pub fn fault_count(&self) -> u64 {
+        self.stored().saturating_add(self.not_stored())
+    }
+}
+
+/// The `*.json` files directly inside a folder, sorted.
+fn json_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files: Vec<PathBuf> =
+        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json")).collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(format!("{}: no .json trace files in this folder", dir.display()));
+    }
+    Ok(files)
+}
+
+/// Reads the traces named, and those in the folders named. A file named is a trace or an
+/// error; in a folder, a JSON file that is not a trace (a report's JSON, a timeline, a config
+/// file) is skipped, and said in the list returned; a folder with no trace at all is an error.
+pub fn load_noting(paths: &[PathBuf]) -> Result<(Vec<Loaded>, Vec<String>), String> {
+    let mut loaded = Vec::new();
+    let mut skipped = Vec::new();
     for path in paths {
-        if path.is_dir() {
-            let entries = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let mut files: Vec<PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
-                .collect();
-            files.sort();
-            if files.is_empty() {
-                return Err(format!("{}: no .json trace files in this folder", path.display()));
+        if !path.is_dir() {
+            let parsed = trace::read_lenient(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            loaded.push(Loaded::new(path.clone(), parsed));
+            continue;
+        }
+        let mut others = Vec::new();
+        let before = loaded.len();
+        for file in json_files(path)? {
+            match trace::read_lenient(&file) {
+                Ok(parsed) => loaded.push(Loaded::new(file, parsed)),
+                Err(e) if e.is_foreign() => {
+                    skipped.push(format!("skipped {}: {e}", file.display()));
+                    others.push(file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+                }
+                Err(e) => return Err(format!("{}: {e}", file.display())),
             }
-            out.extend(files);
-        } else {
-            out.push(path.clone());
+        }
+        if loaded.len() == before {
+            return Err(format!("{}: no cublasguard trace in this folder ({} other JSON file(s): {})", path.display(), others.len(), others.join(", ")));
         }
     }
-    Ok(out)
+    Ok((loaded, skipped))
 }
 
+/// `load_noting`, each skipped file said on stderr in one line.
 pub fn load(paths: &[PathBuf]) -> Result<Vec<Loaded>, String> {
-    expand(paths)?
-        .into_iter()
-        .map(|path| match trace::read(&path) {
-            Ok(trace) => Ok(Loaded { path, trace }),
-            Err(e) => Err(format!("{}: {e}", path.display())),
-        })
-        .collect()
+    let (loaded, skipped) = load_noting(paths)?;
+    for line in &skipped {
+        eprintln!("cublasguard: {}", escape_controls(line));
+    }
+    Ok(loaded)
+}
+
+/// How a fault follows from an earlier one of its process, under which the report counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Relation {
+    /// NaN/Inf that an earlier call already held or produced, passed on.
+    Propagated,
+    /// The CUDA context was lost to the earlier fault's sticky error (`cause.pending_since_seq`).
+    ContextLost,
+    /// The same failure to start CUDA, reported again by another function.
+    SameCause,
 }
 
 /// One fault of the merged run, with its process and diagnosis.
@@ -60,41 +127,140 @@ pub struct Entry<'a> {
     pub pid: u32,
     pub rank: Option<i64>,
     pub hostname: &'a str,
+    /// The fault's kind as its trace names it (a kind of a newer guard included).
+    pub kind: &'a str,
     pub fault: &'a Fault,
     /// The process's executable, to find the program's own frames.
     #[serde(skip)]
     pub exe: Option<&'a str>,
+    /// Which trace of the run it is in.
+    #[serde(skip)]
+    pub source: usize,
+    /// Whose terms the advice is in.
+    pub program: Program,
     /// For NaN/Inf that an earlier fault of the same process already saw: that fault's seq.
     pub propagated_from: Option<u64>,
+    /// The root cause this fault follows from (a fault of the same process), and how: the
+    /// report counts it under that one's entry.
+    pub root: Option<u64>,
+    pub relation: Option<Relation>,
     pub diagnosis: Diagnosis,
 }
 
-/// Every fault of every trace, in time order, each diagnosed with what came before it.
+impl Entry<'_> {
+    fn key(&self) -> (usize, u64) {
+        (self.source, self.fault.seq)
+    }
+}
+
+/// Every fault of every trace, in time order, each diagnosed with what came before it in its
+/// own process.
 pub fn merge(loaded: &[Loaded]) -> Vec<Entry<'_>> {
-    let mut all: Vec<(&Loaded, &Fault)> = loaded.iter().flat_map(|l| l.trace.faults.iter().map(move |f| (l, f))).collect();
-    all.sort_by_key(|(l, f)| (f.time_ns, l.trace.process.pid, f.seq));
-    let mut first_nonfinite: std::collections::HashMap<u32, u64> = Default::default();
+    let programs: Vec<Program> = loaded.iter().map(|l| diagnosis::program_of(&l.trace)).collect();
+    let mut all: Vec<(usize, usize)> = loaded.iter().enumerate().flat_map(|(li, l)| (0..l.trace.faults.len()).map(move |fi| (li, fi))).collect();
+    let fault = |(li, fi): (usize, usize)| &loaded[li].trace.faults[fi];
+    all.sort_by_key(|&(li, fi)| (fault((li, fi)).time_ns, loaded[li].trace.process.pid, fault((li, fi)).seq));
+    let mut first_nonfinite: HashMap<usize, u64> = HashMap::new();
+    // (trace, seq) of each fault seen so far -> its root cause's seq.
+    let mut roots: HashMap<(usize, u64), u64> = HashMap::new();
+    let mut first_start_failure: HashMap<(usize, String), u64> = HashMap::new();
     all.into_iter()
-        .map(|(l, f)| {
-            let pid = l.trace.process.pid;
-            let earlier = first_nonfinite.get(&pid).copied();
-            let nonfinite = matches!(f.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput);
-            if nonfinite {
-                first_nonfinite.entry(pid).or_insert(f.seq);
+        .map(|(li, fi)| {
+            let l = &loaded[li];
+            let f = &l.trace.faults[fi];
+            let earlier = first_nonfinite.get(&li).copied();
+            if matches!(f.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput) {
+                first_nonfinite.entry(li).or_insert(f.seq);
             }
             let propagated_from = earlier.filter(|_| f.kind == FaultKind::NonfiniteInput);
+            let (origin, relation) = match (&f.cause, propagated_from) {
+                (_, Some(o)) => (Some(o), Some(Relation::Propagated)),
+                (Some(c), None) => {
+                    let lost_at = c.pending_since_seq.filter(|s| c.kind == InitCauseKind::ContextLost && roots.contains_key(&(li, *s)));
+                    let key = (li, format!("{:?} {}", c.kind, c.message));
+                    match (lost_at, first_start_failure.get(&key)) {
+                        (Some(s), _) => (Some(s), Some(Relation::ContextLost)),
+                        (None, Some(&s)) => (Some(s), Some(Relation::SameCause)),
+                        (None, None) => {
+                            first_start_failure.insert(key, f.seq);
+                            (None, None)
+                        }
+                    }
+                }
+                (None, None) => (None, None),
+            };
+            let root = origin.map(|o| roots.get(&(li, o)).copied().unwrap_or(o));
+            roots.insert((li, f.seq), root.unwrap_or(f.seq));
             Entry {
                 trace: &l.path,
-                pid,
+                pid: l.trace.process.pid,
                 rank: l.trace.process.rank,
                 hostname: &l.trace.process.hostname,
+                kind: l.unknown_kinds.get(&fi).map(String::as_str).unwrap_or(f.kind.name()),
                 fault: f,
                 exe: l.trace.process.exe.as_deref(),
+                source: li,
+                program: programs[li],
                 propagated_from,
-                diagnosis: diagnosis::diagnose(f, propagated_from),
+                root,
+                relation: root.and(relation),
+                diagnosis: diagnosis::diagnose(f, propagated_from, programs[li]),
             }
         })
         .collect()
+}
+
+/// A root cause and the faults that follow from it, in time order.
+struct Cause<'e, 'a> {
+    entry: &'e Entry<'a>,
+    followers: Vec<&'e Entry<'a>>,
+}
+
+fn causes<'e, 'a>(entries: &'e [Entry<'a>]) -> Vec<Cause<'e, 'a>> {
+    let mut out: Vec<Cause> = Vec::new();
+    let mut index: HashMap<(usize, u64), usize> = HashMap::new();
+    for e in entries {
+        match e.root.and_then(|r| index.get(&(e.source, r))) {
+            Some(&i) => out[i].followers.push(e),
+            None => {
+                index.insert(e.key(), out.len());
+                out.push(Cause { entry: e, followers: Vec::new() });
+            }
+        }
+    }
+    out
+}
+
+/// One row of the summary: faults of one kind, in one function, from one call site.
+#[derive(Serialize)]
+pub struct Row {
+    pub kind: String,
+    pub api: String,
+    pub site: String,
+    pub faults: u64,
+}
+
+/// The faults by kind, function and call site, in the order each was first seen.
+pub fn summary_rows(entries: &[Entry]) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut index: HashMap<(String, String, String), usize> = HashMap::new();
+    for e in entries {
+        let key = (e.kind.to_string(), e.fault.api.clone(), call_site(e.fault, e.exe));
+        match index.get(&key) {
+            Some(&i) => rows[i].faults += 1,
+            None => {
+                index.insert(key.clone(), rows.len());
+                rows.push(Row { kind: key.0, api: key.1, site: key.2, faults: 1 });
+            }
+        }
+    }
+    rows
+}
+
+/// Where the call came from: the user's own Python frame, else the program's own native frame,
+/// else the function itself.
+pub fn call_site(f: &Fault, exe: Option<&str>) -> String {
+    user_place(f, exe).map(|(place, _)| place).unwrap_or_else(|| f.api.clone())
 }
 
 fn call_text(f: &Fault) -> String {
@@ -121,24 +287,30 @@ fn is_user_file(file: &str) -> bool {
 /// innermost native frame in the program's own executable (`exe`), with its source line when
 /// it was built with debug information.
 pub fn user_line(fault: &trace::Fault, exe: Option<&str>) -> Option<String> {
-    let Some(frame) = fault.python_stack.iter().find(|f| is_user_file(&f.file)) else {
-        let exe = exe?;
-        let native = fault.backtrace.iter().find(|l| l.contains(&format!("({exe}+")))?;
-        return Some(native_user_line(native));
-    };
-    let source = std::fs::read_to_string(&frame.file)
-        .ok()
-        .and_then(|text| text.lines().nth(frame.line.saturating_sub(1) as usize).map(|l| l.trim().to_string()))
-        .filter(|l| !l.is_empty());
-    let place = format!("{}:{} in {}", frame.file, frame.line, frame.function);
+    let (place, source) = user_place(fault, exe)?;
     Some(match source {
         Some(line) => format!("{place}: {line}"),
         None => place,
     })
 }
 
-/// "mlp.c:57 in linear_forward: gemm(...)" from "linear_forward at /src/mlp.c:57 (/bin/mlp+0x1634) [0x...]".
-fn native_user_line(frame: &str) -> String {
+/// The user's own frame ("model.py:57 in forward") and its source line, if it can be read.
+fn user_place(fault: &trace::Fault, exe: Option<&str>) -> Option<(String, Option<String>)> {
+    let Some(frame) = fault.python_stack.iter().find(|f| is_user_file(&f.file)) else {
+        let exe = exe?;
+        let native = fault.backtrace.iter().find(|l| l.contains(&format!("({exe}+")))?;
+        return Some(native_user_place(native));
+    };
+    let source = std::fs::read_to_string(&frame.file)
+        .ok()
+        .and_then(|text| text.lines().nth(frame.line.saturating_sub(1) as usize).map(|l| l.trim().to_string()))
+        .filter(|l| !l.is_empty());
+    Some((format!("{}:{} in {}", frame.file, frame.line, frame.function), source))
+}
+
+/// ("/src/mlp.c:57 in linear_forward", its source line) from "linear_forward at /src/mlp.c:57
+/// (/bin/mlp+0x1634) [0x...]".
+fn native_user_place(frame: &str) -> (String, Option<String>) {
     let head = frame.split(" (").next().unwrap_or(frame);
     match head.split_once(" at ") {
         Some((function, place)) => {
@@ -146,12 +318,9 @@ fn native_user_line(frame: &str) -> String {
                 let n: usize = line.parse().ok()?;
                 std::fs::read_to_string(file).ok()?.lines().nth(n.checked_sub(1)?).map(|l| l.trim().to_string())
             });
-            match source.filter(|s| !s.is_empty()) {
-                Some(s) => format!("{place} in {function}: {s}"),
-                None => format!("{place} in {function}"),
-            }
+            (format!("{place} in {function}"), source.filter(|s| !s.is_empty()))
         }
-        None => format!("{head} in {}", frame.split(" (").nth(1).and_then(|r| r.split('+').next()).unwrap_or("the program")),
+        None => (format!("{head} in {}", frame.split(" (").nth(1).and_then(|r| r.split('+').next()).unwrap_or("the program")), None),
     }
 }
 
@@ -224,49 +393,294 @@ pub fn escape_controls(text: &str) -> String {
     out
 }
 
-/// Shown in full; the rest are summarised by kind.
-const SHOWN: usize = 20;
-
+/// `render_limited` with the default limit.
 pub fn render(loaded: &[Loaded], format: Format) -> String {
+    render_limited(loaded, format, Some(DEFAULT_LIMIT))
+}
+
+/// The report. `limit`: how many root causes text and markdown show in full (None: all, and
+/// every fault that follows from them, one line each); JSON always holds every fault.
+pub fn render_limited(loaded: &[Loaded], format: Format, limit: Option<usize>) -> String {
     let entries = merge(loaded);
     match format {
-        Format::Json => {
-            #[derive(Serialize)]
-            struct Report<'a> {
-                traces: Vec<&'a Path>,
-                calls: u64,
-                faults: usize,
-                first: Option<&'a Entry<'a>>,
-                entries: &'a [Entry<'a>],
-            }
-            let calls = total_calls(loaded);
-            let report = Report {
-                traces: loaded.iter().map(|l| l.path.as_path()).collect(),
-                calls,
-                faults: entries.len(),
-                first: entries.first(),
-                entries: &entries,
-            };
-            serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")) + "\n"
-        }
-        Format::Text | Format::Markdown => escape_controls(&text(loaded, &entries, format == Format::Markdown)),
+        Format::Json => json(loaded, &entries),
+        Format::Text | Format::Markdown => escape_controls(&text(loaded, &entries, format == Format::Markdown, limit)),
     }
 }
 
-fn text(loaded: &[Loaded], entries: &[Entry], md: bool) -> String {
-    let mut out = String::new();
+fn json(loaded: &[Loaded], entries: &[Entry]) -> String {
+    #[derive(Serialize)]
+    struct Note<'a> {
+        trace: &'a Path,
+        note: &'a str,
+    }
+    #[derive(Serialize)]
+    struct Follower {
+        seq: u64,
+        relation: Option<Relation>,
+    }
+    #[derive(Serialize)]
+    struct Replay {
+        dump: PathBuf,
+        /// The command that reruns it, when it can.
+        command: Option<String>,
+        why_not: Option<String>,
+    }
+    #[derive(Serialize)]
+    struct CauseOut<'a> {
+        trace: &'a Path,
+        pid: u32,
+        seq: u64,
+        api: &'a str,
+        kind: &'a str,
+        followers: Vec<Follower>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        replay: Option<Replay>,
+    }
+    #[derive(Serialize)]
+    struct Report<'a> {
+        traces: Vec<&'a Path>,
+        calls: u64,
+        /// Faults stored in the traces and read (each in `entries`).
+        faults: usize,
+        /// Faults the guard counted but did not store, and stored ones this build could not read.
+        not_stored: u64,
+        unreadable: u64,
+        notes: Vec<Note<'a>>,
+        summary: Vec<Row>,
+        causes: Vec<CauseOut<'a>>,
+        first: Option<&'a Entry<'a>>,
+        entries: &'a [Entry<'a>],
+    }
+    let causes = causes(entries)
+        .into_iter()
+        .map(|c| CauseOut {
+            trace: c.entry.trace,
+            pid: c.entry.pid,
+            seq: c.entry.fault.seq,
+            api: &c.entry.fault.api,
+            kind: c.entry.kind,
+            followers: c.followers.iter().map(|e| Follower { seq: e.fault.seq, relation: e.relation }).collect(),
+            replay: c.entry.fault.dump.as_deref().map(|d| {
+                let (dump, check) = replay_check(d, c.entry.trace);
+                let command = check.is_ok().then(|| format!("cublasguard replay {}", shell_word(&dump.display().to_string())));
+                Replay { dump, command, why_not: check.err() }
+            }),
+        })
+        .collect();
+    let report = Report {
+        traces: loaded.iter().map(|l| l.path.as_path()).collect(),
+        calls: total_calls(loaded),
+        faults: entries.len(),
+        not_stored: total(loaded.iter().map(Loaded::not_stored)),
+        unreadable: total(loaded.iter().map(|l| l.unreadable_faults)),
+        notes: loaded.iter().flat_map(|l| l.notes.iter().map(|n| Note { trace: &l.path, note: n })).collect(),
+        summary: summary_rows(entries),
+        causes,
+        first: entries.first(),
+        entries,
+    };
+    serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")) + "\n"
+}
+
+/// Where a fault's dump is (as recorded, else beside its trace when the recorded path is
+/// relative), and whether `cublasguard replay` can rerun it.
+fn replay_check(dump: &str, trace: &Path) -> (PathBuf, Result<(), String>) {
+    let recorded = PathBuf::from(dump);
+    let path = match trace.parent() {
+        Some(dir) if recorded.is_relative() && !recorded.exists() && dir.join(&recorded).exists() => dir.join(&recorded),
+        _ => recorded,
+    };
+    let check = crate::replay::can_replay(&path);
+    (path, check)
+}
+
+/// A path as one shell word: quoted when it holds anything a shell would split or expand.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+:,=@%".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// The fault's message less what the entry's other lines say: the status it returned (the
+/// call line names it) and the cause of a failed start (the probable-cause line says it).
+/// None when nothing else is left.
+fn message_shown(f: &Fault) -> Option<String> {
+    let mut m = f.message.as_str();
+    if let Some(rest) = m.strip_prefix(&format!("returned {} ({})", f.status_name, f.status)) {
+        m = rest;
+    }
+    let mut m = m.to_string();
+    if let Some(c) = f.cause.as_ref().filter(|c| !c.message.is_empty()) {
+        m = m.replace(&c.message, "");
+    }
+    let m = m.trim_matches(|c: char| c.is_whitespace() || ":;,".contains(c));
+    (!m.is_empty()).then(|| m.to_string())
+}
+
+/// The probable cause less a clause that restates what this very call returned ("; cudaGetDeviceCount
+/// returns cudaErrorInsufficientDriver (35)" on cudaGetDeviceCount's own fault).
+fn cause_shown(f: &Fault, cause: &str) -> String {
+    cause.replace(&format!("; {} returns {} ({})", f.api, f.status_name, f.status), "")
+}
+
+/// `text` as CommonMark inline text: characters that would start markup are escaped, pairs of
+/// backticks stay code spans, line breaks become spaces.
+fn md_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('`') {
+        out.push_str(&md_escape(&rest[..i]));
+        let after = &rest[i + 1..];
+        match after.find('`') {
+            Some(j) if j > 0 => {
+                out.push_str(&md_code(&after[..j]));
+                rest = &after[j + 1..];
+            }
+            _ => {
+                out.push_str("\\`");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(&md_escape(rest));
+    out
+}
+
+fn md_escape(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    for (i, &c) in chars.iter().enumerate() {
+        // An underscore inside a word never starts emphasis; one at a word's edge may.
+        let edge = |j: Option<usize>| j.and_then(|j| chars.get(j)).is_none_or(|n| !n.is_alphanumeric());
+        match c {
+            '\n' | '\r' => out.push(' '),
+            '\\' | '`' | '*' | '[' | ']' | '<' | '>' | '&' | '~' | '|' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '_' if edge(i.checked_sub(1)) || edge(Some(i + 1)) => out.push_str("\\_"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A CommonMark code span holding `text` exactly.
+fn md_code(text: &str) -> String {
+    let text = text.replace(['\n', '\r'], " ");
+    if text.is_empty() {
+        return String::new();
+    }
+    let mut longest = 0;
+    let mut run = 0;
+    for c in text.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    let pad = text.starts_with('`') || text.ends_with('`') || (text.starts_with(' ') && text.ends_with(' ') && !text.trim().is_empty());
+    let pad = if pad { " " } else { "" };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
+/// A line of inline markdown that cannot open a block of its own (a heading, a quote, a list,
+/// a thematic break) whatever text it starts with.
+fn md_block_safe(line: &str) -> String {
+    let line = line.trim_start();
+    let digits = line.chars().take_while(char::is_ascii_digit).count();
+    match line.chars().next() {
+        Some('#' | '>' | '-' | '+' | '=' | '|') => format!("\\{line}"),
+        Some(_) if digits > 0 && matches!(line[digits..].chars().next(), Some('.' | ')')) => format!("{}\\{}", &line[..digits], &line[digits..]),
+        _ => line.to_string(),
+    }
+}
+
+/// The report's text, as plain text or as CommonMark.
+struct Doc {
+    md: bool,
+    out: String,
+}
+
+impl Doc {
+    /// Text from a trace or from advice.
+    fn t(&self, s: &str) -> String {
+        if self.md {
+            md_text(s)
+        } else {
+            s.to_string()
+        }
+    }
+    /// Code: a call, a path, a command.
+    fn c(&self, s: &str) -> String {
+        if self.md {
+            md_code(s)
+        } else {
+            s.to_string()
+        }
+    }
+    /// A paragraph (markdown) or a line after a blank one (text).
+    fn para(&mut self, line: &str) {
+        let line = if self.md { md_block_safe(line) } else { line.to_string() };
+        let _ = writeln!(self.out, "\n{line}");
+    }
+    /// A heading: `## ...` in markdown.
+    fn heading(&mut self, markdown: &str, text: &str) {
+        if self.md {
+            let _ = writeln!(self.out, "\n## {markdown}\n");
+        } else {
+            let _ = writeln!(self.out, "\n{text}");
+        }
+    }
+    /// A line of a fault's entry: a list item in markdown.
+    fn item(&mut self, line: &str) {
+        if self.md {
+            let _ = writeln!(self.out, "- {}", md_block_safe(line));
+        } else {
+            let _ = writeln!(self.out, "    {line}");
+        }
+    }
+    /// A line under an item.
+    fn sub_item(&mut self, line: &str) {
+        if self.md {
+            let _ = writeln!(self.out, "  - {}", md_block_safe(line));
+        } else {
+            let _ = writeln!(self.out, "        {line}");
+        }
+    }
+}
+
+/// "24 nonfinite_input in cublasSgemm_v2, 1 api_error in cudaFree" for a list of faults.
+fn tally(entries: &[&Entry]) -> String {
+    let mut counts: Vec<((&str, &str), usize)> = Vec::new();
+    for e in entries {
+        let key = (e.kind, e.fault.api.as_str());
+        match counts.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((key, 1)),
+        }
+    }
+    counts.iter().map(|((kind, api), n)| format!("{n} {kind} in {api}")).collect::<Vec<_>>().join(", ")
+}
+
+fn text(loaded: &[Loaded], entries: &[Entry], md: bool, limit: Option<usize>) -> String {
+    let mut doc = Doc { md, out: String::new() };
     let calls = total_calls(loaded);
-    let dropped = total(loaded.iter().map(|l| l.trace.summary.faults.saturating_sub(l.trace.faults.len() as u64)));
-    let h1 = if md { "# " } else { "" };
-    let _ = writeln!(
-        out,
-        "{h1}cublasguard report: {} fault(s) in {} intercepted call(s), {} process(es)",
-        entries.len() as u64 + dropped,
-        calls,
-        loaded.len()
-    );
-    // The rules that kept faults out of the traces, with their counts.
-    let mut ignored: std::collections::BTreeMap<&str, u64> = Default::default();
+    let not_stored = total(loaded.iter().map(Loaded::not_stored));
+    let unreadable = total(loaded.iter().map(|l| l.unreadable_faults));
+    let faults = total([entries.len() as u64, not_stored, unreadable].into_iter());
+    let title = format!("cublasguard report: {faults} fault(s) in {calls} intercepted call(s), {} process(es)", loaded.len());
+    let _ = writeln!(doc.out, "{}{title}", if md { "# " } else { "" });
+    // What the reader left out, and the rules that kept faults out of the traces.
+    let mut preamble: Vec<String> = Vec::new();
+    for l in loaded {
+        for n in &l.notes {
+            preamble.push(format!("note: {}: {}", doc.c(&l.path.display().to_string()), doc.t(n)));
+        }
+    }
+    let mut ignored: BTreeMap<&str, u64> = Default::default();
     for l in loaded {
         for (rule, n) in &l.trace.summary.ignored_faults {
             let slot = ignored.entry(rule.as_str()).or_insert(0);
@@ -274,124 +688,223 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool) -> String {
         }
     }
     for (rule, n) in &ignored {
-        let _ = writeln!(out, "ignored by CUBLASGUARD_IGNORE '{rule}': {n} fault(s)");
+        let rule = if md { doc.c(rule) } else { format!("'{rule}'") };
+        preamble.push(format!("ignored by CUBLASGUARD_IGNORE {rule}: {n} fault(s)"));
     }
-    if entries.is_empty() {
-        let _ = writeln!(out, "\nNo faults: every intercepted call passed the guard's checks.");
-        environment(&mut out, loaded, md);
-        return out;
+    if md && !preamble.is_empty() {
+        doc.out.push('\n');
     }
-    let first = &entries[0];
-    let _ = writeln!(out, "\nFirst fault: {} #{} in {} ({})", first.fault.api, first.fault.seq, who(first), first.trace.display());
-    let mut compact = false;
-    for (i, e) in entries.iter().take(SHOWN).enumerate() {
-        let f = e.fault;
-        let d = &e.diagnosis;
-        if let Some(origin) = e.propagated_from {
-            // Propagation adds nothing new: one line, so the fault that matters stands out.
-            let gap = if compact { "" } else { "\n" };
-            let _ = writeln!(out, "{gap}[{}] {} #{}: {}, propagated from #{origin}: {}", i + 1, f.api, f.seq, f.kind.name(), f.message);
-            compact = true;
-            continue;
-        }
-        compact = false;
+    for line in &preamble {
         if md {
-            let _ = writeln!(out, "\n## {}. `{}` #{}: {}\n", i + 1, f.api, f.seq, f.kind.name());
+            let _ = writeln!(doc.out, "- {}", md_block_safe(line));
         } else {
-            let _ = writeln!(out, "\n[{}] {} #{}: {} ({}, thread {})", i + 1, f.api, f.seq, f.kind.name(), who(e), f.thread);
-        }
-        let bullet = if md { "- " } else { "    " };
-        // The user's own line first: where in their code this call came from.
-        if let Some(line) = user_line(f, e.exe) {
-            let _ = writeln!(out, "{bullet}at {line}");
-        } else if let Some(note) = &f.python_stack_note {
-            let _ = writeln!(out, "{bullet}no Python frames: {note}");
-        }
-        let _ = writeln!(out, "{bullet}{}", f.message);
-        let _ = writeln!(out, "{bullet}call: {}", call_text(f));
-        if let Some(layer) = &d.layer {
-            let _ = writeln!(out, "{bullet}{layer}");
-        }
-        for o in &f.operands {
-            let _ = writeln!(out, "{bullet}operand {}", operand_text(o));
-        }
-        for k in &f.suspects {
-            let _ = writeln!(
-                out,
-                "{bullet}suspect #{} {} (grid {}x{}x{}, block {}x{}x{}, stream {})",
-                k.seq, k.kernel, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2], k.stream
-            );
-        }
-        for r in &d.row_major {
-            let _ = writeln!(out, "{bullet}{r}");
-        }
-        if let Some(h) = &f.handle {
-            let tf32 = if h.reduced_precision { " (TF32: reduced precision)" } else { "" };
-            let _ = writeln!(out, "{bullet}handle {}: math {}{tf32}, pointer mode {}, stream {}", h.ptr, h.math_mode, h.pointer_mode, h.stream);
-        }
-        if let Some(e) = &f.error {
-            let _ = writeln!(out, "{bullet}CUDA error: {} ({}) from {}", e.name, e.code, e.call);
-        }
-        if let Some(m) = f.memory {
-            let device = match (m.free, m.total) {
-                (Some(free), Some(total)) => format!("{} free of {}", bytes(free), bytes(total)),
-                _ => "device memory unknown".into(),
-            };
-            let _ = writeln!(out, "{bullet}memory: {device}; {} live in {} allocations the guard saw", bytes(m.tracked_live_bytes), m.tracked_live_count);
-        }
-        match (&f.dump, &f.dump_note) {
-            (Some(path), note) => {
-                let left_out = note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
-                let _ = writeln!(out, "{bullet}operands dumped to {path}{left_out}; `cublasguard replay {path}` checks them against an exact result");
-            }
-            (None, Some(note)) => {
-                let _ = writeln!(out, "{bullet}no operand dump: {note}");
-            }
-            (None, None) => {}
-        }
-        let _ = writeln!(out, "{bullet}probable cause: {}", d.cause);
-        for step in &d.next_steps {
-            let _ = writeln!(out, "{bullet}next: {step}");
-        }
-        if let Some(frame) = f.backtrace.first() {
-            let _ = writeln!(out, "{bullet}called from: {frame}");
+            let _ = writeln!(doc.out, "{line}");
         }
     }
-    if entries.len() > SHOWN || dropped > 0 {
-        let mut kinds: std::collections::BTreeMap<&str, usize> = Default::default();
-        for e in entries.iter().skip(SHOWN) {
-            *kinds.entry(e.fault.kind.name()).or_default() += 1;
+    let not_stored_line = (not_stored > 0).then(|| {
+        let hold = if loaded.len() == 1 { "the trace holds" } else { "the traces hold" };
+        format!("The guard counted {not_stored} more fault(s) that it did not store (past CUBLASGUARD_MAX_FAULTS): {hold} only their number.")
+    });
+    let unreadable_line = (unreadable > 0).then(|| format!("{unreadable} stored fault(s) could not be read by this cublasguard: see the note above."));
+    if entries.is_empty() {
+        if faults == 0 {
+            doc.para("No faults: every intercepted call passed the guard's checks.");
         }
-        let summary: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
-        let _ = writeln!(
-            out,
-            "\n... and {} more fault(s) not shown ({}); {} counted but not stored by the guard",
-            entries.len().saturating_sub(SHOWN),
-            if summary.is_empty() { "none".into() } else { summary.join(", ") },
-            dropped
+        for line in not_stored_line.iter().chain(&unreadable_line) {
+            doc.para(line);
+        }
+        environment(&mut doc, loaded);
+        return doc.out;
+    }
+    summary_table(&mut doc, entries);
+    let first = &entries[0];
+    let line = format!(
+        "First fault: {} #{} in {} ({})",
+        doc.c(&first.fault.api),
+        first.fault.seq,
+        doc.t(&who(first)),
+        doc.c(&first.trace.display().to_string())
+    );
+    doc.para(&line);
+    let causes = causes(entries);
+    let shown = limit.unwrap_or(usize::MAX).min(causes.len());
+    for (i, cause) in causes.iter().take(shown).enumerate() {
+        cause_entry(&mut doc, i + 1, cause, limit.is_none());
+    }
+    let cut: Vec<&Entry> = causes[shown..].iter().flat_map(|c| std::iter::once(c.entry).chain(c.followers.iter().copied())).collect();
+    if !cut.is_empty() {
+        let line = format!(
+            "... and {} more fault(s) not shown, under {} more root cause(s) ({}): {} shows them all, {} the first N root causes.",
+            cut.len(),
+            causes.len() - shown,
+            doc.t(&tally(&cut)),
+            doc.c("--all"),
+            doc.c("--limit N")
         );
+        doc.para(&line);
     }
-    environment(&mut out, loaded, md);
-    out
+    for line in not_stored_line.iter().chain(&unreadable_line) {
+        doc.para(line);
+    }
+    environment(&mut doc, loaded);
+    doc.out
 }
 
-fn environment(out: &mut String, loaded: &[Loaded], md: bool) {
+fn summary_table(doc: &mut Doc, entries: &[Entry]) {
+    let rows = summary_rows(entries);
+    let header = ["faults", "kind", "function", "call site"];
+    if doc.md {
+        doc.heading("Faults by kind, function and call site", "");
+        let cell = |s: &str| md_code(s).replace('|', "\\|");
+        let _ = writeln!(doc.out, "| {} |\n| ---: | --- | --- | --- |", header.join(" | "));
+        for r in &rows {
+            let _ = writeln!(doc.out, "| {} | {} | {} | {} |", r.faults, cell(&r.kind), cell(&r.api), cell(&r.site));
+        }
+        return;
+    }
+    let _ = writeln!(doc.out, "\nFaults by kind, function and call site:");
+    let cells: Vec<[String; 4]> = rows.iter().map(|r| [r.faults.to_string(), r.kind.clone(), r.api.clone(), r.site.clone()]).collect();
+    let width = |col: usize| cells.iter().map(|c| c[col].chars().count()).chain([header[col].len()]).max().unwrap_or(0);
+    let widths = [width(0), width(1), width(2)];
+    let line = |c: [&str; 4]| format!("    {:>w0$}  {:<w1$}  {:<w2$}  {}", c[0], c[1], c[2], c[3], w0 = widths[0], w1 = widths[1], w2 = widths[2]);
+    let _ = writeln!(doc.out, "{}", line(header).trim_end());
+    for c in &cells {
+        let _ = writeln!(doc.out, "{}", line([&c[0], &c[1], &c[2], &c[3]]).trim_end());
+    }
+}
+
+fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
+    let e = cause.entry;
+    let f = e.fault;
+    let d = &e.diagnosis;
+    if doc.md {
+        let _ = writeln!(doc.out, "\n## {n}. {} #{}: {}\n", md_code(&f.api), f.seq, md_text(e.kind));
+        doc.item(&format!("in {}, thread {}", md_text(&who(e)), f.thread));
+    } else {
+        let _ = writeln!(doc.out, "\n[{n}] {} #{}: {} ({}, thread {})", f.api, f.seq, e.kind, who(e), f.thread);
+    }
+    // The user's own line first: where in their code this call came from.
+    if let Some((place, source)) = user_place(f, e.exe) {
+        let line = match source {
+            Some(s) => format!("at {}: {}", doc.c(&place), doc.c(&s)),
+            None => format!("at {}", doc.c(&place)),
+        };
+        doc.item(&line);
+    } else if let Some(note) = &f.python_stack_note {
+        doc.item(&format!("no Python frames: {}", doc.t(note)));
+    }
+    if let Some(m) = message_shown(f) {
+        doc.item(&doc.t(&m));
+    }
+    doc.item(&format!("call: {}", doc.c(&call_text(f))));
+    if let Some(layer) = &d.layer {
+        doc.item(&doc.t(layer));
+    }
+    for o in &f.operands {
+        doc.item(&format!("operand {}", doc.t(&operand_text(o))));
+    }
+    for k in &f.suspects {
+        let line = format!(
+            "suspect #{} {} (grid {}x{}x{}, block {}x{}x{}, stream {})",
+            k.seq,
+            doc.c(&k.kernel),
+            k.grid[0],
+            k.grid[1],
+            k.grid[2],
+            k.block[0],
+            k.block[1],
+            k.block[2],
+            doc.t(&k.stream)
+        );
+        doc.item(&line);
+    }
+    for r in &d.row_major {
+        doc.item(&doc.t(r));
+    }
+    if let Some(h) = &f.handle {
+        let tf32 = if h.reduced_precision { " (TF32: reduced precision)" } else { "" };
+        doc.item(&doc.t(&format!("handle {}: math {}{tf32}, pointer mode {}, stream {}", h.ptr, h.math_mode, h.pointer_mode, h.stream)));
+    }
+    if let Some(err) = &f.error {
+        doc.item(&doc.t(&format!("CUDA error: {} ({}) from {}", err.name, err.code, err.call)));
+    }
+    if let Some(m) = f.memory {
+        let device = match (m.free, m.total) {
+            (Some(free), Some(total)) => Some(format!("{} free of {}", bytes(free), bytes(total))),
+            _ => None,
+        };
+        // Nothing known at all (CUDA never started) says nothing.
+        if device.is_some() || m.tracked_live_count > 0 {
+            let device = device.unwrap_or_else(|| "device memory unknown".into());
+            doc.item(&doc.t(&format!("memory: {device}; {} live in {} allocations the guard saw", bytes(m.tracked_live_bytes), m.tracked_live_count)));
+        }
+    }
+    match (&f.dump, &f.dump_note) {
+        (Some(dump), note) => {
+            let (path, check) = replay_check(dump, e.trace);
+            let shown = path.display().to_string();
+            let line = match check {
+                Ok(()) => {
+                    let left_out = note.as_deref().map(|n| format!(" ({})", doc.t(n))).unwrap_or_default();
+                    let command = format!("cublasguard replay {}", shell_word(&shown));
+                    format!("operands dumped to {}{left_out}; {} checks them against an exact result", doc.c(&shown), doc.c(&command))
+                }
+                Err(why) => {
+                    // The dump's own record of what it left out is usually the reason.
+                    let left_out = note.as_deref().filter(|n| !why.contains(*n)).map(|n| format!(" ({})", doc.t(n))).unwrap_or_default();
+                    format!("operands dumped to {}{left_out}, but it cannot be replayed: {}", doc.c(&shown), doc.t(&why))
+                }
+            };
+            doc.item(&line);
+        }
+        (None, Some(note)) => doc.item(&format!("no operand dump: {}", doc.t(note))),
+        (None, None) => {}
+    }
+    doc.item(&format!("probable cause: {}", doc.t(&cause_shown(f, &d.cause))));
+    for step in &d.next_steps {
+        doc.item(&format!("next: {}", doc.t(step)));
+    }
+    if let Some(frame) = f.backtrace.first() {
+        doc.item(&format!("called from: {}", doc.c(frame)));
+    }
+    // The faults that follow from this one: counted, or with --all one line each.
+    for relation in [Relation::Propagated, Relation::ContextLost, Relation::SameCause] {
+        let followers: Vec<&Entry> = cause.followers.iter().copied().filter(|x| x.relation == Some(relation)).collect();
+        let (Some(first), Some(last)) = (followers.first(), followers.last()) else { continue };
+        let what = match relation {
+            Relation::Propagated => format!("{} later fault(s) propagated from #{}", followers.len(), f.seq),
+            Relation::ContextLost => format!("{} later fault(s) that failed because #{} left the CUDA context unusable", followers.len(), f.seq),
+            Relation::SameCause => format!("{} more fault(s) with the same cause as #{}", followers.len(), f.seq),
+        };
+        let calls = if followers.len() == 1 { format!("#{}", first.fault.seq) } else { format!("#{} to #{}", first.fault.seq, last.fault.seq) };
+        let hint = if all { String::new() } else { format!("; {} lists each", doc.c("--all")) };
+        let prefix = if doc.md { "" } else { "+ " };
+        doc.item(&format!("{prefix}{what}: {} ({calls}){hint}", doc.t(&tally(&followers))));
+        if all {
+            for x in &followers {
+                let line = format!("{} #{}: {}: {}", doc.c(&x.fault.api), x.fault.seq, doc.t(x.kind), doc.t(&x.fault.message));
+                doc.sub_item(&line);
+            }
+        }
+    }
+}
+
+fn environment(doc: &mut Doc, loaded: &[Loaded]) {
     let Some(first) = loaded.first() else { return };
     let env = &first.trace.environment;
     let v = |x: Option<i32>| x.map(|v| format!("{}.{}", v / 1000, v % 1000 / 10)).unwrap_or_else(|| "unknown".into());
-    let heading = if md { "\n## Environment\n" } else { "\nEnvironment:" };
-    let _ = writeln!(out, "{heading}");
-    let bullet = if md { "- " } else { "    " };
-    let _ = writeln!(
-        out,
-        "{bullet}CUDA runtime {}, driver {}{}, cuBLAS {}",
+    doc.heading("Environment", "Environment:");
+    let line = format!(
+        "CUDA runtime {}, driver {}{}, cuBLAS {}",
         v(env.runtime_version),
         v(env.driver_version),
         if env.driver.loaded { "" } else { " (libcuda.so.1 not loaded)" },
         env.cublas_version.map(|c| format!("{}.{}.{}", c / 10000, c / 100 % 100, c % 100)).unwrap_or_else(|| "unknown".into())
     );
+    doc.item(&doc.t(&line));
     for lib in &env.libraries {
-        let _ = writeln!(out, "{bullet}{} => {}", lib.soname, lib.path);
+        let line = format!("{} => {}", doc.c(&lib.soname), doc.c(&lib.path));
+        doc.item(&line);
     }
 }
 
@@ -413,17 +926,86 @@ mod tests {
     }
 
     #[test]
-    fn folder_without_traces_is_an_error() {
+    fn folder_without_json_files_is_an_error() {
         let dir = std::env::temp_dir().join(format!("cg-report-empty-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        assert!(expand(std::slice::from_ref(&dir)).unwrap_err().contains("no .json trace files"));
+        assert!(load_noting(std::slice::from_ref(&dir)).unwrap_err().contains("no .json trace files"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn a_fault() -> Fault {
+        serde_json::from_value(serde_json::json!({
+            "seq": 1, "api": "cublasSgemm_v2", "kind": "api_error", "message": "m", "status": 13,
+            "status_name": "CUBLAS_STATUS_EXECUTION_FAILED", "error": null, "cause": null, "thread": 1,
+            "stream": null, "time_ns": 0, "handle": null, "args": {}, "operands": [], "memory": null, "backtrace": []
+        }))
+        .unwrap()
+    }
+
+    fn loaded(trace: Trace) -> Loaded {
+        Loaded::new("t.json".into(), trace::Parsed { trace, ..Default::default() })
     }
 
     #[test]
     fn empty_report_says_no_faults() {
-        let loaded = vec![Loaded { path: "t.json".into(), trace: Trace::default() }];
-        let text = render(&loaded, Format::Text);
+        let text = render(&[loaded(Trace::default())], Format::Text);
         assert!(text.contains("0 fault(s)") && text.contains("No faults"), "{text}");
+        assert!(!text.contains("not store"), "nothing dropped, nothing said: {text}");
+    }
+
+    #[test]
+    fn faults_counted_but_not_stored_are_said_in_plain_words_only_when_there_are_some() {
+        let mut t = Trace::default();
+        t.summary.faults = 5;
+        t.summary.dropped_faults = 5;
+        let text = render(&[loaded(t)], Format::Text);
+        assert!(text.contains("5 fault(s)") && text.contains("The guard counted 5 more fault(s) that it did not store"), "{text}");
+        assert!(!text.contains("No faults") && !text.contains("counted but not stored"), "{text}");
+    }
+
+    #[test]
+    fn markdown_escapes_what_would_be_markup_and_keeps_code_spans() {
+        assert_eq!(md_text("see `cublasguard doctor` for __init__ <redacted> *x* [1]"), "see `cublasguard doctor` for \\_\\_init\\_\\_ \\<redacted\\> \\*x\\* \\[1\\]");
+        assert_eq!(md_text("clip_grad_norm_ and nonfinite_input"), "clip_grad_norm\\_ and nonfinite_input");
+        assert_eq!(md_text("an odd ` backtick"), "an odd \\` backtick");
+        assert_eq!(md_code("a`b"), "``a`b``");
+        assert_eq!(md_code("`x"), "`` `x ``");
+        assert_eq!(md_block_safe("# not a heading"), "\\# not a heading");
+        assert_eq!(md_block_safe("12. not a list"), "12\\. not a list");
+        assert_eq!(md_block_safe("12 faults"), "12 faults");
+    }
+
+    #[test]
+    fn the_message_loses_what_the_call_line_and_the_cause_already_say() {
+        let mut f = a_fault();
+        f.status_name = "cudaErrorInsufficientDriver".into();
+        f.status = 35;
+        f.api = "cudaGetDeviceCount".into();
+        let cause = "no NVIDIA driver: libcuda.so.1 cannot be loaded (x); cudaGetDeviceCount returns cudaErrorInsufficientDriver (35)";
+        f.message = format!("returned cudaErrorInsufficientDriver (35): {cause}");
+        f.cause = Some(trace::InitCause {
+            kind: InitCauseKind::NoDriver,
+            message: cause.into(),
+            driver_loadable: false,
+            driver_version: None,
+            runtime_version: None,
+            device_count_status: None,
+            device_count: None,
+            memory: None,
+            parent_pid: None,
+            parent_first_call: None,
+            pending_error: None,
+            pending_since_seq: None,
+        });
+        assert_eq!(message_shown(&f), None);
+        assert_eq!(cause_shown(&f, cause), "no NVIDIA driver: libcuda.so.1 cannot be loaded (x)");
+        f.message = "returned cudaErrorInsufficientDriver (35): 0x10 is not the start of a live allocation".into();
+        assert_eq!(message_shown(&f).as_deref(), Some("0x10 is not the start of a live allocation"));
+    }
+
+    #[test]
+    fn paths_in_offered_commands_are_one_shell_word() {
+        assert_eq!(shell_word("/tmp/d/x.safetensors"), "/tmp/d/x.safetensors");
+        assert_eq!(shell_word("/tmp/my dumps/it's.safetensors"), "'/tmp/my dumps/it'\\''s.safetensors'");
     }
 }
