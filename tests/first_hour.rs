@@ -40,8 +40,9 @@ fn a_failed_probe_is_an_environment_note_with_its_cause_when_a_trace_is_written(
     let note = t.environment.probe.as_ref().expect("the probe's note");
     assert_eq!((note.api.as_str(), note.status), ("cudaGetDeviceCount", 35));
     assert_eq!(note.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
-    let (code, _) = report_status(&run.trace_path);
+    let (code, text) = report_status(&run.trace_path);
     assert_eq!(code, Some(0), "a probe is no fault");
+    assert!(text.contains("asked cudaGetDeviceCount (#1) whether CUDA is usable") && text.contains("A probe, not a fault"), "{text}");
 }
 
 #[test]
@@ -136,7 +137,16 @@ fn operands_of_a_call_refused_for_its_arguments_are_not_checked_yet_located_and_
         assert_eq!(o.not_checked.as_deref(), Some("the arguments were refused first"), "{}", o.name);
     }
     assert_eq!(f.dump_note, None, "every operand is in the dump");
-    assert!(f.dump.as_deref().is_some_and(|d| std::path::Path::new(d).is_file()), "{:?}", f.dump);
+    let dump = f.dump.clone().expect("a dump");
+    assert!(std::path::Path::new(&dump).is_file(), "{dump}");
+    let (_, text) = report_status(&run.trace_path);
+    assert!(text.contains("(extent not checked: the arguments were refused first)"), "{text}");
+    assert!(!text.contains("in no allocation the guard saw"), "{text}");
+    // The library computed nothing: replay has nothing to compare, says so, and is not offered.
+    assert!(!text.contains(&format!("replay {dump}")), "{text}");
+    let out = std::process::Command::new(cli()).args(["replay", &dump]).output().expect("replay");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the library refused this call (invalid_argument)"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

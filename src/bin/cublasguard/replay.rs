@@ -111,6 +111,10 @@ pub fn replayed(d: &Dump) -> Result<Replayed, String> {
             _ => Err(format!("{name} could not be read when the dump was written")),
         }
     };
+    // A call the library refused computed nothing: there is no result to compare.
+    if let Some(kind @ ("invalid_argument" | "invalid_handle")) = d.meta["kind"].as_str() {
+        return Err(format!("the library refused this call ({kind}): it computed nothing to compare; fix the call, then dump it again"));
+    }
     if let Some(epilogue) = args["epilogue"].as_str() {
         let recomputed = ["CUBLASLT_EPILOGUE_DEFAULT", "CUBLASLT_EPILOGUE_BIAS", "CUBLASLT_EPILOGUE_RELU", "CUBLASLT_EPILOGUE_RELU_BIAS"];
         if !recomputed.contains(&epilogue) {

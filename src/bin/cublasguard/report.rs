@@ -340,8 +340,12 @@ fn operand_text(o: &trace::Operand) -> String {
         }
     } else if let Some(a) = &o.allocation {
         s.push_str(&format!(", in allocation {} of {}", a.base, bytes(a.size)));
-    } else {
+    } else if o.not_checked.is_none() {
         s.push_str(", in no allocation the guard saw");
+    }
+    // What the guard did not look at is said as such, never as a finding.
+    if let Some(why) = &o.not_checked {
+        s.push_str(&format!(" (extent not checked: {why})"));
     }
     if o.scanned {
         match (o.nan.unwrap_or(0), o.inf.unwrap_or(0), o.first_nonfinite) {
@@ -905,6 +909,17 @@ fn environment(doc: &mut Doc, loaded: &[Loaded]) {
     for lib in &env.libraries {
         let line = format!("{} => {}", doc.c(&lib.soname), doc.c(&lib.path));
         doc.item(&line);
+    }
+    // A failed capability probe is a fact about the machine, said once per process, not a fault.
+    for l in loaded {
+        let Some(probe) = &l.trace.environment.probe else { continue };
+        let cause = probe.cause.as_ref().map(|c| c.message.as_str()).unwrap_or(probe.status_name.as_str());
+        let place = probe.python_stack.iter().find(|f| is_user_file(&f.file)).map(|f| format!(", at {}:{} in {}", f.file, f.line, f.function)).unwrap_or_default();
+        let line = format!(
+            "note: pid {} asked {} (#{}) whether CUDA is usable and it is not{place}: {cause}. A probe, not a fault: a program may fall back to the CPU",
+            l.trace.process.pid, probe.api, probe.seq
+        );
+        doc.item(&doc.t(&line));
     }
 }
 
