@@ -74,10 +74,13 @@ fn torch_behaves_the_same_under_the_guard() {
     let framework = t.environment.framework.as_ref().expect("PyTorch's build named in the environment");
     assert_eq!((framework.name.as_str(), framework.version.as_deref(), framework.cuda.as_deref()), ("torch", Some("2.15.0+cu132"), Some("13.2")));
     assert!(t.crash.is_none());
-    let init = t.faults.iter().find(|f| f.kind == FaultKind::InitFailed).expect("CUDA's failed start");
-    assert_eq!(init.api, "cudaGetDeviceCount");
-    assert_eq!(init.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
-    assert!(init.message.contains("no NVIDIA driver"), "{}", init.message);
+    // torch.cuda.is_available() and the failed tensor only probe: the script handles both.
+    assert!(t.faults.is_empty(), "a probe is not a fault: {:#?}", t.faults);
+    let probe = t.environment.probe.as_ref().expect("CUDA's failed start, as a note");
+    assert_eq!(probe.api, "cudaGetDeviceCount");
+    assert_eq!(probe.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
+    assert!(probe.cause.as_ref().is_some_and(|c| c.message.contains("no NVIDIA driver")), "{probe:?}");
+    assert!(t.summary.calls.keys().all(|k| !k.starts_with("__cudaRegister")), "registrations are not counted: {:?}", t.summary.calls);
 }
 
 #[test]
@@ -107,7 +110,9 @@ fn a_failed_cuda_start_names_the_users_python_line() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("failed: RuntimeError"), "{}", String::from_utf8_lossy(&out.stderr));
     let t = trace::read(&trace_path).expect("trace");
     let line = std::fs::read_to_string(&script).unwrap().lines().position(|l| l.contains("# FRAME make_tensor")).unwrap() as u32 + 1;
-    let init = t.faults.iter().find(|f| f.kind == FaultKind::InitFailed).expect("CUDA's failed start");
+    // The script catches the error: the probe is a note, with the line that asked.
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+    let init = t.environment.probe.as_ref().expect("CUDA's failed start, as a note");
     let script_s = script.display().to_string();
     assert!(
         init.python_stack.iter().any(|f| f.file == script_s && f.line == line && f.function == "make_tensor"),
@@ -117,6 +122,22 @@ fn a_failed_cuda_start_names_the_users_python_line() {
     assert!(t.environment.python_version.is_some());
     // PyTorch's C++ frames, demangled, with their library.
     assert!(init.backtrace.iter().any(|l| l.starts_with("at::cuda::") && l.contains("libtorch_cuda.so+0x")), "{:#?}", init.backtrace);
+}
+
+#[cfg_attr(not(cublasguard_has_torch), ignore = "needs PyTorch: run scripts/fetch-torch.sh")]
+#[test]
+fn a_script_that_dies_of_the_missing_driver_gets_its_postmortem_with_its_line() {
+    let python = python();
+    let script = manifest_dir().join("tests/python/torch_dies.py");
+    let trace_path = temp_dir("torch-dies").join("trace.json");
+    let out = python_run(&python, &[script.to_str().unwrap()], Some(&trace_path));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = trace::read(&trace_path).expect("trace");
+    let line = std::fs::read_to_string(&script).unwrap().lines().position(|l| l.contains("# FRAME make_tensor")).unwrap() as u32 + 1;
+    let init = t.faults.iter().find(|f| f.kind == FaultKind::InitFailed).expect("the probe, now the fault");
+    assert_eq!(init.api, "cudaGetDeviceCount");
+    assert!(init.message.contains("exited with status 1"), "{}", init.message);
+    assert!(init.python_stack.iter().any(|f| f.line == line && f.function == "make_tensor"), "{:#?}", init.python_stack);
 }
 
 /// Functions PyTorch imports that need no check: they touch no device memory and take no

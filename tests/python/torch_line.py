@@ -1,5 +1,5 @@
-"""PyTorch without a GPU: the first CUDA tensor fails to start CUDA. The guard's init_failed
-fault must name the line below in its Python frames."""
+"""PyTorch without a GPU: the first CUDA tensor fails to start CUDA, and the script carries on.
+The guard's probe note (not a fault: the script handles it) must name the line below."""
 import torch
 
 
