@@ -2,6 +2,7 @@
  *   probe cpu          asks cudaGetDeviceCount, falls back to the CPU, exits 0
  *   probe die          asks, then exits 1 ("Found no NVIDIA driver")
  *   probe malloc       asks, then calls cudaMalloc anyway (which fails), exits 0
+ *   probe both         asks, then cudaMalloc and cublasCreate anyway (both fail), exits 0
  *   probe kernels N    registers N kernels, as nvcc's code does at load, then one GEMM */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,9 +47,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "RuntimeError: Found no NVIDIA driver on your system.\n");
         return 1;
     }
-    if (!strcmp(mode, "malloc")) {
+    if (!strcmp(mode, "malloc") || !strcmp(mode, "both")) {
         void *p = NULL;
         printf("cudaMalloc=%d\n", cudaMalloc(&p, 64));
+    }
+    if (!strcmp(mode, "both")) {
+        cublasHandle_t h;
+        printf("cublasCreate=%d\n", cublasCreate(&h));
     }
     printf("cpu fallback\n");
     return 0;

@@ -1,0 +1,106 @@
+//! The README's console example is what the program prints today: its commands are run as
+//! written (from a folder outside the repository, after the README's `export CUBLASGUARD=...`),
+//! and their output compared line by line, with pids, addresses, the host and the folders
+//! mapped to the README's.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// The README's folders: where the user is, and the clone.
+const HOME: &str = "/home/me";
+const CLONE: &str = "/home/me/cublasguard";
+const PID: &str = "7721";
+const HOST: &str = "vm";
+
+fn console_block(readme: &str) -> Vec<String> {
+    let start = readme.find("```console\n").expect("a console block") + "```console\n".len();
+    let end = start + readme[start..].find("```").expect("its end");
+    readme[start..end].lines().map(str::to_string).collect()
+}
+
+/// Addresses differ from run to run: each 0x... of 6 or more hex digits becomes 0xADDR.
+fn without_addresses(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(i) = rest.find("0x") {
+        out.push_str(&rest[..i]);
+        let digits = rest[i + 2..].chars().take_while(|c| c.is_ascii_hexdigit()).count();
+        if digits >= 6 {
+            out.push_str("0xADDR");
+        } else {
+            out.push_str(&rest[i..i + 2 + digits]);
+        }
+        rest = &rest[i + 2 + digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn hostname() -> String {
+    let out = Command::new("hostname").output().expect("hostname");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn the_readmes_console_example_prints_what_the_program_prints() {
+    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    let lines = console_block(&readme);
+    let home = temp_dir("readme-home");
+    let root = manifest_dir().display().to_string();
+    let host = hostname();
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    env.insert("CUBLASGUARD".into(), profile_dir().display().to_string());
+    env.insert("PATH".into(), std::env::var("PATH").unwrap_or_default());
+    let mut pid: Option<String> = None;
+    // Commands with the README's output under each.
+    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+    for line in lines {
+        match line.strip_prefix("$ ") {
+            Some(command) => steps.push((command.to_string(), Vec::new())),
+            None => steps.last_mut().expect("output after a command").1.push(line),
+        }
+    }
+    assert!(steps.len() >= 3, "{steps:?}");
+    for (command, expected) in steps {
+        // What the README names is this run's: its folder, and once known, its pid and host.
+        let mut command = command.replace(HOME, &home.display().to_string());
+        if let Some(pid) = &pid {
+            command = command.replace(&format!("-{HOST}-{PID}"), &format!("-{host}-{pid}"));
+        }
+        let run = |script: &str| {
+            Command::new("bash").arg("-c").arg(script).current_dir(&home).env_clear().envs(&env).output().expect("bash")
+        };
+        if let Some(assignment) = command.strip_prefix("export ") {
+            let (name, value) = assignment.split_once('=').expect("NAME=VALUE");
+            let out = run(&format!("printf %s {value}"));
+            env.insert(name.to_string(), String::from_utf8_lossy(&out.stdout).into_owned());
+            assert!(expected.is_empty(), "an export prints nothing");
+            continue;
+        }
+        let out = run(&format!("{command} 2>&1"));
+        let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+        if pid.is_none() {
+            pid = printed.split("guarding pid ").nth(1).and_then(|r| r.split_whitespace().next()).map(str::to_string);
+        }
+        let normal = |text: &str| {
+            let mut t = text.replace(&home.display().to_string(), HOME).replace(&root, CLONE);
+            if let Some(pid) = &pid {
+                t = t.replace(&format!("pid {pid}"), &format!("pid {PID}")).replace(&format!("-{host}-{pid}"), &format!("-{HOST}-{PID}"));
+            }
+            t = t.replace(&format!(" on {host} "), &format!(" on {HOST} "));
+            without_addresses(&t)
+        };
+        // stdout and stderr interleave differently on a pipe than on a terminal: compare the
+        // lines, not their order.
+        let mut got: Vec<String> = printed.lines().map(normal).collect();
+        let mut want: Vec<String> = expected.iter().map(|l| without_addresses(l)).collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "`{command}` prints what the README shows");
+    }
+    // The example leaves its trace where the user was, not in the clone.
+    assert!(std::fs::read_dir(&home).unwrap().flatten().any(|e| e.file_name().to_string_lossy().starts_with("cublasguard-")));
+}
