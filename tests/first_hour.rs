@@ -258,3 +258,15 @@ fn each_licence_the_package_declares_has_its_text_in_the_repository() {
     let apache = std::fs::read_to_string(root.join("LICENSE-APACHE")).expect("LICENSE-APACHE");
     assert!(apache.contains("Apache License") && apache.contains("Version 2.0, January 2004"));
 }
+
+#[test]
+fn a_relative_trace_path_is_meant_from_where_the_process_started_even_after_it_changes_folder() {
+    let elsewhere = temp_dir("elsewhere");
+    let elsewhere_s = elsewhere.display().to_string();
+    let program = build_c("probe", &["probe.c"], false);
+    let run = run(Launch { env: &[("CUBLASGUARD_TRACE", "relative-%p.json")], trace: false, ..Launch::new(&program, &["chdir", &elsewhere_s]) });
+    assert!(run.stdout().contains("cudaMalloc=0"), "{}{}", run.stdout(), run.stderr());
+    let here: Vec<_> = std::fs::read_dir(&run.dir).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(here.len(), 1, "the trace is in the start folder: {here:?}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing where the program went");
+}

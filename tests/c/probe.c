@@ -3,10 +3,12 @@
  *   probe die          asks, then exits 1 ("Found no NVIDIA driver")
  *   probe malloc       asks, then calls cudaMalloc anyway (which fails), exits 0
  *   probe both         asks, then cudaMalloc and cublasCreate anyway (both fail), exits 0
+ *   probe chdir DIR    changes folder to DIR first (Hydra, daemons), then allocates
  *   probe kernels N    registers N kernels, as nvcc's code does at load, then one GEMM */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -23,6 +25,12 @@ static int probe(void) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "cpu";
+    if (!strcmp(mode, "chdir") && argc > 2) {
+        if (chdir(argv[2]) != 0) return 2;
+        void *p = NULL;
+        printf("cudaMalloc=%d\n", cudaMalloc(&p, 64));
+        return 0;
+    }
     if (!strcmp(mode, "kernels")) {
         long n = argc > 2 ? atol(argv[2]) : 1000;
         for (long i = 0; i < n; i++) {
