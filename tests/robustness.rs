@@ -414,6 +414,18 @@ fn a_daemons_data_file_on_fd_2_never_gets_the_guards_lines() {
 }
 
 #[test]
+fn a_daemon_that_closes_every_descriptor_and_reuses_the_guards_copy_of_stderr_never_gets_its_lines() {
+    let run = scenario("daemon_all", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(run.stdout().contains("daemon_all done"), "{}", run.stdout());
+    for i in 0..4 {
+        let data = std::fs::read_to_string(run.dir.join(format!("data{i}.txt"))).expect("data file");
+        assert_eq!(data, "payload\n", "the guard wrote into data{i}.txt");
+    }
+    assert_eq!(run.trace().faults.len(), 1, "the fault is still in the trace");
+}
+
+#[test]
 fn a_programs_own_sigsegv_handler_recovers_as_without_the_guard() {
     let program = build_c("own_handler", &["own_handler.c"], false);
     let bare = run(Launch { guarded: false, ..Launch::new(&program, &[]) });

@@ -4,7 +4,7 @@
 //! never kills the program with SIGPIPE; and writing takes no lock (Rust's stderr lock, held by
 //! a parent thread at a fork, would stop a child that writes).
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 /// Not yet taken.
 const UNSET: i32 = -1;
@@ -12,12 +12,28 @@ const UNSET: i32 = -1;
 const CLOSED: i32 = -2;
 
 static FD: AtomicI32 = AtomicI32::new(UNSET);
+/// The device and inode of the file the duplicate refers to: a program that closes every
+/// descriptor and opens its own files may be given the duplicate's number for one of them.
+static DEVICE: AtomicU64 = AtomicU64::new(0);
+static INODE: AtomicU64 = AtomicU64::new(0);
+
+/// The device and inode behind `fd`, if it is open.
+fn identity(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: a zeroed stat is a valid out-parameter; fstat only writes it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
 
 /// Takes the duplicate (once, when the library is loaded).
 pub(crate) fn keep_original() {
     // SAFETY: fcntl(F_DUPFD_CLOEXEC) on fd 2 has no memory effects; a failure means fd 2 is
     // not open.
     let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
+    if let Some((device, inode)) = (fd >= 0).then(|| identity(fd)).flatten() {
+        DEVICE.store(device, Ordering::SeqCst);
+        INODE.store(inode, Ordering::SeqCst);
+    }
     let _ = FD.compare_exchange(UNSET, if fd < 0 { CLOSED } else { fd }, Ordering::SeqCst, Ordering::SeqCst);
 }
 
@@ -28,6 +44,12 @@ pub(crate) fn line(text: &str) {
         UNSET => 2, // not preloaded (the unit tests): the current stderr
         fd => fd,
     };
+    // The program closed the duplicate and the number now names one of its own files: the
+    // guard goes silent rather than write into it.
+    if fd != 2 && identity(fd) != Some((DEVICE.load(Ordering::SeqCst), INODE.load(Ordering::SeqCst))) {
+        FD.store(CLOSED, Ordering::SeqCst);
+        return;
+    }
     let mut bytes = Vec::with_capacity(text.len() + 1);
     bytes.extend_from_slice(text.as_bytes());
     bytes.push(b'\n');

@@ -219,6 +219,24 @@ int main(int argc, char **argv) {
         gemm(da, db, &zero, dc); /* a fault: the guard says so on stderr */
         if (data) fprintf(data, "payload\n");
         if (data) fclose(data);
+    } else if (!strcmp(s, "daemon_all")) {
+        /* A stricter daemon: closes every descriptor from 2 up (the guard's copy of stderr
+         * included), then opens its data files, which get those numbers. */
+        for (int fd = 2; fd < 64; fd++) close(fd);
+        FILE *files[4];
+        char name[32];
+        for (int i = 0; i < 4; i++) {
+            snprintf(name, sizeof name, "data%d.txt", i);
+            files[i] = fopen(name, "w");
+        }
+        a[0] = NAN;
+        cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc); /* a fault: the guard must not write into a data file */
+        for (int i = 0; i < 4; i++) {
+            if (files[i]) fprintf(files[i], "payload\n");
+            if (files[i]) fclose(files[i]);
+        }
+        printf("daemon_all done\n");
     } else if (!strcmp(s, "fork")) {
         a[0] = NAN;
         cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
