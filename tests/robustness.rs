@@ -262,7 +262,11 @@ fn a_fault_found_before_the_call_is_on_disk_when_the_library_crashes() {
 fn an_unwritable_trace_path_warns_once_and_changes_nothing() {
     let program = scenarios();
     let bare = run(Launch { guarded: false, ..Launch::new(&program, &["nan_a"]) });
-    let env = [("CUBLASGUARD_TRACE", "/nonexistent/folder/trace.json")];
+    // Under a regular file: no folder can be made there, even as root.
+    let blocker = temp_dir("unwritable").join("a-file");
+    std::fs::write(&blocker, b"").unwrap();
+    let path = blocker.join("folder/trace.json").display().to_string();
+    let env = [("CUBLASGUARD_TRACE", path.as_str())];
     let guarded = run(Launch { env: &env, trace: false, ..Launch::new(&program, &["nan_a"]) });
     assert_eq!(bare.stdout(), guarded.stdout());
     assert_eq!(guarded.code(), Some(0));

@@ -202,9 +202,8 @@ fn start() -> Session {
     if config.trace_requested {
         // The folder a user named is made now, so that even a crash record has a place.
         if let Some(dir) = Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
-            if let Err(e) = std::fs::create_dir_all(dir) {
-                say(&format!("cublasguard: cannot make the trace's folder {}: {e}", dir.display()));
-            }
+            // A failure is said once, when the trace cannot be written.
+            let _ = std::fs::create_dir_all(dir);
         }
     }
     if !claim::claim(&path) {
