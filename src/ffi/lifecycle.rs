@@ -201,7 +201,7 @@ fn start() -> Session {
     let mut path = config::expand_trace_path(&config.trace_pattern, process.pid, &process.hostname, process.rank);
     if config.trace_requested {
         // The folder a user named is made now, so that even a crash record has a place.
-        if let Some(dir) = Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        if let Some(dir) = Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty()) {
             // A failure is said once, when the trace cannot be written.
             let _ = std::fs::create_dir_all(dir);
         }

@@ -34,7 +34,7 @@ static START_DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::O
 /// Remembers the working folder as the process started (called when the library is loaded,
 /// before the program's `main` can change it).
 pub fn remember_start_dir() {
-    START_DIR.get_or_init(|| std::env::current_dir().ok());
+    let _ = start_dir();
 }
 
 /// The folder the process started in: where a relative trace path, the program's relative

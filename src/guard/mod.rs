@@ -228,9 +228,17 @@ impl<'a, R: Copy> Call<'a, R> {
     /// Reports that CUDA could not start, once per hooked function (without a driver every call
     /// fails the same way), with the cause found by asking the driver.
     pub fn report_init_failure(&self, status: i32, status_name: &str, device_count: Option<(i32, Option<i32>)>) {
+        if let Some(fault) = self.init_failure(status, status_name, device_count) {
+            self.report(fault);
+        }
+    }
+
+    /// The `init_failed` fault of this call with its cause, the first time this hooked function
+    /// fails to start CUDA (`None` after that).
+    fn init_failure(&self, status: i32, status_name: &str, device_count: Option<(i32, Option<i32>)>) -> Option<Fault> {
         let s = self.session;
         if !s.first_init_failure(self.hook.index()) {
-            return;
+            return None;
         }
         // The program's own cudaGetDeviceCount answer, if it asked, beats asking again (a
         // pending error would stop the guard from asking without disturbing it).
@@ -240,7 +248,7 @@ impl<'a, R: Copy> Call<'a, R> {
         let finding = Finding::new(FaultKind::InitFailed, format!("returned {status_name} ({status}): {}", cause.message));
         let mut fault = self.fault(finding, status, status_name);
         fault.cause = Some(cause);
-        self.report(fault);
+        Some(fault)
     }
 
     /// A capability probe (`cudaGetDeviceCount`) that found no driver or no device. Programs
@@ -248,19 +256,11 @@ impl<'a, R: Copy> Call<'a, R> {
     /// and Python frames are kept for the trace's environment (and for the fault it becomes if
     /// the program exits with a failure status); nothing is printed or written for it.
     pub fn note_failed_probe(&self, status: i32, status_name: &str) {
-        let s = self.session;
-        if !s.first_init_failure(self.hook.index()) {
-            return;
+        if let Some(mut fault) = self.init_failure(status, status_name, Some((status, None))) {
+            self.add_python_stack(&mut fault);
+            fault.backtrace = self.outlet.backtrace();
+            self.session.keep_probe(fault);
         }
-        let probe = self.device.probe_driver(Some((status, None)));
-        let cause = init::explain(&probe, &self.init_context(false));
-        s.set_driver_error(cause.message.clone());
-        let finding = Finding::new(FaultKind::InitFailed, format!("returned {status_name} ({status}): {}", cause.message));
-        let mut fault = self.fault(finding, status, status_name);
-        fault.cause = Some(cause);
-        self.add_python_stack(&mut fault);
-        fault.backtrace = self.outlet.backtrace();
-        s.keep_probe(fault);
     }
 
     /// What the session knows that explains a failed start: a fork after the parent used CUDA,

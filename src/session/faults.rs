@@ -2,7 +2,7 @@
 //! stderr lines capped separately.
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::config::Config;
 use crate::trace::{Fault, FaultKind};
@@ -36,7 +36,7 @@ pub(super) struct FaultLog {
     /// The call of the first NaN/Inf fault (0: none yet). NaN/Inf that later calls merely
     /// consume is usually that one passed on: one line says so, not one line per call.
     first_nonfinite: AtomicU64,
-    propagation_said: std::sync::atomic::AtomicBool,
+    propagation_said: AtomicBool,
     last_rewrite_ns: AtomicU64,
     /// Held while the trace file is written (one writer at a time).
     pub writer: Mutex<()>,
@@ -82,15 +82,10 @@ impl FaultLog {
 
     pub fn add(&self, config: &Config, fault: Fault, path: &str, now_ns: u64) -> Recorded {
         self.total.fetch_add(1, Ordering::Relaxed);
-        let nonfinite = matches!(fault.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput);
-        let earlier_nonfinite = if nonfinite {
-            match self.first_nonfinite.compare_exchange(0, fault.seq.max(1), Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => None,
-                Err(first) => Some(first),
-            }
-        } else {
-            None
-        };
+        // The first NaN/Inf fault's call, if this one is a later NaN/Inf fault.
+        let earlier_nonfinite = matches!(fault.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput)
+            .then(|| self.first_nonfinite.compare_exchange(0, fault.seq.max(1), Ordering::Relaxed, Ordering::Relaxed).err())
+            .flatten();
         let lines = match earlier_nonfinite {
             // Consumed after an earlier NaN/Inf: said once, as propagation, then silent.
             Some(first) if fault.kind == FaultKind::NonfiniteInput => {

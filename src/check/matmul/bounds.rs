@@ -54,18 +54,8 @@ fn check_member(addr: u64, extent: u64, allocations: &Allocations, device: &dyn 
 
 
 impl MatmulCheck<'_> {
-    /// Without the bounds check, operands are still read only when verified inside memory.
-    pub(super) fn note_readable(&mut self, allocations: &Allocations) {
-        for o in self.operands.iter_mut().flatten() {
-            if let (Members::One, Some(extent)) = (o.spec.members, o.extent) {
-                o.allocation = allocations.span_containing(o.spec.ptr);
-                o.readable = Self::used(o)
-                    && o.allocation.is_some_and(|s| validate::containment(o.spec.ptr, extent, s) == Containment::Inside);
-            }
-        }
-    }
-
-    /// Operands from `from` on were not checked (`why`): where they lie is noted all the same.
+    /// Operands from `from` on were not checked (`why`): where they lie is noted all the same,
+    /// and they are read (scanned, dumped) only when verified inside memory.
     pub(super) fn note_unchecked(&mut self, from: usize, why: &'static str, allocations: &Allocations) {
         for o in self.operands.iter_mut().skip(from).flatten() {
             if let (Members::One, Some(extent), None) = (o.spec.members, o.extent, o.allocation) {

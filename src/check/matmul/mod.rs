@@ -143,8 +143,7 @@ impl<'a> MatmulCheck<'a> {
                 return check;
             }
         } else {
-            check.note_readable(allocations);
-            check.unchecked = Some((0, "bounds checks are off"));
+            check.note_unchecked(0, "bounds checks are off", allocations);
         }
         if !(checks.nan || checks.sync) || check.is_empty() {
             return check;
