@@ -113,31 +113,108 @@ pub fn dtype_named(name: &str) -> Option<DType> {
         .find(|d| d.name() == name)
 }
 
-/// Reads a dump: the safetensors file and the guard's metadata in it.
-pub fn decode(bytes: &[u8]) -> Result<Dump, String> {
-    let (_, header) = safetensors::SafeTensors::read_metadata(bytes).map_err(|e| format!("not a safetensors file: {e}"))?;
-    let text = header
-        .metadata()
-        .as_ref()
-        .and_then(|m| m.get(METADATA_KEY))
+/// A dumped operand's type and shape as the file's header gives them, checked against the call
+/// record: what replay validates the call against before it reads any element.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shape {
+    pub dtype: DType,
+    /// 1 when the operand is not batched.
+    pub batch: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl Shape {
+    /// Elements in all members; `None` when that does not fit a usize.
+    pub fn elements(&self) -> Option<usize> {
+        self.batch.checked_mul(self.rows)?.checked_mul(self.cols)
+    }
+}
+
+/// The call record and the operands' shapes, from a dump's header alone.
+#[derive(Clone, Debug)]
+pub struct Header {
+    pub meta: serde_json::Value,
+    pub shapes: BTreeMap<String, Shape>,
+}
+
+/// A dimension from the call record: a non-negative integer that fits a usize.
+fn dimension(described: &serde_json::Value, name: &str, what: &str) -> Result<Option<usize>, String> {
+    match &described[what] {
+        serde_json::Value::Null => Ok(None),
+        v => v.as_u64().and_then(|v| usize::try_from(v).ok()).map(Some).ok_or_else(|| format!("{name}: {what} in the call record is {v}, not a size")),
+    }
+}
+
+/// One operand's shape: the call record's dtype, batch, rows and columns, which must be what
+/// the file stores (its dtype and shape), so no size below comes from the record alone.
+fn shape_of(name: &str, meta: &serde_json::Value, stored: Dtype, stored_shape: &[usize]) -> Result<Shape, String> {
+    let described = &meta["tensors"][name];
+    let dtype = described["dtype"].as_str().and_then(dtype_named).ok_or_else(|| format!("{name}: no dtype in the call record"))?;
+    let rows = dimension(described, name, "rows")?.ok_or_else(|| format!("{name}: no rows in the call record"))?;
+    let cols = dimension(described, name, "cols")?.ok_or_else(|| format!("{name}: no cols in the call record"))?;
+    let batch = dimension(described, name, "batch")?;
+    if batch == Some(0) {
+        return Err(format!("{name}: a batch of 0 members in the call record"));
+    }
+    let (file, trailing) = file_dtype(dtype).ok_or_else(|| format!("{name}: {} cannot be stored", dtype.name()))?;
+    let mut expected: Vec<usize> = batch.into_iter().collect();
+    expected.extend([rows, cols]);
+    expected.extend(trailing);
+    if file != stored || expected != stored_shape {
+        return Err(format!(
+            "{name}: the call record says {} x {rows} x {cols} {}, but the file stores {stored:?} of shape {stored_shape:?}",
+            batch.unwrap_or(1),
+            dtype.name()
+        ));
+    }
+    let shape = Shape { dtype, batch: batch.unwrap_or(1), rows, cols };
+    shape.elements().and_then(|e| e.checked_mul(dtype.size()? as usize)).ok_or_else(|| format!("{name}: {} x {rows} x {cols} elements overflow", shape.batch))?;
+    Ok(shape)
+}
+
+/// The call record and operand shapes from a safetensors header (the JSON after the 8-byte
+/// length), checked against each other; no data is read.
+pub fn header(json: &[u8]) -> Result<Header, String> {
+    let header: serde_json::Value = serde_json::from_slice(json).map_err(|e| format!("not a safetensors file: {e}"))?;
+    let entries = header.as_object().ok_or("not a safetensors file: its header is not a JSON object")?;
+    let text = header["__metadata__"][METADATA_KEY]
+        .as_str()
         .ok_or("a safetensors file, but not a cublasguard dump (no call record in its metadata)")?;
     let meta: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("the call record is not JSON: {e}"))?;
     let format = meta["format"].as_u64().unwrap_or(0);
     if format == 0 || format > FORMAT {
         return Err(format!("dump format {format} (this cublasguard reads format {FORMAT})"));
     }
+    let mut shapes = BTreeMap::new();
+    for (name, entry) in entries.iter().filter(|(k, _)| *k != "__metadata__") {
+        let stored: Dtype = serde_json::from_value(entry["dtype"].clone()).map_err(|e| format!("not a safetensors file: {name}: dtype: {e}"))?;
+        let stored_shape: Vec<usize> = serde_json::from_value(entry["shape"].clone()).map_err(|e| format!("not a safetensors file: {name}: shape: {e}"))?;
+        shapes.insert(name.clone(), shape_of(name, &meta, stored, &stored_shape)?);
+    }
+    Ok(Header { meta, shapes })
+}
+
+/// The header of a whole dump file, after safetensors has checked that its offsets and sizes
+/// add up to the file.
+pub fn header_of(bytes: &[u8]) -> Result<Header, String> {
+    let (n, _) = safetensors::SafeTensors::read_metadata(bytes).map_err(|e| format!("not a safetensors file: {e}"))?;
+    header(bytes.get(8..8 + n).ok_or("not a safetensors file (its header is cut short)")?)
+}
+
+/// Reads a dump: the safetensors file and the guard's metadata in it.
+pub fn decode(bytes: &[u8]) -> Result<Dump, String> {
+    let Header { meta, shapes } = header_of(bytes)?;
     let file = safetensors::SafeTensors::deserialize(bytes).map_err(|e| format!("not a safetensors file: {e}"))?;
     let mut tensors = BTreeMap::new();
     for (name, view) in file.tensors() {
-        let described = &meta["tensors"][&name];
-        let dtype = described["dtype"].as_str().and_then(dtype_named).ok_or_else(|| format!("{name}: no dtype in the call record"))?;
-        let rows = described["rows"].as_u64().ok_or_else(|| format!("{name}: no rows in the call record"))? as usize;
-        let cols = described["cols"].as_u64().ok_or_else(|| format!("{name}: no cols in the call record"))? as usize;
-        let batch = described["batch"].as_u64().unwrap_or(1) as usize;
+        let shape = shapes.get(&name).ok_or_else(|| format!("{name}: not in the file's header"))?;
+        let Shape { dtype, batch, rows, cols } = *shape;
         let size = dtype.size().unwrap_or(1) as usize;
         let raw = view.data().to_vec();
-        if raw.len() != batch * rows * cols * size {
-            return Err(format!("{name}: {} bytes, but {batch} x {rows} x {cols} {} needs {}", raw.len(), dtype.name(), batch * rows * cols * size));
+        let needs = shape.elements().and_then(|e| e.checked_mul(size));
+        if needs != Some(raw.len()) {
+            return Err(format!("{name}: {} bytes, but {batch} x {rows} x {cols} {} needs {needs:?}", raw.len(), dtype.name()));
         }
         let values = raw.chunks_exact(size).map(|e| element(dtype, e)).collect();
         tensors.insert(name, Matrix { dtype, batch, rows, cols, values, raw });

@@ -3,12 +3,14 @@
 //! data (inherent), in the library's reduced precision, or not explained; `--cuda` reruns it
 //! through the real cuBLAS; `--emit-c` writes a standalone reproducer.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use cublasguard::cuda::DType;
-use cublasguard::dump::{self, Dump, Matrix};
+use cublasguard::dump::{self, Dump, Matrix, Shape};
 
+use super::report::escape_field;
 use super::CliError;
 
 /// Exit statuses: the fault reproduced as recorded, did not, or the dump could not be read.
@@ -56,11 +58,21 @@ fn op_of(value: &serde_json::Value, name: &str) -> Result<char, String> {
     }
 }
 
+/// The most multiply-adds replay computes exactly: a dump whose recomputation would take more
+/// (batch x m x n x k) is refused, as no dump of a real fault needs it and a forged one could
+/// make replay run for days.
+pub const MAX_WORK: u128 = 10_000_000_000;
+/// The most elements replay decodes from a dump, all operands together (each takes 16 bytes
+/// decoded, beside its bytes as stored).
+pub const MAX_ELEMENTS: usize = 1 << 28;
+/// The largest dump file replay reads.
+pub const MAX_FILE: u64 = 16 << 30;
+
 /// What arithmetic the call used, from its compute type, or for the typed functions from their
 /// type and the handle's math mode.
-fn compute_of(d: &Dump, inputs: DType) -> (f64, String, bool) {
-    let args = &d.meta["args"];
-    let tf32_math = d.meta["handle"]["math_mode"].as_str().is_some_and(|m| m.contains("TF32"));
+fn compute_of(meta: &serde_json::Value, inputs: DType) -> (f64, String, bool) {
+    let args = &meta["args"];
+    let tf32_math = meta["handle"]["math_mode"].as_str().is_some_and(|m| m.contains("TF32"));
     let compute = args["computeType"].as_str().unwrap_or("");
     let (dtype, label) = match compute {
         c if c.starts_with("CUBLAS_COMPUTE_16F") => (DType::F16, "fp16 accumulation (CUBLAS_COMPUTE_16F)"),
@@ -70,12 +82,12 @@ fn compute_of(d: &Dump, inputs: DType) -> (f64, String, bool) {
         c if c.starts_with("CUBLAS_COMPUTE_64F") => (DType::F64, "f64 (CUBLAS_COMPUTE_64F)"),
         c if c.starts_with("CUBLAS_COMPUTE_32F") => (DType::F32, "f32 accumulation (CUBLAS_COMPUTE_32F)"),
         _ if tf32_math && inputs == DType::F32 => (DType::F16, "TF32 tensor-op math (the handle's math mode)"),
-        _ if d.meta["api"].as_str().is_some_and(|a| a.starts_with("cublasHgemm")) => (DType::F16, "fp16 accumulation (cublasHgemm)"),
+        _ if meta["api"].as_str().is_some_and(|a| a.starts_with("cublasHgemm")) => (DType::F16, "fp16 accumulation (cublasHgemm)"),
         _ => (inputs, ""),
     };
     // TF32 keeps 10 mantissa bits, like fp16: the same roundoff.
     let label = if label.is_empty() { format!("{} arithmetic", inputs.name()) } else { label.to_string() };
-    let reduced = dump::unit_roundoff(dtype) > dump::unit_roundoff(DType::F32) || d.meta["reduced_precision"].as_bool() == Some(true);
+    let reduced = dump::unit_roundoff(dtype) > dump::unit_roundoff(DType::F32) || meta["reduced_precision"].as_bool() == Some(true);
     (dump::unit_roundoff(dtype).max(dump::unit_roundoff(inputs).min(dump::unit_roundoff(DType::F32))), label, reduced)
 }
 
@@ -87,13 +99,21 @@ impl Replayed {
         if d.tensors.contains_key("bias") || self.relu {
             return Err("this call has a cublasLt epilogue, which cublasGemmStridedBatchedEx cannot apply".into());
         }
+        // Its sizes are C ints: each dimension, and each operand's rows (its leading dimension).
+        let out = d.tensors.get(&self.output_name).map_or(1, |o| o.batch);
+        let rows = d.tensors.values().map(|t| t.rows.max(t.cols));
+        for (what, v) in [("m", self.m), ("n", self.n), ("k", self.k), ("the batch", out)].into_iter().chain(rows.map(|r| ("an operand's rows or columns", r))) {
+            if i32::try_from(v).is_err() {
+                return Err(format!("{what} ({v}) does not fit the int that cublasGemmStridedBatchedEx takes"));
+            }
+        }
         Ok(())
     }
 }
 
 /// What the guard recorded as left out of the dump.
-fn not_dumped(d: &Dump) -> String {
-    let notes: Vec<&str> = d.meta["not_dumped"].as_array().map(|a| a.iter().filter_map(|n| n.as_str()).collect()).unwrap_or_default();
+fn not_dumped(meta: &serde_json::Value) -> String {
+    let notes: Vec<&str> = meta["not_dumped"].as_array().map(|a| a.iter().filter_map(|n| n.as_str()).collect()).unwrap_or_default();
     if notes.is_empty() {
         "the record does not say why".into()
     } else {
@@ -101,18 +121,31 @@ fn not_dumped(d: &Dump) -> String {
     }
 }
 
-pub fn replayed(d: &Dump) -> Result<Replayed, String> {
-    let args = &d.meta["args"];
-    let int = |name: &str| args[name].as_i64().filter(|v| *v >= 0).map(|v| v as usize).ok_or_else(|| format!("the call record has no {name}"));
+/// The operands' shapes of a decoded dump.
+pub fn shapes(d: &Dump) -> BTreeMap<String, Shape> {
+    d.tensors.iter().map(|(name, m)| (name.clone(), Shape { dtype: m.dtype, batch: m.batch, rows: m.rows, cols: m.cols })).collect()
+}
+
+/// The call a dump records, checked against the operands it holds before anything is computed:
+/// op(A) is m x k, op(B) k x n, C and the output m x n, the bias m x 1; every batched operand
+/// has the output's members (or one, for all); the leading dimensions recorded hold the rows;
+/// and the exact recomputation and the decoded operands stay within [`MAX_WORK`] and
+/// [`MAX_ELEMENTS`]. Each inconsistency is named.
+pub fn replayed(meta: &serde_json::Value, shapes: &BTreeMap<String, Shape>) -> Result<Replayed, String> {
+    let args = &meta["args"];
+    let int = |name: &str| match &args[name] {
+        serde_json::Value::Null => Err(format!("the call record has no {name}")),
+        v => v.as_u64().and_then(|v| usize::try_from(v).ok()).ok_or_else(|| format!("{name} is {v} in the call record, not a size")),
+    };
     let scalar = |name: &str| -> Result<[f64; 2], String> {
-        let v = &d.meta[name];
+        let v = &meta[name];
         match (v[0].as_f64(), v[1].as_f64()) {
             (Some(re), Some(im)) => Ok([re, im]),
             _ => Err(format!("{name} could not be read when the dump was written")),
         }
     };
     // A call the library refused computed nothing: there is no result to compare.
-    if let Some(kind @ ("invalid_argument" | "invalid_handle")) = d.meta["kind"].as_str() {
+    if let Some(kind @ ("invalid_argument" | "invalid_handle")) = meta["kind"].as_str() {
         return Err(format!("the library refused this call ({kind}): it computed nothing to compare; fix the call, then dump it again"));
     }
     if let Some(epilogue) = args["epilogue"].as_str() {
@@ -121,14 +154,16 @@ pub fn replayed(d: &Dump) -> Result<Replayed, String> {
             return Err(format!("the epilogue {epilogue} is not recomputed by replay (bias and ReLU are)"));
         }
     }
-    let a = d.tensors.get("A").ok_or_else(|| format!("the dump has no A: {}", not_dumped(d)))?;
-    d.tensors.get("B").ok_or_else(|| format!("the dump has no B: {}", not_dumped(d)))?;
-    let (compute_roundoff, compute_label, reduced) = compute_of(d, a.dtype);
-    let output_name = ["C_out", "D_out"].into_iter().find(|n| d.tensors.contains_key(*n)).ok_or("the dump has no output (C_out or D_out): the call did not run")?;
-    Ok(Replayed {
-        api: d.meta["api"].as_str().unwrap_or("?").to_string(),
-        seq: d.meta["seq"].as_u64().unwrap_or(0),
-        kind: d.meta["kind"].as_str().unwrap_or("?").to_string(),
+    let a = shapes.get("A").ok_or_else(|| format!("the dump has no A: {}", not_dumped(meta)))?;
+    if !shapes.contains_key("B") {
+        return Err(format!("the dump has no B: {}", not_dumped(meta)));
+    }
+    let (compute_roundoff, compute_label, reduced) = compute_of(meta, a.dtype);
+    let output_name = ["C_out", "D_out"].into_iter().find(|n| shapes.contains_key(*n)).ok_or("the dump has no output (C_out or D_out): the call did not run")?;
+    let call = Replayed {
+        api: meta["api"].as_str().unwrap_or("?").to_string(),
+        seq: meta["seq"].as_u64().unwrap_or(0),
+        kind: meta["kind"].as_str().unwrap_or("?").to_string(),
         transa: op_of(&args["transa"], "transa")?,
         transb: op_of(&args["transb"], "transb")?,
         m: int("m")?,
@@ -141,7 +176,61 @@ pub fn replayed(d: &Dump) -> Result<Replayed, String> {
         reduced,
         relu: args["epilogue"].as_str().is_some_and(|e| e.contains("RELU")),
         output_name: output_name.to_string(),
-    })
+    };
+    consistent(&call, args, shapes)?;
+    Ok(call)
+}
+
+/// The checks of [`replayed`] on the dimensions, with checked arithmetic throughout.
+fn consistent(call: &Replayed, args: &serde_json::Value, shapes: &BTreeMap<String, Shape>) -> Result<(), String> {
+    let (m, n, k) = (call.m, call.n, call.k);
+    let out = &shapes[&call.output_name];
+    let stored = |op: char, rows: usize, cols: usize| if op == 'N' { (rows, cols) } else { (cols, rows) };
+    let mut expected = vec![
+        ("A", stored(call.transa, m, k), format!("transa = {}: op(A) is m x k = {m} x {k}", call.transa)),
+        ("B", stored(call.transb, k, n), format!("transb = {}: op(B) is k x n = {k} x {n}", call.transb)),
+        (call.output_name.as_str(), (m, n), format!("the output is m x n = {m} x {n}")),
+        ("C", (m, n), format!("C is m x n = {m} x {n}")),
+        ("bias", (m, 1), format!("the bias is m x 1 = {m} x 1")),
+    ];
+    if call.beta != [0.0, 0.0] && !shapes.contains_key("C") {
+        return Err("beta != 0 but the dump has no C (see not_dumped in its record)".into());
+    }
+    for (name, (rows, cols), why) in expected.drain(..) {
+        let Some(s) = shapes.get(name) else { continue };
+        if (s.rows, s.cols) != (rows, cols) {
+            return Err(format!("the dump is inconsistent: {name} is stored {} x {}, but {why}, stored {rows} x {cols}", s.rows, s.cols));
+        }
+        if s.batch != 1 && s.batch != out.batch {
+            return Err(format!("the dump is inconsistent: {name} has {} members, but the output has {}", s.batch, out.batch));
+        }
+    }
+    // The leading dimensions, where recorded, are the device's: each must hold its rows.
+    for (ld, name) in [("lda", "A"), ("ldb", "B"), ("ldc", call.output_name.as_str())] {
+        let (Some(s), v) = (shapes.get(name), &args[ld]) else { continue };
+        if v.is_null() {
+            continue;
+        }
+        let fits = v.as_u64().and_then(|v| usize::try_from(v).ok()).is_some_and(|v| v >= s.rows.max(1));
+        if !fits {
+            return Err(format!("the dump is inconsistent: {ld} is {v}, but {name} has {} rows", s.rows));
+        }
+    }
+    if let Some(count) = args["batchCount"].as_i64() {
+        if usize::try_from(count).ok() != Some(out.batch) && out.batch != 1 {
+            return Err(format!("the dump is inconsistent: batchCount is {count}, but the output has {} members", out.batch));
+        }
+    }
+    let work = [out.batch, m, n, k.max(1)].iter().try_fold(1u128, |w, d| w.checked_mul(*d as u128));
+    if work.is_none_or(|w| w > MAX_WORK) {
+        let said = work.map_or_else(|| "more than 2^128".to_string(), |w| w.to_string());
+        return Err(format!("the exact recomputation would take {said} multiply-adds ({} x {m} x {n} x {k}), more than replay's cap of {MAX_WORK}", out.batch));
+    }
+    let elements = shapes.values().try_fold(0usize, |sum, s| sum.checked_add(s.elements()?));
+    if elements.is_none_or(|e| e > MAX_ELEMENTS) {
+        return Err(format!("the dump holds more than {MAX_ELEMENTS} elements, replay's cap"));
+    }
+    Ok(())
 }
 
 /// `cudaDataType_t` of a dtype.
@@ -189,16 +278,20 @@ pub fn compute_code(d: &Dump, inputs: DType) -> i32 {
     }
 }
 
-/// A scalar (alpha, beta) as the bytes of the call's scalar type.
+/// A scalar (alpha, beta) as the bytes of the call's scalar type, padded with zeros to 16
+/// bytes: the library reads the scalar type its compute type implies, which a forged record
+/// could make wider than the one recorded, and it must not read past the buffer.
 pub fn scalar_bytes(d: &Dump, v: [f64; 2]) -> Vec<u8> {
-    match d.meta["scalar_type"].as_str().and_then(dump::dtype_named).unwrap_or(DType::F32) {
+    let mut bytes = match d.meta["scalar_type"].as_str().and_then(dump::dtype_named).unwrap_or(DType::F32) {
         DType::F64 => v[0].to_le_bytes().to_vec(),
         DType::C32 => [(v[0] as f32).to_le_bytes(), (v[1] as f32).to_le_bytes()].concat(),
         DType::C64 => [v[0].to_le_bytes(), v[1].to_le_bytes()].concat(),
         DType::F16 => half::f16::from_f64(v[0]).to_bits().to_le_bytes().to_vec(),
         DType::I32 => (v[0] as i32).to_le_bytes().to_vec(),
         _ => (v[0] as f32).to_le_bytes().to_vec(),
-    }
+    };
+    bytes.resize(16, 0);
+    bytes
 }
 
 /// A stored matrix's bytes back in column-major order (leading dimension = rows), member after
@@ -291,12 +384,18 @@ fn nonfinite_summary(name: &str, m: &Matrix) -> Option<String> {
     Some(format!("{name}: {nan} NaN, {inf} Inf (first at member {member}, ({row}, {col}))"))
 }
 
+/// Opens a dump: only a regular file of at most [`MAX_FILE`] bytes (never a FIFO or a device,
+/// whose reads would block or never end).
+fn open_dump(path: &Path) -> Result<std::fs::File, String> {
+    super::report::open_regular(path, MAX_FILE).map_err(|e| format!("it cannot be read ({e})"))
+}
+
 /// Whether `replay` can rerun the dump at `path`, or why not (the report asks before it offers
 /// the command): the checks `analyse` makes before it computes, from the file's header alone,
 /// so a large dump is not read.
 pub fn can_replay(path: &Path) -> Result<(), String> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path).map_err(|e| format!("it cannot be read ({e})"))?;
+    let mut file = open_dump(path)?;
     let mut len = [0u8; 8];
     file.read_exact(&mut len).map_err(|_| "not a safetensors file (too short)".to_string())?;
     let len = u64::from_le_bytes(len);
@@ -305,38 +404,20 @@ pub fn can_replay(path: &Path) -> Result<(), String> {
     }
     let mut header = vec![0u8; len as usize];
     file.read_exact(&mut header).map_err(|_| "not a safetensors file (its header is cut short)".to_string())?;
-    let header: serde_json::Value = serde_json::from_slice(&header).map_err(|e| format!("not a safetensors file: {e}"))?;
-    let record = header["__metadata__"][dump::METADATA_KEY].as_str().ok_or("a safetensors file, but not a cublasguard dump (no call record in its metadata)")?;
-    let meta: serde_json::Value = serde_json::from_str(record).map_err(|e| format!("the call record is not JSON: {e}"))?;
-    let format = meta["format"].as_u64().unwrap_or(0);
-    if format == 0 || format > dump::FORMAT {
-        return Err(format!("dump format {format} (this cublasguard reads format {})", dump::FORMAT));
-    }
-    let mut tensors = std::collections::BTreeMap::new();
-    for name in header.as_object().into_iter().flat_map(|o| o.keys()).filter(|k| *k != "__metadata__") {
-        let dtype = meta["tensors"][name]["dtype"].as_str().and_then(dump::dtype_named).ok_or_else(|| format!("{name}: no dtype in the call record"))?;
-        tensors.insert(name.clone(), Matrix { dtype, batch: 0, rows: 0, cols: 0, values: Vec::new(), raw: Vec::new() });
-    }
-    let d = Dump { meta, tensors };
-    let call = replayed(&d)?;
-    if call.beta != [0.0, 0.0] && !d.tensors.contains_key("C") {
-        return Err("beta != 0 but the dump has no C (see not_dumped in its record)".into());
-    }
+    let header = dump::header(&header)?;
+    replayed(&header.meta, &header.shapes)?;
     Ok(())
 }
 
 /// The exact reference and its comparison with the library's output.
 pub fn analyse(d: &Dump) -> Result<Analysis, String> {
-    let call = replayed(d)?;
+    let call = replayed(&d.meta, &shapes(d))?;
     let a = &d.tensors["A"];
     let b = d.tensors.get("B").ok_or("the dump has no B (see not_dumped in its record)")?;
     let out = &d.tensors[&call.output_name];
     let beta_zero = call.beta == [0.0, 0.0];
     let c = if beta_zero { None } else { Some(d.tensors.get("C").ok_or("beta != 0 but the dump has no C (see not_dumped in its record)")?) };
     let bias = d.tensors.get("bias");
-    if out.rows != call.m || out.cols != call.n {
-        return Err(format!("{} is {} x {}, but the call is m {} x n {}", call.output_name, out.rows, out.cols, call.m, call.n));
-    }
     let mut nonfinite_inputs: Vec<String> = [("A", Some(a)), ("B", Some(b)), ("C", c), ("bias", bias)]
         .into_iter()
         .filter_map(|(name, m)| nonfinite_summary(name, m?))
@@ -452,11 +533,11 @@ fn value(v: [f64; 2]) -> String {
 pub fn render(path: &Path, a: &Analysis) -> String {
     let c = &a.call;
     let mut s = String::new();
-    let _ = writeln!(s, "replay of {} (fault at call #{}: {})", path.display(), c.seq, c.kind);
+    let _ = writeln!(s, "replay of {} (fault at call #{}: {})", escape_field(&path.display().to_string()), c.seq, escape_field(&c.kind));
     let _ = writeln!(
         s,
         "  call: {} transa={} transb={} m={} n={} k={} alpha={} beta={}; {}",
-        c.api,
+        escape_field(&c.api),
         c.transa,
         c.transb,
         c.m,
@@ -475,20 +556,37 @@ pub fn render(path: &Path, a: &Analysis) -> String {
     s
 }
 
+/// Reads the dump at `path`: a regular file of at most [`MAX_FILE`] bytes, whose call is
+/// checked against its operands' shapes before any element is decoded.
+fn read(path: &Path) -> Result<(Vec<u8>, Dump), String> {
+    use std::io::Read;
+    let file = open_dump(path)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE).read_to_end(&mut bytes).map_err(|e| format!("it cannot be read ({e})"))?;
+    let header = dump::header_of(&bytes)?;
+    replayed(&header.meta, &header.shapes)?;
+    let d = dump::decode(&bytes)?;
+    Ok((bytes, d))
+}
+
 pub fn run(o: &Options) -> Result<i32, CliError> {
-    let bytes = std::fs::read(&o.dump).map_err(|e| unreadable(format!("{}: {e}", o.dump.display())))?;
-    let d = dump::decode(&bytes).map_err(|e| unreadable(format!("{}: {e}", o.dump.display())))?;
-    let analysis = analyse(&d).map_err(|e| unreadable(format!("{}: {e}", o.dump.display())))?;
+    // Every text from the dump (and its path) is shown escaped: no escape sequence, newline or
+    // bidirectional override from a hostile dump reaches the terminal.
+    let shown = escape_field(&o.dump.display().to_string());
+    let failed = |e: String| unreadable(format!("{shown}: {}", escape_field(&e)));
+    let (bytes, d) = read(&o.dump).map_err(failed)?;
+    let analysis = analyse(&d).map_err(failed)?;
     let mut text = render(&o.dump, &analysis);
     let (line, shows) = verdict(&analysis);
     let mut reproduced = shows;
     if let Some(file) = &o.emit_c {
-        let source = super::replay_c::program(&bytes, &d, &analysis.call, &o.dump).map_err(unreadable)?;
-        std::fs::write(file, source).map_err(|e| CliError::usage(format!("{}: {e}", file.display())))?;
-        let _ = writeln!(text, "  wrote {} (build: cc {} -lcublas -lcudart; run it beside the dump)", file.display(), file.display());
+        let source = super::replay_c::program(&bytes, &d, &analysis.call, &o.dump).map_err(failed)?;
+        std::fs::write(file, source).map_err(|e| CliError::usage(format!("{}: {e}", escape_field(&file.display().to_string()))))?;
+        let file = escape_field(&file.display().to_string());
+        let _ = writeln!(text, "  wrote {file} (build: cc {file} -lcublas -lcudart; run it beside the dump)");
     }
     if o.cuda {
-        let rerun = super::replay_cuda::rerun(&d, &analysis.call).map_err(|e| CliError { message: format!("--cuda: {e}"), code: UNREADABLE })?;
+        let rerun = super::replay_cuda::rerun(&d, &analysis.call).map_err(|e| CliError { message: format!("--cuda: {}", escape_field(&e)), code: UNREADABLE })?;
         let same = rerun.len() == d.tensors[&analysis.call.output_name].values.len()
             && rerun.iter().zip(&d.tensors[&analysis.call.output_name].values).all(|(x, y)| finite(*x) == finite(*y));
         let nonfinite = rerun.iter().filter(|v| !finite(**v)).count();

@@ -5,6 +5,7 @@
 //! NaN/Inf in the output: exit 0 when there are some (the fault reproduced), 1 when not.
 
 use std::fmt::Write as _;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use cublasguard::cuda::DType;
@@ -29,8 +30,22 @@ fn bytes_literal(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("0x{b:02x}")).collect::<Vec<_>>().join(", ")
 }
 
-fn c_string(s: &str) -> String {
-    s.chars().flat_map(|c| if c == '"' || c == '\\' { vec!['\\', c] } else if c.is_control() { vec!['?'] } else { vec![c] }).collect()
+/// The bytes of `s` as the inside of a C string literal: printable ASCII as itself, except the
+/// quote, the backslash and the question mark (no trigraph can form); every other byte as a
+/// three-digit octal escape, so nothing in it can end the literal or start a line.
+fn c_string(s: &[u8]) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s {
+        match b {
+            b'"' | b'\\' | b'?' => {
+                out.push('\\');
+                out.push(b as char);
+            }
+            0x20..=0x7e => out.push(b as char),
+            _ => out.push_str(&format!("\\{b:03o}")),
+        }
+    }
+    out
 }
 
 pub fn program(file: &[u8], d: &Dump, call: &Replayed, path: &Path) -> Result<String, String> {
@@ -50,8 +65,10 @@ pub fn program(file: &[u8], d: &Dump, call: &Replayed, path: &Path) -> Result<St
     let (mask, mantissa, has_inf) = special_bits(out.dtype);
     let out_elem = element(out);
     let mut s = String::new();
-    let _ = writeln!(s, "/* Reproducer written by cublasguard replay --emit-c from {}.", c_string(&path.display().to_string()));
-    let _ = writeln!(s, " * The faulting call: {} (call #{}, {}), rerun as cublasGemmStridedBatchedEx.", call.api, call.seq, call.kind);
+    // Nothing from the dump goes into a comment: its path, function and fault kind are string
+    // literals (dump_path, call_api, call_kind below), escaped.
+    let _ = writeln!(s, "/* Reproducer written by cublasguard replay --emit-c from the dump named in dump_path below.");
+    let _ = writeln!(s, " * The faulting call (call_api, call #{}) is rerun as cublasGemmStridedBatchedEx.", call.seq);
     let _ = writeln!(s, " * Build: cc repro.c -lcublas -lcudart    Run: ./a.out [DUMP]");
     let _ = writeln!(s, " * Exit status: 0 when the output holds NaN/Inf (the fault reproduced), 1 when not, 2 on error. */");
     s.push_str(
@@ -121,7 +138,10 @@ static void *to_device(const unsigned char *data, const struct tensor *t, int co
     };
     let stride = |m: &cublasguard::dump::Matrix| if m.batch > 1 { m.rows * m.cols } else { 0 };
     let part = out.dtype.complex_part().and_then(|p| p.size()).unwrap_or(out_elem as u64);
-    let default_path = c_string(&path.display().to_string());
+    let default_path = c_string(path.as_os_str().as_bytes());
+    let _ = writeln!(s, "static const char dump_path[] = \"{default_path}\";");
+    let _ = writeln!(s, "static const char call_api[] = \"{}\";", c_string(call.api.as_bytes()));
+    let _ = writeln!(s, "static const char call_kind[] = \"{}\";", c_string(call.kind.as_bytes()));
     let _ = write!(
         s,
         r#"
@@ -132,7 +152,8 @@ static int nonfinite(const unsigned char *p) {{
 }}
 
 int main(int argc, char **argv) {{
-    const char *path = argc > 1 ? argv[1] : "{default_path}";
+    const char *path = argc > 1 ? argv[1] : dump_path;
+    printf("rerunning %s (call #{seq}, %s) from %s\n", call_api, call_kind, path);
     size_t size = 0;
     unsigned char *file = load(path, &size);
     if (!file || size < 8) {{
@@ -141,6 +162,13 @@ int main(int argc, char **argv) {{
     }}
     uint64_t header = 0;
     memcpy(&header, file, 8);
+    /* The tensors' offsets are this dump's: a shorter or different file is refused. */
+    const struct tensor *all[] = {{&A, &B, &C}};
+    for (int i = 0; i < 3; i++)
+        if (all[i]->name && (header > size - 8 || (uint64_t)all[i]->end > size - 8 - header)) {{
+            fprintf(stderr, "%s: not the dump this program was written for (%s lies past its end)\n", path, all[i]->name);
+            return 2;
+        }}
     const unsigned char *data = file + 8 + header;
     int members = {members};
     void *a = to_device(data, &A, 1), *b = to_device(data, &B, 1);
@@ -169,6 +197,7 @@ int main(int argc, char **argv) {{
     return bad ? 0 : 1;
 }}
 "#,
+        seq = call.seq,
         members = out.batch,
         out_bytes = out.raw.len(),
         opa = op(call.transa),

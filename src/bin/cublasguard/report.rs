@@ -301,10 +301,7 @@ fn user_place(fault: &trace::Fault, exe: Option<&str>) -> Option<(String, Option
         let native = fault.backtrace.iter().find(|l| l.contains(&format!("({exe}+")))?;
         return Some(native_user_place(native));
     };
-    let source = std::fs::read_to_string(&frame.file)
-        .ok()
-        .and_then(|text| text.lines().nth(frame.line.saturating_sub(1) as usize).map(|l| l.trim().to_string()))
-        .filter(|l| !l.is_empty());
+    let source = usize::try_from(frame.line).ok().and_then(|n| source_line(Path::new(&frame.file), n));
     Some((format!("{}:{} in {}", frame.file, frame.line, frame.function), source))
 }
 
@@ -316,12 +313,57 @@ fn native_user_place(frame: &str) -> (String, Option<String>) {
         Some((function, place)) => {
             let source = place.rsplit_once(':').and_then(|(file, line)| {
                 let n: usize = line.parse().ok()?;
-                std::fs::read_to_string(file).ok()?.lines().nth(n.checked_sub(1)?).map(|l| l.trim().to_string())
+                source_line(Path::new(file), n)
             });
-            (format!("{place} in {function}"), source.filter(|s| !s.is_empty()))
+            (format!("{place} in {function}"), source)
         }
         None => (format!("{head} in {}", frame.split(" (").nth(1).and_then(|r| r.split('+').next()).unwrap_or("the program")), None),
     }
+}
+
+/// The most of a source file that is read for one line of it (a trace names the file, and a
+/// trace can be hostile).
+pub const SOURCE_CAP: u64 = 16 << 20;
+
+/// `path` opened for reading only if it is a regular file of at most `cap` bytes: checked
+/// before the open, opened with `O_NONBLOCK` (a FIFO that appears in between cannot block the
+/// open) and checked again on the open file, so a FIFO, a device or a folder is never read.
+pub fn open_regular(path: &Path, cap: u64) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let check = |m: std::fs::Metadata| -> Result<(), String> {
+        if !m.is_file() {
+            return Err("not a regular file".into());
+        }
+        if m.len() > cap {
+            return Err(format!("{} bytes, more than the {cap} read at most", m.len()));
+        }
+        Ok(())
+    };
+    check(std::fs::metadata(path).map_err(|e| e.to_string())?)?;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(|e| e.to_string())?;
+    check(file.metadata().map_err(|e| e.to_string())?)?;
+    Ok(file)
+}
+
+/// Line `n` (from 1) of a source file, trimmed, read up to that line only; `None` when the file
+/// is not a regular file of at most [`SOURCE_CAP`] bytes, has no such line, or it is blank.
+fn source_line(path: &Path, n: usize) -> Option<String> {
+    use std::io::{BufRead, Read};
+    let file = open_regular(path, SOURCE_CAP).ok()?;
+    let mut reader = std::io::BufReader::new(file.take(SOURCE_CAP));
+    let mut line = Vec::new();
+    for _ in 0..n.checked_sub(1)? {
+        line.clear();
+        if reader.read_until(b'\n', &mut line).ok()? == 0 {
+            return None;
+        }
+    }
+    line.clear();
+    if reader.read_until(b'\n', &mut line).ok()? == 0 {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&line).trim().to_string();
+    (!text.is_empty()).then_some(text)
 }
 
 fn operand_text(o: &trace::Operand) -> String {
@@ -386,9 +428,27 @@ pub fn total_calls(loaded: &[Loaded]) -> u64 {
 /// Text for a terminal: control characters from a trace (escape sequences, carriage returns)
 /// are shown as `\u{..}`, never sent raw; the report's own newlines and tabs stay.
 pub fn escape_controls(text: &str) -> String {
+    escape(text, false)
+}
+
+/// `escape_controls` for one field from a trace or a dump (a name, a message) shown inside a
+/// line: its newlines and tabs are escaped too, so it cannot start a line of its own.
+pub fn escape_field(text: &str) -> String {
+    escape(text, true)
+}
+
+/// Whether a character changes how the text around it is shown rather than showing itself:
+/// control characters, the line and paragraph separators, and Unicode's bidirectional marks,
+/// embeddings, overrides and isolates (which can make a line read other than it is).
+fn hidden(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn escape(text: &str, all: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if (c.is_control() && c != '\n' && c != '\t') || matches!(c, '\u{2028}' | '\u{2029}') {
+        if hidden(c) && (all || (c != '\n' && c != '\t')) {
+
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else {
             out.push(c);
