@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use safetensors::{tensor::TensorView, Dtype};
+use safetensors::Dtype;
 
 use crate::cuda::DType;
 
@@ -68,17 +68,67 @@ pub fn dumpable(dtype: DType) -> bool {
 
 /// The safetensors file for `tensors`, with `metadata` under [`METADATA_KEY`].
 pub fn encode(tensors: &[Tensor], metadata: &serde_json::Value) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    write_to(&tensors.iter().collect::<Vec<_>>(), metadata, &mut out).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// A tensor as safetensors' header sees it: its type, shape and length, but no bytes, so the
+/// header is made without copying the operands into one buffer of the whole file (the guard
+/// writes dumps inside programs that may be short of memory). `data` notes the order in
+/// which the serializer asks for the tensors, which is the order of their bytes in the file.
+struct HeaderOnly<'a> {
+    index: usize,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    len: usize,
+    order: &'a std::cell::RefCell<Vec<usize>>,
+}
+
+impl safetensors::View for HeaderOnly<'_> {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        self.order.borrow_mut().push(self.index);
+        std::borrow::Cow::Borrowed(&[])
+    }
+    fn data_len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Streams the safetensors file for `tensors` into `out`: the header, then each tensor's
+/// bytes as they are, never a copy of the whole file in memory.
+pub fn write_to(tensors: &[&Tensor], metadata: &serde_json::Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    let order = std::cell::RefCell::new(Vec::with_capacity(tensors.len()));
     let mut views = Vec::with_capacity(tensors.len());
-    for t in tensors {
-        let (dtype, trailing) = file_dtype(t.dtype).ok_or_else(|| format!("{}: {} cannot be stored", t.name, t.dtype.name()))?;
+    for (index, t) in tensors.iter().enumerate() {
+        let (dtype, trailing) = file_dtype(t.dtype).ok_or_else(|| std::io::Error::other(format!("{}: {} cannot be stored", t.name, t.dtype.name())))?;
         let mut shape: Vec<usize> = t.batch.map(|b| b as usize).into_iter().collect();
         shape.extend([t.rows as usize, t.cols as usize]);
         shape.extend(trailing);
-        let view = TensorView::new(dtype, shape, &t.data).map_err(|e| format!("{}: {e}", t.name))?;
-        views.push((t.name.clone(), view));
+        // The same check TensorView::new makes: the bytes are exactly the shape's.
+        let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let bits = elements.and_then(|n| n.checked_mul(dtype.bitsize()));
+        if bits != t.data.len().checked_mul(8) {
+            return Err(std::io::Error::other(format!("{}: {} bytes do not make a {shape:?} {dtype:?} tensor", t.name, t.data.len())));
+        }
+        views.push((t.name.clone(), HeaderOnly { index, dtype, shape, len: t.data.len(), order: &order }));
     }
     let info = HashMap::from([(METADATA_KEY.to_string(), metadata.to_string())]);
-    safetensors::serialize(views, Some(info)).map_err(|e| e.to_string())
+    // Every view's data is empty: what comes back is the length word and the header.
+    let header = safetensors::serialize(views, Some(info)).map_err(std::io::Error::other)?;
+    out.write_all(&header)?;
+    for &i in order.borrow().iter() {
+        if let Some(t) = tensors.get(i) {
+            out.write_all(&t.data)?;
+        }
+    }
+    Ok(())
 }
 
 /// A dumped operand, decoded: every element as (real, imaginary), imaginary 0 for real types.
@@ -299,6 +349,7 @@ pub fn unit_roundoff(dtype: DType) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use safetensors::tensor::TensorView;
 
     fn tensor(name: &str, dtype: DType, rows: u64, cols: u64, data: Vec<u8>) -> Tensor {
         Tensor { name: name.into(), dtype, batch: None, rows, cols, data }

@@ -14,7 +14,8 @@ use crate::trace::{DriverState, Environment, FrameworkBuild, LoadedLibrary};
 const LIBRARY_PREFIXES: &[&str] = &["libcudart.so", "libcublas.so", "libcublasLt.so", "libcuda.so"];
 
 /// Variables worth recording; anything else never reaches the trace, and a recorded one whose
-/// name looks like a credential (`NVIDIA_API_KEY`, `TORCH_HUB_TOKEN`) has its value redacted.
+/// name looks like a credential (`NVIDIA_API_KEY`, `TORCH_HUB_TOKEN`) has its value redacted,
+/// and a URL's password in any recorded value (`TORCH_DIST_URL=tcp://admin:PW@...`) too.
 const VARIABLE_PREFIXES: &[&str] = &["CUDA_", "NVIDIA_", "CUBLAS", "TORCH_", "PYTORCH_", "NCCL_"];
 const VARIABLE_NAMES: &[&str] = &[
     "LD_LIBRARY_PATH",
@@ -71,7 +72,10 @@ pub(crate) fn collect(s: &Session, live: bool) -> Environment {
         std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .filter(|(k, _)| is_recorded_variable(k))
-            .map(|(k, v)| if crate::redact::is_secret_name(&k) { (k, crate::redact::REDACTED.to_string()) } else { (k, v) })
+            .map(|(k, v)| {
+                let v = crate::redact::redact_variable(&k, &v);
+                (k, v)
+            })
             .collect()
     };
     Environment {

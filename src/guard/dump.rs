@@ -73,20 +73,25 @@ fn read_operand(call: &Call<'_, i32>, check: &MatmulCheck<'_>, i: usize, op: &Op
     if used as u128 + bytes > cap as u128 {
         return Err(format!("{name} not dumped: its {bytes} bytes would pass CUBLASGUARD_DUMP_BYTES ({cap})"));
     }
-    let mut data = Vec::with_capacity(bytes as usize);
-    let mut columns = vec![0u8; rows * cols * elem];
+    // The program may be short of memory (a `ulimit -v`, a cgroup): an operand that cannot be
+    // held is left out, never a reason to abort the program.
+    let unallocated = || format!("{name} not dumped: {bytes} bytes could not be allocated");
+    let member = rows * cols * elem;
+    let mut data: Vec<u8> = Vec::new();
+    data.try_reserve_exact(usize::try_from(bytes).map_err(|_| unallocated())?).map_err(|_| unallocated())?;
+    let mut columns: Vec<u8> = Vec::new();
+    columns.try_reserve_exact(member).map_err(|_| unallocated())?;
+    columns.resize(member, 0);
+    let column = rows * elem;
     for b in 0..count {
         let addr = check.member_address(i, b).ok_or_else(|| format!("{name} not dumped: member {b} has no address"))?;
-        let column = rows * elem;
-        let reads: Vec<(u64, std::ops::Range<usize>)> = if ld == rows {
-            vec![(addr, 0..columns.len())]
+        let failed = |code| format!("{name} not dumped: reading it failed with CUDA error {code}");
+        if ld == rows {
+            call.device.read(addr, &mut columns, check.stream()).map_err(failed)?;
         } else {
-            (0..cols).map(|c| (addr + (c * ld * elem) as u64, c * column..(c + 1) * column)).collect()
-        };
-        for (from, into) in reads {
-            call.device
-                .read(from, &mut columns[into], check.stream())
-                .map_err(|code| format!("{name} not dumped: reading it failed with CUDA error {code}"))?;
+            for (c, into) in columns.chunks_exact_mut(column.max(1)).enumerate().take(cols) {
+                call.device.read(addr + (c * ld * elem) as u64, into, check.stream()).map_err(failed)?;
+            }
         }
         dump::append_row_major(&columns, rows, cols, elem, &mut data);
     }
@@ -119,7 +124,6 @@ pub(crate) fn write(call: &Call<'_, i32>, check: &MatmulCheck<'_>, before: &Befo
             add(i, op, op.spec.name, &mut tensors);
         }
     }
-    tensors.extend(before.tensors.iter().cloned());
     if forwarded {
         for (i, op) in check.operands.iter().enumerate() {
             let Some(op) = op else { continue };
@@ -132,17 +136,25 @@ pub(crate) fn write(call: &Call<'_, i32>, check: &MatmulCheck<'_>, before: &Befo
     } else {
         notes.push("no output: the call did not run (the fault was found before it, and CUBLASGUARD_ON_FAULT refused it or ends the process)".into());
     }
-    let meta = metadata(call, check, &tensors, &notes, forwarded, fault);
-    let path = format!("{dir}/cublasguard-{}-{}-{}.safetensors", std::process::id(), fault.seq, fault.api);
-    let written = dump::encode(&tensors, &meta).and_then(|bytes| create(dir, &path, &bytes).map_err(|e| e.to_string()));
+    // What was read before the call is written from where it is, not copied.
+    let all: Vec<&Tensor> = tensors.iter().chain(before.tensors.iter()).collect();
+    let meta = metadata(call, check, &all, &notes, forwarded, fault);
+    let name = format!("cublasguard-{}-{}-{}", std::process::id(), fault.seq, fault.api);
+    let written = create(dir, &name, |file| dump::write_to(&all, &meta, file));
     let note = (!notes.is_empty()).then(|| notes.join("; "));
     match written {
-        Ok(()) => (Some(path), note),
-        Err(why) => (None, Some(format!("the dump {path} could not be written: {why}"))),
+        Ok(path) => (Some(path), note),
+        Err(why) => {
+            let why = format!("the dump {dir}/{name}.safetensors could not be written: {why}");
+            (None, Some(match note {
+                Some(note) => format!("{why}; {note}"),
+                None => why,
+            }))
+        }
     }
 }
 
-fn metadata(call: &Call<'_, i32>, check: &MatmulCheck<'_>, tensors: &[Tensor], notes: &[String], forwarded: bool, fault: &Fault) -> serde_json::Value {
+fn metadata(call: &Call<'_, i32>, check: &MatmulCheck<'_>, tensors: &[&Tensor], notes: &[String], forwarded: bool, fault: &Fault) -> serde_json::Value {
     use serde_json::json;
     let described: BTreeMap<&str, serde_json::Value> = tensors
         .iter()
@@ -169,16 +181,90 @@ fn metadata(call: &Call<'_, i32>, check: &MatmulCheck<'_>, tensors: &[Tensor], n
     })
 }
 
-/// A new file, created as traces are: mode 0600, never through a symlink, never over another.
-fn create(dir: &str, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+/// How many names past `cublasguard-PID-SEQ-API` are tried (`-2`, `-3`, ...) before giving up.
+const NAME_TRIES: u32 = 1000;
+
+/// Writes a new dump in `dir` and returns its path: `NAME.safetensors`, or `NAME-2.safetensors`
+/// and on when that is taken (another run with the same pid, as every container's first
+/// process is pid 1, wrote into the same folder). The bytes go to a temporary file of our own
+/// beside it (mode 0600, `O_EXCL`, never through a symlink), are synced, and only then take
+/// the final name, without replacing anything there: a file with a dump's name is always a
+/// whole dump, whatever stops the writing (a full disk, SIGKILL). On failure the temporary
+/// file is removed.
+fn create(dir: &str, name: &str, fill: impl FnOnce(&mut std::io::BufWriter<&std::fs::File>) -> std::io::Result<()>) -> std::io::Result<String> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_data()
+    let (tmp, file) = {
+        let mut tries = 0;
+        loop {
+            let tmp = format!("{dir}/.{name}.{:016x}.tmp", random_tag());
+            let opened = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&tmp);
+            match opened {
+                Ok(file) => break (tmp, file),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let result = (|| {
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, &file);
+        fill(&mut out)?;
+        out.flush()?;
+        drop(out);
+        file.sync_all()?;
+        for n in 1..=NAME_TRIES {
+            let path = if n == 1 { format!("{dir}/{name}.safetensors") } else { format!("{dir}/{name}-{n}.safetensors") };
+            match place(&tmp, &path) {
+                Ok(()) => return Ok(path),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::other(format!("{NAME_TRIES} dumps of that name are already there")))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Gives `tmp` the name `path` unless something has it already (`AlreadyExists` then):
+/// renameat2(RENAME_NOREPLACE), or, on a filesystem without it, a hard link and an unlink.
+fn place(tmp: &str, path: &str) -> std::io::Result<()> {
+    let (Ok(from), Ok(to)) = (std::ffi::CString::new(tmp), std::ffi::CString::new(path)) else {
+        return Err(std::io::Error::other("a dump path holds a NUL byte"));
+    };
+    // SAFETY: renameat2 with two NUL-terminated paths that outlive the call, relative to the
+    // working folder (both are absolute or both relative to it, as `dir` was given). Called
+    // through syscall(), so the library needs no newer glibc than it does already.
+    let renamed = unsafe { libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE) };
+    if renamed == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)) {
+        return Err(e);
+    }
+    std::fs::hard_link(tmp, path)?;
+    std::fs::remove_file(tmp)
+}
+
+/// 64 unpredictable bits for a temporary name (getrandom; the clock and a counter if that fails).
+fn random_tag() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut tag = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into `tag`, which lives across the call;
+    // GRND_NONBLOCK: never wait for entropy.
+    let got = unsafe { libc::syscall(libc::SYS_getrandom, (&raw mut tag).cast::<libc::c_void>(), 8usize, libc::GRND_NONBLOCK) };
+    if got != 8 {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        tag = now ^ (u64::from(std::process::id()) << 32) ^ NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    tag
 }
