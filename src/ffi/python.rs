@@ -4,17 +4,26 @@
 //! a stored fault, never on a clean call and never in the signal handler.
 //!
 //! The thread in a hook has normally released the GIL (PyTorch's bindings and ctypes release it
-//! around every foreign call). It is taken again with `PyGILState_Ensure` only when this thread
-//! already has a Python thread state (so it has Python frames to show) and with no lock of the
-//! guard's held, the deadlock PyTorch's combined tracebacks document. A thread without one
-//! (PyTorch's autograd workers, a C++ thread) gets a note instead.
+//! around every foreign call), and it must never wait for it: another thread may hold the GIL
+//! while it waits for a lock the faulting thread holds (a ctypes or pybind11 extension's own
+//! mutex), and the process would deadlock. So the frames are read by this thread only when it
+//! already holds the GIL; otherwise a reader thread takes the GIL and reads this thread's frames
+//! (stable while this thread is inside the hook), and this thread waits for it a bounded time,
+//! then goes on with a note. A thread without a Python thread state (PyTorch's autograd workers,
+//! a C++ thread) gets a note instead.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::OnceLock;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::trace::PythonFrame;
 
 const MAX_FRAMES: usize = 32;
+
+/// How long a faulting thread waits for the reader thread to get the GIL: the interpreter
+/// hands the GIL over every 5 ms to a thread that asks, so only a holder that never lets go
+/// (one waiting for a lock this thread holds, say) makes it give up.
+const GIL_WAIT: Duration = Duration::from_secs(2);
 
 type Obj = *mut c_void;
 
@@ -23,7 +32,10 @@ struct Api {
     is_initialized: unsafe extern "C" fn() -> c_int,
     is_finalizing: Option<unsafe extern "C" fn() -> c_int>,
     this_thread_state: unsafe extern "C" fn() -> Obj,
-    ensure: unsafe extern "C" fn() -> c_int,
+    holds_gil: Option<unsafe extern "C" fn() -> c_int>,
+    // C-unwind: while the interpreter finalizes, CPython before 3.14 ends a thread that asks for
+    // the GIL with pthread_exit, a forced unwind through the reader thread's frames.
+    ensure: unsafe extern "C-unwind" fn() -> c_int,
     release: unsafe extern "C" fn(c_int),
     thread_frame: unsafe extern "C" fn(Obj) -> Obj,
     frame_back: unsafe extern "C" fn(Obj) -> Obj,
@@ -68,6 +80,11 @@ fn api() -> Option<&'static Api> {
             is_initialized: find!(c"Py_IsInitialized"),
             is_finalizing,
             this_thread_state: find!(c"PyGILState_GetThisThreadState"),
+            holds_gil: {
+                let p = lookup(c"PyGILState_Check");
+                // SAFETY: `int PyGILState_Check(void)`, in the C API since 3.4.
+                (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(p) })
+            },
             ensure: find!(c"PyGILState_Ensure"),
             release: find!(c"PyGILState_Release"),
             thread_frame: find!(c"PyThreadState_GetFrame"),
@@ -112,21 +129,40 @@ fn ask_version() -> Option<String> {
 /// none. `None` when the process does not run Python.
 pub(crate) fn stack(thread_name: &str) -> Option<(Vec<PythonFrame>, Option<String>)> {
     let api = api()?;
-    // SAFETY: every call is CPython's public API, used as documented: the GIL is taken with
-    // PyGILState_Ensure before any object is touched and released after; every new reference
-    // (frames, code objects, attributes) is released with Py_DecRef; borrowed strings are
-    // copied before their object is released.
+    // SAFETY: Py_IsInitialized, Py_IsFinalizing, PyGILState_GetThisThreadState and
+    // PyGILState_Check need no GIL. `read_frames` is called with the GIL held (by this thread).
     unsafe {
         if (api.is_initialized)() == 0 || api.is_finalizing.is_some_and(|f| f() != 0) {
             return None;
         }
-        if (api.this_thread_state)().is_null() {
+        let tstate = (api.this_thread_state)();
+        if tstate.is_null() {
             return Some((Vec::new(), Some(no_frames_note(thread_name))));
         }
-        let gil = (api.ensure)();
-        let tstate = (api.this_thread_state)();
+        let frames = if api.holds_gil.is_some_and(|holds| holds() == 1) {
+            read_frames(api, tstate)
+        } else {
+            match frames_from_reader(api, tstate) {
+                Ok(frames) => frames,
+                Err(why) => return Some((Vec::new(), Some(format!("{thread_name}: Python frames not read: {why}")))),
+            }
+        };
+        let note = frames.is_empty().then(|| no_frames_note(thread_name));
+        Some((frames, note))
+    }
+}
+
+/// The frames of the thread whose state is `tstate`, innermost first.
+///
+/// # Safety
+/// The caller holds the GIL, and `tstate`'s thread runs no Python code meanwhile.
+unsafe fn read_frames(api: &Api, tstate: Obj) -> Vec<PythonFrame> {
+    // SAFETY: every call is CPython's public API, used as documented under the GIL (the
+    // caller's contract): every new reference (frames, code objects, attributes) is released
+    // with Py_DecRef; borrowed strings are copied before their object is released.
+    unsafe {
         let mut frames = Vec::new();
-        let mut frame = if tstate.is_null() { std::ptr::null_mut() } else { (api.thread_frame)(tstate) };
+        let mut frame = (api.thread_frame)(tstate);
         while !frame.is_null() && frames.len() < MAX_FRAMES {
             let code = (api.frame_code)(frame);
             let line = (api.frame_line)(frame);
@@ -157,10 +193,106 @@ pub(crate) fn stack(thread_name: &str) -> Option<(Vec<PythonFrame>, Option<Strin
         if !frame.is_null() {
             (api.dec_ref)(frame);
         }
-        (api.release)(gil);
-        let note = frames.is_empty().then(|| no_frames_note(thread_name));
-        Some((frames, note))
+        frames
     }
+}
+
+/// Where the faulting thread and the reader thread stand.
+enum Phase {
+    /// The reader waits for the GIL.
+    Waiting,
+    /// The reader holds the GIL and reads: it finishes without waiting for anything.
+    Reading,
+    Done(Vec<PythonFrame>),
+    /// The faulting thread went on; the reader, once it has the GIL, must not touch its state.
+    Abandoned,
+}
+
+struct Request {
+    api: &'static Api,
+    tstate: usize,
+    phase: Mutex<Phase>,
+    changed: Condvar,
+}
+
+/// Reads the frames of `tstate` (this thread's state) on a reader thread that takes the GIL,
+/// waiting at most GIL_WAIT for it to get the GIL.
+fn frames_from_reader(api: &'static Api, tstate: Obj) -> Result<Vec<PythonFrame>, String> {
+    let request = Arc::new(Request { api, tstate: tstate as usize, phase: Mutex::new(Phase::Waiting), changed: Condvar::new() });
+    let arg = Arc::into_raw(Arc::clone(&request)) as *mut c_void;
+    // SAFETY: a detached thread with default attributes; `reader` takes over the reference
+    // `arg` holds. Its C-unwind start routine has the ABI pthread_create calls (the type
+    // differs only in what an unwind may do).
+    let started = unsafe {
+        let start: extern "C" fn(*mut c_void) -> *mut c_void = std::mem::transmute(reader as extern "C-unwind" fn(*mut c_void) -> *mut c_void);
+        let mut thread: libc::pthread_t = std::mem::zeroed();
+        let rc = libc::pthread_create(&mut thread, std::ptr::null(), start, arg);
+        if rc == 0 {
+            libc::pthread_detach(thread);
+        }
+        rc == 0
+    };
+    if !started {
+        // SAFETY: the reference handed to the thread that was never started.
+        drop(unsafe { Arc::from_raw(arg as *const Request) });
+        return Err("no thread could be started to take the GIL".into());
+    }
+    let deadline = Instant::now() + GIL_WAIT;
+    let mut phase = request.phase.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        match &*phase {
+            Phase::Done(_) => break,
+            Phase::Waiting => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    *phase = Phase::Abandoned;
+                    return Err(format!(
+                        "another thread held the GIL for {} s (the guard does not wait for it: that thread may be waiting for a lock this one holds)",
+                        GIL_WAIT.as_secs()
+                    ));
+                }
+                phase = request.changed.wait_timeout(phase, left).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            Phase::Reading | Phase::Abandoned => phase = request.changed.wait(phase).unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+    match std::mem::replace(&mut *phase, Phase::Abandoned) {
+        Phase::Done(frames) => Ok(frames),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// The reader thread: takes the GIL, reads the faulting thread's frames unless it has gone on.
+extern "C-unwind" fn reader(arg: *mut c_void) -> *mut c_void {
+    // Only a raw pointer is live across PyGILState_Ensure: a thread CPython ends there with
+    // pthread_exit unwinds through no Rust destructor (and leaks one small request).
+    let api: &'static Api = {
+        // SAFETY: `arg` is the reference frames_from_reader handed over; it stays alive until
+        // rebuilt below.
+        unsafe { (*(arg as *const Request)).api }
+    };
+    // SAFETY: PyGILState_Ensure from a thread with no thread state creates one and takes the GIL.
+    let gil = unsafe { (api.ensure)() };
+    // SAFETY: the reference handed over by frames_from_reader, rebuilt once.
+    let request = unsafe { Arc::from_raw(arg as *const Request) };
+    let go_on = {
+        let mut phase = request.phase.lock().unwrap_or_else(|e| e.into_inner());
+        let waiting = matches!(*phase, Phase::Waiting);
+        if waiting {
+            *phase = Phase::Reading;
+        }
+        waiting
+    };
+    if go_on {
+        // SAFETY: this thread holds the GIL; the faulting thread waits for this one (it cannot
+        // give up while Reading) and runs no Python code, so its state and frames are stable.
+        let frames = unsafe { read_frames(api, request.tstate as Obj) };
+        *request.phase.lock().unwrap_or_else(|e| e.into_inner()) = Phase::Done(frames);
+        request.changed.notify_all();
+    }
+    // SAFETY: releases what PyGILState_Ensure took, on the thread that took it.
+    unsafe { (api.release)(gil) };
+    std::ptr::null_mut()
 }
 
 fn no_frames_note(thread_name: &str) -> String {
