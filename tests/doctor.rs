@@ -187,6 +187,69 @@ fn a_hanging_framework_import_stops_at_the_time_limit() {
     assert!(c.2.contains("within 2 s"), "{}", c.2);
 }
 
+/// `doctor --json` with a stub on PYTHONPATH, killed (and the test failed) if it has not
+/// answered within `limit`.
+fn doctor_answering_within(python_path: &Path, limit: std::time::Duration, extra: &[&str]) -> Vec<(String, String, String)> {
+    let mut child = Command::new(cli())
+        .args(["doctor", "--json"])
+        .args(extra)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PYTHONPATH", python_path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("doctor");
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the doctor did not answer within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    let checks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    checks
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap().to_string(), c["status"].as_str().unwrap().to_string(), c["evidence"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+#[test]
+fn a_helper_process_that_keeps_the_pythons_pipes_open_does_not_hold_the_doctor() {
+    // The import starts a daemon-like helper that inherits stdout and stderr and outlives the
+    // interpreter (as a compile server or a telemetry uploader may).
+    let dir = temp_dir("torch-helper");
+    let pid_file = dir.join("helper.pid");
+    let init = format!(
+        "import subprocess\np = subprocess.Popen(['sleep', '600'])\nopen({:?}, 'w').write(str(p.pid))\n{}",
+        pid_file.display().to_string(),
+        CPU_ONLY
+    );
+    std::fs::create_dir_all(dir.join("torch")).unwrap();
+    std::fs::write(dir.join("torch/__init__.py"), init).unwrap();
+    let checks = doctor_answering_within(&dir, std::time::Duration::from_secs(40), &["--python-timeout", "30"]);
+    if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
+        // SAFETY: kill with the helper's pid, which this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let c = find(&checks, "pytorch");
+    assert!(c.2.contains("CPU-only build"), "the answer was read: {c:?}");
+}
+
+#[test]
+fn an_import_that_writes_much_to_stderr_is_not_taken_for_a_hang() {
+    // 200 KB of warnings is more than a pipe holds: unread, the import blocks on its write.
+    let init = format!("import sys\nfor i in range(4000):\n    sys.stderr.write('UserWarning: %04d ' % i + 'x' * 40 + '\\n')\n{CPU_ONLY}");
+    let dir = stub("torch-chatty", &[("torch", &init)]);
+    let checks = doctor_answering_within(&dir, std::time::Duration::from_secs(60), &["--python-timeout", "20"]);
+    let c = find(&checks, "pytorch");
+    assert!(c.2.contains("CPU-only build"), "{checks:#?}");
+}
+
 #[test]
 #[cfg_attr(not(cublasguard_has_torch), ignore = "needs PyTorch: run scripts/fetch-torch.sh")]
 fn the_real_pytorch_wheel_is_named_with_its_cuda_build_architectures_and_the_missing_driver() {

@@ -7,7 +7,9 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -160,19 +162,28 @@ pub enum ProbeError {
 
 /// Runs the probe in `python`, stopping it after `limit`.
 pub fn probe(python: &Path, limit: Duration) -> Result<Frameworks, ProbeError> {
+    // Its own process group, so that a time-out stops the helpers an import started too.
     let mut child = Command::new(python)
         .args(["-c", PROBE])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
         .map_err(|e| ProbeError::NoPython(format!("{}: {e}", python.display())))?;
+    // Read as it comes: a child that writes more than a pipe holds would otherwise block on its
+    // write and look like a hang.
+    let stdout = child.stdout.take().map(|p| Drained::start(p, STDOUT_KEPT));
+    let stderr = child.stderr.take().map(|p| Drained::start(p, STDERR_KEPT));
     let deadline = Instant::now() + limit;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             Ok(None) => {
+                // SAFETY: killpg on the group the child leads (its pid); nothing else is in it
+                // unless the child put it there.
+                unsafe { libc::killpg(child.id() as libc::pid_t, libc::SIGKILL) };
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(ProbeError::TimedOut(limit.as_secs()));
@@ -180,18 +191,69 @@ pub fn probe(python: &Path, limit: Duration) -> Result<Frameworks, ProbeError> {
             Err(e) => return Err(ProbeError::Failed(e.to_string())),
         }
     };
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        let _ = out.read_to_string(&mut stdout);
-    }
-    if let Some(mut err) = child.stderr.take() {
-        let _ = err.read_to_string(&mut stderr);
-    }
+    // A helper the child started may hold the pipes open long after the child is gone: what
+    // has arrived by a short grace after its exit is the answer.
+    let grace = Instant::now() + PIPE_GRACE;
+    let stdout = stdout.map(|d| d.text_by(grace)).unwrap_or_default();
+    let stderr = stderr.map(|d| d.text_by(grace)).unwrap_or_default();
     let last = stdout.lines().rev().find(|l| l.trim_start().starts_with('{'));
     match last.map(serde_json::from_str::<Frameworks>) {
         Some(Ok(f)) => Ok(f),
         _ => Err(ProbeError::Failed(format!("{status}: {}", stderr.lines().last().unwrap_or("no answer")))),
+    }
+}
+
+/// How much of the child's output is kept: the answer is the last line of stdout, the reason
+/// for a failure the last line of stderr.
+const STDOUT_KEPT: usize = 1 << 20;
+const STDERR_KEPT: usize = 64 << 10;
+/// How long the pipes may stay open after the child exited.
+const PIPE_GRACE: Duration = Duration::from_secs(1);
+
+/// A pipe read to its end on a thread of its own, keeping the last `kept` bytes.
+struct Drained {
+    tail: Arc<Mutex<(Vec<u8>, bool)>>,
+}
+
+impl Drained {
+    fn start(mut pipe: impl Read + Send + 'static, kept: usize) -> Self {
+        let tail = Arc::new(Mutex::new((Vec::new(), false)));
+        let shared = Arc::clone(&tail);
+        let spawned = std::thread::Builder::new().name("doctor-pipe".into()).spawn(move || {
+            let mut buf = [0u8; 8192];
+            loop {
+                let n = match pipe.read(&mut buf) {
+                    Ok(0) | Err(_) => 0,
+                    Ok(n) => n,
+                };
+                let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
+                if n == 0 {
+                    guard.1 = true;
+                    return;
+                }
+                guard.0.extend_from_slice(&buf[..n]);
+                if guard.0.len() > kept {
+                    let cut = guard.0.len() - kept;
+                    guard.0.drain(..cut);
+                }
+            }
+        });
+        if spawned.is_err() {
+            tail.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        }
+        Drained { tail }
+    }
+
+    /// What was read when the pipe ended, or at `deadline` if it has not.
+    fn text_by(self, deadline: Instant) -> String {
+        loop {
+            let guard = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+            if guard.1 || Instant::now() >= deadline {
+                return String::from_utf8_lossy(&guard.0).into_owned();
+            }
+            drop(guard);
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
