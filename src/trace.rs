@@ -286,6 +286,8 @@ pub enum InitCauseKind {
     ForkedChild,
     /// An earlier sticky error left the CUDA context unusable.
     ContextLost,
+    /// The process had no file descriptor left to open the driver with.
+    OutOfFileDescriptors,
     Other,
 }
 

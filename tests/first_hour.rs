@@ -270,3 +270,17 @@ fn a_relative_trace_path_is_meant_from_where_the_process_started_even_after_it_c
     assert_eq!(here.len(), 1, "the trace is in the start folder: {here:?}");
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing where the program went");
 }
+
+#[test]
+fn a_process_out_of_file_descriptors_is_told_so_not_that_it_has_no_driver() {
+    let run = run_c("emfile", &[], true);
+    assert!(run.stdout().contains("cudaMalloc="), "{}\n{}", run.stdout(), run.stderr());
+    let t = run.trace();
+    let f = t.faults.iter().find(|f| f.kind == FaultKind::InitFailed).unwrap_or_else(|| panic!("{:#?}", t.faults));
+    let cause = f.cause.as_ref().expect("a cause");
+    assert_eq!(cause.kind, InitCauseKind::OutOfFileDescriptors, "{}", cause.message);
+    assert!(cause.message.contains("ulimit -n, is 64") && !cause.message.contains("no NVIDIA driver"), "{}", cause.message);
+    let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("ulimit -n 65536") && !text.contains("Install the NVIDIA driver"), "{text}");
+}

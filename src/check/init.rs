@@ -12,6 +12,9 @@ pub struct DriverProbe {
     pub driver_loadable: bool,
     /// dlerror() text when it did not.
     pub load_error: Option<String>,
+    /// When it did not: the process had no file descriptor left (EMFILE or ENFILE), with its
+    /// `RLIMIT_NOFILE` soft limit when known.
+    pub out_of_descriptors: Option<Option<u64>>,
     /// `cuDriverGetVersion`.
     pub driver_version: Option<i32>,
     /// `cudaRuntimeGetVersion`, or what the library's soname implies.
@@ -28,7 +31,16 @@ fn version(v: i32) -> String {
 }
 
 pub fn classify(probe: &DriverProbe) -> InitCause {
-    let (kind, message) = if !probe.driver_loadable {
+    let (kind, message) = if let (false, Some(limit)) = (probe.driver_loadable, probe.out_of_descriptors) {
+        let limit = limit.map(|n| format!(" (its limit, ulimit -n, is {n})")).unwrap_or_default();
+        (
+            InitCauseKind::OutOfFileDescriptors,
+            format!(
+                "the process has no file descriptor left{limit}, so libcuda.so.1 could not even be opened: the driver \
+                 may be fine; raise the limit or find what holds the descriptors (a leak of files, sockets or pipes)"
+            ),
+        )
+    } else if !probe.driver_loadable {
         let why = probe.load_error.clone().unwrap_or_else(|| "not found".into());
         let mut message = format!("no NVIDIA driver: libcuda.so.1 cannot be loaded ({why})");
         if let Some(code) = probe.device_count_status.filter(|&c| c != 0) {
@@ -204,6 +216,10 @@ mod tests {
         let roomy = CauseMemory { free: Some(8 << 30), total: Some(16 << 30), ..Default::default() };
         assert_eq!(explain(&healthy_driver(), &InitContext { creating_handle: true, memory: Some(roomy), ..Default::default() }).kind, InitCauseKind::Other);
         let no_driver = DriverProbe { load_error: Some("not found".into()), ..Default::default() };
+        let no_descriptors = DriverProbe { out_of_descriptors: Some(Some(64)), load_error: Some("libcuda.so.1: cannot open shared object file: Too many open files".into()), ..Default::default() };
+        let c = explain(&no_descriptors, &context);
+        assert_eq!(c.kind, InitCauseKind::OutOfFileDescriptors);
+        assert!(c.message.contains("no file descriptor left (its limit, ulimit -n, is 64)") && !c.message.contains("no NVIDIA driver"), "{}", c.message);
         assert_eq!(explain(&no_driver, &context).kind, InitCauseKind::NoDriver);
     }
 

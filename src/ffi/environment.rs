@@ -142,6 +142,7 @@ pub(crate) fn probe_driver(device_count: Option<(i32, Option<i32>)>) -> DriverPr
         // SAFETY: dlerror returns NULL or a NUL-terminated string owned by the loader.
         let err = unsafe { libc::dlerror() };
         probe.load_error = Some(if err.is_null() { "not found".into() } else { unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned() });
+        probe.out_of_descriptors = out_of_descriptors();
         return probe;
     }
     probe.driver_loadable = true;
@@ -149,6 +150,28 @@ pub(crate) fn probe_driver(device_count: Option<(i32, Option<i32>)>) -> DriverPr
     probe.driver_version = (api::cuDriverGetVersion(&mut v) == Some(0)).then_some(v);
     probe.cu_init = api::cuInit(0);
     probe
+}
+
+/// Whether this process can open no more files (EMFILE, or ENFILE for the whole system), with its
+/// soft descriptor limit: the loader says "cannot open shared object file" for a driver that is
+/// there just as for one that is not.
+fn out_of_descriptors() -> Option<Option<u64>> {
+    // SAFETY: open of a constant path, closed at once when it succeeded; getrlimit fills the
+    // struct it is given.
+    unsafe {
+        let fd = libc::open(c"/".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECTORY);
+        if fd >= 0 {
+            libc::close(fd);
+            return None;
+        }
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        if errno != Some(libc::EMFILE) && errno != Some(libc::ENFILE) {
+            return None;
+        }
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        let known = libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur != libc::RLIM_INFINITY;
+        Some(known.then_some(limit.rlim_cur))
+    }
 }
 
 /// CUDA 12.x libraries need at least a 12.0 driver: the version a loaded soname implies.

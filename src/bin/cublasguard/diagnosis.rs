@@ -296,6 +296,17 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
                     "Install the NVIDIA driver (nvidia-smi must work); in a container, start it with GPU access (--gpus all, nvidia-container-toolkit).",
                     "Run `cublasguard doctor` to see which CUDA libraries the program would load.",
                 ]),
+                Some(InitCauseKind::OutOfFileDescriptors) => {
+                    let mut s = steps(&[
+                        "This is the process's file descriptors, not the driver: reinstalling drivers will not help.",
+                        "Raise the limit: `ulimit -n 65536` in the shell that starts the job (LimitNOFILE= in a systemd unit, --ulimit nofile=65536:65536 for docker).",
+                        "If the count grows as the program runs, something opens files, sockets or pipes and never closes them: `ls /proc/PID/fd | wc -l` while it runs shows it.",
+                    ]);
+                    if program == Program::PyTorch {
+                        s.push("DataLoader workers pass tensors through descriptors: torch.multiprocessing.set_sharing_strategy(\"file_system\") uses far fewer.".into());
+                    }
+                    s
+                }
                 Some(InitCauseKind::DriverTooOld) if native => steps(&[
                     "Upgrade the NVIDIA driver to one that supports the runtime's CUDA version, or build the program with a CUDA toolkit the driver supports (or install the CUDA forward-compatibility package, cuda-compat).",
                 ]),
