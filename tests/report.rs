@@ -587,3 +587,29 @@ fn report_and_timeline_describe_their_arguments_in_help() {
         assert!(help.contains(w), "timeline --help lacks '{w}':\n{help}");
     }
 }
+
+#[test]
+fn two_nodes_whose_processes_share_a_pid_each_keep_their_own_root_cause() {
+    // Containers: every node's training process is pid 1. The second node's NaN is its own
+    // root cause, never "propagated from" the first node's call.
+    let run = scenario("nan_a", &[]);
+    let dir = temp_dir("same-pid");
+    let mut first = json_of(&run.trace_path);
+    let faults = first["faults"].as_array().expect("faults").len();
+    assert_eq!(faults, 1, "{first:#}");
+    first["process"]["pid"] = 1.into();
+    first["process"]["hostname"] = "node-a".into();
+    let mut second = first.clone();
+    second["process"]["hostname"] = "node-b".into();
+    let later = second["faults"][0]["time_ns"].as_u64().expect("time_ns") + 1_000_000;
+    second["faults"][0]["time_ns"] = later.into();
+    write_json(&dir.join("node-a.json"), &first);
+    write_json(&dir.join("node-b.json"), &second);
+    let json = report_json(&dir);
+    let causes = json["causes"].as_array().expect("causes");
+    assert_eq!(causes.len(), 2, "one root cause per node: {json:#}");
+    assert!(causes.iter().all(|c| c["followers"].as_array().is_none_or(|f| f.is_empty())), "{json:#}");
+    let (body, _) = report(&[&s(&dir)]);
+    assert!(!body.contains("propagated"), "{body}");
+    assert!(body.contains("pid 1 on node-a") && body.contains("pid 1 on node-b"), "{body}");
+}
