@@ -23,7 +23,9 @@ struct Api {
     is_initialized: unsafe extern "C" fn() -> c_int,
     is_finalizing: Option<unsafe extern "C" fn() -> c_int>,
     this_thread_state: unsafe extern "C" fn() -> Obj,
-    ensure: unsafe extern "C" fn() -> c_int,
+    /// "C-unwind": at shutdown CPython ends a daemon thread inside it (`pthread_exit`), and
+    /// that forced unwind must pass through the guard.
+    ensure: unsafe extern "C-unwind" fn() -> c_int,
     release: unsafe extern "C" fn(c_int),
     thread_frame: unsafe extern "C" fn(Obj) -> Obj,
     frame_back: unsafe extern "C" fn(Obj) -> Obj,
