@@ -18,6 +18,10 @@
 //! versioned reference binds to an unversioned definition too): they are read from libc's
 //! dynamic symbol table (`dl_iterate_phdr`), the default version of each. The guard's internal
 //! lookups on handles call them directly (`real_dlsym`, `real_dlvsym`).
+//!
+//! `dlvsym(RTLD_NEXT, "dlsym", version)`, how another `dlsym` interposer preloaded before the
+//! guard finds the next one, returns the guard's `dlsym` (`own_for_next`): a versioned lookup
+//! would skip the guard's unversioned definition and bypass it.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::null_mut;
@@ -96,6 +100,9 @@ extern "C" fn lookup_on_handle(handle: *mut c_void, name: *const c_char, version
 #[no_mangle]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     core::arch::naked_asm!(
+        ".globl cublasguard_own_dlsym",
+        ".hidden cublasguard_own_dlsym",
+        "cublasguard_own_dlsym:",
         "cmp rdi, -1",
         "je 2f",
         "test rdi, rdi",
@@ -130,7 +137,55 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
     )
 }
 
-/// The exported `dlvsym`, as `dlsym`.
+/// What `dlvsym(RTLD_NEXT, name, version)` returns for `dlsym` and `dlvsym` themselves: the
+/// guard's own. Another interposer preloaded before the guard takes "the next dlsym" so, and a
+/// versioned lookup never finds the guard's unversioned definitions (libc's, at the version
+/// asked, is the first match after them): through libc's, its dlsym would hand the program
+/// unguarded CUDA functions. The guard's dlsym forwards every lookup, so it is the next one
+/// that interposer means. Null for any other name.
+extern "C" fn own_for_next(name: *const c_char) -> *mut c_void {
+    if name.is_null() {
+        return null_mut();
+    }
+    // SAFETY: the caller's NUL-terminated symbol name.
+    match unsafe { CStr::from_ptr(name) }.to_bytes() {
+        b"dlsym" => own_dlsym(),
+        b"dlvsym" => own_dlvsym(),
+        _ => null_mut(),
+    }
+}
+
+// The trampolines' own addresses, by hidden aliases: a reference to the exported names from
+// inside the library would bind to the first definition in the process (that very interposer's).
+#[cfg(all(target_arch = "x86_64", not(test)))]
+extern "C" {
+    static cublasguard_own_dlsym: u8;
+    static cublasguard_own_dlvsym: u8;
+}
+
+#[cfg(all(target_arch = "x86_64", not(test)))]
+fn own_dlsym() -> *mut c_void {
+    // Only the address is taken (no read): no unsafe needed.
+    &raw const cublasguard_own_dlsym as *mut c_void
+}
+
+#[cfg(all(target_arch = "x86_64", not(test)))]
+fn own_dlvsym() -> *mut c_void {
+    &raw const cublasguard_own_dlvsym as *mut c_void
+}
+
+#[cfg(not(all(target_arch = "x86_64", not(test))))]
+fn own_dlsym() -> *mut c_void {
+    null_mut()
+}
+
+#[cfg(not(all(target_arch = "x86_64", not(test))))]
+fn own_dlvsym() -> *mut c_void {
+    null_mut()
+}
+
+/// The exported `dlvsym`, as `dlsym`; `RTLD_NEXT` lookups of `dlsym` and `dlvsym` return the
+/// guard's own (`own_for_next`).
 ///
 /// # Safety
 /// Called by C code with `dlvsym`'s arguments.
@@ -139,11 +194,28 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
 #[no_mangle]
 pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
     core::arch::naked_asm!(
+        ".globl cublasguard_own_dlvsym",
+        ".hidden cublasguard_own_dlvsym",
+        "cublasguard_own_dlvsym:",
         "cmp rdi, -1",
-        "je 2f",
+        "je 5f",
         "test rdi, rdi",
         "je 2f",
         "jmp {lookup}",
+        // RTLD_NEXT: the guard's own dlsym or dlvsym, or on to libc's (the stack stays as the
+        // caller left it: three pushes realign it for the call).
+        "5:",
+        "push rdi",
+        "push rsi",
+        "push rdx",
+        "mov rdi, rsi",
+        "call {own}",
+        "pop rdx",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 2f",
+        "ret",
         "2:",
         "mov rax, qword ptr [rip + {real}]",
         "test rax, rax",
@@ -167,6 +239,7 @@ pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, versio
         lookup = sym lookup_on_handle,
         real = sym REAL_DLVSYM,
         resolve = sym resolve_real,
+        own = sym own_for_next,
     )
 }
 

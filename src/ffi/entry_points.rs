@@ -6,6 +6,9 @@
 //! guarded copy of that very function (`hooks::guarded_entry`), when the guard hooks it; every
 //! other pointer, `cuGetExportTable` included, passes through untouched.
 //!
+//! The wrappers and the real functions they call are "C-unwind": a forced unwind (thread
+//! cancellation) inside a lookup passes through, as it would without the guard.
+//!
 //! These wrappers are lookups, not calls: they are not recorded, and they do no initialisation
 //! work (no session, no trace): a CUDA 12.8 driver deadlocked an interposer that initialised
 //! itself inside such a lookup. They reach the real functions as the hooks do (`RealSymbol`),
@@ -48,8 +51,8 @@ fn swap(status: c_int, symbol: *const c_char, pfn: *mut *mut c_void) {
 /// # Safety
 /// Called by C code with `cuGetProcAddress`'s arguments.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: c_ulonglong) -> c_int {
-    type Real = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, c_ulonglong) -> c_int;
+pub unsafe extern "C-unwind" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: c_ulonglong) -> c_int {
+    type Real = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_int, c_ulonglong) -> c_int;
     // SAFETY: the true signature of cuGetProcAddress.
     let Some(real) = (unsafe { CU_GET_PROC_ADDRESS.get::<Real>() }) else { return NOT_FOUND };
     // SAFETY: the caller's arguments, passed on unchanged.
@@ -61,14 +64,14 @@ pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut 
 /// # Safety
 /// Called by C code with `cuGetProcAddress_v2`'s arguments.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cuGetProcAddress_v2(
+pub unsafe extern "C-unwind" fn cuGetProcAddress_v2(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,
     flags: c_ulonglong,
     status_out: *mut c_int,
 ) -> c_int {
-    type Real = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, c_ulonglong, *mut c_int) -> c_int;
+    type Real = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_int, c_ulonglong, *mut c_int) -> c_int;
     // SAFETY: the true signature of cuGetProcAddress_v2.
     let Some(real) = (unsafe { CU_GET_PROC_ADDRESS_V2.get::<Real>() }) else { return NOT_FOUND };
     // SAFETY: the caller's arguments, passed on unchanged.
@@ -81,8 +84,8 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
 /// Called by C code with `cudaGetDriverEntryPoint`'s arguments (CUDA 12's, with
 /// `driverStatus`).
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void, flags: c_ulonglong, status_out: *mut c_int) -> c_int {
-    type Real = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_ulonglong, *mut c_int) -> c_int;
+pub unsafe extern "C-unwind" fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void, flags: c_ulonglong, status_out: *mut c_int) -> c_int {
+    type Real = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_ulonglong, *mut c_int) -> c_int;
     // SAFETY: the true signature of cudaGetDriverEntryPoint.
     let Some(real) = (unsafe { CUDA_GET_DRIVER_ENTRY_POINT.get::<Real>() }) else { return NOT_FOUND };
     // SAFETY: the caller's arguments, passed on unchanged.
@@ -94,14 +97,14 @@ pub unsafe extern "C" fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mu
 /// # Safety
 /// Called by C code with `cudaGetDriverEntryPointByVersion`'s arguments.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaGetDriverEntryPointByVersion(
+pub unsafe extern "C-unwind" fn cudaGetDriverEntryPointByVersion(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_uint,
     flags: c_ulonglong,
     status_out: *mut c_int,
 ) -> c_int {
-    type Real = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_uint, c_ulonglong, *mut c_int) -> c_int;
+    type Real = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_uint, c_ulonglong, *mut c_int) -> c_int;
     // SAFETY: the true signature of cudaGetDriverEntryPointByVersion.
     let Some(real) = (unsafe { CUDA_GET_DRIVER_ENTRY_POINT_BY_VERSION.get::<Real>() }) else { return NOT_FOUND };
     // SAFETY: the caller's arguments, passed on unchanged.

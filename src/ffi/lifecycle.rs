@@ -92,10 +92,11 @@ pub(crate) fn session() -> Option<&'static Session> {
     }
     let s = match current() {
         Some(s) => s,
-        None => SESSION.get_or_init(start),
+        // Its start writes and reads files: a cancellation request waits until it is done.
+        None => super::reentry::defer_cancel(|| SESSION.get_or_init(start)),
     };
     if !ARMED.load(Ordering::Acquire) && !ARMED.swap(true, Ordering::SeqCst) {
-        arm(s);
+        super::reentry::defer_cancel(|| arm(s));
     }
     Some(s)
 }

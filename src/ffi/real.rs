@@ -28,6 +28,14 @@ pub enum Library {
 }
 
 impl Library {
+    /// Every library, in the order of `index`.
+    pub const ALL: [Library; 4] = [Self::Cublas, Self::CublasLt, Self::Cudart, Self::Driver];
+
+    /// The library's place in `ALL`.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn sonames(self) -> &'static [&'static str] {
         match self {
             Self::Cublas => &["libcublas.so.13", "libcublas.so.12", "libcublas.so.11"],
@@ -126,7 +134,7 @@ pub fn object_of(addr: *const c_void) -> Option<(usize, &'static str)> {
 }
 
 /// The load address and path of the object that holds `addr`.
-fn object_path(addr: *const c_void) -> Option<(usize, &'static str)> {
+pub(crate) fn object_path(addr: *const c_void) -> Option<(usize, &'static str)> {
     // SAFETY: Dl_info is plain C data (pointers), for which all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads loader tables; info is a valid out-parameter.
@@ -150,8 +158,17 @@ pub fn is_own(addr: *const c_void) -> bool {
     object_base(addr) == own_base()
 }
 
+/// A real function: found, and neither in this library nor in another copy of the guard (which
+/// `RTLD_NEXT` finds first when two are preloaded).
 fn acceptable(p: *mut c_void) -> bool {
-    !p.is_null() && object_base(p) != own_base()
+    !p.is_null() && object_base(p) != own_base() && !is_guard(p)
+}
+
+/// Whether `addr` lies in a copy of the guard: an object that defines the guard's marker.
+fn is_guard(addr: *mut c_void) -> bool {
+    let Some((base, path)) = object_path(addr) else { return false };
+    let marker = from_loaded(path, c"cublasguard_instance", None);
+    !marker.is_null() && object_base(marker) as usize == base
 }
 
 fn resolve(name: &'static str, library: Library) -> *mut c_void {
@@ -202,16 +219,18 @@ fn loader_unloads() -> u64 {
     subs
 }
 
-type Dlclose = unsafe extern "C" fn(*mut c_void) -> c_int;
+/// "C-unwind": a library's destructor may end the thread (`pthread_exit`), which must pass.
+type Dlclose = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
 static REAL_DLCLOSE: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 
 /// `dlclose`, passed through; when it unmapped an object, every cached real function is looked
-/// up again at its next call (it may have pointed into the object that is gone).
+/// up again at its next call (it may have pointed into the object that is gone), and the
+/// guarded copies of a library no longer loaded are freed for the next one.
 ///
 /// # Safety
 /// Called by C code with a handle from `dlopen`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+pub unsafe extern "C-unwind" fn dlclose(handle: *mut c_void) -> c_int {
     let mut real = REAL_DLCLOSE.load(Ordering::Acquire);
     if real.is_null() {
         // SAFETY: dlsym with a valid name; RTLD_NEXT from this library finds libc's dlclose.
@@ -228,6 +247,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     let status = unsafe { real(handle) };
     if loader_unloads() != before {
         UNLOADS.fetch_add(1, Ordering::AcqRel);
+        super::hooks::forget_unloaded_copies();
     }
     status
 }

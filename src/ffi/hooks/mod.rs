@@ -4,17 +4,19 @@
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 use super::device::RealDevice;
 use super::lifecycle::{self, RealOutlet};
 use super::real::{Library, RealSymbol};
-use super::reentry::Reentry;
+use super::reentry::{catch_panic, defer_cancel, Reentry};
+use crate::check::{BatchScan, Device};
+use crate::cuda::MemoryType;
 use crate::guard::launch::{self, Dim3, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
-use crate::guard::{blas, gemm, handles, lt, memory, Call};
+use crate::guard::{blas, gemm, handles, lt, memory, Call, Outlet};
 use crate::recorder::CallArgs;
+use crate::session::{Recorded, Session};
 
 /// Opaque CUDA handles and streams, as the C API passes them.
 type Handle = *mut c_void;
@@ -27,7 +29,9 @@ type P = *const c_void;
 /// one `Call`: numbered, counted, able to forward, record and report. A call its handler did
 /// not record is recorded here, so none is missing from the flight recorder. A panic inside
 /// the guard never crosses into C: it disables the guard and the real result is returned (the
-/// real function is called if the handler had not yet called it).
+/// real function is called if the handler had not yet called it). A forced unwind (thread
+/// cancellation, `pthread_exit`) or a foreign exception from the real function passes through
+/// to the caller's frames, as it would without the guard (`reentry::catch_panic`).
 fn intercept<R: HookReturn>(hook: Hook, forward: impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
     let Some(_inside) = Reentry::enter() else { return forward() };
     let result = Cell::new(None);
@@ -36,17 +40,20 @@ fn intercept<R: HookReturn>(hook: Hook, forward: impl Fn() -> R, handler: impl F
         result.set(Some(r));
         r
     };
-    let outcome = catch_unwind(AssertUnwindSafe(|| match lifecycle::session() {
+    let tracked = &tracked;
+    // `move`, and the hooks pass their arguments by one reference: the job handed through the
+    // panic catcher is three words, whatever the function's arity.
+    let outcome = catch_panic(move || match lifecycle::session() {
         // A kernel registration is bookkeeping at load (PyTorch's libraries make tens of
         // thousands): it is neither counted nor recorded, so it fills no slot of the flight
         // recorder and uses no sequence number.
         Some(s) if hook.is_registration() => {
-            let device = RealDevice::new(s);
-            handler(&Call::uncounted(s, hook, &device, &RealOutlet, &tracked))
+            let device = DeferringDevice(RealDevice::new(s));
+            handler(&Call::uncounted(s, hook, &device, &DeferringOutlet, tracked))
         }
         Some(s) => {
-            let device = RealDevice::new(s);
-            let call = Call::begin(s, hook, &device, &RealOutlet, &tracked);
+            let device = DeferringDevice(RealDevice::new(s));
+            let call = Call::begin(s, hook, &device, &DeferringOutlet, tracked);
             let r = handler(&call);
             if !call.was_recorded() {
                 call.record(r.status(), CallArgs::None);
@@ -54,13 +61,91 @@ fn intercept<R: HookReturn>(hook: Hook, forward: impl Fn() -> R, handler: impl F
             r
         }
         None => tracked(),
-    }));
+    });
     match outcome {
-        Ok(r) => r,
-        Err(_) => {
-            lifecycle::disable("internal error inside a hook");
+        Some(r) => r,
+        None => {
+            defer_cancel(|| lifecycle::disable("internal error inside a hook"));
             result.get().unwrap_or_else(&forward)
         }
+    }
+}
+
+/// The outlet, with a cancellation request held back while it writes, captures a backtrace or
+/// asks Python for its frames: a thread cancelled at a fault is cancelled after its fault is
+/// out, not in the middle of the write.
+struct DeferringOutlet;
+
+impl Outlet for DeferringOutlet {
+    fn publish(&self, session: &Session, recorded: &Recorded) {
+        defer_cancel(|| RealOutlet.publish(session, recorded))
+    }
+    fn backtrace(&self) -> Vec<String> {
+        defer_cancel(|| RealOutlet.backtrace())
+    }
+    fn abort(&self) {
+        RealOutlet.abort()
+    }
+    fn now_ns(&self) -> u64 {
+        RealOutlet.now_ns()
+    }
+    fn thread_id(&self) -> u32 {
+        RealOutlet.thread_id()
+    }
+    fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
+        defer_cancel(|| RealOutlet.python_stack())
+    }
+    fn kernel_name(&self, func: u64) -> Option<String> {
+        defer_cancel(|| RealOutlet.kernel_name(func))
+    }
+}
+
+/// The device, with a cancellation request held back while the guard copies, scans or waits
+/// (the calls that can block); the quick queries of a clean call go straight through.
+struct DeferringDevice<'a>(RealDevice<'a>);
+
+impl Device for DeferringDevice<'_> {
+    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
+        self.0.memory_type(ptr)
+    }
+    fn read(&self, addr: u64, out: &mut [u8], stream: u64) -> Result<(), i32> {
+        defer_cancel(|| self.0.read(addr, out, stream))
+    }
+    fn read_many(&self, pieces: &[(u64, usize)], out: &mut [u8], stream: u64) -> Result<(), i32> {
+        defer_cancel(|| self.0.read_many(pieces, out, stream))
+    }
+    fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
+        self.0.read_host(addr, out)
+    }
+    fn synchronize(&self, stream: u64) -> i32 {
+        defer_cancel(|| self.0.synchronize(stream))
+    }
+    fn is_capturing(&self, stream: u64) -> Result<bool, i32> {
+        self.0.is_capturing(stream)
+    }
+    fn scan_on_device(&self, addr: u64, shape: crate::validate::StoredShape, dtype: crate::scan::DType, stream: u64) -> Option<crate::scan::MatrixScan> {
+        defer_cancel(|| self.0.scan_on_device(addr, shape, dtype, stream))
+    }
+    fn scan_batch_on_device(&self, jobs: &[BatchScan], stream: u64) -> Option<Vec<(crate::scan::MatrixScan, Option<u64>)>> {
+        defer_cancel(|| self.0.scan_batch_on_device(jobs, stream))
+    }
+    fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
+        self.0.is_on_this_threads_stack(ptr)
+    }
+    fn compute_capability(&self) -> Option<(i32, i32)> {
+        self.0.compute_capability()
+    }
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        defer_cancel(|| self.0.memory_info())
+    }
+    fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> crate::check::init::DriverProbe {
+        defer_cancel(|| self.0.probe_driver(device_count))
+    }
+    fn lt_layout(&self, layout: u64) -> Option<crate::check::lt::Layout> {
+        self.0.lt_layout(layout)
+    }
+    fn lt_matmul_desc(&self, desc: u64) -> Option<crate::check::lt::MatmulDesc> {
+        self.0.lt_matmul_desc(desc)
     }
 }
 
@@ -98,14 +183,18 @@ impl HookReturn for () {
 static MISSING_WARNED: AtomicBool = AtomicBool::new(false);
 
 fn missing_real<R: HookReturn>(name: &str, library: Library) -> R {
-    lifecycle::warn_once(
-        &MISSING_WARNED,
-        &format!(
-            "cublasguard: cannot find the real {name} (none of {:?} is loaded); returning the library's \
-             not-initialised status",
-            library.sonames()
-        ),
-    );
+    if !MISSING_WARNED.load(Ordering::Relaxed) {
+        defer_cancel(|| {
+            lifecycle::warn_once(
+                &MISSING_WARNED,
+                &format!(
+                    "cublasguard: cannot find the real {name} (none of {:?} is loaded); returning the library's \
+                     not-initialised status",
+                    library.sonames()
+                ),
+            )
+        });
+    }
     R::missing(library)
 }
 
@@ -150,15 +239,11 @@ macro_rules! hook_table {
                 match self { $( Hook::$name => Library::$lib, )* }
             }
 
-            /// Copy `copy` of the guarded function, for a library reached through `dlsym`.
+            /// Copy `copy` of the guarded function, for one copy of its library reached
+            /// through `dlsym` (null past the last).
             fn copy_fn(self, copy: usize) -> *mut c_void {
                 match self {
-                    $( Hook::$name => match copy {
-                        0 => $name::copy::<0> as *mut c_void,
-                        1 => $name::copy::<1> as *mut c_void,
-                        2 => $name::copy::<2> as *mut c_void,
-                        _ => $name::copy::<3> as *mut c_void,
-                    }, )*
+                    $( Hook::$name => $name::COPY_FNS.get(copy).map_or(std::ptr::null_mut(), |f| *f as *mut c_void), )*
                 }
             }
         }
@@ -169,19 +254,42 @@ macro_rules! hook_table {
             mod $name {
                 use super::*;
 
+                /// The C function; "C-unwind": a forced unwind from inside it passes through.
+                pub(super) type Real = unsafe extern "C-unwind" fn( $( $ty ),* ) -> $ret;
+
+                /// One copy per copy of the library; each forwards to what `dlsym` found in its
+                /// own copy (`COPY_REALS`).
+                pub(super) const COPY_FNS: [Real; COPIES] =
+                    [copy::<0>, copy::<1>, copy::<2>, copy::<3>, copy::<4>, copy::<5>, copy::<6>, copy::<7>];
+
                 /// # Safety
                 /// Called by C code with the function's arguments, through a pointer `dlsym`
                 /// returned for a library that `COPY_REALS` holds the function of.
                 #[allow(clippy::too_many_arguments)]
-                pub(super) unsafe extern "C" fn copy<const K: usize>( $( $arg : $ty ),* ) -> $ret {
-                    type Real = unsafe extern "C" fn( $( $ty ),* ) -> $ret;
+                unsafe extern "C-unwind" fn copy<const K: usize>( $( $arg : $ty ),* ) -> $ret {
                     let p = COPY_REALS[Hook::$name as usize][K].load(Ordering::Acquire);
                     if p.is_null() {
                         return missing_real::<$ret>(stringify!($name), Library::$lib);
                     }
                     // SAFETY: `p` is what dlsym found for this name: the function of this signature.
                     let real = unsafe { std::mem::transmute::<*mut c_void, Real>(p) };
-                    intercept(Hook::$name, || real( $( $arg ),* ), |call| $handler(call, $( $arg ),* ))
+                    through(real, $( $arg ),* )
+                }
+
+                /// The guarded call, one body for every copy (they differ only in `real`).
+                ///
+                /// # Safety
+                /// As `copy`, with `real` the function found.
+                #[inline(never)]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn through(real: Real, $( $arg : $ty ),* ) -> $ret {
+                    let args = &( $( $arg, )* );
+                    intercept(
+                        Hook::$name,
+                        // SAFETY: the caller's arguments, passed on unchanged to the function found.
+                        move || { let ( $( $arg, )* ) = *args; unsafe { real( $( $arg ),* ) } },
+                        move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
+                    )
                 }
             }
         )*
@@ -191,12 +299,16 @@ macro_rules! hook_table {
             #[allow(non_snake_case, clippy::too_many_arguments)]
             /// # Safety
             /// Called by C code with the arguments of the CUDA function of the same name.
-            pub unsafe extern "C" fn $name( $( $arg : $ty ),* ) -> $ret {
-                type Real = unsafe extern "C" fn( $( $ty ),* ) -> $ret;
-                let Some(real) = reals::$name.get::<Real>() else {
+            pub unsafe extern "C-unwind" fn $name( $( $arg : $ty ),* ) -> $ret {
+                let Some(real) = reals::$name.get::<$name::Real>() else {
                     return missing_real::<$ret>(stringify!($name), Library::$lib);
                 };
-                intercept(Hook::$name, || real( $( $arg ),* ), |call| $handler(call, $( $arg ),* ))
+                let args = &( $( $arg, )* );
+                intercept(
+                    Hook::$name,
+                    move || { let ( $( $arg, )* ) = *args; real( $( $arg ),* ) },
+                    move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
+                )
             }
         )*
     };
@@ -320,21 +432,28 @@ hook_table! {
 }
 
 /// Copies of one library the guard tells apart when they are reached through `dlsym` (two
-/// CUDA versions in one process, or a framework's vendored copy beside the system's).
-const COPIES: usize = 4;
+/// CUDA versions in one process, a framework's vendored copy beside the system's), each library
+/// apart: an XLA process holds the runtime, cuBLAS, cuBLASLt and the driver, and can still
+/// load 7 more copies of each. A copy's slot is freed when `dlclose` unmaps it.
+const COPIES: usize = 8;
 
-/// Each copy's load address (0: free); claimed once, never released.
-static COPY_BASES: [AtomicUsize; COPIES] = [const { AtomicUsize::new(0) }; COPIES];
+/// Each library's copies, by load address (0: free).
+static COPY_BASES: [[AtomicUsize; COPIES]; Library::ALL.len()] = [const { [const { AtomicUsize::new(0) }; COPIES] }; Library::ALL.len()];
 
-/// For each hooked function and copy, the real function `dlsym` found in that copy.
+/// For each hooked function and copy of its library, the real function `dlsym` found there.
 static COPY_REALS: [[AtomicPtr<c_void>; COPIES]; HOOK_COUNT] =
     [const { [const { AtomicPtr::new(std::ptr::null_mut()) }; COPIES] }; HOOK_COUNT];
 
 static COPIES_FULL_WARNED: AtomicBool = AtomicBool::new(false);
 
-/// The copy number of the library loaded at `base`, claiming a free one the first time.
-fn copy_of(base: usize) -> Option<usize> {
-    for (i, slot) in COPY_BASES.iter().enumerate() {
+/// The copy number of `library` loaded at `base`, claiming a free one the first time.
+fn copy_of(library: Library, base: usize) -> Option<usize> {
+    let slots = COPY_BASES.get(library.index())?;
+    // The copy already held first: a slot freed before it must not take it a second time.
+    if let Some(held) = slots.iter().position(|slot| slot.load(Ordering::Acquire) == base) {
+        return Some(held);
+    }
+    for (i, slot) in slots.iter().enumerate() {
         match slot.compare_exchange(0, base, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return Some(i),
             Err(held) if held == base => return Some(i),
@@ -344,11 +463,44 @@ fn copy_of(base: usize) -> Option<usize> {
     None
 }
 
-/// The load address of the object holding `found`, when it is a copy of `library` (under any
-/// file name that starts like it) and not this library.
+/// After `dlclose` unmapped something: the slots of copies no longer loaded are freed (their
+/// functions forgotten first, so a copy claimed again starts empty).
+pub(crate) fn forget_unloaded_copies() {
+    for library in Library::ALL {
+        let Some(slots) = COPY_BASES.get(library.index()) else { continue };
+        for (copy, slot) in slots.iter().enumerate() {
+            let base = slot.load(Ordering::Acquire);
+            if base == 0 || still_loaded(base, library) {
+                continue;
+            }
+            for (reals, hook) in COPY_REALS.iter().zip(ALL_HOOKS) {
+                if hook.library() == library {
+                    if let Some(real) = reals.get(copy) {
+                        real.store(std::ptr::null_mut(), Ordering::Release);
+                    }
+                }
+            }
+            let _ = slot.compare_exchange(base, 0, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+}
+
+/// Whether a copy of `library` is still loaded at `base`.
+fn still_loaded(base: usize, library: Library) -> bool {
+    matches!(super::real::object_of(base as *const c_void), Some((at, file)) if at == base && is_library_file(file, library))
+}
+
+/// Whether `file` is a copy of `library` (under any file name that starts like it), and not
+/// the guard (whose name starts like cuBLAS's).
+fn is_library_file(file: &str, library: Library) -> bool {
+    file.starts_with(library.stem()) && !file.starts_with("libcublasguard")
+}
+
+/// The load address of the object holding `found`, when it is a copy of `library` and not this
+/// library or another copy of the guard.
 fn in_library(found: *mut c_void, library: Library) -> Option<usize> {
     let (base, file) = super::real::object_of(found)?;
-    (file.starts_with(library.stem()) && !super::real::is_own(found)).then_some(base)
+    (is_library_file(file, library) && !super::real::is_own(found)).then_some(base)
 }
 
 /// What `dlsym` on a library handle returns for `name`, given what libc `found`: a guarded copy
@@ -362,17 +514,59 @@ pub(crate) fn guarded_copy(name: &std::ffi::CStr, found: *mut c_void) -> *mut c_
     }
     let Some(index) = HOOK_NAMES.iter().position(|n| n.as_bytes() == name) else { return found };
     let hook = ALL_HOOKS[index];
-    let Some(base) = in_library(found, hook.library()) else { return found };
-    let Some(copy) = copy_of(base) else {
-        lifecycle::warn_once(
-            &COPIES_FULL_WARNED,
-            &format!("cublasguard: more than {COPIES} copies of the CUDA libraries reached through dlsym; further ones are not guarded"),
-        );
+    let library = hook.library();
+    let Some(base) = in_library(found, library) else { return found };
+    let Some(copy) = copy_of(library, base) else {
+        if !COPIES_FULL_WARNED.load(Ordering::Relaxed) {
+            defer_cancel(|| {
+                lifecycle::warn_once(
+                    &COPIES_FULL_WARNED,
+                    &format!(
+                        "cublasguard: more than {COPIES} copies of {} loaded at once, reached through dlsym; the functions of \
+                         further copies are not guarded",
+                        library.stem()
+                    ),
+                )
+            });
+        }
         return found;
     };
-    COPY_REALS[index][copy].store(found, Ordering::Release);
+    let Some(real) = COPY_REALS.get(index).and_then(|reals| reals.get(copy)) else { return found };
+    real.store(found, Ordering::Release);
     hook.copy_fn(copy)
 }
+
+/// Marks the guard in a process: a second copy of it (another build at another path, both in
+/// `LD_PRELOAD`) finds the first by this symbol.
+#[cfg_attr(not(test), no_mangle)]
+#[allow(non_upper_case_globals)]
+pub static cublasguard_instance: u8 = 1;
+
+/// At load: when another copy of the guard was loaded first, this one passes every call
+/// through (every call would be intercepted twice and two traces written). Only the shared
+/// library looks: the `cublasguard` command links this code too.
+extern "C" fn notice_an_earlier_guard() {
+    // Not the marker's address: a reference to an exported name binds to the first copy's.
+    let Some((_, own)) = super::real::object_path(notice_an_earlier_guard as *const c_void) else { return };
+    if !super::real::file_name(own).starts_with("libcublasguard") {
+        return;
+    }
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads the loader's tables.
+    let first = unsafe { super::dl::real_dlsym(libc::RTLD_DEFAULT, c"cublasguard_instance".as_ptr()) };
+    if first.is_null() || super::real::is_own(first) {
+        return;
+    }
+    lifecycle::pass_through_in_this_process();
+    let first = super::real::object_path(first).map_or("another path", |(_, path)| path);
+    lifecycle::say(&format!(
+        "cublasguard: another copy of the guard is already loaded ({first}); this one ({own}) passes every call through"
+    ));
+}
+
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static NOTICE_AT_LOAD: extern "C" fn() = notice_an_earlier_guard;
 
 /// What a driver entry-point lookup of `symbol` returns, given what it `found`: the guarded copy
 /// of whichever hooked variant of `symbol` (`_v2`, `_ptsz`, ...) `found` is, checked against
