@@ -247,7 +247,8 @@ fn frames_from_reader(api: &'static Api, tstate: Obj) -> Result<Vec<PythonFrame>
                 if left.is_zero() {
                     *phase = Phase::Abandoned;
                     return Err(format!(
-                        "another thread held the GIL for {} s (the guard does not wait for it: that thread may be waiting for a lock this one holds)",
+                        "the GIL was not taken within {} s (another thread holds it, perhaps waiting for a lock this one holds, \
+                         or the interpreter is shutting down); the guard does not wait for it",
                         GIL_WAIT.as_secs()
                     ));
                 }
