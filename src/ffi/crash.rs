@@ -527,6 +527,15 @@ fn record_crash_once(sig: libc::c_int, name: &str) {
     }
 }
 
+/// Whether the kernel raised `sig` for the faulting instruction itself (si_code > 0: SEGV_*,
+/// BUS_*, FPE_*, ILL_*, SI_KERNEL), rather than a process sending it (SI_USER, SI_TKILL, ...).
+/// SIGABRT never is: abort() raises it, and falls back to the default action on its own.
+fn is_hardware_fault(sig: libc::c_int, info: *const libc::siginfo_t) -> bool {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler; checked for null all
+    // the same.
+    sig != libc::SIGABRT && !info.is_null() && unsafe { (*info).si_code } > 0
+}
+
 extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let Some(index) = SIGNALS.iter().position(|(s, _)| *s == sig) else { return };
     let name = SIGNALS[index].1;
@@ -541,8 +550,11 @@ extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
             f(sig);
             true
         }
-        Previous::Ignore => return,
-        Previous::Default => false,
+        // Ignored, a signal sent by kill() or raise() stays ignored. A hardware fault cannot
+        // be: the instruction would fault again on return, forever. The kernel forces the
+        // default action then, and so does the guard, after the crash record.
+        Previous::Ignore if !is_hardware_fault(sig, info) => return,
+        Previous::Ignore | Previous::Default => false,
     };
     if chained {
         if judged_fatal_by_program(sig) {
