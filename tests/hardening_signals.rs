@@ -116,3 +116,35 @@ fn kill_and_raise_of_an_ignored_sigsegv_stay_ignored() {
         assert_eq!(t.faults.len(), 1, "{case}");
     }
 }
+
+#[test]
+fn a_stack_overflow_in_the_main_thread_leaves_a_crash_record() {
+    let run = run_bounded(&signal_cases(), &["overflow_main"], &[], true);
+    assert_recorded_death(&run, libc::SIGSEGV, "SIGSEGV", 1, "overflow in main");
+}
+
+#[test]
+fn a_stack_overflow_in_a_thread_after_its_guarded_call_leaves_a_crash_record() {
+    let run = run_bounded(&signal_cases(), &["overflow_thread"], &[], true);
+    assert!(run.stdout.contains("thread sgemm status=7"), "{}", run.stdout);
+    assert_recorded_death(&run, libc::SIGSEGV, "SIGSEGV", 2, "overflow in a thread");
+    let t = run.trace();
+    let threads: std::collections::BTreeSet<u32> = t.faults.iter().map(|f| f.thread).collect();
+    assert_eq!(threads.len(), 2, "one fault from main, one from the thread");
+    assert!(threads.contains(&t.crash.as_ref().expect("crash").thread), "the crash is the thread's");
+}
+
+#[test]
+fn a_programs_alternate_stack_too_small_for_the_crash_writer_is_replaced_and_a_large_one_kept() {
+    let program = signal_cases();
+    // 2 KiB: the kernel's signal frame alone hardly fits; without a larger stack no handler
+    // runs and the overflow kills the process without a record.
+    let small = run_bounded(&program, &["overflow_main", "2048"], &[], true);
+    assert!(small.stdout.contains("own altstack=0\n"), "{}", small.stdout);
+    assert!(small.stdout.contains("own altstack kept=0\n"), "{}", small.stdout);
+    assert_recorded_death(&small, libc::SIGSEGV, "SIGSEGV", 1, "2 KiB alternate stack");
+    // 64 KiB is plenty: the program's own stays in place, and serves the crash writer.
+    let large = run_bounded(&program, &["overflow_main", "65536"], &[], true);
+    assert!(large.stdout.contains("own altstack kept=1\n"), "{}", large.stdout);
+    assert_recorded_death(&large, libc::SIGSEGV, "SIGSEGV", 1, "64 KiB alternate stack");
+}
