@@ -52,8 +52,10 @@ static PREFIX: Published = Published::new();
 /// One slot per storable fault (the fault cap), each the fault's JSON; allocated at install.
 static FAULT_SLOTS: AtomicPtr<Published> = AtomicPtr::new(std::ptr::null_mut());
 static FAULT_SLOT_COUNT: AtomicUsize = AtomicUsize::new(0);
-/// Slots in use (a forked child starts with none).
+/// Slots in use: one past the highest filled (a forked child starts with none).
 static FAULTS_PUBLISHED: AtomicUsize = AtomicUsize::new(0);
+/// Slots filled; behind the session's stored count while a fault is being rendered.
+static SLOTS_FILLED: AtomicUsize = AtomicUsize::new(0);
 static TMP_PATH: Published = Published::new();
 static FINAL_PATH: Published = Published::new();
 static SCRATCH: Published = Published::new();
@@ -105,17 +107,26 @@ fn fault_slots() -> &'static [Published] {
 pub(crate) fn publish_fault(index: usize, fault: &crate::trace::Fault) {
     let Some(slot) = fault_slots().get(index) else { return };
     if let Ok(bytes) = serde_json::to_vec(fault) {
-        publish(slot, bytes);
+        // The bound first: a crash writer that counts this slot filled also reads it.
         FAULTS_PUBLISHED.fetch_max(index + 1, Ordering::SeqCst);
+        if publish(slot, bytes) {
+            SLOTS_FILLED.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
-/// In a forked child: the parent's faults are the parent's.
+/// In a forked child: the parent's faults are the parent's. Their buffers are left alone
+/// (pages shared with the parent until written, so they cost nothing), the slots emptied.
 pub(crate) fn forget_faults() {
     FAULTS_PUBLISHED.store(0, Ordering::SeqCst);
+    for slot in fault_slots() {
+        slot.ptr.store(std::ptr::null_mut(), Ordering::SeqCst);
+    }
+    SLOTS_FILLED.store(0, Ordering::SeqCst);
 }
 
-fn publish(slot: &Published, bytes: Vec<u8>) {
+/// Replaces what `slot` holds; whether it held nothing before.
+fn publish(slot: &Published, bytes: Vec<u8>) -> bool {
     let boxed: Box<[u8]> = bytes.into_boxed_slice();
     let len = boxed.len();
     let new = Box::into_raw(boxed) as *mut u8;
@@ -128,6 +139,7 @@ fn publish(slot: &Published, bytes: Vec<u8>) {
         // is reading it (one that starts now loads the new pointer).
         drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(old, old_len)) });
     }
+    old.is_null()
 }
 
 /// The trace up to its faults: `{"format":...,"environment":{...}` without the comma that
@@ -354,8 +366,9 @@ fn write_fully(fd: libc::c_int, bytes: &[u8]) -> bool {
     true
 }
 
-/// The recent calls, the summary and the crash record, rendered into `w`.
-fn render_tail(w: &mut Writer, s: &crate::session::Session, sig: libc::c_int, name: &str) {
+/// The recent calls, the summary (with the faults the record lists and the faults dropped past
+/// the cap) and the crash record, rendered into `w`.
+fn render_tail(w: &mut Writer, s: &crate::session::Session, listed: u64, dropped: u64, sig: libc::c_int, name: &str) {
     w.bytes(b"],\"recent_calls\":[");
     // Oldest first, without allocating: each pass over the ring (which takes no lock) picks
     // the next sequence number; the ring is small, so the passes cost nothing that matters.
@@ -393,9 +406,9 @@ fn render_tail(w: &mut Writer, s: &crate::session::Session, sig: libc::c_int, na
         w.uint(n);
     });
     w.bytes(b"},");
-    w.field("faults", s.fault_count() as i64);
+    w.field("faults", listed.saturating_add(dropped) as i64);
     w.bytes(b",");
-    w.field("dropped_faults", s.dropped_fault_count() as i64);
+    w.field("dropped_faults", dropped as i64);
     w.bytes(b"},\"crash\":{");
     w.field("signal", sig as i64);
     w.bytes(b",\"name\":\"");
@@ -416,8 +429,9 @@ fn write_crash_trace(sig: libc::c_int, name: &str) {
     let (Some(prefix), Some(scratch), Some(tmp), Some(path)) = (load(&PREFIX), load(&SCRATCH), load(&TMP_PATH), load(&FINAL_PATH)) else {
         return;
     };
+    let (bound, listed, dropped) = fault_counts(s);
     let mut w = Writer { buf: scratch.as_ptr() as *mut u8, cap: scratch.len(), len: 0, cut: false };
-    render_tail(&mut w, s, sig, name);
+    render_tail(&mut w, s, listed as u64, dropped, sig, name);
     if w.cut {
         return; // never replace a valid trace with a cut one
     }
@@ -437,15 +451,10 @@ fn write_crash_trace(sig: libc::c_int, name: &str) {
             return;
         }
         let mut ok = write_fully(fd, prefix) && write_fully(fd, b",\"faults\":[");
-        let mut first = true;
-        for slot in fault_slots().iter().take(FAULTS_PUBLISHED.load(Ordering::SeqCst)) {
-            match load(slot) {
-                Some(fault) if ok && !fault.is_empty() => {
-                    ok = (first || write_fully(fd, b",")) && write_fully(fd, fault);
-                    first = false;
-                }
-                _ => {}
-            }
+        // Exactly the `listed` the summary counts: a slot once filled stays filled, so the
+        // first `listed` filled slots below `bound` are there, whatever was filled since.
+        for (i, fault) in fault_slots().iter().take(bound).filter_map(listable).take(listed).enumerate() {
+            ok = ok && (i == 0 || write_fully(fd, b",")) && write_fully(fd, fault);
         }
         ok = ok && write_fully(fd, std::slice::from_raw_parts(scratch.as_ptr(), w.len));
         libc::fsync(fd);
@@ -456,6 +465,28 @@ fn write_crash_trace(sig: libc::c_int, name: &str) {
             libc::unlink(tmp.as_ptr() as *const libc::c_char);
         }
     }
+}
+
+/// A slot's fault, when it holds one (while READERS is held).
+fn listable(slot: &Published) -> Option<&'static [u8]> {
+    load(slot).filter(|fault| !fault.is_empty())
+}
+
+/// What the crash record lists and counts: the slots to read (`bound`), how many faults they
+/// hold (`listed`), and the faults dropped past the cap. Other threads may be storing faults
+/// meanwhile; the summary counts exactly what is listed, plus what was dropped, so that
+/// listed + dropped = faults and nothing is dropped below the cap. A fault stored but still
+/// being rendered into its slot (microseconds, in a thread that keeps running) is waited for,
+/// briefly: when faults were dropped, every one stored before them is listed. A fault counted
+/// after this moment is not in the record at all.
+fn fault_counts(s: &crate::session::Session) -> (usize, usize, u64) {
+    // Dropped first: a fault dropped means the cap was stored, all of it (see FaultLog).
+    let dropped = s.dropped_fault_count();
+    let stored = s.stored_fault_count() as usize;
+    wait_briefly(1_000, || SLOTS_FILLED.load(Ordering::SeqCst) >= stored);
+    let bound = FAULTS_PUBLISHED.load(Ordering::SeqCst).min(fault_slots().len());
+    let listed = fault_slots().iter().take(bound).filter_map(listable).count();
+    (bound, listed, dropped)
 }
 
 /// What was installed for a signal before the guard's handler.
@@ -482,13 +513,12 @@ fn previous(index: usize) -> Previous {
     }
 }
 
-/// Waits for `done` (another thread writing the crash record, or normal writers finishing
-/// their rename), with async-signal-safe sleeps; bounded (10 s), so that a writer stuck on a
-/// dead file system cannot keep a dying process alive, and long enough for an fsync on a busy
-/// machine.
-fn wait_briefly(done: impl Fn() -> bool) {
+/// Waits for `done` (another thread writing the crash record, normal writers finishing their
+/// rename, a fault being published), with async-signal-safe sleeps; bounded (`limit_ms`), so
+/// that a writer stuck on a dead file system cannot keep a dying process alive.
+fn wait_briefly(limit_ms: u32, done: impl Fn() -> bool) {
     let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
-    for _ in 0..10_000 {
+    for _ in 0..limit_ms {
         if done() {
             return;
         }
@@ -517,14 +547,24 @@ fn judged_fatal_by_program(sig: libc::c_int) -> bool {
 fn record_crash_once(sig: libc::c_int, name: &str) {
     if !HANDLING.swap(true, Ordering::SeqCst) {
         // Normal writers in the middle of a rename finish first; none starts another.
-        wait_briefly(|| NORMAL_RENAMES.load(Ordering::SeqCst) == 0);
+        // 10 s: long enough for an fsync on a busy machine.
+        wait_briefly(10_000, || NORMAL_RENAMES.load(Ordering::SeqCst) == 0);
         READERS.fetch_add(1, Ordering::SeqCst);
         write_crash_trace(sig, name);
         READERS.fetch_sub(1, Ordering::SeqCst);
         CRASH_WRITTEN.store(true, Ordering::SeqCst);
     } else {
-        wait_briefly(|| CRASH_WRITTEN.load(Ordering::SeqCst));
+        wait_briefly(10_000, || CRASH_WRITTEN.load(Ordering::SeqCst));
     }
+}
+
+/// Whether the kernel raised `sig` for the faulting instruction itself (si_code > 0: SEGV_*,
+/// BUS_*, FPE_*, ILL_*, SI_KERNEL), rather than a process sending it (SI_USER, SI_TKILL, ...).
+/// SIGABRT never is: abort() raises it, and falls back to the default action on its own.
+fn is_hardware_fault(sig: libc::c_int, info: *const libc::siginfo_t) -> bool {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler; checked for null all
+    // the same.
+    sig != libc::SIGABRT && !info.is_null() && unsafe { (*info).si_code } > 0
 }
 
 extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
@@ -541,8 +581,11 @@ extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
             f(sig);
             true
         }
-        Previous::Ignore => return,
-        Previous::Default => false,
+        // Ignored, a signal sent by kill() or raise() stays ignored. A hardware fault cannot
+        // be: the instruction would fault again on return, forever. The kernel forces the
+        // default action then, and so does the guard, after the crash record.
+        Previous::Ignore if !is_hardware_fault(sig, info) => return,
+        Previous::Ignore | Previous::Default => false,
     };
     if chained {
         if judged_fatal_by_program(sig) {

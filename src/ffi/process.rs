@@ -81,6 +81,8 @@ pub fn thread_id() -> u32 {
             if t.tid.get() == 0 {
                 // SAFETY: gettid has no preconditions.
                 t.tid.set(unsafe { libc::gettid() } as u32);
+                // Asked at every guarded call, first here: the once-per-thread setup rides on it.
+                super::thread::first_guarded_call();
             }
             t.tid.get()
         })

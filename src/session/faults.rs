@@ -1,5 +1,7 @@
 //! The faults a process found: stored in full up to the cap, counted past it, with the
-//! stderr lines capped separately.
+//! stderr lines capped separately. A fault is counted when it is stored or refused, under the
+//! same lock, so the counts always add up: total = stored + dropped, and dropped only once the
+//! cap is reached.
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -32,6 +34,8 @@ pub(super) struct FaultLog {
     faults: Mutex<Vec<Fault>>,
     total: AtomicU64,
     stored: AtomicU64,
+    /// Faults that found the cap reached: counted, not stored.
+    dropped: AtomicU64,
     stderr_lines: AtomicU32,
     /// The call of the first NaN/Inf fault (0: none yet). NaN/Inf that later calls merely
     /// consume is usually that one passed on: one line says so, not one line per call.
@@ -44,15 +48,25 @@ pub(super) struct FaultLog {
 
 impl FaultLog {
     pub fn total(&self) -> u64 {
-        self.total.load(Ordering::Relaxed)
+        self.total.load(Ordering::SeqCst)
     }
 
+    /// Lock-free, for the crash handler. Read before `stored_count`, a nonzero value implies
+    /// that `stored_count` reads the cap (the last stored fault was counted first).
     pub fn dropped(&self) -> u64 {
-        self.total().saturating_sub(self.stored.load(Ordering::Relaxed))
+        self.dropped.load(Ordering::SeqCst)
     }
 
-    pub fn stored(&self) -> Vec<Fault> {
-        self.faults.lock().clone()
+    /// Lock-free, for the crash handler.
+    pub fn stored_count(&self) -> u64 {
+        self.stored.load(Ordering::SeqCst)
+    }
+
+    /// The stored faults and the total count, as of one moment.
+    pub fn stored(&self) -> (Vec<Fault>, u64) {
+        let faults = self.faults.lock();
+        let total = self.total();
+        (faults.clone(), total)
     }
 
     /// Whether a new fault would only be counted (the cap is reached): then it is not worth
@@ -81,7 +95,6 @@ impl FaultLog {
     }
 
     pub fn add(&self, config: &Config, fault: Fault, path: &str, now_ns: u64) -> Recorded {
-        self.total.fetch_add(1, Ordering::Relaxed);
         // The first NaN/Inf fault's call, if this one is a later NaN/Inf fault.
         let earlier_nonfinite = matches!(fault.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput)
             .then(|| self.first_nonfinite.compare_exchange(0, fault.seq.max(1), Ordering::Relaxed, Ordering::Relaxed).err())
@@ -103,10 +116,15 @@ impl FaultLog {
         let mut faults = self.faults.lock();
         let stored = faults.len() < config.max_faults;
         let index = stored.then_some(faults.len());
+        // Counted under the lock, with the push or the refusal: a snapshot taken under it, or
+        // a crash handler reading dropped before stored, never sees a fault half counted.
         if stored {
             faults.push(fault);
-            self.stored.fetch_add(1, Ordering::Relaxed);
+            self.stored.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
         }
+        self.total.fetch_add(1, Ordering::SeqCst);
         drop(faults);
         let rewrite = stored && self.rewrite_due(self.stored.load(Ordering::Relaxed), now_ns);
         Recorded { stored, index, lines, rewrite }

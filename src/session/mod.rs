@@ -296,9 +296,14 @@ impl Session {
         self.faults.total()
     }
 
-    /// Faults counted but not stored; lock-free, for the crash handler.
+    /// Faults counted but not stored (the cap was reached); lock-free, for the crash handler.
     pub fn dropped_fault_count(&self) -> u64 {
         self.faults.dropped()
+    }
+
+    /// Faults stored so far; lock-free, for the crash handler.
+    pub fn stored_fault_count(&self) -> u64 {
+        self.faults.stored_count()
     }
 
     /// Calls per hooked function, without locks or allocation (the crash handler uses it).
@@ -414,7 +419,7 @@ impl Session {
     }
 
     pub fn trace(&self, environment: Environment) -> Trace {
-        let faults = self.faults.stored();
+        let (faults, total) = self.faults.stored();
         let calls = self
             .counts
             .hook_names
@@ -423,7 +428,6 @@ impl Session {
             .map(|(name, n)| (name.to_string(), n.load(Ordering::Relaxed)))
             .filter(|(_, n)| *n > 0)
             .collect();
-        let total = self.fault_count();
         let (scanned_calls, skipped_scans) = self.scans.counts();
         Trace {
             format: trace::FORMAT.into(),
@@ -572,6 +576,35 @@ mod tests {
         assert_eq!(stored, [true, true, true, false, false]);
         let t = s.trace(Environment::default());
         assert_eq!((t.faults.len(), t.summary.faults, t.summary.dropped_faults), (3, 5, 2));
+    }
+
+    #[test]
+    fn a_trace_taken_while_threads_store_faults_counts_what_it_lists() {
+        let mut s = session(0);
+        s.config.max_faults = 100_000;
+        let (s, stop) = (&s, &std::sync::atomic::AtomicBool::new(false));
+        std::thread::scope(|scope| {
+            for t in 0..4u64 {
+                scope.spawn(move || {
+                    for i in 0..3_000 {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        s.add_fault(fault(t * 3_000 + i), 0);
+                    }
+                });
+            }
+            while s.fault_count() < 100 {
+                std::thread::yield_now();
+            }
+            for _ in 0..10 {
+                let t = s.trace(Environment::default());
+                let (listed, total, dropped) = (t.faults.len() as u64, t.summary.faults, t.summary.dropped_faults);
+                assert_eq!(listed + dropped, total);
+                assert_eq!(dropped, 0, "{dropped} dropped below the cap ({listed} listed)");
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
     }
 
     #[test]
