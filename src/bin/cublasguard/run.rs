@@ -245,7 +245,7 @@ fn note_nested_run(opts: &Options, program: &std::ffi::OsStr, outer_run_id: &str
     eprintln!(
         "cublasguard: already inside `cublasguard run` (run {outer_run_id}): running {} under its guard and trace settings; \
          its summary covers this command",
-        program.to_string_lossy()
+        report::escape_controls(&program.to_string_lossy())
     );
     let outer = |var: &str| std::env::var(var).ok();
     let trace = opts.trace.as_deref().map(absolute_pattern);
