@@ -325,6 +325,60 @@ pub fn path_with_pid(path: &str, pid: u32) -> String {
     }
 }
 
+/// `path` with `-<pid>` added as `path_with_pid` adds it, and for `n` > 1 also `-<n>`: the
+/// names a process tries, in order, when the ones before hold another process's trace.
+pub fn path_with_pid_n(path: &str, pid: u32, n: u32) -> String {
+    if n <= 1 {
+        return path_with_pid(path, pid);
+    }
+    match path.strip_suffix(".json") {
+        Some(stem) => format!("{stem}-{pid}-{n}.json"),
+        None => format!("{path}-{pid}-{n}"),
+    }
+}
+
+/// The abstract socket name that claims trace `path` for user `uid` (its effective uid):
+/// slot 0, or slot 1, 2, ... when another user's socket sits on the earlier ones. The uid
+/// keeps two users' claims apart (each may write its own file at one path, in folders of its
+/// own); it cannot stop another user binding the name, which is why a holder's uid is checked.
+/// FNV-1a, not the standard library's hasher: every build of the guard must name a path alike.
+pub fn claim_name(path: &str, uid: u32, slot: u32) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in path.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    if slot == 0 {
+        format!("cublasguard-trace-{uid}-{hash:016x}")
+    } else {
+        format!("cublasguard-trace-{uid}-{hash:016x}-{slot}")
+    }
+}
+
+/// The `process.run_id` in the first bytes of a trace (a whole trace, a crash record, or as
+/// much of either as was read), if the `process` object is whole in them. The guard reads only
+/// this much of a trace it finds at its path: whether an earlier process of its own run wrote it.
+pub fn run_id_in_trace_head(head: &[u8]) -> Option<String> {
+    use serde::Deserialize as _;
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        run_id: Option<String>,
+    }
+    const KEY: &[u8] = b"\"process\"";
+    // The first "process" is the top-level key: only `format`, `version` and `guard` (a version
+    // and a commit) come before it.
+    let at = head.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let rest = &head[at..];
+    let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+    if rest[colon] != b':' {
+        return None;
+    }
+    // One value, not a whole document: what follows the object is not read.
+    let mut value = serde_json::Deserializer::from_slice(&rest[colon + 1..]);
+    Head::deserialize(&mut value).ok()?.run_id
+}
+
 /// What `%r` becomes in a process with no rank.
 pub const NO_RANK: &str = "norank";
 
@@ -430,6 +484,36 @@ mod tests {
         assert_eq!(absolute_pattern("/tmp/t.json", cwd), "/tmp/t.json");
         assert_eq!(path_with_pid("/tmp/t.json", 7), "/tmp/t-7.json");
         assert_eq!(path_with_pid("/tmp/trace", 7), "/tmp/trace-7");
+        assert_eq!(path_with_pid_n("/tmp/t.json", 7, 1), "/tmp/t-7.json");
+        assert_eq!(path_with_pid_n("/tmp/t.json", 7, 3), "/tmp/t-7-3.json");
+        assert_eq!(path_with_pid_n("/tmp/trace", 7, 2), "/tmp/trace-7-2");
+    }
+
+    #[test]
+    fn claim_names_differ_by_path_user_and_slot_and_fit_a_socket_address() {
+        let a = claim_name("/tmp/t.json", 0, 0);
+        assert_eq!(a, claim_name("/tmp/t.json", 0, 0));
+        assert_ne!(a, claim_name("/tmp/u.json", 0, 0));
+        assert_ne!(a, claim_name("/tmp/t.json", 1000, 0));
+        assert_ne!(a, claim_name("/tmp/t.json", 0, 1));
+        assert!(claim_name(&"x".repeat(4096), u32::MAX, 9).len() < 107);
+    }
+
+    #[test]
+    fn the_run_id_is_read_from_a_trace_head_whole_or_cut_short() {
+        let trace = crate::trace::Trace {
+            process: crate::trace::Process { run_id: Some("abc-1".into()), argv: vec!["\"process\": {}".into()], ..Default::default() },
+            ..Default::default()
+        };
+        let pretty = serde_json::to_vec_pretty(&trace).unwrap();
+        assert_eq!(run_id_in_trace_head(&pretty).as_deref(), Some("abc-1"));
+        let compact = serde_json::to_vec(&trace).unwrap();
+        let cut = compact.windows(8).position(|w| w == b"\"environ").unwrap();
+        assert_eq!(run_id_in_trace_head(&compact[..cut]).as_deref(), Some("abc-1"), "a crash record's head is enough");
+        assert_eq!(run_id_in_trace_head(&pretty[..40]), None, "the process object cut short");
+        let without = serde_json::to_vec(&crate::trace::Trace::default()).unwrap();
+        assert_eq!(run_id_in_trace_head(&without), None);
+        assert_eq!(run_id_in_trace_head(b"not json at all"), None);
     }
 
     #[test]

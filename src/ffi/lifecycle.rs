@@ -156,12 +156,10 @@ extern "C" fn after_fork_in_child() {
         identity.process.pid = std::process::id();
         identity.process.started_at_ns = process::now_ns();
         identity.process.started_at = process::rfc3339(identity.process.started_at_ns);
-        let mut path = config::expand_trace_path(&seed.config().trace_pattern, identity.process.pid, &identity.process.hostname, identity.process.rank);
-        if path == parent.trace_path {
-            // A pattern without %p: the child must still never write the parent's file.
-            path = config::path_with_pid(&path, identity.process.pid);
-        }
-        claim::claim(&path);
+        let path = config::expand_trace_path(&seed.config().trace_pattern, identity.process.pid, &identity.process.hostname, identity.process.rank);
+        // A pattern without %p: the child must still never write the parent's file.
+        let parents = path == parent.trace_path;
+        let path = claim::own_trace_path(&path, identity.process.pid, identity.process.run_id.as_deref(), parents);
         identity.trace_path = path.clone();
         let environment = seed.environment.clone();
         let child: &'static Session = Box::leak(Box::new(seed.into_session(identity)));
@@ -199,7 +197,7 @@ fn start() -> Session {
         config.dump_dir = config.dump_dir.map(|d| config::absolute_pattern(&d, &cwd));
     }
     let process = process::describe();
-    let mut path = config::expand_trace_path(&config.trace_pattern, process.pid, &process.hostname, process.rank);
+    let path = config::expand_trace_path(&config.trace_pattern, process.pid, &process.hostname, process.rank);
     if config.trace_requested {
         // The folder a user named is made now, so that even a crash record has a place.
         if let Some(dir) = Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -207,12 +205,10 @@ fn start() -> Session {
             let _ = std::fs::create_dir_all(dir);
         }
     }
-    if !claim::claim(&path) {
-        // Another live process writes this path (a fixed path, and this process was started
-        // by it through fork + exec, say): this one writes its own, as a forked child does.
-        path = config::path_with_pid(&path, process.pid);
-        claim::claim(&path);
-    }
+    // Another live process writes this path (a fixed path, and this process was started by it
+    // through fork + exec, say), or an earlier one of this run left its trace there: this one
+    // writes its own, as a forked child does.
+    let path = claim::own_trace_path(&path, process.pid, process.run_id.as_deref(), false);
     if !config.quiet {
         say(&format!(
             "cublasguard: guarding pid {} (checks: {}; on fault: {}; trace: {})",

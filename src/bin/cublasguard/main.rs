@@ -15,7 +15,8 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches as _, Parser, Subcommand};
 
 /// An error for the user, with the exit status it maps to.
 #[derive(Debug)]
@@ -295,10 +296,32 @@ fn subcommand_names() -> Vec<String> {
 fn main() -> ExitCode {
     // This binary links the guard's code: it must not guard its own CUDA calls (replay --cuda).
     cublasguard::pass_through_in_this_process();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // An empty --trace is refused (run::execute); an empty CUBLASGUARD_TRACE is ignored, as the
+    // guard itself ignores it: an exported empty variable often means "unset".
+    let trace_from_env = matches.subcommand_matches("run").and_then(|m| m.value_source("trace")) == Some(ValueSource::EnvVariable);
     let result = match cli.command {
-        Cmd::Run { trace, checks, on_fault, command } => {
-            run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env: Vec::new(), quiet_summary: false, stdout_to_stderr: false })
+        Cmd::Run { mut trace, checks, on_fault, command } => {
+            if trace_from_env && trace.trim().is_empty() {
+                eprintln!(
+                    "cublasguard: CUBLASGUARD_TRACE='{trace}' ignored: empty path; using the default ({})",
+                    cublasguard::config::DEFAULT_TRACE_PATTERN
+                );
+                trace = cublasguard::config::DEFAULT_TRACE_PATTERN.into();
+            }
+            run::execute(run::Options {
+                trace: Some(trace),
+                checks,
+                on_fault,
+                command,
+                env: Vec::new(),
+                quiet_summary: false,
+                stdout_to_stderr: false,
+            })
         }
         Cmd::Report { paths, format, limit, all } => report_cmd(&paths, format, (!all).then_some(limit)),
         Cmd::Doctor { json, python, python_timeout } => {

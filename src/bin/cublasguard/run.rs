@@ -94,15 +94,23 @@ const FORWARDED: [libc::c_int; 16] = [
 ];
 
 extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    // A signal from the terminal already reached the whole foreground process group, child
-    // included; one sent to this process alone (kill, a job scheduler) is passed on.
-    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-    let sent_by_process = unsafe { (*info).si_code } == libc::SI_USER;
     let child = CHILD.load(Ordering::Relaxed);
-    if sent_by_process && child > 0 {
-        // SAFETY: kill is async-signal-safe.
-        unsafe { libc::kill(child, sig) };
+    if child <= 0 {
+        return;
     }
+    // Every signal a process sent is passed on, however it was sent (kill: SI_USER; sigqueue:
+    // SI_QUEUE; tgkill: SI_TKILL; all at most 0). One the kernel generated (a positive code:
+    // SI_KERNEL) is the terminal's (Ctrl-C, Ctrl-\, a resize, a hangup), sent to the whole
+    // foreground process group: a child still in this process's group has it already, and a
+    // second copy would interrupt its own handling of the first.
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let generated_by_kernel = unsafe { (*info).si_code } > 0;
+    // SAFETY: getpgid and getpgrp are plain system calls, safe in a signal handler.
+    if generated_by_kernel && unsafe { libc::getpgid(child) == libc::getpgrp() } {
+        return;
+    }
+    // SAFETY: kill is async-signal-safe.
+    unsafe { libc::kill(child, sig) };
 }
 
 fn forwarded_set() -> libc::sigset_t {
@@ -140,6 +148,25 @@ fn absolute_pattern(pattern: &str) -> String {
         Ok(cwd) => cwd.join(path).display().to_string(),
         Err(_) => pattern.to_string(),
     }
+}
+
+/// Whether `name` is a trace file name of `pattern`: the pattern itself, or the pattern with the
+/// `-PID` or `-PID-N` a process adds when the path holds another process's trace (a fixed path
+/// in a forked child, a helper started by fork + exec, a later program of the same run).
+pub fn matches_trace_name(pattern: &str, name: &str) -> bool {
+    if matches_pattern(pattern, name) {
+        return true;
+    }
+    let (stem_pattern, extension) = match pattern.strip_suffix(".json") {
+        Some(stem) => (stem, ".json"),
+        None => (pattern, ""),
+    };
+    let Some(stem) = name.strip_suffix(extension) else { return false };
+    let pid_suffix = |tail: &str| {
+        let parts: Vec<&str> = tail.split('-').collect();
+        parts.len() <= 2 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    };
+    stem.match_indices('-').any(|(at, _)| pid_suffix(&stem[at + 1..]) && matches_pattern(stem_pattern, &stem[..at]))
 }
 
 /// Whether `name` matches a trace file-name pattern whose `%p`, `%h`, `%r` may be anything.
@@ -188,7 +215,7 @@ pub fn written_traces(pattern: &str, since: SystemTime, run_id: &str) -> Vec<Pat
         .collect()
 }
 
-/// Files matching the pattern, modified since `since`.
+/// Files matching the pattern (with a `-PID` added or not), modified since `since`.
 pub fn candidate_traces(pattern: &str, since: SystemTime) -> Vec<PathBuf> {
     let path = Path::new(pattern);
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -196,12 +223,41 @@ pub fn candidate_traces(pattern: &str, since: SystemTime) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut found: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_str().is_some_and(|n| matches_pattern(file_pattern, n)))
+        .filter(|e| e.file_name().to_str().is_some_and(|n| matches_trace_name(file_pattern, n)))
         .filter(|e| e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since))
         .map(|e| e.path())
         .collect();
     found.sort();
     found
+}
+
+/// Whether an LD_PRELOAD value already names a cublasguard library (any copy of it: a second
+/// one would intercept every call twice, and write a second trace).
+fn preloads_guard(preload: &str) -> bool {
+    preload.split([':', ' ', '\t']).filter_map(|entry| Path::new(entry).file_name()?.to_str()).any(|name| name.starts_with("libcublasguard"))
+}
+
+/// Inside another `cublasguard run` (its guard preloaded, its run id set), this one runs the
+/// command as it is: the outer run's guard and trace settings apply, and the outer summary,
+/// which reads the traces of that run id, covers the command. Options given to this run that
+/// would change them are named as ignored.
+fn note_nested_run(opts: &Options, program: &std::ffi::OsStr, outer_run_id: &str) {
+    eprintln!(
+        "cublasguard: already inside `cublasguard run` (run {outer_run_id}): running {} under its guard and trace settings; \
+         its summary covers this command",
+        report::escape_controls(&program.to_string_lossy())
+    );
+    let outer = |var: &str| std::env::var(var).ok();
+    let trace = opts.trace.as_deref().map(absolute_pattern);
+    for (option, given, var) in [
+        ("--trace", trace, "CUBLASGUARD_TRACE"),
+        ("--checks", opts.checks.clone(), "CUBLASGUARD_CHECKS"),
+        ("--on-fault", opts.on_fault.clone(), "CUBLASGUARD_ON_FAULT"),
+    ] {
+        if let Some(given) = given.filter(|g| outer(var).as_deref() != Some(g.as_str())) {
+            eprintln!("cublasguard: {option} {} ignored: the outer run's setting stays", report::escape_controls(&given));
+        }
+    }
 }
 
 /// Runs the command under the guard; returns its exit status (128 + signal if it died by one).
@@ -212,24 +268,41 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
     if let Some(m) = &opts.on_fault {
         OnFault::parse(m).map_err(|e| CliError::usage(format!("--on-fault {m}: {e}")))?;
     }
-    let (program, args) = opts.command.split_first().ok_or_else(|| CliError::usage("no command given: cublasguard run [OPTIONS] CMD [ARGS...]"))?;
-    let lib = find_guard_library()?;
-    let pattern = absolute_pattern(opts.trace.as_deref().unwrap_or(DEFAULT_TRACE_PATTERN));
-    let preload = match std::env::var("LD_PRELOAD") {
-        Ok(existing) if !existing.trim().is_empty() => format!("{}:{existing}", lib.display()),
-        _ => lib.display().to_string(),
-    };
-    let run_id = new_run_id();
-    let mut cmd = Command::new(program);
-    cmd.args(args).env("LD_PRELOAD", preload).env("CUBLASGUARD_TRACE", &pattern).env("CUBLASGUARD_RUN_ID", &run_id);
-    // This run reports on every process it started (the summary below, or the demo's report):
-    // each process's own exit line would say the same again, once per process.
-    cmd.env(NO_EXIT_SUMMARY.0, NO_EXIT_SUMMARY.1);
-    if let Some(c) = &opts.checks {
-        cmd.env("CUBLASGUARD_CHECKS", c);
+    if opts.trace.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        return Err(CliError::usage("--trace: an empty path names no trace file (give a path such as trace-%p.json, or leave the option out)"));
     }
-    if let Some(m) = &opts.on_fault {
-        cmd.env("CUBLASGUARD_ON_FAULT", m);
+    let (program, args) = opts.command.split_first().ok_or_else(|| CliError::usage("no command given: cublasguard run [OPTIONS] CMD [ARGS...]"))?;
+    let existing_preload = std::env::var("LD_PRELOAD").unwrap_or_default();
+    let outer_run_id = std::env::var("CUBLASGUARD_RUN_ID").ok().filter(|id| !id.is_empty());
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    // The traces to summarise: this run's pattern and id; none when an outer run summarises.
+    let mut summary = None;
+    match outer_run_id {
+        Some(outer) if preloads_guard(&existing_preload) => note_nested_run(&opts, program, &outer),
+        _ => {
+            let pattern = absolute_pattern(opts.trace.as_deref().unwrap_or(DEFAULT_TRACE_PATTERN));
+            // A guard preloaded already (LD_PRELOAD=libcublasguard.so cublasguard run ...) is
+            // the one the command gets; this run adds its settings and its summary.
+            if !preloads_guard(&existing_preload) {
+                let lib = find_guard_library()?;
+                let preload =
+                    if existing_preload.trim().is_empty() { lib.display().to_string() } else { format!("{}:{existing_preload}", lib.display()) };
+                cmd.env("LD_PRELOAD", preload);
+            }
+            let run_id = new_run_id();
+            cmd.env("CUBLASGUARD_TRACE", &pattern).env("CUBLASGUARD_RUN_ID", &run_id);
+            // This run reports on every process it started (the summary below, or the demo's
+            // report): each process's own exit line would say the same again, once per process.
+            cmd.env(NO_EXIT_SUMMARY.0, NO_EXIT_SUMMARY.1);
+            if let Some(c) = &opts.checks {
+                cmd.env("CUBLASGUARD_CHECKS", c);
+            }
+            if let Some(m) = &opts.on_fault {
+                cmd.env("CUBLASGUARD_ON_FAULT", m);
+            }
+            summary = Some((pattern, run_id));
+        }
     }
     for (k, v) in &opts.env {
         cmd.env(k, v);
@@ -241,9 +314,19 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
     // known, so one that arrives in between waits and is then forwarded, not lost. The child
     // starts with default handling and nothing blocked.
     let forwarded = forwarded_set();
+    // SAFETY: getpid has no preconditions.
+    let this_process = unsafe { libc::getpid() };
     // SAFETY: the pre-exec closure only calls async-signal-safe functions.
     unsafe {
         cmd.pre_exec(move || {
+            // A SIGKILL of this process (a scheduler's, the OOM killer's) takes the command
+            // with it, as it would have without `run`, instead of leaving it running unseen.
+            // Set in the child: if this process died before it was set, the parent is no
+            // longer this process, and the command goes now.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            if libc::getppid() != this_process {
+                libc::raise(libc::SIGKILL);
+            }
             for sig in FORWARDED {
                 libc::signal(sig, libc::SIG_DFL);
             }
@@ -268,7 +351,7 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
     let status = child.wait().map_err(|e| CliError::usage(format!("waiting for the command: {e}")))?;
     CHILD.store(0, Ordering::Relaxed);
     let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-    if !opts.quiet_summary {
+    if let Some((pattern, run_id)) = summary.filter(|_| !opts.quiet_summary) {
         summarise(&written_traces(&pattern, started, &run_id), &pattern);
     }
     Ok(code)
@@ -317,5 +400,26 @@ mod tests {
         assert!(!matches_pattern("cublasguard-%h-%p.json", "other.json"));
         assert!(!matches_pattern("t.json", "t.json.tmp"));
         assert!(matches_pattern("t.json", "t.json"));
+    }
+
+    #[test]
+    fn trace_names_with_a_pid_added_are_the_patterns_too() {
+        for name in ["t.json", "t-123.json", "t-123-2.json"] {
+            assert!(matches_trace_name("t.json", name), "{name}");
+        }
+        for name in ["t-.json", "t-x.json", "t-1-2-3.json", "t.json.tmp", "u-1.json", ".cgc-0123.tmp"] {
+            assert!(!matches_trace_name("t.json", name), "{name}");
+        }
+        assert!(matches_trace_name("c-%h-%p.json", "c-node-7-7.json"));
+        assert!(matches_trace_name("trace", "trace-7"));
+        assert!(!matches_trace_name("trace", "trace-7.json"));
+    }
+
+    #[test]
+    fn any_copy_of_the_guard_in_ld_preload_is_seen() {
+        assert!(preloads_guard("/opt/x/libcublasguard.so"));
+        assert!(preloads_guard("libfoo.so /a/b/libcublasguard.so:libbar.so"));
+        assert!(!preloads_guard("/usr/lib/libcublas.so.12:"));
+        assert!(!preloads_guard(""));
     }
 }
