@@ -72,8 +72,9 @@ pub struct Process {
     /// RFC 3339, UTC.
     pub started_at: String,
     pub started_at_ns: u64,
-    /// The `cublasguard run` that started this process (CUBLASGUARD_RUN_ID), if one did: its
-    /// summary reads only the traces of its own processes.
+    /// The run this process belongs to: the `cublasguard run` that started it
+    /// (CUBLASGUARD_RUN_ID; its summary reads only the traces of its own processes), else the
+    /// process tree's (CUBLASGUARD_TREE_ID, set by its first guarded process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
 }

@@ -353,3 +353,43 @@ fn run_inside_run_preloads_the_guard_once_and_writes_one_trace() {
     assert_eq!(summaries.len(), 1, "the outer run's summary alone: {stderr}");
     assert!(summaries[0].starts_with("cublasguard: 1 fault(s) in "), "{stderr}");
 }
+
+#[test]
+fn without_run_a_later_program_of_one_command_line_never_replaces_an_earlier_ones_crash_record() {
+    // LD_PRELOAD and a fixed CUBLASGUARD_TRACE exported by hand: the shell is the tree's first
+    // guarded process, and both programs it starts are one run.
+    let dir = temp_dir("hr-tree");
+    let program = run_cases().display().to_string();
+    let trace = dir.join("out.json");
+    let script = format!("'{program}' fault_then_crash; '{program}' clean");
+    let mut sh = Command::new("sh");
+    sh.args(["-c", &script])
+        .current_dir(&dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("LD_LIBRARY_PATH", standin_path())
+        .env("LD_PRELOAD", guard_lib())
+        .env("CUBLASGUARD_TRACE", &trace)
+        .env("CUBLASGUARD_QUIET", "1");
+    let out = sh.output().expect("sh");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let traces = traces_in(&dir);
+    let crashed = traces.iter().find(|(_, t)| t.crash.is_some()).unwrap_or_else(|| panic!("the crash record survives: {:?}", names(&traces)));
+    assert_eq!(crashed.0, "out.json", "the first process keeps the path: {:?}", names(&traces));
+    assert_eq!(crashed.1.faults.len(), 1);
+    assert!(traces.iter().any(|(n, t)| n != "out.json" && t.crash.is_none() && t.summary.calls.values().sum::<u64>() > 0), "{:?}", names(&traces));
+    // A second command line is a new run: it replaces the path's trace.
+    let again = Command::new(run_cases())
+        .arg("clean")
+        .current_dir(&dir)
+        .env_clear()
+        .env("LD_LIBRARY_PATH", standin_path())
+        .env("LD_PRELOAD", guard_lib())
+        .env("CUBLASGUARD_TRACE", &trace)
+        .env("CUBLASGUARD_QUIET", "1")
+        .output()
+        .expect("rerun");
+    assert_eq!(again.status.code(), Some(0));
+    let t = trace::read(&trace).expect("trace");
+    assert!(t.crash.is_none() && t.faults.is_empty(), "the rerun's own trace");
+}

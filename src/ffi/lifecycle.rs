@@ -316,6 +316,9 @@ extern "C" fn on_load() {
     if own {
         super::stderr::keep_original();
         process::remember_start_dir();
+        if process::var("LD_PRELOAD").is_some_and(|p| p.contains("libcublasguard")) {
+            process::adopt_tree_id();
+        }
         register_exit_handler();
     }
 }

@@ -29,6 +29,25 @@ pub fn var(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
+/// Set at load by the first guarded process of a process tree that has no run id, and inherited
+/// by every process it starts: the processes one command line started (`sh -c './a; ./b'`, a
+/// launcher and its workers) are one run, as under `cublasguard run`, so a later one never
+/// replaces an earlier one's trace under a fixed path; a rerun from the user's shell is a new run.
+pub const TREE_ID: &str = "CUBLASGUARD_TREE_ID";
+
+/// Gives this process tree its run id unless it has one (`cublasguard run`'s, or an ancestor's).
+/// Called from the library's load-time constructor only when it is preloaded, before the
+/// program's `main`: no thread of the program can be reading the environment yet.
+pub fn adopt_tree_id() {
+    if is_privileged() || var("CUBLASGUARD_RUN_ID").is_some_and(|v| !v.is_empty()) || var(TREE_ID).is_some_and(|v| !v.is_empty()) {
+        return;
+    }
+    let id = format!("{:x}-{:x}\0", std::process::id(), now_ns());
+    // SAFETY: setenv with NUL-terminated name and value (it copies both), without overwriting;
+    // single-threaded at this point (see above).
+    unsafe { libc::setenv(c"CUBLASGUARD_TREE_ID".as_ptr(), id.as_ptr() as *const libc::c_char, 0) };
+}
+
 static START_DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
 
 /// Remembers the working folder as the process started (called when the library is loaded,
@@ -112,7 +131,7 @@ pub fn describe() -> Process {
         world_size: int("WORLD_SIZE"),
         started_at: rfc3339(started),
         started_at_ns: started,
-        run_id: var("CUBLASGUARD_RUN_ID").filter(|id| !id.is_empty() && id.len() <= 64),
+        run_id: [var("CUBLASGUARD_RUN_ID"), var(TREE_ID)].into_iter().flatten().find(|id| !id.is_empty() && id.len() <= 64),
     }
 }
 
