@@ -28,8 +28,22 @@ struct SharedLib {
 const LIBRARIES: &[SharedLib] = &[
     SharedLib { source: "cuda", soname: "libcuda.so.1", folder: "driver", dev_link: "libcuda.so", links: &["-ldl"], extra: &[] },
     SharedLib { source: "cudart", soname: "libcudart.so.12", folder: "lib", dev_link: "libcudart.so", links: &["-ldl", "-lpthread"], extra: &[] },
-    SharedLib { source: "cublas", soname: "libcublas.so.12", folder: "lib", dev_link: "libcublas.so", links: &["-lcudart", "-lpthread", "-lm"], extra: &["cublas_blas"] },
-    SharedLib { source: "cublasLt", soname: "libcublasLt.so.12", folder: "lib", dev_link: "libcublasLt.so", links: &["-lcudart", "-lpthread", "-lm"], extra: &[] },
+    SharedLib {
+        source: "cublas",
+        soname: "libcublas.so.12",
+        folder: "lib",
+        dev_link: "libcublas.so",
+        links: &["-lcudart", "-lpthread", "-lm"],
+        extra: &["cublas_blas"],
+    },
+    SharedLib {
+        source: "cublasLt",
+        soname: "libcublasLt.so.12",
+        folder: "lib",
+        dev_link: "libcublasLt.so",
+        links: &["-lcudart", "-lpthread", "-lm"],
+        extra: &[],
+    },
 ];
 
 const EXAMPLES: &[&str] = &["mlp"];

@@ -301,9 +301,7 @@ impl Config {
 
 /// The process's rank in a distributed job, from the variables launchers set.
 pub fn rank_from(lookup: impl Fn(&str) -> Option<String>) -> Option<i64> {
-    ["RANK", "LOCAL_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"]
-        .iter()
-        .find_map(|var| lookup(var).and_then(|v| v.trim().parse::<i64>().ok()))
+    ["RANK", "LOCAL_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"].iter().find_map(|var| lookup(var).and_then(|v| v.trim().parse::<i64>().ok()))
 }
 
 /// The pattern as an absolute path, resolved against `cwd` (once, at start: a later chdir()

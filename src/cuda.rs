@@ -336,10 +336,7 @@ mod tests {
         assert!(MathMode(3).uses_tf32());
         assert!(MathMode(3 | 16).uses_tf32());
         assert!(!MathMode(1).uses_tf32());
-        assert_eq!(
-            MathMode(19).label(),
-            "CUBLAS_TF32_TENSOR_OP_MATH|CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION"
-        );
+        assert_eq!(MathMode(19).label(), "CUBLAS_TF32_TENSOR_OP_MATH|CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION");
     }
 
     #[test]

@@ -219,7 +219,10 @@ fn shape_of(name: &str, meta: &serde_json::Value, stored: Dtype, stored_shape: &
         ));
     }
     let shape = Shape { dtype, batch: batch.unwrap_or(1), rows, cols };
-    shape.elements().and_then(|e| e.checked_mul(dtype.size()? as usize)).ok_or_else(|| format!("{name}: {} x {rows} x {cols} elements overflow", shape.batch))?;
+    shape
+        .elements()
+        .and_then(|e| e.checked_mul(dtype.size()? as usize))
+        .ok_or_else(|| format!("{name}: {} x {rows} x {cols} elements overflow", shape.batch))?;
     Ok(shape)
 }
 
@@ -228,9 +231,7 @@ fn shape_of(name: &str, meta: &serde_json::Value, stored: Dtype, stored_shape: &
 pub fn header(json: &[u8]) -> Result<Header, String> {
     let header: serde_json::Value = serde_json::from_slice(json).map_err(|e| format!("not a safetensors file: {e}"))?;
     let entries = header.as_object().ok_or("not a safetensors file: its header is not a JSON object")?;
-    let text = header["__metadata__"][METADATA_KEY]
-        .as_str()
-        .ok_or("a safetensors file, but not a cublasguard dump (no call record in its metadata)")?;
+    let text = header["__metadata__"][METADATA_KEY].as_str().ok_or("a safetensors file, but not a cublasguard dump (no call record in its metadata)")?;
     let meta: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("the call record is not JSON: {e}"))?;
     let format = meta["format"].as_u64().unwrap_or(0);
     if format == 0 || format > FORMAT {
@@ -356,10 +357,8 @@ mod tests {
     }
 
     fn meta_for(tensors: &[Tensor]) -> serde_json::Value {
-        let described: serde_json::Map<String, serde_json::Value> = tensors
-            .iter()
-            .map(|t| (t.name.clone(), serde_json::json!({"dtype": t.dtype.name(), "rows": t.rows, "cols": t.cols, "batch": t.batch})))
-            .collect();
+        let described: serde_json::Map<String, serde_json::Value> =
+            tensors.iter().map(|t| (t.name.clone(), serde_json::json!({"dtype": t.dtype.name(), "rows": t.rows, "cols": t.cols, "batch": t.batch}))).collect();
         serde_json::json!({"format": FORMAT, "tensors": described})
     }
 

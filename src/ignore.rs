@@ -68,9 +68,10 @@ impl IgnoreRule {
             && self.m.is_none_or(|m| arg("m") == Some(m))
             && self.n.is_none_or(|n| arg("n") == Some(n))
             && self.k.is_none_or(|k| arg("k") == Some(k))
-            && self.py.as_ref().is_none_or(|p| {
-                fault.python_stack.iter().any(|f| format!("{}:{}", f.file, f.line).ends_with(p.as_str()) || f.file.ends_with(p.as_str()))
-            })
+            && self
+                .py
+                .as_ref()
+                .is_none_or(|p| fault.python_stack.iter().any(|f| format!("{}:{}", f.file, f.line).ends_with(p.as_str()) || f.file.ends_with(p.as_str())))
     }
 }
 

@@ -13,19 +13,54 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallArgs {
     None,
-    Gemm { transa: i32, transb: i32, m: i64, n: i64, k: i64, lda: i64, ldb: i64, ldc: i64 },
-    Size { size: u64, stream: Option<u64> },
-    Pointer { ptr: u64, stream: Option<u64> },
-    Handle { handle: u64, value: i64 },
+    Gemm {
+        transa: i32,
+        transb: i32,
+        m: i64,
+        n: i64,
+        k: i64,
+        lda: i64,
+        ldb: i64,
+        ldc: i64,
+    },
+    Size {
+        size: u64,
+        stream: Option<u64>,
+    },
+    Pointer {
+        ptr: u64,
+        stream: Option<u64>,
+    },
+    Handle {
+        handle: u64,
+        value: i64,
+    },
     /// A kernel launch: the host stub the program passed, its configuration and stream.
-    Launch { func: u64, grid: [u32; 3], block: [u32; 3], shared: u64, stream: u64 },
+    Launch {
+        func: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared: u64,
+        stream: u64,
+    },
     /// The cuBLAS functions beyond GEMM, whose arguments are all `int`: the enum arguments
     /// (`trans`, `side`, ...) and the integers, named by the form.
-    Blas { form: BlasForm, enums: [i32; 4], ints: [i32; 8] },
+    Blas {
+        form: BlasForm,
+        enums: [i32; 4],
+        ints: [i32; 8],
+    },
     /// `cublasSetWorkspace`: the handle's workspace.
-    Workspace { handle: u64, ptr: u64, bytes: u64 },
+    Workspace {
+        handle: u64,
+        ptr: u64,
+        bytes: u64,
+    },
     /// A range of addresses (`cuMemMap`, `cuMemUnmap`).
-    Range { ptr: u64, size: u64 },
+    Range {
+        ptr: u64,
+        size: u64,
+    },
 }
 
 /// Which arguments a `CallArgs::Blas` holds, in order.
@@ -88,7 +123,10 @@ pub enum ArgValue {
     /// A `cublasOperation_t`: rendered as N, T, C or unknown(v).
     Operation(i32),
     /// Another cuBLAS enum: rendered as `labels[raw]`, or unknown(v).
-    Label { raw: i32, labels: &'static [&'static str] },
+    Label {
+        raw: i32,
+        labels: &'static [&'static str],
+    },
 }
 
 impl ArgValue {
@@ -150,7 +188,8 @@ impl CallArgs {
             }
             Self::Launch { func, grid, block, shared, stream } => {
                 f("func", ArgValue::Address(func));
-                for (name, v) in [("gridX", grid[0]), ("gridY", grid[1]), ("gridZ", grid[2]), ("blockX", block[0]), ("blockY", block[1]), ("blockZ", block[2])] {
+                for (name, v) in [("gridX", grid[0]), ("gridY", grid[1]), ("gridZ", grid[2]), ("blockX", block[0]), ("blockY", block[1]), ("blockZ", block[2])]
+                {
                     f(name, ArgValue::Int(v as i64));
                 }
                 f("sharedMem", ArgValue::Int(shared.min(i64::MAX as u64) as i64));
@@ -213,22 +252,37 @@ impl RecordedCall {
         w[2] = (self.status as u32 as u64) | (self.thread as u64) << 32;
         let (tag, payload): (u64, [u64; 7]) = match self.args {
             CallArgs::None => (0, [0; 7]),
-            CallArgs::Gemm { transa, transb, m, n, k, lda, ldb, ldc } => (
-                1,
-                [transa as u32 as u64 | (transb as u32 as u64) << 32, m as u64, n as u64, k as u64, lda as u64, ldb as u64, ldc as u64],
-            ),
+            CallArgs::Gemm { transa, transb, m, n, k, lda, ldb, ldc } => {
+                (1, [transa as u32 as u64 | (transb as u32 as u64) << 32, m as u64, n as u64, k as u64, lda as u64, ldb as u64, ldc as u64])
+            }
             CallArgs::Size { size, stream } => (2 | (stream.is_some() as u64) << 4, [size, stream.unwrap_or(0), 0, 0, 0, 0, 0]),
             CallArgs::Pointer { ptr, stream } => (3 | (stream.is_some() as u64) << 4, [ptr, stream.unwrap_or(0), 0, 0, 0, 0, 0]),
             CallArgs::Handle { handle, value } => (4, [handle, value as u64, 0, 0, 0, 0, 0]),
             CallArgs::Launch { func, grid, block, shared, stream } => (
                 5,
-                [func, grid[0] as u64 | (grid[1] as u64) << 32, grid[2] as u64 | (block[0] as u64) << 32, block[1] as u64 | (block[2] as u64) << 32, shared, stream, 0],
+                [
+                    func,
+                    grid[0] as u64 | (grid[1] as u64) << 32,
+                    grid[2] as u64 | (block[0] as u64) << 32,
+                    block[1] as u64 | (block[2] as u64) << 32,
+                    shared,
+                    stream,
+                    0,
+                ],
             ),
             CallArgs::Blas { form, enums, ints } => {
                 let pair = |a: i32, b: i32| a as u32 as u64 | (b as u32 as u64) << 32;
                 (
                     6 | form.code() << 8,
-                    [pair(enums[0], enums[1]), pair(enums[2], enums[3]), pair(ints[0], ints[1]), pair(ints[2], ints[3]), pair(ints[4], ints[5]), pair(ints[6], ints[7]), 0],
+                    [
+                        pair(enums[0], enums[1]),
+                        pair(enums[2], enums[3]),
+                        pair(ints[0], ints[1]),
+                        pair(ints[2], ints[3]),
+                        pair(ints[4], ints[5]),
+                        pair(ints[6], ints[7]),
+                        0,
+                    ],
                 )
             }
             CallArgs::Workspace { handle, ptr, bytes } => (7, [handle, ptr, bytes, 0, 0, 0, 0]),

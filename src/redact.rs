@@ -25,7 +25,8 @@ fn is_secret_short_option(arg: &str) -> bool {
 /// a dotted path of identifiers, with Hydra's `+`, `++` or `~` in front.
 fn is_override_key(name: &str) -> bool {
     let key = name.trim_start_matches(['+', '~']);
-    !key.is_empty() && key.split('.').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '@' || c == '/'))
+    !key.is_empty()
+        && key.split('.').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '@' || c == '/'))
 }
 
 /// `text` with the password of every URL in it replaced: `scheme://user:PW@host` becomes
@@ -108,14 +109,9 @@ mod tests {
 
     #[test]
     fn secret_options_lose_their_values_in_both_spellings() {
-        let argv: Vec<String> = ["train.py", "--api-token=s3cr3t", "--password", "hunter2", "--lr=0.1", "--batch", "32", "token.txt"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(
-            redact_argv(&argv),
-            ["train.py", "--api-token=<redacted>", "--password", "<redacted>", "--lr=0.1", "--batch", "32", "token.txt"]
-        );
+        let argv: Vec<String> =
+            ["train.py", "--api-token=s3cr3t", "--password", "hunter2", "--lr=0.1", "--batch", "32", "token.txt"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(redact_argv(&argv), ["train.py", "--api-token=<redacted>", "--password", "<redacted>", "--lr=0.1", "--batch", "32", "token.txt"]);
     }
 
     fn strings(v: &[&str]) -> Vec<String> {
@@ -124,19 +120,44 @@ mod tests {
 
     #[test]
     fn hydra_and_omegaconf_overrides_keep_their_keys_and_lose_secret_values() {
-        let argv = strings(&["train.py", "wandb.api_key=abc123", "+db.password=hunter2", "++auth.token=t0k", "~x.secret=s", "db.password=x", "model.lr=0.1", "data.path=/keys/a"]);
+        let argv = strings(&[
+            "train.py",
+            "wandb.api_key=abc123",
+            "+db.password=hunter2",
+            "++auth.token=t0k",
+            "~x.secret=s",
+            "db.password=x",
+            "model.lr=0.1",
+            "data.path=/keys/a",
+        ]);
         assert_eq!(
             redact_argv(&argv),
-            ["train.py", "wandb.api_key=<redacted>", "+db.password=<redacted>", "++auth.token=<redacted>", "~x.secret=<redacted>", "db.password=<redacted>", "model.lr=0.1", "data.path=/keys/a"]
+            [
+                "train.py",
+                "wandb.api_key=<redacted>",
+                "+db.password=<redacted>",
+                "++auth.token=<redacted>",
+                "~x.secret=<redacted>",
+                "db.password=<redacted>",
+                "model.lr=0.1",
+                "data.path=/keys/a"
+            ]
         );
     }
 
     #[test]
     fn url_passwords_go_in_arguments_and_variables_and_users_and_hosts_stay() {
-        let argv = strings(&["prog", "postgres://user:PW@host/db", "--db=mysql://root:pa/ss@10.0.0.1:3306/x", "http://host/a:b@c", "see https://example.com:443/x"]);
+        let argv =
+            strings(&["prog", "postgres://user:PW@host/db", "--db=mysql://root:pa/ss@10.0.0.1:3306/x", "http://host/a:b@c", "see https://example.com:443/x"]);
         assert_eq!(
             redact_argv(&argv),
-            ["prog", "postgres://user:<redacted>@host/db", "--db=mysql://root:<redacted>@10.0.0.1:3306/x", "http://host/a:b@c", "see https://example.com:443/x"]
+            [
+                "prog",
+                "postgres://user:<redacted>@host/db",
+                "--db=mysql://root:<redacted>@10.0.0.1:3306/x",
+                "http://host/a:b@c",
+                "see https://example.com:443/x"
+            ]
         );
         assert_eq!(redact_variable("TORCH_DIST_URL", "tcp://admin:PW@10.1.2.3:29500"), "tcp://admin:<redacted>@10.1.2.3:29500");
         assert_eq!(redact_variable("NCCL_X", "redis://:PW@h a://u:q@h2"), "redis://:<redacted>@h a://u:<redacted>@h2");
@@ -147,7 +168,10 @@ mod tests {
     #[test]
     fn short_and_abbreviated_password_options_lose_their_values() {
         let argv = strings(&["prog", "-p", "X", "--pass", "Y", "--pw=Z", "--db-pwd", "W", "--port", "8080", "-n", "3"]);
-        assert_eq!(redact_argv(&argv), ["prog", "-p", "<redacted>", "--pass", "<redacted>", "--pw=<redacted>", "--db-pwd", "<redacted>", "--port", "8080", "-n", "3"]);
+        assert_eq!(
+            redact_argv(&argv),
+            ["prog", "-p", "<redacted>", "--pass", "<redacted>", "--pw=<redacted>", "--db-pwd", "<redacted>", "--port", "8080", "-n", "3"]
+        );
         for name in ["DB_PW", "SMTP_PASS", "x.pwd"] {
             assert!(is_secret_name(name), "{name}");
         }

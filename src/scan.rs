@@ -28,8 +28,6 @@ fn float_bits(dtype: DType) -> Option<FloatBits> {
     }
 }
 
-
-
 /// NaN and Inf counts and the first non-finite element, by element index.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
@@ -139,14 +137,7 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 /// skipping the padding rows between columns. Reads go through `buf` in chunks, so the host
 /// memory used is bounded whatever the operand's size. Above `max_bytes` of elements, only
 /// evenly spaced columns (and at most `max_bytes` of each) are read.
-pub fn scan_matrix(
-    reader: &dyn DeviceReader,
-    addr: u64,
-    shape: StoredShape,
-    dtype: DType,
-    buf: &mut Vec<u8>,
-    max_bytes: u64,
-) -> Result<MatrixScan, i32> {
+pub fn scan_matrix(reader: &dyn DeviceReader, addr: u64, shape: StoredShape, dtype: DType, buf: &mut Vec<u8>, max_bytes: u64) -> Result<MatrixScan, i32> {
     let (Some(elem), true) = (dtype.size(), dtype.is_float()) else { return Ok(MatrixScan::default()) };
     if shape.rows <= 0 || shape.cols <= 0 || shape.ld < shape.rows {
         return Ok(MatrixScan::default());
@@ -234,12 +225,7 @@ mod tests {
     fn counts_nan_and_inf_per_format() {
         let cases: &[(DType, Vec<u8>, u64, u64)] = &[
             (DType::F32, f32_bytes(&[1.0, f32::NAN, f32::INFINITY, -f32::INFINITY, 0.0]), 1, 2),
-            (
-                DType::F64,
-                [1.0f64, f64::NAN, f64::NEG_INFINITY].iter().flat_map(|v| v.to_le_bytes()).collect(),
-                1,
-                1,
-            ),
+            (DType::F64, [1.0f64, f64::NAN, f64::NEG_INFINITY].iter().flat_map(|v| v.to_le_bytes()).collect(), 1, 1),
             // f16: 0x3c00 = 1.0, 0x7e00 = NaN, 0xfc00 = -Inf, 0x7bff = max finite
             (DType::F16, [0x3c00u16, 0x7e00, 0xfc00, 0x7bff].iter().flat_map(|v| v.to_le_bytes()).collect(), 1, 1),
             // bf16: 0x7fc0 = NaN, 0x7f80 = Inf, 0x7f7f = max finite
@@ -271,10 +257,7 @@ mod tests {
     #[test]
     fn counts_stay_exact_across_the_narrow_counters_blocks() {
         // u8 counters cover 255 elements, u16 counters 65535: cross both boundaries.
-        for (dtype, bytes) in [
-            (DType::F8E5M2, vec![0x7eu8; 1000]),
-            (DType::F16, [0x7e00u16].repeat(70_000).iter().flat_map(|v| v.to_le_bytes()).collect()),
-        ] {
+        for (dtype, bytes) in [(DType::F8E5M2, vec![0x7eu8; 1000]), (DType::F16, [0x7e00u16].repeat(70_000).iter().flat_map(|v| v.to_le_bytes()).collect())] {
             let n = (bytes.len() / dtype.size().unwrap() as usize) as u64;
             let mut t = Tally::default();
             tally_elements(dtype, &bytes, 0, &mut t);

@@ -224,11 +224,7 @@ impl Allocations {
     pub fn remove_mapped(&self, base: u64, size: u64) -> Option<Allocation> {
         let end = base.checked_add(size)?;
         let mut map = self.map.write();
-        let extent = map
-            .range(..=base)
-            .next_back()
-            .map(|(_, a)| *a)
-            .filter(|a| base - a.base < a.size.max(1) && end <= a.base + a.size)?;
+        let extent = map.range(..=base).next_back().map(|(_, a)| *a).filter(|a| base - a.base < a.size.max(1) && end <= a.base + a.size)?;
         self.take(&mut map, extent.base);
         if base > extent.base {
             self.put(&mut map, Allocation { size: base - extent.base, ..extent });

@@ -469,14 +469,7 @@ pub fn write_atomic_with<T>(path: &Path, trace: &Trace, ticket: impl FnOnce() ->
     let tmp = dir.join(format!(".cgt-{}-{}.tmp", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
     // A fresh file of our own (O_EXCL, never through a symlink), then renamed over the final
     // path: rename replaces whatever is there, a symlink included, without following it.
-    let open = || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-    };
+    let open = || std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp);
     let result = (|| {
         let mut file = match open() {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -511,7 +504,13 @@ fn refuse_special_file(path: &Path) -> std::io::Result<()> {
         Ok(m) if !m.file_type().is_file() => Err(std::io::Error::other(format!(
             "{} exists and is not a regular file (a {}); the trace is not written there",
             path.display(),
-            if m.file_type().is_symlink() { "symbolic link" } else if m.is_dir() { "folder" } else { "device, FIFO or socket" }
+            if m.file_type().is_symlink() {
+                "symbolic link"
+            } else if m.is_dir() {
+                "folder"
+            } else {
+                "device, FIFO or socket"
+            }
         ))),
         _ => Ok(()),
     }

@@ -8,12 +8,7 @@ use std::process::{Command, Output};
 
 fn cublasguard(args: &[&str], dir: &Path, env: &[(&str, String)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cublasguard"));
-    cmd.args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("CUBLASGUARD_LIB", guard_lib())
-        .env("NO_COLOR", "1");
+    cmd.args(args).current_dir(dir).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).env("CUBLASGUARD_LIB", guard_lib()).env("NO_COLOR", "1");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -311,7 +306,9 @@ fn run_forwards_termination_signals_to_the_command() {
 fn run_forwards_every_catchable_signal_a_scheduler_sends() {
     // Slurm sends SIGUSR1 before a time limit; others send USR2, QUIT, ALRM, WINCH, CONT. The
     // command traps each and exits with a code that names it; the CLI must survive and pass it on.
-    for (sig, name) in [(libc::SIGUSR1, "USR1"), (libc::SIGUSR2, "USR2"), (libc::SIGQUIT, "QUIT"), (libc::SIGALRM, "ALRM"), (libc::SIGWINCH, "WINCH"), (libc::SIGCONT, "CONT")] {
+    for (sig, name) in
+        [(libc::SIGUSR1, "USR1"), (libc::SIGUSR2, "USR2"), (libc::SIGQUIT, "QUIT"), (libc::SIGALRM, "ALRM"), (libc::SIGWINCH, "WINCH"), (libc::SIGCONT, "CONT")]
+    {
         let dir = temp_dir("cli-signals");
         let script = format!("trap 'exit 42' {name}; echo ready > ready; while :; do sleep 0.05; done");
         let mut child = Command::new(env!("CARGO_BIN_EXE_cublasguard"))

@@ -31,13 +31,8 @@ fn the_scan_kernel_assembles_for_volta_ampere_hopper_and_blackwell() {
     let ptx = manifest_dir().join("src/ptx/nonfinite.ptx");
     let dir = temp_dir("ptxas");
     for arch in ["sm_70", "sm_80", "sm_90", "sm_100"] {
-        let out = Command::new(&ptxas)
-            .arg(format!("-arch={arch}"))
-            .arg("-o")
-            .arg(dir.join(format!("nonfinite.{arch}.cubin")))
-            .arg(&ptx)
-            .output()
-            .expect("run ptxas");
+        let out =
+            Command::new(&ptxas).arg(format!("-arch={arch}")).arg("-o").arg(dir.join(format!("nonfinite.{arch}.cubin"))).arg(&ptx).output().expect("run ptxas");
         assert!(out.status.success(), "{arch}: {}", String::from_utf8_lossy(&out.stderr));
         assert!(dir.join(format!("nonfinite.{arch}.cubin")).metadata().unwrap().len() > 0);
     }
@@ -88,7 +83,12 @@ fn the_device_scan_is_the_default_where_the_kernel_runs_and_off_forces_the_host(
 
 /// A message with its addresses (which differ from run to run) blanked.
 fn without_addresses(message: &str) -> String {
-    message.split("0x").enumerate().map(|(i, part)| if i == 0 { part.to_string() } else { part.trim_start_matches(|c: char| c.is_ascii_hexdigit()).to_string() }).collect::<Vec<_>>().join("0x")
+    message
+        .split("0x")
+        .enumerate()
+        .map(|(i, part)| if i == 0 { part.to_string() } else { part.trim_start_matches(|c: char| c.is_ascii_hexdigit()).to_string() })
+        .collect::<Vec<_>>()
+        .join("0x")
 }
 
 #[test]

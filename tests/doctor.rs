@@ -224,11 +224,8 @@ fn a_helper_process_that_keeps_the_pythons_pipes_open_does_not_hold_the_doctor()
     // interpreter (as a compile server or a telemetry uploader may).
     let dir = temp_dir("torch-helper");
     let pid_file = dir.join("helper.pid");
-    let init = format!(
-        "import subprocess\np = subprocess.Popen(['sleep', '600'])\nopen({:?}, 'w').write(str(p.pid))\n{}",
-        pid_file.display().to_string(),
-        CPU_ONLY
-    );
+    let init =
+        format!("import subprocess\np = subprocess.Popen(['sleep', '600'])\nopen({:?}, 'w').write(str(p.pid))\n{}", pid_file.display().to_string(), CPU_ONLY);
     std::fs::create_dir_all(dir.join("torch")).unwrap();
     std::fs::write(dir.join("torch/__init__.py"), init).unwrap();
     let checks = doctor_answering_within(&dir, std::time::Duration::from_secs(40), &["--python-timeout", "30"]);

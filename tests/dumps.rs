@@ -72,7 +72,17 @@ fn every_gemm_form_and_dtype_dumps_its_operands_bit_for_bit() {
             let mode = std::fs::metadata(&path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
             assert_eq!(mode.ok(), Some(0o600), "{case}: created like traces");
             let members = if matches!(*form, "strided" | "array") { 2 } else { 1 };
-            let elem = dump::dtype_named(if dtype.starts_with('e') { if *dtype == "e4m3" { "f8e4m3" } else { "f8e5m2" } } else { dtype }).and_then(|d| d.size()).unwrap() as usize;
+            let elem = dump::dtype_named(if dtype.starts_with('e') {
+                if *dtype == "e4m3" {
+                    "f8e4m3"
+                } else {
+                    "f8e5m2"
+                }
+            } else {
+                dtype
+            })
+            .and_then(|d| d.size())
+            .unwrap() as usize;
             let c_elem = if dtype.starts_with('e') { 4 } else { elem };
             let a = &d.tensors["A"];
             assert_eq!((a.batch, a.rows, a.cols), (members, M, K), "{case}");

@@ -195,7 +195,13 @@ fn the_users_native_line_is_found_when_the_program_was_started_by_a_relative_pat
 #[test]
 fn a_nan_passed_on_from_call_to_call_takes_two_lines_of_stderr_not_one_per_call() {
     let run = mlp("nan", &[("CUBLASGUARD_EXIT_SUMMARY", "0")]);
-    let guard_lines: Vec<&str> = run.output.stderr.split(|&b| b == b'\n').filter_map(|l| std::str::from_utf8(l).ok()).filter(|l| l.starts_with("cublasguard: ") && !l.contains("guarding pid")).collect();
+    let guard_lines: Vec<&str> = run
+        .output
+        .stderr
+        .split(|&b| b == b'\n')
+        .filter_map(|l| std::str::from_utf8(l).ok())
+        .filter(|l| l.starts_with("cublasguard: ") && !l.contains("guarding pid"))
+        .collect();
     let t = run.trace();
     assert!(t.faults.len() >= 5, "the trace keeps every one: {}", t.faults.len());
     assert_eq!(guard_lines.len(), 2, "{guard_lines:#?}");

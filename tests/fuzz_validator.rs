@@ -5,8 +5,8 @@
 //! CUBLASGUARD_FUZZ_CASES.
 
 use cublasguard::cuda::{Diag, Fill, Operation, Side};
-use cublasguard::validate::blas::{self, Factorisation, GemvArgs, TrsmArgs};
 use cublasguard::scan::{self, DType, DeviceReader};
+use cublasguard::validate::blas::{self, Factorisation, GemvArgs, TrsmArgs};
 use cublasguard::validate::{self, Containment, GemmArgs, Span, StoredShape};
 use proptest::prelude::*;
 

@@ -241,10 +241,7 @@ fn a_cublaslt_handle_destroyed_twice_is_named() {
 #[test]
 fn the_report_recognises_a_linear_layer_in_cublaslt() {
     let run = linear("nan_input", "f32", true);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cublasguard"))
-        .args(["report", &run.trace_path.display().to_string()])
-        .output()
-        .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cublasguard")).args(["report", &run.trace_path.display().to_string()]).output().unwrap();
     let body = String::from_utf8_lossy(&out.stdout);
     assert!(body.contains("looks like nn.Linear(in_features=8, out_features=16) on a batch of 32"), "{body}");
     assert!(body.contains("epilogue=CUBLASLT_EPILOGUE_BIAS"), "{body}");

@@ -333,11 +333,7 @@ fn default_trace_is_written_only_when_a_fault_occurred() {
     let files: Vec<_> = std::fs::read_dir(&clean.dir).unwrap().filter_map(|e| e.ok()).collect();
     assert!(files.is_empty(), "{files:?}");
     let faulty = run(Launch { trace: false, ..Launch::new(&program, &["nan_a"]) });
-    let names: Vec<String> = std::fs::read_dir(&faulty.dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let names: Vec<String> = std::fs::read_dir(&faulty.dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(names.len(), 1, "{names:?}");
     let host = cublasguard::hostname();
     assert!(names[0].starts_with(&format!("cublasguard-{host}-")) && names[0].ends_with(".json"), "{names:?}");
@@ -417,11 +413,7 @@ fn counted_calls(program: &std::path::Path, args: &[&str], guarded: bool, env: &
     env.push((counter, file.as_str()));
     let run = run(Launch { env: &env, guarded, ..Launch::new(program, args) });
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    std::fs::read_to_string(&file)
-        .expect("counts")
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(name, n)| (name.to_string(), n.parse().unwrap())))
-        .collect()
+    std::fs::read_to_string(&file).expect("counts").lines().filter_map(|l| l.split_once(' ').map(|(name, n)| (name.to_string(), n.parse().unwrap()))).collect()
 }
 
 #[test]
@@ -538,7 +530,11 @@ fn a_python_programs_faults_carry_its_frames_on_the_main_thread_and_on_a_thread(
     for (fault, caller) in nan.iter().zip(["forward_main", "forward_worker"]) {
         let frames = &fault.python_stack;
         assert!(frames.len() >= 2, "{caller}: {fault:#?}");
-        assert_eq!((frames[0].file.as_str(), frames[0].function.as_str(), frames[0].line), (script_s.as_str(), "gemm", line_of(&script, "# FRAME gemm")), "{caller}");
+        assert_eq!(
+            (frames[0].file.as_str(), frames[0].function.as_str(), frames[0].line),
+            (script_s.as_str(), "gemm", line_of(&script, "# FRAME gemm")),
+            "{caller}"
+        );
         assert_eq!((frames[1].function.as_str(), frames[1].line), (caller, line_of(&script, &format!("# FRAME {caller}"))), "{caller}");
         assert!(fault.python_stack_note.is_none());
     }
@@ -561,11 +557,8 @@ fn a_fault_on_a_thread_without_python_frames_says_why() {
     let lib = build_c("native_worker", &["native_worker.c"], true);
     let dir = temp_dir("native-worker");
     let script = dir.join("calls_native.py");
-    std::fs::write(
-        &script,
-        format!("import ctypes\nlib = ctypes.CDLL({:?})\nprint('status', lib.nan_gemm_on_a_native_thread())\n", lib.display().to_string()),
-    )
-    .unwrap();
+    std::fs::write(&script, format!("import ctypes\nlib = ctypes.CDLL({:?})\nprint('status', lib.nan_gemm_on_a_native_thread())\n", lib.display().to_string()))
+        .unwrap();
     let python = std::path::PathBuf::from("python3");
     let script_s = script.display().to_string();
     let run = run(Launch { env: &[("PATH", &std::env::var("PATH").unwrap_or_default())], ..Launch::new(&python, &[&script_s]) });
@@ -600,7 +593,9 @@ fn an_ignore_rule_counts_the_faults_it_matches_and_leaves_the_others() {
     assert_eq!(t.summary.ignored_faults.get("kind=nonfinite_input,api=cublasSgemm_v2,operand=A,m=4"), Some(&1));
     assert!(!run.stderr().contains("[nonfinite_input]"), "not printed: {}", run.stderr());
     let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
-    assert!(String::from_utf8_lossy(&report.stdout).contains("ignored by CUBLASGUARD_IGNORE 'kind=nonfinite_input,api=cublasSgemm_v2,operand=A,m=4': 1 fault(s)"));
+    assert!(
+        String::from_utf8_lossy(&report.stdout).contains("ignored by CUBLASGUARD_IGNORE 'kind=nonfinite_input,api=cublasSgemm_v2,operand=A,m=4': 1 fault(s)")
+    );
     // Rules that must not match leave the fault alone; a bad rule is named at start.
     let run = scenario("nan_a", &[("CUBLASGUARD_IGNORE", "operand=B; m=5; kind=out_of_bounds; colour=blue")]);
     let t = run.trace();

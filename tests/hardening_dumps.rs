@@ -16,7 +16,8 @@ fn big_dump() -> PathBuf {
 }
 
 fn files_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
     names.sort();
     names
 }
@@ -43,7 +44,13 @@ fn a_dump_that_cannot_be_allocated_is_left_out_and_the_program_runs_on() {
     let dumps = dir.join("dumps").display().to_string();
     let guarded = run(Launch { env: &[("CUBLASGUARD_DUMP", &dumps)], ..Launch::new(&program, &[&elements, &limit]) });
     assert_eq!(bare.code(), Some(0), "{}", bare.stderr());
-    assert_eq!(guarded.output.status.code(), bare.output.status.code(), "the dump must not kill the program: {:?}\n{}", guarded.output.status, guarded.stderr());
+    assert_eq!(
+        guarded.output.status.code(),
+        bare.output.status.code(),
+        "the dump must not kill the program: {:?}\n{}",
+        guarded.output.status,
+        guarded.stderr()
+    );
     let t = guarded.trace();
     let f = only_fault(&t);
     assert_eq!(f.kind, FaultKind::NonfiniteInput, "{}", f.message);

@@ -160,7 +160,11 @@ fn emit_c_turns_a_dumps_hostile_names_and_path_into_escaped_strings_and_the_prog
 
     // A program given another, shorter file refuses it rather than read past its end.
     let short = write_dump(&root, "short.safetensors", &t[..1], &meta(&t[..1], json!({}), json!({})));
-    let run = Command::new(&exe).arg(&short).env("LD_LIBRARY_PATH", format!("{}:{}", standin.join("lib").display(), standin.join("driver").display())).output().unwrap();
+    let run = Command::new(&exe)
+        .arg(&short)
+        .env("LD_LIBRARY_PATH", format!("{}:{}", standin.join("lib").display(), standin.join("driver").display()))
+        .output()
+        .unwrap();
     assert_eq!(run.status.code(), Some(2), "{}", String::from_utf8_lossy(&run.stderr));
     assert!(String::from_utf8_lossy(&run.stderr).contains("not the dump this program was written for"));
 }
@@ -174,7 +178,12 @@ fn replay_refuses_dimensions_its_tensors_do_not_hold_before_computing_anything()
     let mut wraps = meta(&t, json!({}), json!({}));
     wraps["tensors"]["A"]["rows"] = json!((1u64 << 62) + 1);
     let cases: Vec<(&str, Vec<dump::Tensor>, Value, &str)> = vec![
-        ("k-huge", one.clone(), meta(&one, json!({"m": 1, "n": 1, "k": 1_000_000_000_000u64}), json!({})), "A is stored 1 x 1, but transa = N: op(A) is m x k = 1 x 1000000000000"),
+        (
+            "k-huge",
+            one.clone(),
+            meta(&one, json!({"m": 1, "n": 1, "k": 1_000_000_000_000u64}), json!({})),
+            "A is stored 1 x 1, but transa = N: op(A) is m x k = 1 x 1000000000000",
+        ),
         ("rows-wrap", t.clone(), wraps, "A: the call record says 1 x 4611686018427387905 x 2 f32, but the file stores F32 of shape [2, 2]"),
         ("k-past-A", t.clone(), meta(&t, json!({"k": 3}), json!({})), "A is stored 2 x 2, but transa = N: op(A) is m x k = 2 x 3"),
         ("transposed", t.clone(), meta(&t, json!({"m": 2, "n": 2, "k": 2, "transa": "T"}), json!({})), ""),
@@ -206,11 +215,7 @@ fn replay_refuses_dimensions_its_tensors_do_not_hold_before_computing_anything()
 fn replay_refuses_batches_that_do_not_match_and_work_past_its_cap() {
     let dir = temp_dir("hostile-batch");
     // A has 3 members, the output 2.
-    let batched = vec![
-        tensor("A", Some(3), 2, 2, f32s(&[1.0; 12])),
-        tensor("B", None, 2, 2, f32s(&[1.0; 4])),
-        tensor("C_out", Some(2), 2, 2, f32s(&[2.0; 8])),
-    ];
+    let batched = vec![tensor("A", Some(3), 2, 2, f32s(&[1.0; 12])), tensor("B", None, 2, 2, f32s(&[1.0; 4])), tensor("C_out", Some(2), 2, 2, f32s(&[2.0; 8]))];
     let path = write_dump(&dir, "batch.safetensors", &batched, &meta(&batched, json!({}), json!({})));
     let (code, _, err) = hostile(&["replay", "--cuda", path.to_str().unwrap()], &dir);
     assert_eq!(code, 2, "{err}");
@@ -241,7 +246,12 @@ fn replay_reads_only_regular_files_and_refuses_a_fifo_a_device_and_a_file_past_i
     let huge = dir.join("huge.safetensors");
     // Sparse: 16 GiB + 1 byte, no disk used.
     std::fs::File::create(&huge).unwrap().set_len((16u64 << 30) + 1).unwrap();
-    for (path, why) in [(fifo.as_path(), "not a regular file"), (Path::new("/dev/zero"), "not a regular file"), (dir.as_path(), "not a regular file"), (huge.as_path(), "17179869185 bytes, more than the 17179869184 read at most")] {
+    for (path, why) in [
+        (fifo.as_path(), "not a regular file"),
+        (Path::new("/dev/zero"), "not a regular file"),
+        (dir.as_path(), "not a regular file"),
+        (huge.as_path(), "17179869185 bytes, more than the 17179869184 read at most"),
+    ] {
         let (code, out, err) = hostile(&["replay", path.to_str().unwrap()], &dir);
         assert_eq!(code, 2, "{}: refused, not hung or killed: {out}{err}", path.display());
         assert!(err.contains(why), "{}: {err}", path.display());

@@ -220,10 +220,7 @@ fn a_later_program_of_the_run_never_replaces_an_earlier_ones_crash_record() {
     let crashed = traces.iter().find(|(_, t)| t.crash.is_some()).unwrap_or_else(|| panic!("the crash record survives: {:?}", names(&traces)));
     assert_eq!(crashed.1.faults.len(), 1, "with its fault");
     assert_eq!(crashed.0, "out.json", "the first process keeps the path");
-    assert!(
-        traces.iter().any(|(_, t)| t.crash.is_none() && t.faults.is_empty() && t.summary.calls.values().sum::<u64>() > 0),
-        "the clean one writes its own"
-    );
+    assert!(traces.iter().any(|(_, t)| t.crash.is_none() && t.faults.is_empty() && t.summary.calls.values().sum::<u64>() > 0), "the clean one writes its own");
     assert!(stderr.contains("cublasguard: 1 fault(s) in "), "{stderr}");
 }
 
@@ -268,11 +265,8 @@ fn run_forwards_a_sigterm_sent_by_sigqueue_or_tgkill() {
     for how in ["sigqueue", "tgkill"] {
         let dir = temp_dir("hr-queued-signal");
         let script = "trap 'exit 42' TERM; echo ready > ready; while :; do sleep 0.05; done";
-        let mut run = cublasguard_command(&["run", "--", "sh", "-c", script], &dir)
-            .env("CUBLASGUARD_QUIET", "1")
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn run");
+        let mut run =
+            cublasguard_command(&["run", "--", "sh", "-c", script], &dir).env("CUBLASGUARD_QUIET", "1").stderr(Stdio::null()).spawn().expect("spawn run");
         wait_for_file(&dir.join("ready"));
         let sent = run_cases_command(&[how, &run.id().to_string(), &libc::SIGTERM.to_string()]).status().expect("send");
         if !sent.success() {

@@ -37,11 +37,7 @@ const REDACTED_ARGS: &[&str] = &[
     "--pw=<redacted>",
     "model.lr=0.1",
 ];
-const ENV: &[(&str, &str)] = &[
-    ("TORCH_DIST_URL", "tcp://admin:DIST-SECRET@10.0.0.1:29500"),
-    ("NCCL_SOCKET_IFNAME", "eth0"),
-    ("NVIDIA_API_KEY", "NV-SECRET"),
-];
+const ENV: &[(&str, &str)] = &[("TORCH_DIST_URL", "tcp://admin:DIST-SECRET@10.0.0.1:29500"), ("NCCL_SOCKET_IFNAME", "eth0"), ("NVIDIA_API_KEY", "NV-SECRET")];
 const SECRETS: &[&str] = &["WANDB-SECRET", "DB-SECRET-1", "DB-SECRET-2", "PG-SECRET", "P-SECRET", "PASS-SECRET", "PW-SECRET", "DIST-SECRET", "NV-SECRET"];
 
 fn assert_redacted(text: &str, case: &str) -> Trace {

@@ -35,7 +35,8 @@ fn subcommands_in_help() -> Vec<String> {
 }
 
 /// A Python file that says whether it runs under the guard, with which interpreter and arguments.
-const PROBE: &str = "import os, sys\nprint('preloaded' if 'libcublasguard' in os.environ.get('LD_PRELOAD', '') else 'not preloaded', sys.executable, sys.argv[1:])\n";
+const PROBE: &str =
+    "import os, sys\nprint('preloaded' if 'libcublasguard' in os.environ.get('LD_PRELOAD', '') else 'not preloaded', sys.executable, sys.argv[1:])\n";
 
 fn python3_executable() -> String {
     let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().expect("python3");

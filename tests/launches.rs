@@ -43,7 +43,11 @@ fn launch_blocking_mode_pins_the_error_to_the_launch_that_caused_it() {
     assert_eq!(f.args["kernel"], "gather(float const*, long const*, float*, int)");
     assert_eq!(f.args["gridDim"], serde_json::json!([8, 1, 1]));
     assert_eq!(f.error.as_ref().map(|e| e.code), Some(700));
-    assert!(!t.faults.iter().any(|x| x.api == "cublasSgemm_v2" && x.kind == FaultKind::AsyncError && x.message.contains("already pending")), "the GEMM is not blamed: {:#?}", t.faults);
+    assert!(
+        !t.faults.iter().any(|x| x.api == "cublasSgemm_v2" && x.kind == FaultKind::AsyncError && x.message.contains("already pending")),
+        "the GEMM is not blamed: {:#?}",
+        t.faults
+    );
     let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
     assert!(String::from_utf8_lossy(&report.stdout).contains("gather(float const*"), "the report names the kernel");
 }

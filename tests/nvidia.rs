@@ -29,10 +29,7 @@ impl Cuda {
 fn installed() -> Vec<Cuda> {
     let root = cache_dir();
     let all = vec![
-        Cuda {
-            major: 12,
-            lib_dirs: vec![root.join("nvidia-cu12/nvidia/cuda_runtime/lib"), root.join("nvidia-cu12/nvidia/cublas/lib")],
-        },
+        Cuda { major: 12, lib_dirs: vec![root.join("nvidia-cu12/nvidia/cuda_runtime/lib"), root.join("nvidia-cu12/nvidia/cublas/lib")] },
         Cuda { major: 13, lib_dirs: vec![root.join("nvidia-cu13/nvidia/cu13/lib")] },
     ];
     let complete = ["nvidia-cu12", "nvidia-cu13"].iter().all(|d| root.join(d).join(".complete").exists());
@@ -228,8 +225,14 @@ fn real_cublas_loaded_locally_and_reached_through_dlsym_is_guarded() {
                 Run { output: cmd.output().expect("run"), dir, trace_path }
             };
             let (bare, guarded) = (run(false), run(true));
-            assert!(bare.stdout().contains("create=1
-"), "CUDA {m} {case}: no GPU, so NOT_INITIALIZED: {}", bare.stdout());
+            assert!(
+                bare.stdout().contains(
+                    "create=1
+"
+                ),
+                "CUDA {m} {case}: no GPU, so NOT_INITIALIZED: {}",
+                bare.stdout()
+            );
             assert_eq!(bare.stdout(), guarded.stdout(), "CUDA {m} {case}: {}", guarded.stderr());
             let t = guarded.trace();
             assert_eq!(t.summary.calls.get("cublasCreate_v2"), Some(&1), "CUDA {m} {case}: {:?}", t.summary.calls);

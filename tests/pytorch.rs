@@ -114,11 +114,7 @@ fn a_failed_cuda_start_names_the_users_python_line() {
     assert!(t.faults.is_empty(), "{:#?}", t.faults);
     let init = t.environment.probe.as_ref().expect("CUDA's failed start, as a note");
     let script_s = script.display().to_string();
-    assert!(
-        init.python_stack.iter().any(|f| f.file == script_s && f.line == line && f.function == "make_tensor"),
-        "{:#?}",
-        init.python_stack
-    );
+    assert!(init.python_stack.iter().any(|f| f.file == script_s && f.line == line && f.function == "make_tensor"), "{:#?}", init.python_stack);
     assert!(t.environment.python_version.is_some());
     // PyTorch's C++ frames, demangled, with their library.
     assert!(init.backtrace.iter().any(|l| l.starts_with("at::cuda::") && l.contains("libtorch_cuda.so+0x")), "{:#?}", init.backtrace);

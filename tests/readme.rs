@@ -70,9 +70,7 @@ fn the_readmes_console_example_prints_what_the_program_prints() {
         if let Some(pid) = &pid {
             command = command.replace(&format!("-{HOST}-{PID}"), &format!("-{host}-{pid}"));
         }
-        let run = |script: &str| {
-            Command::new("bash").arg("-c").arg(script).current_dir(&home).env_clear().envs(&env).output().expect("bash")
-        };
+        let run = |script: &str| Command::new("bash").arg("-c").arg(script).current_dir(&home).env_clear().envs(&env).output().expect("bash");
         if let Some(assignment) = command.strip_prefix("export ") {
             let (name, value) = assignment.split_once('=').expect("NAME=VALUE");
             let out = run(&format!("printf %s {value}"));

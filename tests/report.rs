@@ -63,7 +63,11 @@ fn a_propagated_nan_is_counted_under_the_call_that_first_held_it() {
     assert!(faults > 10, "the NaN spreads through training: {faults}");
     let (body, code) = report(&[&s(&run.trace_path)]);
     assert_eq!(code, Some(1));
-    assert_eq!(entry_lines(&body), [format!("[1] cublasSgemm_v2 #12: nonfinite_input (pid {0} on {1}, thread {0})", trace.process.pid, trace.process.hostname)], "one entry, the root cause:\n{body}");
+    assert_eq!(
+        entry_lines(&body),
+        [format!("[1] cublasSgemm_v2 #12: nonfinite_input (pid {0} on {1}, thread {0})", trace.process.pid, trace.process.hostname)],
+        "one entry, the root cause:\n{body}"
+    );
     let counted: Vec<&str> = body.lines().filter(|l| l.contains("propagated from")).collect();
     assert_eq!(counted.len(), 1, "the propagated faults are one line: {body}");
     assert!(counted[0].contains(&format!("{} later fault(s) propagated from #12", faults - 1)) && counted[0].contains("--all"), "{}", counted[0]);
@@ -238,7 +242,12 @@ fn advice(body: &str) -> String {
 
 #[test]
 fn a_c_programs_report_gives_cuda_c_advice_and_a_pytorch_programs_gives_pytorch_advice() {
-    for (inject, wanted) in [("nan", &["cudaMemcpy", "isfinite()", "the buffer you pass to cublasSgemm as B"][..]), ("host", &["cudaMemcpyHostToDevice"][..]), ("overflow", &["cudaMemcpy", "learning rate"][..]), ("width", &["cublasSgemm"][..])] {
+    for (inject, wanted) in [
+        ("nan", &["cudaMemcpy", "isfinite()", "the buffer you pass to cublasSgemm as B"][..]),
+        ("host", &["cudaMemcpyHostToDevice"][..]),
+        ("overflow", &["cudaMemcpy", "learning rate"][..]),
+        ("width", &["cublasSgemm"][..]),
+    ] {
         let run = mlp(Some(inject), &[], true);
         let (body, _) = report(&[&s(&run.trace_path)]);
         let next = advice(&body);
@@ -329,7 +338,10 @@ fn markdown_is_commonmark_whose_lists_code_spans_and_headings_parse_as_meant() {
     let ev = events(&md);
     assert_no_accidental_markup(&ev, &md);
     let heads = headings(&ev);
-    assert_eq!(heads[0], (HeadingLevel::H1, format!("cublasguard report: {faults} fault(s) in {} intercepted call(s), 1 process(es)", t.summary.calls.values().sum::<u64>())));
+    assert_eq!(
+        heads[0],
+        (HeadingLevel::H1, format!("cublasguard report: {faults} fault(s) in {} intercepted call(s), 1 process(es)", t.summary.calls.values().sum::<u64>()))
+    );
     let h2: Vec<&str> = heads.iter().filter(|(l, _)| *l == HeadingLevel::H2).map(|(_, s)| s.as_str()).collect();
     assert_eq!(h2, ["Faults by kind, function and call site", "1. cublasSgemm_v2 #12: nonfinite_input", "Environment"], "{md}");
     let items = items_at(&ev, 1);
@@ -339,7 +351,10 @@ fn markdown_is_commonmark_whose_lists_code_spans_and_headings_parse_as_meant() {
     assert!(items.iter().any(|i| i == &f.message), "the message is one item as written: {items:#?}");
     assert!(items.iter().any(|i| i == "B as row-major: [32, 8] f32, first non-finite at [3, 2]"), "{items:#?}");
     let dump = f.dump.as_deref().expect("dumped");
-    assert!(items.iter().any(|i| i.contains(&format!("cublasguard replay {}", run.dir.join(dump).display())) || i.contains(&format!("cublasguard replay {dump}"))), "{items:#?}");
+    assert!(
+        items.iter().any(|i| i.contains(&format!("cublasguard replay {}", run.dir.join(dump).display())) || i.contains(&format!("cublasguard replay {dump}"))),
+        "{items:#?}"
+    );
     let counted = items.iter().find(|i| i.contains("propagated from #12")).unwrap_or_else(|| panic!("{items:#?}"));
     assert!(counted.starts_with(&format!("{} later fault(s)", faults - 1)), "{counted}");
     // The propagated faults: a nested list, one item each.
@@ -407,7 +422,14 @@ fn a_trace_from_a_newer_cublasguard_is_read_as_far_as_it_goes_with_a_note_to_upg
     let (body, code) = report(&[&s(&path)]);
     assert_eq!(code, Some(1), "its fault is still a fault: {body}");
     let note = body.lines().find(|l| l.starts_with("note: ")).unwrap_or_else(|| panic!("{body}"));
-    for w in ["written by cublasguard 9.3.0", "format version 2", "'tensor_core_fault'", "faults[].lane", "process.container", "Upgrade cublasguard to 9.3.0 or later"] {
+    for w in [
+        "written by cublasguard 9.3.0",
+        "format version 2",
+        "'tensor_core_fault'",
+        "faults[].lane",
+        "process.container",
+        "Upgrade cublasguard to 9.3.0 or later",
+    ] {
         assert!(note.contains(w), "{w}: {note}");
     }
     assert!(body.contains("[1] cublasSgemm_v2 #12: tensor_core_fault"), "shown by the name it has: {body}");
@@ -447,7 +469,8 @@ fn replay_is_offered_only_for_a_dump_it_can_replay() {
     let nan = mlp(Some("nan"), &[("CUBLASGUARD_DUMP", "dumps"), ("CUBLASGUARD_DUMP_MAX", "1")], true);
     let (body, _) = report(&[&s(&nan.trace_path)]);
     let line = body.lines().find(|l| l.contains("operands dumped to")).unwrap_or_else(|| panic!("{body}"));
-    let command = line.split("; cublasguard replay ").nth(1).and_then(|r| r.strip_suffix(" checks them against an exact result")).unwrap_or_else(|| panic!("{line}"));
+    let command =
+        line.split("; cublasguard replay ").nth(1).and_then(|r| r.strip_suffix(" checks them against an exact result")).unwrap_or_else(|| panic!("{line}"));
     let out = cublasguard(&["replay", command]);
     assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
 }
@@ -502,7 +525,8 @@ fn check_timeline(v: &Value, traces: &[cublasguard::trace::Trace]) {
     events.iter().for_each(check_event);
     let base: u64 = v["otherData"]["base_time_ns"].as_str().and_then(|b| b.parse().ok()).expect("otherData.base_time_ns");
     // Every track an event is on is named.
-    let named: Vec<(u64, u64)> = events.iter().filter(|e| e["name"] == "thread_name").map(|e| (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap())).collect();
+    let named: Vec<(u64, u64)> =
+        events.iter().filter(|e| e["name"] == "thread_name").map(|e| (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap())).collect();
     for e in events.iter().filter(|e| e["ph"] != "M") {
         assert!(named.contains(&(e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap())), "unnamed track: {e}");
     }
@@ -520,7 +544,11 @@ fn check_timeline(v: &Value, traces: &[cublasguard::trace::Trace]) {
             assert!(c.duration_ns > 0, "#{} has its duration", c.seq);
         }
         for f in &t.faults {
-            assert!(events.iter().any(|e| e["ph"] == "i" && e["cat"] == "fault" && e["pid"] == pid && e["tid"] == f.thread as u64 && e["args"]["seq"] == f.seq), "fault #{}", f.seq);
+            assert!(
+                events.iter().any(|e| e["ph"] == "i" && e["cat"] == "fault" && e["pid"] == pid && e["tid"] == f.thread as u64 && e["args"]["seq"] == f.seq),
+                "fault #{}",
+                f.seq
+            );
         }
     }
     // Complete events on one track nest or follow one another: none starts inside another and
@@ -568,7 +596,10 @@ fn the_timeline_follows_the_trace_event_format_and_goes_beside_the_trace_or_to_s
     let launch = lt.recent_calls.iter().find(|c| c.api == "cudaLaunchKernel").expect("a launch");
     let stream = launch.args["stream"].as_str().expect("the launch's stream");
     let events = v["traceEvents"].as_array().unwrap();
-    let track = events.iter().find(|e| e["name"] == "thread_name" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with(&format!("stream {stream}")))).expect("the stream's track");
+    let track = events
+        .iter()
+        .find(|e| e["name"] == "thread_name" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with(&format!("stream {stream}"))))
+        .expect("the stream's track");
     assert!(events.iter().any(|e| e["ph"] == "X" && e["tid"] == track["tid"] && e["args"]["seq"] == launch.seq), "the launch on its stream's track");
     // Never over a trace it reads.
     let out = cublasguard(&["timeline", &s(&run.trace_path), "-o", &s(&run.trace_path)]);

@@ -123,11 +123,8 @@ fn fork_gives_parent_and_child_their_own_traces() {
         let run = run(Launch { env: &env, trace: false, ..Launch::new(&program, args) });
         assert!(run.output.status.success(), "{label}: {}", run.stderr());
         assert!(run.stdout().contains("child exit=0"), "{label}: {}", run.stdout());
-        let mut traces: Vec<trace::Trace> = std::fs::read_dir(&dir)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .map(|e| trace::read(&e.path()).expect("valid trace"))
-            .collect();
+        let mut traces: Vec<trace::Trace> =
+            std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| trace::read(&e.path()).expect("valid trace")).collect();
         // After exec the child's new image is a later program of the same run: it keeps the
         // forked image's trace (with its fault) and writes `-PID` beside it.
         let images = if args.len() > 1 { 2 } else { 1 };
@@ -291,10 +288,13 @@ fn the_trace_never_follows_or_replaces_a_symlink_or_a_special_file() {
     let c = std::ffi::CString::new(fifo.display().to_string()).unwrap();
     // SAFETY: mkfifo with a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    for (path, is_kind) in [(&link, std::fs::FileType::is_symlink as fn(&std::fs::FileType) -> bool), (&fifo, |t: &std::fs::FileType| {
-        use std::os::unix::fs::FileTypeExt;
-        t.is_fifo()
-    })] {
+    for (path, is_kind) in [
+        (&link, std::fs::FileType::is_symlink as fn(&std::fs::FileType) -> bool),
+        (&fifo, |t: &std::fs::FileType| {
+            use std::os::unix::fs::FileTypeExt;
+            t.is_fifo()
+        }),
+    ] {
         let path_s = path.display().to_string();
         let env = [("CUBLASGUARD_TRACE", path_s.as_str())];
         let run = run(Launch { env: &env, trace: false, ..Launch::new(&program, &["nan_a"]) });
@@ -332,8 +332,22 @@ fn guarded_runs_match_unguarded_ones() {
     // makes the sticky error visible one call earlier, as CUDA_LAUNCH_BLOCKING=1 would.)
     let program = scenarios();
     for scenario in [
-        "clean", "nan_a", "nan_c_beta0", "nan_c_beta1", "overflow", "bad_lda", "bad_handle", "host_pointer",
-        "out_of_bounds", "api_error", "alloc", "free_twice", "streams", "capture", "device_scalars", "last_error",
+        "clean",
+        "nan_a",
+        "nan_c_beta0",
+        "nan_c_beta1",
+        "overflow",
+        "bad_lda",
+        "bad_handle",
+        "host_pointer",
+        "out_of_bounds",
+        "api_error",
+        "alloc",
+        "free_twice",
+        "streams",
+        "capture",
+        "device_scalars",
+        "last_error",
     ] {
         let env: &[(&str, &str)] = if scenario == "api_error" { &[("CUDASHIM_FAIL", "cublasSgemm_v2:1:14")] } else { &[] };
         let bare = run(Launch { env, guarded: false, ..Launch::new(&program, &[scenario]) });
@@ -375,7 +389,8 @@ fn a_forked_child_writes_its_own_trace_while_parent_threads_store_faults() {
     assert!(run.stdout().contains("hung=0 children=40"), "{}\n{}", run.stdout(), run.stderr());
     let traces: Vec<trace::Trace> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| trace::read(&e.path()).expect("valid trace")).collect();
     assert_eq!(traces.len(), 41, "the parent's trace and one per child");
-    let parent_pid = traces.iter().map(|t| t.summary.faults).max().and_then(|most| traces.iter().find(|t| t.summary.faults == most)).map(|t| t.process.pid).unwrap();
+    let parent_pid =
+        traces.iter().map(|t| t.summary.faults).max().and_then(|most| traces.iter().find(|t| t.summary.faults == most)).map(|t| t.process.pid).unwrap();
     for child in traces.iter().filter(|t| t.process.pid != parent_pid) {
         assert_eq!(child.summary.faults, 1, "a child counts only its own fault: {:#?}", child.summary);
         assert_eq!(child.faults[0].kind, FaultKind::InitFailed);
@@ -623,7 +638,11 @@ fn an_extension_closed_and_loaded_again_is_called_at_its_new_address() {
     let ext_s = ext.display().to_string();
     let args = [ext_s.as_str(), "reload", "libcublas.so.12"];
     let bare = run(Launch { guarded: false, ..Launch::new(&main, &args) });
-    assert!(bare.stdout().contains("cublas unloaded=1") && bare.stdout().contains("old pages taken=1"), "the test needs cuBLAS really unmapped and its pages taken: {}", bare.stdout());
+    assert!(
+        bare.stdout().contains("cublas unloaded=1") && bare.stdout().contains("old pages taken=1"),
+        "the test needs cuBLAS really unmapped and its pages taken: {}",
+        bare.stdout()
+    );
     let guarded = run(Launch::new(&main, &args));
     assert_eq!(guarded.code(), Some(0), "{}", guarded.stderr());
     assert_eq!(bare.stdout(), guarded.stdout());

@@ -95,10 +95,7 @@ fn libraries_carry_nvidia_sonames_and_symbol_versions() {
         let dynamic = readelf(&["-d", "-W"], &path);
         assert!(dynamic.contains(&format!("Library soname: [{soname}]")), "{}: {dynamic}", path.display());
         let symbols = readelf(&["--dyn-syms", "-W"], &path);
-        let defined: Vec<&str> = symbols
-            .lines()
-            .filter(|l| l.contains(" FUNC ") && l.contains(" GLOBAL ") && !l.contains(" UND "))
-            .collect();
+        let defined: Vec<&str> = symbols.lines().filter(|l| l.contains(" FUNC ") && l.contains(" GLOBAL ") && !l.contains(" UND ")).collect();
         assert!(defined.len() >= 3, "{symbols}");
         for line in defined {
             assert!(line.contains(&format!("@@{soname}")), "unversioned export in {}: {line}", path.display());
@@ -124,7 +121,6 @@ fn example_workload_trains() {
     assert!(run.output.status.success(), "{}", run.stderr());
     let out = run.stdout();
     assert!(out.starts_with("epoch 1 loss ") && out.ends_with("done\n"), "{out}");
-    let losses: Vec<f64> =
-        out.lines().filter_map(|l| l.rsplit(' ').next()?.parse().ok()).collect();
+    let losses: Vec<f64> = out.lines().filter_map(|l| l.rsplit(' ').next()?.parse().ok()).collect();
     assert!(losses.len() == 5 && losses[4] < losses[0], "loss should fall: {losses:?}");
 }

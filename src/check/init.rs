@@ -167,10 +167,7 @@ fn no_device_or_other(probe: &DriverProbe) -> (InitCauseKind, String) {
         Some(code) => format!("cudaGetDeviceCount returned {} ({code})", cuda::cuda_error_name(code)),
         None => "cudaGetDeviceCount could not be asked (no CUDA runtime loaded, or an error was already pending)".into(),
     };
-    (
-        InitCauseKind::Other,
-        format!("the driver is loaded and new enough, but CUDA did not start: {status}"),
-    )
+    (InitCauseKind::Other, format!("the driver is loaded and new enough, but CUDA did not start: {status}"))
 }
 
 #[cfg(test)]
@@ -216,7 +213,11 @@ mod tests {
         let roomy = CauseMemory { free: Some(8 << 30), total: Some(16 << 30), ..Default::default() };
         assert_eq!(explain(&healthy_driver(), &InitContext { creating_handle: true, memory: Some(roomy), ..Default::default() }).kind, InitCauseKind::Other);
         let no_driver = DriverProbe { load_error: Some("not found".into()), ..Default::default() };
-        let no_descriptors = DriverProbe { out_of_descriptors: Some(Some(64)), load_error: Some("libcuda.so.1: cannot open shared object file: Too many open files".into()), ..Default::default() };
+        let no_descriptors = DriverProbe {
+            out_of_descriptors: Some(Some(64)),
+            load_error: Some("libcuda.so.1: cannot open shared object file: Too many open files".into()),
+            ..Default::default()
+        };
         let c = explain(&no_descriptors, &context);
         assert_eq!(c.kind, InitCauseKind::OutOfFileDescriptors);
         assert!(c.message.contains("no file descriptor left (its limit, ulimit -n, is 64)") && !c.message.contains("no NVIDIA driver"), "{}", c.message);
@@ -238,25 +239,14 @@ mod tests {
 
     #[test]
     fn names_a_driver_older_than_the_runtime() {
-        let c = classify(&DriverProbe {
-            driver_loadable: true,
-            driver_version: Some(11080),
-            runtime_version: Some(12090),
-            ..Default::default()
-        });
+        let c = classify(&DriverProbe { driver_loadable: true, driver_version: Some(11080), runtime_version: Some(12090), ..Default::default() });
         assert_eq!(c.kind, InitCauseKind::DriverTooOld);
         assert!(c.message.contains("CUDA 11.8") && c.message.contains("CUDA 12.9"), "{}", c.message);
     }
 
     #[test]
     fn names_no_device_and_other() {
-        let mut p = DriverProbe {
-            driver_loadable: true,
-            driver_version: Some(12090),
-            runtime_version: Some(12090),
-            cu_init: Some(100),
-            ..Default::default()
-        };
+        let mut p = DriverProbe { driver_loadable: true, driver_version: Some(12090), runtime_version: Some(12090), cu_init: Some(100), ..Default::default() };
         assert_eq!(classify(&p).kind, InitCauseKind::NoDevice);
         p.cu_init = Some(0);
         p.device_count_status = Some(3);

@@ -120,20 +120,13 @@ pub fn check(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4], alpha_null: bool, be
         return Err(format!("op(B) is {} but D is {}: op(B) must have D's {n} columns", shape(b_rows, b_cols), shape(m, n)));
     }
     if a_cols != b_rows {
-        return Err(format!(
-            "op(A) is {} and op(B) is {}: k differs ({a_cols} vs {b_rows})",
-            shape(a_rows, a_cols),
-            shape(b_rows, b_cols)
-        ));
+        return Err(format!("op(A) is {} and op(B) is {}: k differs ({a_cols} vs {b_rows})", shape(a_rows, a_cols), shape(b_rows, b_cols)));
     }
     if (c.rows, c.cols) != (m, n) {
         return Err(format!("C is {} but D is {}: they must match", shape(c.rows, c.cols), shape(m, n)));
     }
     if [a.batch, b.batch, c.batch].iter().any(|&bc| bc != d.batch) {
-        return Err(format!(
-            "batch counts differ: A {}, B {}, C {}, D {}",
-            a.batch, b.batch, c.batch, d.batch
-        ));
+        return Err(format!("batch counts differ: A {}, B {}, C {}, D {}", a.batch, b.batch, c.batch, d.batch));
     }
     if d.batch < 0 {
         return Err(format!("batch count = {} but it must be >= 0", d.batch));
@@ -149,10 +142,7 @@ pub fn check(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4], alpha_null: bool, be
         }
     }
     if desc.has_bias() && desc.bias == 0 {
-        return Err(format!(
-            "the epilogue is {} but CUBLASLT_MATMUL_DESC_BIAS_POINTER is NULL",
-            epilogue_name(desc.epilogue)
-        ));
+        return Err(format!("the epilogue is {} but CUBLASLT_MATMUL_DESC_BIAS_POINTER is NULL", epilogue_name(desc.epilogue)));
     }
     if alpha_null || beta_null {
         return Err(format!("{} is NULL", if alpha_null { "alpha" } else { "beta" }));
@@ -171,17 +161,7 @@ mod tests {
     /// PyTorch's gemm_and_bias for nn.Linear(8, 16) on a batch of 32: transa = T on the
     /// weight (stored 8 x 16), transb = N on the input (8 x 32), D 16 x 32, bias epilogue.
     fn linear() -> (MatmulDesc, [Layout; 4]) {
-        let desc = MatmulDesc {
-            compute: 68,
-            scale: 0,
-            pointer_mode: 0,
-            transa: 1,
-            transb: 0,
-            epilogue: 4,
-            bias: 0x1000,
-            bias_stride: 0,
-            bias_type: -1,
-        };
+        let desc = MatmulDesc { compute: 68, scale: 0, pointer_mode: 0, transa: 1, transb: 0, epilogue: 4, bias: 0x1000, bias_stride: 0, bias_type: -1 };
         (desc, [layout(0, 8, 16, 8), layout(0, 8, 32, 8), layout(0, 16, 32, 16), layout(0, 16, 32, 16)])
     }
 

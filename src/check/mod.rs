@@ -5,9 +5,9 @@
 pub mod init;
 pub mod lt;
 pub mod matmul;
-pub mod selftest;
 #[cfg(test)]
 pub(crate) mod model;
+pub mod selftest;
 
 use crate::cuda::MemoryType;
 use crate::trace::FaultKind;

@@ -70,7 +70,10 @@ mod tests {
 
     #[test]
     fn frames_name_function_library_offset_and_address() {
-        assert_eq!(frame_text(Some("at::native::addmm_out"), "/lib/libtorch_cuda.so", 0x1c2f3a0, 0x7f3a5c2f3a0), "at::native::addmm_out (/lib/libtorch_cuda.so+0x1c2f3a0) [0x7f3a5c2f3a0]");
+        assert_eq!(
+            frame_text(Some("at::native::addmm_out"), "/lib/libtorch_cuda.so", 0x1c2f3a0, 0x7f3a5c2f3a0),
+            "at::native::addmm_out (/lib/libtorch_cuda.so+0x1c2f3a0) [0x7f3a5c2f3a0]"
+        );
         assert_eq!(frame_text(None, "/bin/mlp", 0x1634, 0x55e054fee634), "? (/bin/mlp+0x1634) [0x55e054fee634]");
     }
 

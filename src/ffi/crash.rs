@@ -21,13 +21,8 @@ use crate::recorder::{ArgValue, RecordedCall};
 use crate::session::Session;
 use crate::trace::Trace;
 
-const SIGNALS: [(libc::c_int, &str); 5] = [
-    (libc::SIGSEGV, "SIGSEGV"),
-    (libc::SIGBUS, "SIGBUS"),
-    (libc::SIGABRT, "SIGABRT"),
-    (libc::SIGFPE, "SIGFPE"),
-    (libc::SIGILL, "SIGILL"),
-];
+const SIGNALS: [(libc::c_int, &str); 5] =
+    [(libc::SIGSEGV, "SIGSEGV"), (libc::SIGBUS, "SIGBUS"), (libc::SIGABRT, "SIGABRT"), (libc::SIGFPE, "SIGFPE"), (libc::SIGILL, "SIGILL")];
 
 /// Bytes kept for everything after the recent calls (summary, crash record).
 const TAIL_RESERVE: usize = 16 << 10;
@@ -442,11 +437,7 @@ fn write_crash_trace(sig: libc::c_int, name: &str) {
         if libc::lstat(path.as_ptr() as *const libc::c_char, &mut st) == 0 && st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return; // a device, a FIFO or a symlink at the trace path is never replaced
         }
-        let fd = libc::open(
-            tmp.as_ptr() as *const libc::c_char,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0o600,
-        );
+        let fd = libc::open(tmp.as_ptr() as *const libc::c_char, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0o600);
         if fd < 0 {
             return;
         }
@@ -508,7 +499,9 @@ fn previous(index: usize) -> Previous {
         libc::SIG_DFL => Previous::Default,
         libc::SIG_IGN => Previous::Ignore,
         // SAFETY: the kernel-reported handler address, with the signature its flags say.
-        f if old.sa_flags & libc::SA_SIGINFO != 0 => Previous::Info(unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)>(f) }),
+        f if old.sa_flags & libc::SA_SIGINFO != 0 => {
+            Previous::Info(unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)>(f) })
+        }
         f => Previous::Plain(unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(f) }),
     }
 }

@@ -153,8 +153,7 @@ fn self_test(kernels: LoadedKernels, stream: u64) -> Result<(), Unusable> {
         for case in &cases {
             let kind = kind(case.dtype).ok_or_else(|| Unusable::Wrong(format!("no kernel type for {}", case.dtype.name())))?;
             // `buffer` holds `bytes` >= case.bytes.len() bytes of device memory.
-            driver("cuMemcpyHtoD", api::cuMemcpyHtoD_v2(buffer, case.bytes.as_ptr() as *const c_void, case.bytes.len()))
-                .map_err(Unusable::Unavailable)?;
+            driver("cuMemcpyHtoD", api::cuMemcpyHtoD_v2(buffer, case.bytes.as_ptr() as *const c_void, case.bytes.len())).map_err(Unusable::Unavailable)?;
             let answer = launch(function, out, buffer, case.shape, kind, stream).map_err(|why| Unusable::Wrong(format!("{}: {why}", case.dtype.name())))?;
             if let Some(why) = selftest::judge(case, &answer) {
                 return Err(Unusable::Wrong(why));
@@ -255,7 +254,10 @@ fn launch_many(kernels: LoadedKernels, jobs: &[BatchScan], stream: u64) -> Resul
     // bytes; `out` is this context's buffer of OUT_BYTES >= bytes.
     let steps = [
         ("cuMemsetD8Async", api::cuMemsetD8Async(out, 0, bytes, stream_ptr)),
-        ("cuLaunchKernel", api::cuLaunchKernel(kernels.many as Ptr, blocks, packed.count, 1, THREADS, 1, 1, 0, stream_ptr, params.as_mut_ptr(), std::ptr::null_mut())),
+        (
+            "cuLaunchKernel",
+            api::cuLaunchKernel(kernels.many as Ptr, blocks, packed.count, 1, THREADS, 1, 1, 0, stream_ptr, params.as_mut_ptr(), std::ptr::null_mut()),
+        ),
         // Into pageable host memory: the copy returns once it is done, and is the synchronisation.
         ("cuMemcpyDtoHAsync", api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, bytes, stream_ptr)),
     ];
@@ -308,15 +310,7 @@ pub(crate) fn scan_batch(state: &DeviceScanState, mode: DeviceScan, jobs: &[Batc
 /// # Safety
 /// `data` must be device memory holding the whole matrix; `out` must point at three u64.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cublasguard_scan_on_device(
-    data: u64,
-    rows: i64,
-    cols: i64,
-    ld: i64,
-    cuda_data_type: c_int,
-    stream: u64,
-    out: *mut u64,
-) -> c_int {
+pub unsafe extern "C" fn cublasguard_scan_on_device(data: u64, rows: i64, cols: i64, ld: i64, cuda_data_type: c_int, stream: u64, out: *mut u64) -> c_int {
     if out.is_null() {
         return -1;
     }

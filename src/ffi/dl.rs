@@ -81,7 +81,13 @@ pub(crate) unsafe fn real_dlvsym(handle: *mut c_void, name: *const c_char, versi
 /// function found in a CUDA library is swapped for a guarded copy that forwards to it.
 extern "C" fn lookup_on_handle(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
     // SAFETY: the caller's arguments, passed on unchanged.
-    let found = unsafe { if version.is_null() { real_dlsym(handle, name) } else { real_dlvsym(handle, name, version) } };
+    let found = unsafe {
+        if version.is_null() {
+            real_dlsym(handle, name)
+        } else {
+            real_dlvsym(handle, name, version)
+        }
+    };
     if found.is_null() || name.is_null() {
         return found;
     }

@@ -17,17 +17,8 @@ const LIBRARY_PREFIXES: &[&str] = &["libcudart.so", "libcublas.so", "libcublasLt
 /// name looks like a credential (`NVIDIA_API_KEY`, `TORCH_HUB_TOKEN`) has its value redacted,
 /// and a URL's password in any recorded value (`TORCH_DIST_URL=tcp://admin:PW@...`) too.
 const VARIABLE_PREFIXES: &[&str] = &["CUDA_", "NVIDIA_", "CUBLAS", "TORCH_", "PYTORCH_", "NCCL_"];
-const VARIABLE_NAMES: &[&str] = &[
-    "LD_LIBRARY_PATH",
-    "LD_PRELOAD",
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "SLURM_PROCID",
-    "OMPI_COMM_WORLD_RANK",
-    "PMI_RANK",
-];
+const VARIABLE_NAMES: &[&str] =
+    &["LD_LIBRARY_PATH", "LD_PRELOAD", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"];
 
 pub(crate) fn is_recorded_variable(name: &str) -> bool {
     VARIABLE_NAMES.contains(&name) || VARIABLE_PREFIXES.iter().any(|p| name.starts_with(p))
@@ -126,10 +117,7 @@ fn driver_version_if_loaded() -> Option<i32> {
 /// Asks the driver directly why CUDA could not start. Only called after an initialisation
 /// failure, where loading libcuda.so.1 (as the runtime itself tried to) changes nothing.
 pub(crate) fn probe_driver(device_count: Option<(i32, Option<i32>)>) -> DriverProbe {
-    let mut probe = DriverProbe {
-        runtime_version: device::runtime_version().or_else(runtime_version_from_soname),
-        ..Default::default()
-    };
+    let mut probe = DriverProbe { runtime_version: device::runtime_version().or_else(runtime_version_from_soname), ..Default::default() };
     if let Some((status, n)) = device_count.or_else(device::device_count) {
         probe.device_count_status = Some(status);
         probe.device_count = n;

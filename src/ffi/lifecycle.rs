@@ -210,13 +210,7 @@ fn start() -> Session {
     // writes its own, as a forked child does.
     let path = claim::own_trace_path(&path, process.pid, process.run_id.as_deref(), false);
     if !config.quiet {
-        say(&format!(
-            "cublasguard: guarding pid {} (checks: {}; on fault: {}; trace: {})",
-            process.pid,
-            config.checks.label(),
-            config.on_fault.label(),
-            path
-        ));
+        say(&format!("cublasguard: guarding pid {} (checks: {}; on fault: {}; trace: {})", process.pid, config.checks.label(), config.on_fault.label(), path));
     }
     Session::new(config, super::hooks::HOOK_NAMES, process, path)
 }
@@ -283,12 +277,7 @@ fn at_exit(status: i32) {
     }
     write_trace_with(s, false);
     if !WRITE_FAILED.load(Ordering::Relaxed) && s.config.exit_summary && (s.fault_count() > 0 || !s.config.quiet) {
-        say(&format!(
-            "cublasguard: {} fault(s) in {} intercepted call(s); trace: {}",
-            s.fault_count(),
-            s.total_calls(),
-            s.trace_path()
-        ));
+        say(&format!("cublasguard: {} fault(s) in {} intercepted call(s); trace: {}", s.fault_count(), s.total_calls(), s.trace_path()));
     }
 }
 

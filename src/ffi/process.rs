@@ -105,7 +105,7 @@ pub fn thread_id() -> u32 {
             }
             t.tid.get()
         })
-    .unwrap_or_else(|_| unsafe { libc::gettid() } as u32)
+        .unwrap_or_else(|_| unsafe { libc::gettid() } as u32)
 }
 
 /// Forgets the cached thread id (the child of a fork has a new one).
@@ -115,9 +115,7 @@ pub fn reset_thread_id() {
 
 pub fn describe() -> Process {
     let argv: Vec<String> = std::fs::read("/proc/self/cmdline")
-        .map(|raw| {
-            raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
-        })
+        .map(|raw| raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
         .unwrap_or_default();
     let started = now_ns();
     let int = |name: &str| var(name).and_then(|v| v.trim().parse::<i64>().ok());
@@ -150,12 +148,7 @@ pub fn rfc3339(ns: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 #[cfg(test)]

@@ -277,11 +277,7 @@ fn from_loaded(file: &str, name: &CStr, version: Option<&str>) -> *mut c_void {
 
 /// Paths of loaded objects whose file name starts with `prefix` (e.g. "libcublas.so").
 pub fn loaded_objects_with_prefix(prefix: &str) -> Vec<String> {
-    loaded_objects()
-        .into_iter()
-        .filter(|(path, _)| file_name(path).starts_with(prefix))
-        .map(|(path, _)| path)
-        .collect()
+    loaded_objects().into_iter().filter(|(path, _)| file_name(path).starts_with(prefix)).map(|(path, _)| path).collect()
 }
 
 pub fn file_name(path: &str) -> &str {

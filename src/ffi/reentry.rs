@@ -24,9 +24,7 @@ pub(crate) struct Reentry(());
 impl Reentry {
     pub(crate) fn enter() -> Option<Self> {
         // During thread teardown the flag may be gone: treat that as "inside" and forward.
-        let entered = PER_THREAD
-            .try_with(|t| !t.inside.replace(true))
-            .unwrap_or(false);
+        let entered = PER_THREAD.try_with(|t| !t.inside.replace(true)).unwrap_or(false);
         entered.then_some(Self(()))
     }
 }
@@ -46,13 +44,10 @@ impl Drop for Reentry {
 pub(crate) fn catch_panic<R, F: FnOnce() -> R>(f: F) -> Option<R> {
     // As the standard library's catch_unwind: the job and its result share one place, and the
     // job is read out of it where it runs (a clean call pays for no copy of it).
-    let mut job = Job::<F, R> {
-        f: ManuallyDrop::new(f),
-    };
+    let mut job = Job::<F, R> { f: ManuallyDrop::new(f) };
     // SAFETY: `run_job::<F, R>` is given the `Job<F, R>` it expects, alive for the call, whose
     // job it runs once; on a panic the job was consumed and nothing is left to drop.
-    let exception =
-        unsafe { panic_catcher::call(run_job::<F, R>, &mut job as *mut Job<F, R> as *mut u8) };
+    let exception = unsafe { panic_catcher::call(run_job::<F, R>, &mut job as *mut Job<F, R> as *mut u8) };
     if exception.is_null() {
         // SAFETY: the call returned normally, so run_job wrote the result.
         return Some(ManuallyDrop::into_inner(unsafe { job.r }));
@@ -118,13 +113,7 @@ mod panic_catcher {
 
     /// The personality of `call`'s frame: it claims a Rust panic, nothing else, and resumes
     /// `call` right after its one call with the exception in rax.
-    unsafe extern "C" fn personality(
-        version: c_int,
-        actions: c_int,
-        class: u64,
-        exception: *mut c_void,
-        context: *mut c_void,
-    ) -> c_int {
+    unsafe extern "C" fn personality(version: c_int, actions: c_int, class: u64, exception: *mut c_void, context: *mut c_void) -> c_int {
         if version != 1 || class != RUST_CLASS || actions & UA_FORCE_UNWIND != 0 {
             return URC_CONTINUE_UNWIND;
         }
@@ -147,10 +136,7 @@ mod panic_catcher {
     /// # Safety
     /// `f` may be called with `data`.
     #[unsafe(naked)]
-    pub(super) unsafe extern "C-unwind" fn call(
-        f: unsafe extern "C-unwind" fn(*mut u8) -> usize,
-        data: *mut u8,
-    ) -> *mut c_void {
+    pub(super) unsafe extern "C-unwind" fn call(f: unsafe extern "C-unwind" fn(*mut u8) -> usize, data: *mut u8) -> *mut c_void {
         core::arch::naked_asm!(
             ".cfi_startproc",
             ".cfi_personality 0x1b, {personality}", // pc-relative, 4 bytes, direct
@@ -246,11 +232,7 @@ mod tests {
                 panic!("inside the guard")
             });
             assert_eq!(r, None);
-            assert_eq!(
-                dropped.load(Ordering::SeqCst),
-                1,
-                "the panicking frame's locals were dropped"
-            );
+            assert_eq!(dropped.load(Ordering::SeqCst), 1, "the panicking frame's locals were dropped");
             assert!(!std::thread::panicking(), "the panic is over");
         }
         std::panic::set_hook(hook);
@@ -288,22 +270,12 @@ mod tests {
         unsafe {
             let mut t: libc::pthread_t = 0;
             type Start = extern "C" fn(*mut std::ffi::c_void) -> *mut std::ffi::c_void;
-            let start = std::mem::transmute::<
-                extern "C-unwind" fn(*mut std::ffi::c_void) -> *mut std::ffi::c_void,
-                Start,
-            >(start);
-            assert_eq!(
-                libc::pthread_create(&mut t, std::ptr::null(), start, std::ptr::null_mut()),
-                0
-            );
+            let start = std::mem::transmute::<extern "C-unwind" fn(*mut std::ffi::c_void) -> *mut std::ffi::c_void, Start>(start);
+            assert_eq!(libc::pthread_create(&mut t, std::ptr::null(), start, std::ptr::null_mut()), 0);
             let mut value = std::ptr::null_mut();
             assert_eq!(libc::pthread_join(t, &mut value), 0);
             assert_eq!(value as usize, 7, "the thread ended by pthread_exit");
         }
-        assert_eq!(
-            DROPPED.load(Ordering::SeqCst),
-            2,
-            "both frames' locals were dropped on the way"
-        );
+        assert_eq!(DROPPED.load(Ordering::SeqCst), 2, "both frames' locals were dropped on the way");
     }
 }

@@ -65,8 +65,20 @@ fn record(form: BlasForm, enums: &[c_int], ints: &[c_int]) -> CallArgs {
 /// `cublas<t>gemv`: y = alpha op(A) x + beta y.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemv(
-    call: &Call<'_, c_int>, dtype: DType, handle: Handle, trans: c_int, m: c_int, n: c_int, alpha: Ptr, a: Ptr, lda: c_int,
-    x: Ptr, incx: c_int, beta: Ptr, y: Ptr, incy: c_int,
+    call: &Call<'_, c_int>,
+    dtype: DType,
+    handle: Handle,
+    trans: c_int,
+    m: c_int,
+    n: c_int,
+    alpha: Ptr,
+    a: Ptr,
+    lda: c_int,
+    x: Ptr,
+    incx: c_int,
+    beta: Ptr,
+    y: Ptr,
+    incy: c_int,
 ) -> c_int {
     let args = GemvArgs {
         trans: Operation::decode(trans),
@@ -90,8 +102,19 @@ macro_rules! gemv {
     ($name:ident, $dtype:expr) => {
         #[allow(clippy::too_many_arguments)]
         pub(crate) fn $name(
-            call: &Call<'_, c_int>, handle: Handle, trans: c_int, m: c_int, n: c_int, alpha: Ptr, a: Ptr, lda: c_int,
-            x: Ptr, incx: c_int, beta: Ptr, y: Ptr, incy: c_int,
+            call: &Call<'_, c_int>,
+            handle: Handle,
+            trans: c_int,
+            m: c_int,
+            n: c_int,
+            alpha: Ptr,
+            a: Ptr,
+            lda: c_int,
+            x: Ptr,
+            incx: c_int,
+            beta: Ptr,
+            y: Ptr,
+            incy: c_int,
         ) -> c_int {
             gemv(call, $dtype, handle, trans, m, n, alpha, a, lda, x, incx, beta, y, incy)
         }
@@ -104,7 +127,19 @@ gemv!(zgemv, DType::C64);
 
 /// `cublas<t>dot` and `cublasDotEx`: result = x . y, written where the pointer mode says.
 #[allow(clippy::too_many_arguments)]
-fn dot(call: &Call<'_, c_int>, handle: Handle, n: c_int, x: Ptr, x_type: DType, incx: c_int, y: Ptr, y_type: DType, incy: c_int, result: Ptr, result_type: DType) -> c_int {
+fn dot(
+    call: &Call<'_, c_int>,
+    handle: Handle,
+    n: c_int,
+    x: Ptr,
+    x_type: DType,
+    incx: c_int,
+    y: Ptr,
+    y_type: DType,
+    incy: c_int,
+    result: Ptr,
+    result_type: DType,
+) -> c_int {
     let mut ops = Operands::default();
     let count = i64::from(n).max(0);
     ops.vector("x", x, count, incx, x_type, Role::Input);
@@ -129,8 +164,18 @@ typed_dot!(zdot, DType::C64);
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dot_ex(
-    call: &Call<'_, c_int>, handle: Handle, n: c_int, x: Ptr, x_type: c_int, incx: c_int, y: Ptr, y_type: c_int, incy: c_int,
-    result: Ptr, result_type: c_int, _execution_type: c_int,
+    call: &Call<'_, c_int>,
+    handle: Handle,
+    n: c_int,
+    x: Ptr,
+    x_type: c_int,
+    incx: c_int,
+    y: Ptr,
+    y_type: c_int,
+    incy: c_int,
+    result: Ptr,
+    result_type: c_int,
+    _execution_type: c_int,
 ) -> c_int {
     let t = DType::from_cuda;
     dot(call, handle, n, x, t(x_type), incx, y, t(y_type), incy, result, t(result_type))
@@ -140,8 +185,18 @@ pub(crate) fn dot_ex(
 /// in place of B. `batch`: the batch count of the pointer-array form.
 #[allow(clippy::too_many_arguments)]
 fn trsm(
-    call: &Call<'_, c_int>, dtype: DType, handle: Handle, enums: [c_int; 4], m: c_int, n: c_int, alpha: Ptr, a: Ptr, lda: c_int,
-    b: Ptr, ldb: c_int, batch: Option<c_int>,
+    call: &Call<'_, c_int>,
+    dtype: DType,
+    handle: Handle,
+    enums: [c_int; 4],
+    m: c_int,
+    n: c_int,
+    alpha: Ptr,
+    a: Ptr,
+    lda: c_int,
+    b: Ptr,
+    ldb: c_int,
+    batch: Option<c_int>,
 ) -> c_int {
     let [side, uplo, trans, diag] = enums;
     let args = TrsmArgs {
@@ -181,16 +236,39 @@ macro_rules! trsm {
     ($name:ident, $batched:ident, $dtype:expr) => {
         #[allow(clippy::too_many_arguments)]
         pub(crate) fn $name(
-            call: &Call<'_, c_int>, handle: Handle, side: c_int, uplo: c_int, trans: c_int, diag: c_int, m: c_int, n: c_int,
-            alpha: Ptr, a: Ptr, lda: c_int, b: Ptr, ldb: c_int,
+            call: &Call<'_, c_int>,
+            handle: Handle,
+            side: c_int,
+            uplo: c_int,
+            trans: c_int,
+            diag: c_int,
+            m: c_int,
+            n: c_int,
+            alpha: Ptr,
+            a: Ptr,
+            lda: c_int,
+            b: Ptr,
+            ldb: c_int,
         ) -> c_int {
             trsm(call, $dtype, handle, [side, uplo, trans, diag], m, n, alpha, a, lda, b, ldb, None)
         }
 
         #[allow(clippy::too_many_arguments)]
         pub(crate) fn $batched(
-            call: &Call<'_, c_int>, handle: Handle, side: c_int, uplo: c_int, trans: c_int, diag: c_int, m: c_int, n: c_int,
-            alpha: Ptr, a: Ptr, lda: c_int, b: Ptr, ldb: c_int, batch_count: c_int,
+            call: &Call<'_, c_int>,
+            handle: Handle,
+            side: c_int,
+            uplo: c_int,
+            trans: c_int,
+            diag: c_int,
+            m: c_int,
+            n: c_int,
+            alpha: Ptr,
+            a: Ptr,
+            lda: c_int,
+            b: Ptr,
+            ldb: c_int,
+            batch_count: c_int,
         ) -> c_int {
             trsm(call, $dtype, handle, [side, uplo, trans, diag], m, n, alpha, a, lda, b, ldb, Some(batch_count))
         }
@@ -263,10 +341,21 @@ macro_rules! factorisations {
 
         #[allow(clippy::too_many_arguments)]
         pub(crate) fn $getrs(
-            call: &Call<'_, c_int>, handle: Handle, trans: c_int, n: c_int, nrhs: c_int, a: Ptr, lda: c_int, pivots: Ptr, b: Ptr,
-            ldb: c_int, info: Ptr, batch: c_int,
+            call: &Call<'_, c_int>,
+            handle: Handle,
+            trans: c_int,
+            n: c_int,
+            nrhs: c_int,
+            a: Ptr,
+            lda: c_int,
+            pivots: Ptr,
+            b: Ptr,
+            ldb: c_int,
+            info: Ptr,
+            batch: c_int,
         ) -> c_int {
-            let f = Factorisation::Getrs { trans: Operation::decode(trans), n: n.into(), nrhs: nrhs.into(), lda: lda.into(), ldb: ldb.into(), batch: batch.into() };
+            let f =
+                Factorisation::Getrs { trans: Operation::decode(trans), n: n.into(), nrhs: nrhs.into(), lda: lda.into(), ldb: ldb.into(), batch: batch.into() };
             let extras = Extras { rhs: b, pivots, info_array: NONE, host_info: Some(info), tau: NONE };
             factorisation(call, $dtype, handle, f, a, extras, record(BlasForm::Getrs, &[trans], &[n, nrhs, lda, ldb, batch]))
         }
@@ -280,8 +369,19 @@ macro_rules! factorisations {
 
         #[allow(clippy::too_many_arguments)]
         pub(crate) fn $gels(
-            call: &Call<'_, c_int>, handle: Handle, trans: c_int, m: c_int, n: c_int, nrhs: c_int, a: Ptr, lda: c_int, c: Ptr,
-            ldc: c_int, info: Ptr, dev_info: Ptr, batch: c_int,
+            call: &Call<'_, c_int>,
+            handle: Handle,
+            trans: c_int,
+            m: c_int,
+            n: c_int,
+            nrhs: c_int,
+            a: Ptr,
+            lda: c_int,
+            c: Ptr,
+            ldc: c_int,
+            info: Ptr,
+            dev_info: Ptr,
+            batch: c_int,
         ) -> c_int {
             let f = Factorisation::Gels {
                 trans: Operation::decode(trans),

@@ -65,7 +65,8 @@ fn read_operand(call: &Call<'_, i32>, check: &MatmulCheck<'_>, i: usize, op: &Op
     if !op.readable {
         return Err(format!("{name} not dumped: it is not inside live device memory"));
     }
-    let elem = spec.dtype.size().filter(|_| dump::dumpable(spec.dtype)).ok_or_else(|| format!("{name} not dumped: {} cannot be stored", spec.dtype.name()))? as usize;
+    let elem =
+        spec.dtype.size().filter(|_| dump::dumpable(spec.dtype)).ok_or_else(|| format!("{name} not dumped: {} cannot be stored", spec.dtype.name()))? as usize;
     let (rows, cols, ld) = (spec.shape.rows.max(0) as usize, spec.shape.cols.max(0) as usize, spec.shape.ld.max(0) as usize);
     let count = spec.members.count();
     let bytes = (count as u128) * (rows * cols * elem) as u128;
@@ -146,20 +147,21 @@ pub(crate) fn write(call: &Call<'_, i32>, check: &MatmulCheck<'_>, before: &Befo
         Ok(path) => (Some(path), note),
         Err(why) => {
             let why = format!("the dump {dir}/{name}.safetensors could not be written: {why}");
-            (None, Some(match note {
-                Some(note) => format!("{why}; {note}"),
-                None => why,
-            }))
+            (
+                None,
+                Some(match note {
+                    Some(note) => format!("{why}; {note}"),
+                    None => why,
+                }),
+            )
         }
     }
 }
 
 fn metadata(call: &Call<'_, i32>, check: &MatmulCheck<'_>, tensors: &[&Tensor], notes: &[String], forwarded: bool, fault: &Fault) -> serde_json::Value {
     use serde_json::json;
-    let described: BTreeMap<&str, serde_json::Value> = tensors
-        .iter()
-        .map(|t| (t.name.as_str(), json!({"dtype": t.dtype.name(), "rows": t.rows, "cols": t.cols, "batch": t.batch})))
-        .collect();
+    let described: BTreeMap<&str, serde_json::Value> =
+        tensors.iter().map(|t| (t.name.as_str(), json!({"dtype": t.dtype.name(), "rows": t.rows, "cols": t.cols, "batch": t.batch}))).collect();
     json!({
         "format": dump::FORMAT,
         "guard": env!("CARGO_PKG_VERSION"),
@@ -198,12 +200,7 @@ fn create(dir: &str, name: &str, fill: impl FnOnce(&mut std::io::BufWriter<&std:
         let mut tries = 0;
         loop {
             let tmp = format!("{dir}/.{name}.{:016x}.tmp", random_tag());
-            let opened = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&tmp);
+            let opened = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp);
             match opened {
                 Ok(file) => break (tmp, file),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,

@@ -60,16 +60,7 @@ impl Gemm {
     }
 
     fn record(&self) -> CallArgs {
-        CallArgs::Gemm {
-            transa: self.transa,
-            transb: self.transb,
-            m: self.m,
-            n: self.n,
-            k: self.k,
-            lda: self.lda,
-            ldb: self.ldb,
-            ldc: self.ldc,
-        }
+        CallArgs::Gemm { transa: self.transa, transb: self.transb, m: self.m, n: self.n, k: self.k, lda: self.lda, ldb: self.ldb, ldc: self.ldc }
     }
 
     /// The call for the checks: types (A/B/C and scale), an optional compute type, a batch form.
@@ -101,7 +92,8 @@ impl Gemm {
             dtype,
             members: members(stride),
             role,
-            increment: None, triangle: None,
+            increment: None,
+            triangle: None,
         };
         let mut operands = [None; MAX_OPERANDS];
         operands[0] = Some(spec("A", self.a, validate::shape_of_a(&args), types.0, sa, Role::Input));
@@ -139,22 +131,7 @@ fn gemm<I: Into<i64>>(
     c: Ptr,
     ldc: I,
 ) -> Gemm {
-    Gemm {
-        handle,
-        transa,
-        transb,
-        m: m.into(),
-        n: n.into(),
-        k: k.into(),
-        alpha,
-        a,
-        lda: lda.into(),
-        b,
-        ldb: ldb.into(),
-        beta,
-        c,
-        ldc: ldc.into(),
-    }
+    Gemm { handle, transa, transb, m: m.into(), n: n.into(), k: k.into(), alpha, a, lda: lda.into(), b, ldb: ldb.into(), beta, c, ldc: ldc.into() }
 }
 
 fn typed(call: &Call<'_, c_int>, g: Gemm, dtype: DType, batch: Batch) -> c_int {
@@ -188,8 +165,21 @@ macro_rules! typed_gemm {
     ($name:ident, $dtype:expr) => {
         #[allow(clippy::too_many_arguments)]
         pub(crate) fn $name<I: Into<i64>>(
-            call: &Call<'_, c_int>, handle: Handle, transa: c_int, transb: c_int,
-            m: I, n: I, k: I, alpha: Ptr, a: Ptr, lda: I, b: Ptr, ldb: I, beta: Ptr, c: Ptr, ldc: I,
+            call: &Call<'_, c_int>,
+            handle: Handle,
+            transa: c_int,
+            transb: c_int,
+            m: I,
+            n: I,
+            k: I,
+            alpha: Ptr,
+            a: Ptr,
+            lda: I,
+            b: Ptr,
+            ldb: I,
+            beta: Ptr,
+            c: Ptr,
+            ldc: I,
         ) -> c_int {
             typed(call, gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), $dtype, Batch::Single)
         }
@@ -205,9 +195,25 @@ macro_rules! typed_strided {
     ($name:ident, $dtype:expr) => {
         #[allow(clippy::too_many_arguments)]
         pub(crate) fn $name<I: Into<i64>>(
-            call: &Call<'_, c_int>, handle: Handle, transa: c_int, transb: c_int,
-            m: I, n: I, k: I, alpha: Ptr, a: Ptr, lda: I, stride_a: i64, b: Ptr, ldb: I, stride_b: i64, beta: Ptr,
-            c: Ptr, ldc: I, stride_c: i64, batch_count: I,
+            call: &Call<'_, c_int>,
+            handle: Handle,
+            transa: c_int,
+            transb: c_int,
+            m: I,
+            n: I,
+            k: I,
+            alpha: Ptr,
+            a: Ptr,
+            lda: I,
+            stride_a: i64,
+            b: Ptr,
+            ldb: I,
+            stride_b: i64,
+            beta: Ptr,
+            c: Ptr,
+            ldc: I,
+            stride_c: i64,
+            batch_count: I,
         ) -> c_int {
             let batch = Batch::Strided { count: batch_count.into(), a: stride_a, b: stride_b, c: stride_c };
             typed(call, gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), $dtype, batch)
@@ -224,8 +230,24 @@ typed_strided!(zgemm_strided, DType::C64);
 /// combinations of cublasGemmEx with CUBLAS_COMPUTE_32F).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sgemm_ex(
-    call: &Call<'_, c_int>, handle: Handle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: Ptr, a: Ptr,
-    a_type: c_int, lda: c_int, b: Ptr, b_type: c_int, ldb: c_int, beta: Ptr, c: Ptr, c_type: c_int, ldc: c_int,
+    call: &Call<'_, c_int>,
+    handle: Handle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: Ptr,
+    a: Ptr,
+    a_type: c_int,
+    lda: c_int,
+    b: Ptr,
+    b_type: c_int,
+    ldb: c_int,
+    beta: Ptr,
+    c: Ptr,
+    c_type: c_int,
+    ldc: c_int,
 ) -> c_int {
     let g = gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     let types = (DType::from_cuda(a_type), DType::from_cuda(b_type), DType::from_cuda(c_type));
@@ -235,8 +257,22 @@ pub(crate) fn sgemm_ex(
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sgemm_batched<I: Into<i64>>(
-    call: &Call<'_, c_int>, handle: Handle, transa: c_int, transb: c_int, m: I, n: I,
-    k: I, alpha: Ptr, a: Ptr, lda: I, b: Ptr, ldb: I, beta: Ptr, c: Ptr, ldc: I, batch_count: I,
+    call: &Call<'_, c_int>,
+    handle: Handle,
+    transa: c_int,
+    transb: c_int,
+    m: I,
+    n: I,
+    k: I,
+    alpha: Ptr,
+    a: Ptr,
+    lda: I,
+    b: Ptr,
+    ldb: I,
+    beta: Ptr,
+    c: Ptr,
+    ldc: I,
+    batch_count: I,
 ) -> c_int {
     let batch = Batch::Arrays { count: batch_count.into() };
     typed(call, gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), DType::F32, batch)
@@ -244,9 +280,26 @@ pub(crate) fn sgemm_batched<I: Into<i64>>(
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_ex<I: Into<i64>>(
-    call: &Call<'_, c_int>, handle: Handle, transa: c_int, transb: c_int, m: I, n: I,
-    k: I, alpha: Ptr, a: Ptr, a_type: c_int, lda: I, b: Ptr, b_type: c_int, ldb: I, beta: Ptr, c: Ptr, c_type: c_int,
-    ldc: I, compute: c_int, algo: c_int,
+    call: &Call<'_, c_int>,
+    handle: Handle,
+    transa: c_int,
+    transb: c_int,
+    m: I,
+    n: I,
+    k: I,
+    alpha: Ptr,
+    a: Ptr,
+    a_type: c_int,
+    lda: I,
+    b: Ptr,
+    b_type: c_int,
+    ldb: I,
+    beta: Ptr,
+    c: Ptr,
+    c_type: c_int,
+    ldc: I,
+    compute: c_int,
+    algo: c_int,
 ) -> c_int {
     let g = gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     ex(call, g, (a_type, b_type, c_type), compute, algo, Batch::Single)
@@ -254,9 +307,30 @@ pub(crate) fn gemm_ex<I: Into<i64>>(
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_strided_ex<I: Into<i64>>(
-    call: &Call<'_, c_int>, handle: Handle, transa: c_int, transb: c_int, m: I, n: I,
-    k: I, alpha: Ptr, a: Ptr, a_type: c_int, lda: I, stride_a: i64, b: Ptr, b_type: c_int, ldb: I, stride_b: i64,
-    beta: Ptr, c: Ptr, c_type: c_int, ldc: I, stride_c: i64, batch_count: I, compute: c_int, algo: c_int,
+    call: &Call<'_, c_int>,
+    handle: Handle,
+    transa: c_int,
+    transb: c_int,
+    m: I,
+    n: I,
+    k: I,
+    alpha: Ptr,
+    a: Ptr,
+    a_type: c_int,
+    lda: I,
+    stride_a: i64,
+    b: Ptr,
+    b_type: c_int,
+    ldb: I,
+    stride_b: i64,
+    beta: Ptr,
+    c: Ptr,
+    c_type: c_int,
+    ldc: I,
+    stride_c: i64,
+    batch_count: I,
+    compute: c_int,
+    algo: c_int,
 ) -> c_int {
     let g = gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     let batch = Batch::Strided { count: batch_count.into(), a: stride_a, b: stride_b, c: stride_c };
@@ -265,9 +339,27 @@ pub(crate) fn gemm_strided_ex<I: Into<i64>>(
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_batched_ex<I: Into<i64>>(
-    call: &Call<'_, c_int>, handle: Handle, transa: c_int, transb: c_int, m: I, n: I,
-    k: I, alpha: Ptr, a: Ptr, a_type: c_int, lda: I, b: Ptr, b_type: c_int, ldb: I, beta: Ptr, c: Ptr, c_type: c_int,
-    ldc: I, batch_count: I, compute: c_int, algo: c_int,
+    call: &Call<'_, c_int>,
+    handle: Handle,
+    transa: c_int,
+    transb: c_int,
+    m: I,
+    n: I,
+    k: I,
+    alpha: Ptr,
+    a: Ptr,
+    a_type: c_int,
+    lda: I,
+    b: Ptr,
+    b_type: c_int,
+    ldb: I,
+    beta: Ptr,
+    c: Ptr,
+    c_type: c_int,
+    ldc: I,
+    batch_count: I,
+    compute: c_int,
+    algo: c_int,
 ) -> c_int {
     let g = gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     let batch = Batch::Arrays { count: batch_count.into() };

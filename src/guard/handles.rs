@@ -70,12 +70,7 @@ pub(crate) fn destroy_handle(call: &Call<'_, c_int>, handle: Handle, table: &Han
 }
 
 /// Forwards a handle setter and applies the change when cuBLAS accepted it.
-fn setter(
-    call: &Call<'_, c_int>,
-    handle: Handle,
-    value: i64,
-    apply: impl FnOnce(&mut HandleState),
-) -> c_int {
+fn setter(call: &Call<'_, c_int>, handle: Handle, value: i64, apply: impl FnOnce(&mut HandleState)) -> c_int {
     let before = call.session.handles.lookup(handle as u64);
     let status = call.forward();
     if status == cuda::CUBLAS_SUCCESS {
@@ -102,27 +97,12 @@ pub(crate) fn set_workspace(call: &Call<'_, c_int>, handle: Handle, workspace: *
 
 /// Records a call on a handle (`value`: what a setter set) and reports its failure, naming a
 /// destroyed or unknown handle.
-fn finish_handle_call(
-    call: &Call<'_, c_int>,
-    handle: Handle,
-    value: Option<i64>,
-    before: HandleLookup,
-    status: c_int,
-    names: HandleApi,
-) {
+fn finish_handle_call(call: &Call<'_, c_int>, handle: Handle, value: Option<i64>, before: HandleLookup, status: c_int, names: HandleApi) {
     let record = CallArgs::Handle { handle: handle as u64, value: value.unwrap_or(0) };
     finish_handle_record(call, handle, record, value, before, status, names)
 }
 
-fn finish_handle_record(
-    call: &Call<'_, c_int>,
-    handle: Handle,
-    record: CallArgs,
-    value: Option<i64>,
-    before: HandleLookup,
-    status: c_int,
-    names: HandleApi,
-) {
+fn finish_handle_record(call: &Call<'_, c_int>, handle: Handle, record: CallArgs, value: Option<i64>, before: HandleLookup, status: c_int, names: HandleApi) {
     let handle = handle as u64;
     call.record(status, record);
     let s = call.session;
@@ -130,14 +110,12 @@ fn finish_handle_record(
         return;
     }
     let finding = match before {
-        HandleLookup::Destroyed(at) if s.config.checks.args => Finding::new(
-            FaultKind::InvalidHandle,
-            format!("handle {} was destroyed by {} at call #{at}", hex(handle), names.destroy),
-        ),
-        HandleLookup::Unknown if s.config.checks.args => Finding::new(
-            FaultKind::InvalidHandle,
-            format!("handle {} was not created by {} in this process", hex(handle), names.create),
-        ),
+        HandleLookup::Destroyed(at) if s.config.checks.args => {
+            Finding::new(FaultKind::InvalidHandle, format!("handle {} was destroyed by {} at call #{at}", hex(handle), names.destroy))
+        }
+        HandleLookup::Unknown if s.config.checks.args => {
+            Finding::new(FaultKind::InvalidHandle, format!("handle {} was not created by {} in this process", hex(handle), names.create))
+        }
         _ => Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cublas_status_name(status))),
     };
     let mut fault = call.fault(finding, status, cuda::cublas_status_name(status));

@@ -38,7 +38,15 @@ pub(crate) struct LaunchConfig {
 }
 
 /// cudaLaunchKernel and cudaLaunchCooperativeKernel.
-pub(crate) fn launch_kernel(call: &Call<'_, c_int>, func: *const c_void, grid: Dim3, block: Dim3, _args: *mut *mut c_void, shared: usize, stream: *mut c_void) -> c_int {
+pub(crate) fn launch_kernel(
+    call: &Call<'_, c_int>,
+    func: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    _args: *mut *mut c_void,
+    shared: usize,
+    stream: *mut c_void,
+) -> c_int {
     launch(call, func as u64, grid, block, shared as u64, stream as u64)
 }
 
@@ -139,18 +147,15 @@ fn launch_args(fault: &mut crate::trace::Fault, kernel: String, grid: Dim3, bloc
 pub(crate) fn suspects<R: Copy>(call: &Call<'_, R>, before: u64) -> Vec<Suspect> {
     let s = call.session;
     let clean = s.last_clean_sync();
-    let mut launches: Vec<RecordedCall> = s.recorder.snapshot().into_iter().filter(|c| c.seq > clean && c.seq < before && matches!(c.args, CallArgs::Launch { .. })).collect();
+    let mut launches: Vec<RecordedCall> =
+        s.recorder.snapshot().into_iter().filter(|c| c.seq > clean && c.seq < before && matches!(c.args, CallArgs::Launch { .. })).collect();
     launches.sort_by_key(|c| c.seq);
     launches
         .into_iter()
         .filter_map(|c| match c.args {
-            CallArgs::Launch { func, grid, block, stream, .. } => Some(Suspect {
-                seq: c.seq,
-                kernel: s.kernels.name(func, |f| call.outlet.kernel_name(f)),
-                grid,
-                block,
-                stream: hex(stream),
-            }),
+            CallArgs::Launch { func, grid, block, stream, .. } => {
+                Some(Suspect { seq: c.seq, kernel: s.kernels.name(func, |f| call.outlet.kernel_name(f)), grid, block, stream: hex(stream) })
+            }
             _ => None,
         })
         .collect()

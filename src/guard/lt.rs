@@ -134,7 +134,16 @@ pub(crate) fn matmul(
                         }
                     };
                     let spec = |name, ptr: u64, l: &Layout, role| {
-                        l.stored().map(|shape| OperandSpec { name, ptr, shape, dtype: DType::from_cuda(l.dtype), members: members(l), role, increment: None, triangle: None })
+                        l.stored().map(|shape| OperandSpec {
+                            name,
+                            ptr,
+                            shape,
+                            dtype: DType::from_cuda(l.dtype),
+                            members: members(l),
+                            role,
+                            increment: None,
+                            triangle: None,
+                        })
                     };
                     // With k = 0, A and B are not read.
                     if dims.k > 0 {
@@ -150,7 +159,16 @@ pub(crate) fn matmul(
                         } else {
                             Members::One
                         };
-                        operands[4] = Some(OperandSpec { name: "bias", ptr: md.bias, shape, dtype: md.bias_dtype(&ld), members, role: Role::Input, increment: None, triangle: None });
+                        operands[4] = Some(OperandSpec {
+                            name: "bias",
+                            ptr: md.bias,
+                            shape,
+                            dtype: md.bias_dtype(&ld),
+                            members,
+                            role: Role::Input,
+                            increment: None,
+                            triangle: None,
+                        });
                     }
                     if workspace_bytes > 0 {
                         operands[5] = Some(OperandSpec::workspace(workspace as u64, workspace_bytes as u64));

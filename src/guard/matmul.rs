@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 
 use super::Call;
 use crate::check::matmul::{MatmulCall, MatmulCheck, Members, OperandReport, OperandSpec};
-use crate::state::{HandleLookup, HandleState};
 use crate::config::OnFault;
 use crate::cuda::{self, ComputeType, MathMode, PointerMode};
 use crate::recorder::CallArgs;
 use crate::scan::DType;
+use crate::state::{HandleLookup, HandleState};
 use crate::trace::{hex, AllocationRecord, FaultKind, HandleRecord, Operand, Position};
 
 /// Extra arguments of the Ex, batched and cublasLt forms, recorded in a fault's `args`.
@@ -66,7 +66,8 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallA
         // What the call overwrites, kept for a dump while dumps are left.
         let before = super::dump::wanted(call, &record).then(|| super::dump::before_call(call, &check));
         if early {
-            finish(call, &check, -1, record, extra, Stage::BeforeCall, before.as_ref().map(|b| (b, false))); // aborts in abort mode
+            finish(call, &check, -1, record, extra, Stage::BeforeCall, before.as_ref().map(|b| (b, false)));
+            // aborts in abort mode
         }
         let (status, forwarded) = match check.refusal(s.config.on_fault) {
             Some(status) => (status, false),
@@ -76,11 +77,8 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallA
             s.note_error(code, call.seq);
         }
         let produced_here = matches!(check.finding.as_ref().map(|f| f.kind), Some(FaultKind::AsyncError | FaultKind::NonfiniteOutput));
-        let returned = if forwarded && s.config.on_fault == OnFault::Error && !check.found_before && produced_here {
-            cuda::CUBLAS_EXECUTION_FAILED
-        } else {
-            status
-        };
+        let returned =
+            if forwarded && s.config.on_fault == OnFault::Error && !check.found_before && produced_here { cuda::CUBLAS_EXECUTION_FAILED } else { status };
         if checks.nan {
             // The whole guarded call counts against the budget: scans dominate it.
             s.add_scan_time(call.outlet.now_ns().saturating_sub(scan_started));
@@ -108,7 +106,15 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallA
 
 /// Writes the fault, if any. `dump`: what was read before the call for an operand dump, and
 /// whether the call ran.
-fn finish(call: &Call<'_, i32>, check: &MatmulCheck<'_>, returned: i32, record: CallArgs, extra: ExArgs, stage: Stage, dump: Option<(&super::dump::Before, bool)>) {
+fn finish(
+    call: &Call<'_, i32>,
+    check: &MatmulCheck<'_>,
+    returned: i32,
+    record: CallArgs,
+    extra: ExArgs,
+    stage: Stage,
+    dump: Option<(&super::dump::Before, bool)>,
+) {
     let Some(finding) = check.finding.clone() else { return };
     let status_name = if returned < 0 { "not returned (the fault was recorded before the call ran)" } else { cuda::cublas_status_name(returned) };
     let mut fault = call.fault(finding, returned, status_name);
@@ -265,7 +271,11 @@ fn operand_record(op: &OperandReport<'_>, api_of: &dyn Fn(u64) -> Option<String>
         ld: spec.shape.ld,
         bytes: op.extent,
         // A pointer array's own allocation is the operand's; its members' is recorded apart.
-        allocation: if pointer_array { op.array_allocation } else { op.allocation }.map(|a| AllocationRecord { base: hex(a.base), size: a.size, api: api_of(a.base) }),
+        allocation: if pointer_array { op.array_allocation } else { op.allocation }.map(|a| AllocationRecord {
+            base: hex(a.base),
+            size: a.size,
+            api: api_of(a.base),
+        }),
         member_allocation: if pointer_array { op.allocation } else { None }.map(|a| AllocationRecord { base: hex(a.base), size: a.size, api: api_of(a.base) }),
         scanned: op.scan.is_some(),
         sampled: op.scan.is_some_and(|s| s.sampled),

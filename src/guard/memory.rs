@@ -49,10 +49,7 @@ fn report_failure(call: &Call<'_, c_int>, status: c_int, size: usize, stream: Op
         return;
     }
     let finding = if status == 2 {
-        Finding::new(
-            FaultKind::AllocFailed,
-            format!("{} of {size} bytes failed: out of device memory (see memory for what was free)", call.api()),
-        )
+        Finding::new(FaultKind::AllocFailed, format!("{} of {size} bytes failed: out of device memory (see memory for what was free)", call.api()))
     } else {
         Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cuda_error_name(status)))
     };
@@ -90,10 +87,7 @@ fn release(call: &Call<'_, c_int>, ptr: *mut c_void, stream: Option<Stream>) -> 
     }
     let mut message = format!("returned {} ({status})", cuda::cuda_error_name(status));
     if was_tracked.is_none() && base != 0 {
-        message.push_str(&format!(
-            ": {} is not the start of a live allocation the guard saw (freed twice, or not from cudaMalloc)",
-            hex(base)
-        ));
+        message.push_str(&format!(": {} is not the start of a live allocation the guard saw (freed twice, or not from cudaMalloc)", hex(base)));
     }
     let mut fault = call.fault(Finding::new(FaultKind::ApiError, message), status, cuda::cuda_error_name(status));
     fault.args.insert("devPtr".into(), serde_json::json!(hex(base)));
@@ -106,12 +100,7 @@ pub(crate) fn malloc(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize)
     allocate(call, out, size, None)
 }
 
-pub(crate) fn malloc_async(
-    call: &Call<'_, c_int>,
-    out: *mut *mut c_void,
-    size: usize,
-    stream: Stream,
-) -> c_int {
+pub(crate) fn malloc_async(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize, stream: Stream) -> c_int {
     allocate(call, out, size, Some(stream))
 }
 

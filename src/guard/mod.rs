@@ -126,11 +126,7 @@ impl<'a, R: Copy> Call<'a, R> {
             message: finding.message,
             status,
             status_name: status_name.to_string(),
-            error: finding.error.map(|(code, call)| CudaErrorRecord {
-                code,
-                name: crate::cuda::cuda_error_name(code).to_string(),
-                call: call.to_string(),
-            }),
+            error: finding.error.map(|(code, call)| CudaErrorRecord { code, name: crate::cuda::cuda_error_name(code).to_string(), call: call.to_string() }),
             cause: None,
             thread: self.outlet.thread_id(),
             stream: None,

@@ -25,8 +25,8 @@ use crate::state::{Allocations, HandleLookup, Handles, LiveObjects};
 use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
 pub use device_scan::{DeviceScanState, LoadedKernels};
 pub use facts::{ForkOrigin, Identity, Versions};
-pub use kernels::KernelNames;
 pub use faults::Recorded;
+pub use kernels::KernelNames;
 
 use facts::ProcessFacts;
 use faults::FaultLog;

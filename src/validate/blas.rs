@@ -148,16 +148,12 @@ pub enum Factorisation {
 impl Factorisation {
     pub fn check(&self) -> Option<ArgProblem> {
         match *self {
-            Self::Getrf { n, lda, batch } => {
-                negative(&[("n", n), ("batchSize", batch)]).or_else(|| leading("lda", lda, "n", n, ""))
-            }
+            Self::Getrf { n, lda, batch } => negative(&[("n", n), ("batchSize", batch)]).or_else(|| leading("lda", lda, "n", n, "")),
             Self::Getrs { trans, n, nrhs, lda, ldb, batch } => negative(&[("n", n), ("nrhs", nrhs), ("batchSize", batch)])
                 .or_else(|| operation("trans", trans))
                 .or_else(|| leading("lda", lda, "n", n, ""))
                 .or_else(|| leading("ldb", ldb, "n", n, "")),
-            Self::Geqrf { m, n, lda, batch } => {
-                negative(&[("m", m), ("n", n), ("batchSize", batch)]).or_else(|| leading("lda", lda, "m", m, ""))
-            }
+            Self::Geqrf { m, n, lda, batch } => negative(&[("m", m), ("n", n), ("batchSize", batch)]).or_else(|| leading("lda", lda, "m", m, "")),
             Self::Gels { trans, m, n, nrhs, lda, ldc, batch } => negative(&[("m", m), ("n", n), ("nrhs", nrhs), ("batchSize", batch)])
                 .or_else(|| operation("trans", trans))
                 .or_else(|| leading("lda", lda, "m", m, ""))
@@ -168,9 +164,8 @@ impl Factorisation {
                     })
                 })
                 .or_else(|| {
-                    (m < n).then(|| ArgProblem::Unsupported {
-                        rule: format!("m = {m} < n = {n} but gelsBatched solves only m >= n (square or overdetermined)"),
-                    })
+                    (m < n)
+                        .then(|| ArgProblem::Unsupported { rule: format!("m = {m} < n = {n} but gelsBatched solves only m >= n (square or overdetermined)") })
                 }),
         }
     }
@@ -265,18 +260,7 @@ mod tests {
     }
 
     fn trsm(side: i32, m: i64, n: i64, lda: i64, ldb: i64) -> TrsmArgs {
-        TrsmArgs {
-            side: Side::decode(side),
-            uplo: Fill::Lower,
-            trans: Operation::N,
-            diag: Diag::NonUnit,
-            m,
-            n,
-            lda,
-            ldb,
-            alpha_is_null: false,
-            batch_count: 1,
-        }
+        TrsmArgs { side: Side::decode(side), uplo: Fill::Lower, trans: Operation::N, diag: Diag::NonUnit, m, n, lda, ldb, alpha_is_null: false, batch_count: 1 }
     }
 
     #[test]

@@ -26,18 +26,42 @@ pub struct GemmArgs {
 /// The first rule a GEMM call breaks, in the order cuBLAS checks them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArgProblem {
-    Negative { name: &'static str, value: i64 },
-    BadOperation { name: &'static str, raw: i32 },
-    LeadingDimension { name: &'static str, value: i64, needed: i64, rule: String },
-    NullScalar { name: &'static str },
+    Negative {
+        name: &'static str,
+        value: i64,
+    },
+    BadOperation {
+        name: &'static str,
+        raw: i32,
+    },
+    LeadingDimension {
+        name: &'static str,
+        value: i64,
+        needed: i64,
+        rule: String,
+    },
+    NullScalar {
+        name: &'static str,
+    },
     /// A vector increment of 0 where the function needs a real stride.
-    ZeroIncrement { name: &'static str },
+    ZeroIncrement {
+        name: &'static str,
+    },
     /// Not one of the values of a cuBLAS enum (`cublasSideMode_t`, ...): `values` lists them.
-    BadEnum { name: &'static str, raw: i32, type_name: &'static str, values: &'static str },
+    BadEnum {
+        name: &'static str,
+        raw: i32,
+        type_name: &'static str,
+        values: &'static str,
+    },
     /// A pointer the function writes through is NULL.
-    NullPointer { name: &'static str },
+    NullPointer {
+        name: &'static str,
+    },
     /// Valid, but a case the function does not implement (CUBLAS_STATUS_NOT_SUPPORTED).
-    Unsupported { rule: String },
+    Unsupported {
+        rule: String,
+    },
 }
 
 impl ArgProblem {
@@ -143,13 +167,8 @@ pub fn check_type_combination(compute: ComputeType, a: DType, b: DType, c: DType
     let supported = a == b
         && match compute {
             ComputeType::F16 | ComputeType::F16Pedantic => a == F16 && c == F16,
-            ComputeType::F32 | ComputeType::F32Pedantic => matches!(
-                (a, c),
-                (BF16, BF16) | (BF16, F32) | (F16, F16) | (F16, F32) | (I8, F32) | (F32, F32)
-            ),
-            ComputeType::F32Fast16F | ComputeType::F32Fast16BF | ComputeType::F32FastTF32 | ComputeType::F32Emulated16BFx9 => {
-                a == F32 && c == F32
-            }
+            ComputeType::F32 | ComputeType::F32Pedantic => matches!((a, c), (BF16, BF16) | (BF16, F32) | (F16, F16) | (F16, F32) | (I8, F32) | (F32, F32)),
+            ComputeType::F32Fast16F | ComputeType::F32Fast16BF | ComputeType::F32FastTF32 | ComputeType::F32Emulated16BFx9 => a == F32 && c == F32,
             ComputeType::F64 | ComputeType::F64Pedantic => a == F64 && c == F64,
             ComputeType::I32 | ComputeType::I32Pedantic => a == I8 && c == I32,
             ComputeType::Unknown(_) => false,
@@ -167,13 +186,7 @@ pub fn check_type_combination(compute: ComputeType, a: DType, b: DType, c: DType
         ComputeType::I32 | ComputeType::I32Pedantic => "A/B i8 with C i32",
         _ => "all f32",
     };
-    Some(format!(
-        "unsupported type combination: A {}, B {}, C {} with {} (it takes {needs})",
-        a.name(),
-        b.name(),
-        c.name(),
-        compute.name()
-    ))
+    Some(format!("unsupported type combination: A {}, B {}, C {} with {} (it takes {needs})", a.name(), b.name(), c.name(), compute.name()))
 }
 
 /// The scale (alpha, beta) type a compute type implies.

@@ -124,9 +124,8 @@ impl Run {
         self.output.status.code()
     }
     pub fn trace(&self) -> Trace {
-        trace::read(&self.trace_path).unwrap_or_else(|e| {
-            panic!("trace {}: {e}\nstdout:\n{}\nstderr:\n{}", self.trace_path.display(), self.stdout(), self.stderr())
-        })
+        trace::read(&self.trace_path)
+            .unwrap_or_else(|e| panic!("trace {}: {e}\nstdout:\n{}\nstderr:\n{}", self.trace_path.display(), self.stdout(), self.stderr()))
     }
 }
 
@@ -139,11 +138,7 @@ pub fn run(launch: Launch) -> Run {
         libpath = format!("{libpath}:{}", s.join("driver").display());
     }
     let mut cmd = Command::new(launch.program);
-    cmd.args(launch.args)
-        .current_dir(&dir)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("LD_LIBRARY_PATH", libpath);
+    cmd.args(launch.args).current_dir(&dir).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).env("LD_LIBRARY_PATH", libpath);
     if launch.guarded {
         cmd.env("LD_PRELOAD", guard_lib());
         if launch.trace {
@@ -203,15 +198,7 @@ pub fn only_fault(trace: &Trace) -> &Fault {
 /// The dynamic symbols of an ELF file, undefined (imports) or defined (exports), without their
 /// versions. `nm` comes with the compiler's binutils, which the build needs anyway.
 pub fn dynamic_symbols(file: &std::path::Path, undefined: bool) -> Vec<String> {
-    let out = Command::new("nm")
-        .args(["-D", if undefined { "--undefined-only" } else { "--defined-only" }])
-        .arg(file)
-        .output()
-        .expect("run nm (binutils)");
+    let out = Command::new("nm").args(["-D", if undefined { "--undefined-only" } else { "--defined-only" }]).arg(file).output().expect("run nm (binutils)");
     assert!(out.status.success(), "nm {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().last())
-        .map(|s| s.split('@').next().unwrap_or(s).to_string())
-        .collect()
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_whitespace().last()).map(|s| s.split('@').next().unwrap_or(s).to_string()).collect()
 }

@@ -66,9 +66,7 @@ pub enum Program {
 pub fn program_of(t: &Trace) -> Program {
     let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
     let interpreter = t.process.exe.iter().chain(t.process.argv.first()).any(|p| base(p).starts_with("python"));
-    let python = t.environment.python_version.is_some()
-        || interpreter
-        || t.faults.iter().any(|f| !f.python_stack.is_empty() || f.python_stack_note.is_some());
+    let python = t.environment.python_version.is_some() || interpreter || t.faults.iter().any(|f| !f.python_stack.is_empty() || f.python_stack_note.is_some());
     if !python {
         return Program::Native;
     }
@@ -401,7 +399,11 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
                      one on this stream: {} (call #{})",
                     k.kernel, k.seq
                 );
-                next_steps.insert(0, "Run again with CUBLASGUARD_SYNC=launches: the guard then synchronises after every launch and pins the error to the launch that caused it.".into());
+                next_steps.insert(
+                    0,
+                    "Run again with CUBLASGUARD_SYNC=launches: the guard then synchronises after every launch and pins the error to the launch that caused it."
+                        .into(),
+                );
             }
         }
     }
@@ -587,11 +589,8 @@ mod tests {
         plain.process.argv = vec!["/usr/bin/python3".into(), "frames.py".into()];
         assert_eq!(program_of(&plain), Program::Python);
         let mut jax = plain.clone();
-        jax.faults[0].python_stack = vec![cublasguard::trace::PythonFrame {
-            file: "/venv/lib/python3.12/site-packages/jax/_src/dispatch.py".into(),
-            line: 1,
-            function: "apply".into(),
-        }];
+        jax.faults[0].python_stack =
+            vec![cublasguard::trace::PythonFrame { file: "/venv/lib/python3.12/site-packages/jax/_src/dispatch.py".into(), line: 1, function: "apply".into() }];
         assert_eq!(program_of(&jax), Program::Jax);
         let mut autograd = plain.clone();
         autograd.faults[0].python_stack_note = Some("an autograd thread".into());

@@ -217,7 +217,9 @@ fn driver_checks(driver: &Driver) -> Vec<Check> {
             None,
         )),
         (None, Some(v)) => checks.push(check("driver", Status::Ok, format!("libcuda.so.1{at} loaded; the driver supports CUDA {}", cuda_version(v)), None)),
-        (None, None) => checks.push(check("driver", Status::Fail, format!("libcuda.so.1{at} loaded but cuDriverGetVersion failed"), Some("reinstall the NVIDIA driver"))),
+        (None, None) => {
+            checks.push(check("driver", Status::Fail, format!("libcuda.so.1{at} loaded but cuDriverGetVersion failed"), Some("reinstall the NVIDIA driver")))
+        }
     }
     if !driver.loaded {
         checks.push(check("devices", Status::Skip, "needs a driver (see the driver check): no GPU can be used without one", None));
@@ -225,7 +227,8 @@ fn driver_checks(driver: &Driver) -> Vec<Check> {
     }
     match driver.init {
         Some(0) if driver.standin => {
-            let folder = driver.path.as_ref().and_then(|p| p.parent()).map(|d| d.display().to_string()).unwrap_or_else(|| "the stand-in's driver folder".into());
+            let folder =
+                driver.path.as_ref().and_then(|p| p.parent()).map(|d| d.display().to_string()).unwrap_or_else(|| "the stand-in's driver folder".into());
             checks.push(check(
                 "devices",
                 Status::Warn,
@@ -288,12 +291,15 @@ pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
         ));
     }
     for (family, majors) in &libs {
-        let listing: Vec<String> = majors
-            .iter()
-            .map(|(major, paths)| format!("{major}: {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")))
-            .collect();
+        let listing: Vec<String> =
+            majors.iter().map(|(major, paths)| format!("{major}: {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))).collect();
         let (status, fix) = if majors.len() > 1 {
-            (Status::Warn, Some("several CUDA major versions are reachable: make sure the program loads the one its framework was built for (check LD_LIBRARY_PATH order)"))
+            (
+                Status::Warn,
+                Some(
+                    "several CUDA major versions are reachable: make sure the program loads the one its framework was built for (check LD_LIBRARY_PATH order)",
+                ),
+            )
         } else {
             (Status::Ok, None)
         };

@@ -6,8 +6,8 @@
 //! loaded at once, nvcc's version mistaken for the one that matters.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -343,14 +343,22 @@ pub fn checks(answer: &Result<Frameworks, ProbeError>, python: &Path, machine: &
     let frameworks = match answer {
         Ok(f) => f,
         Err(ProbeError::NoPython(why)) => {
-            out.push(check("frameworks", Status::Warn, format!("no Python to ask ({why})"), Some("pass the interpreter your program uses: cublasguard doctor --python PATH")));
+            out.push(check(
+                "frameworks",
+                Status::Warn,
+                format!("no Python to ask ({why})"),
+                Some("pass the interpreter your program uses: cublasguard doctor --python PATH"),
+            ));
             return out;
         }
         Err(ProbeError::TimedOut(secs)) => {
             out.push(check(
                 "frameworks",
                 Status::Warn,
-                format!("{} did not finish importing the frameworks within {secs} s (an import hangs: a broken install, or a driver call that never returns)", python.display()),
+                format!(
+                    "{} did not finish importing the frameworks within {secs} s (an import hangs: a broken install, or a driver call that never returns)",
+                    python.display()
+                ),
                 Some("run `python -X importtime -c 'import torch'` to see which import hangs; raise the limit with --python-timeout"),
             ));
             return out;
@@ -362,7 +370,12 @@ pub fn checks(answer: &Result<Frameworks, ProbeError>, python: &Path, machine: &
     };
     let any = frameworks.torch.is_some() || frameworks.jax.is_some() || frameworks.tensorflow.is_some();
     if !any {
-        out.push(check("frameworks", Status::Ok, format!("{} (Python {}) has no PyTorch, JAX or TensorFlow", python.display(), frameworks.python.as_deref().unwrap_or("?")), None));
+        out.push(check(
+            "frameworks",
+            Status::Ok,
+            format!("{} (Python {}) has no PyTorch, JAX or TensorFlow", python.display(), frameworks.python.as_deref().unwrap_or("?")),
+            None,
+        ));
     }
     // The stand-in's devices are emulated on the CPU: no GPU, whatever it reports.
     let has_gpu = !machine.standin && (machine.driver_loaded || !machine.devices.is_empty());
@@ -371,11 +384,20 @@ pub fn checks(answer: &Result<Frameworks, ProbeError>, python: &Path, machine: &
     }
     if let Some(j) = &frameworks.jax {
         match &j.error {
-            Some(e) => out.push(check("jax", Status::Warn, format!("jax is installed but cannot be imported: {e}"), Some("reinstall jax and jaxlib at matching versions"))),
+            Some(e) => out.push(check(
+                "jax",
+                Status::Warn,
+                format!("jax is installed but cannot be imported: {e}"),
+                Some("reinstall jax and jaxlib at matching versions"),
+            )),
             None if j.cuda_plugins.is_empty() => out.push(check(
                 "jax",
                 if has_gpu { Status::Fail } else { Status::Warn },
-                format!("jax {} (jaxlib {}) has no CUDA plugin: it runs on the CPU only", j.version.as_deref().unwrap_or("?"), j.jaxlib.as_deref().unwrap_or("?")),
+                format!(
+                    "jax {} (jaxlib {}) has no CUDA plugin: it runs on the CPU only",
+                    j.version.as_deref().unwrap_or("?"),
+                    j.jaxlib.as_deref().unwrap_or("?")
+                ),
                 Some("pip install \"jax[cuda12]\" (or cuda13) for the GPU build"),
             )),
             None => out.push(check(
@@ -398,7 +420,12 @@ pub fn checks(answer: &Result<Frameworks, ProbeError>, python: &Path, machine: &
             (None, _) => out.push(check(
                 "tensorflow",
                 if has_gpu && f.gpus == Some(0) { Status::Warn } else { Status::Ok },
-                format!("tensorflow {} built for CUDA {}; it sees {} GPU(s)", f.version.as_deref().unwrap_or("?"), f.cuda.as_deref().unwrap_or("?"), f.gpus.map(|g| g.to_string()).unwrap_or("?".into())),
+                format!(
+                    "tensorflow {} built for CUDA {}; it sees {} GPU(s)",
+                    f.version.as_deref().unwrap_or("?"),
+                    f.cuda.as_deref().unwrap_or("?"),
+                    f.gpus.map(|g| g.to_string()).unwrap_or("?".into())
+                ),
                 None,
             )),
         }
@@ -408,7 +435,12 @@ pub fn checks(answer: &Result<Frameworks, ProbeError>, python: &Path, machine: &
 
 fn torch_checks(t: &Torch, machine: &Machine, has_gpu: bool, out: &mut Vec<Check>) {
     if let Some(e) = &t.error {
-        out.push(check("pytorch", Status::Warn, format!("torch is installed but cannot be imported: {e}"), Some("reinstall torch; a mix of CUDA 12 and 13 nvidia-* wheels is a common cause")));
+        out.push(check(
+            "pytorch",
+            Status::Warn,
+            format!("torch is installed but cannot be imported: {e}"),
+            Some("reinstall torch; a mix of CUDA 12 and 13 nvidia-* wheels is a common cause"),
+        ));
         return;
     }
     let version = t.version.as_deref().unwrap_or("?");
@@ -560,7 +592,11 @@ mod tests {
     #[test]
     fn the_stand_in_counts_as_no_gpu_and_is_named_in_the_comparisons() {
         let standin = Machine { driver_loaded: true, driver_cuda: Some(12040), devices: vec![(9, 0)], standin: true, nvcc: None };
-        assert_eq!(status_of(&checks(&torch(None, &[]), Path::new("python3"), &standin), "pytorch"), Status::Warn, "a CPU-only build is no failure without a GPU");
+        assert_eq!(
+            status_of(&checks(&torch(None, &[]), Path::new("python3"), &standin), "pytorch"),
+            Status::Warn,
+            "a CPU-only build is no failure without a GPU"
+        );
         let jax = Ok(Frameworks { jax: Some(Jax { version: Some("0.7.0".into()), ..Default::default() }), ..Default::default() });
         assert_eq!(status_of(&checks(&jax, Path::new("python3"), &standin), "jax"), Status::Warn);
         let c = checks(&torch(Some("13.0"), &["sm_80"]), Path::new("python3"), &standin);
@@ -574,7 +610,10 @@ mod tests {
     fn the_library_search_takes_the_wheels_and_the_folders_of_what_pytorch_loaded() {
         let f = Frameworks {
             nvidia_lib_dirs: vec!["/v/site-packages/nvidia/cu13/lib".into(), "/v/site-packages/nvidia/cudnn/lib".into()],
-            torch: Some(Torch { libraries: vec!["/v/site-packages/nvidia/cu13/lib/libcublas.so.13".into(), "/opt/torch/lib/libcudart.so.13".into()], ..Default::default() }),
+            torch: Some(Torch {
+                libraries: vec!["/v/site-packages/nvidia/cu13/lib/libcublas.so.13".into(), "/opt/torch/lib/libcudart.so.13".into()],
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let dirs: Vec<String> = f.library_dirs().iter().map(|d| d.display().to_string()).collect();
@@ -589,7 +628,11 @@ mod tests {
                 t.libraries = vec!["/v/site-packages/nvidia/cu13/lib/libcublas.so.13".into(), "/usr/local/cuda-12.4/lib64/libcudart.so.12".into()];
             }
         }
-        let c = checks(&answer, Path::new("python3"), &Machine { driver_loaded: true, driver_cuda: Some(13020), devices: vec![(9, 0)], standin: false, nvcc: None });
+        let c = checks(
+            &answer,
+            Path::new("python3"),
+            &Machine { driver_loaded: true, driver_cuda: Some(13020), devices: vec![(9, 0)], standin: false, nvcc: None },
+        );
         assert_eq!(status_of(&c, "pytorch libraries"), Status::Warn);
     }
 

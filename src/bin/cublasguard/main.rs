@@ -201,10 +201,7 @@ fn standin_dir() -> Result<PathBuf, CliError> {
     let found = candidates.iter().find(|dir| dir.join("bin/mlp").is_file());
     found.map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.clone())).ok_or_else(|| {
         let looked: Vec<String> = candidates.iter().map(|d| d.join("bin/mlp").display().to_string()).collect();
-        CliError::usage(format!(
-            "the demo program is missing (looked at {}): rebuild with cargo build --release, or reinstall the wheel",
-            looked.join(" and ")
-        ))
+        CliError::usage(format!("the demo program is missing (looked at {}): rebuild with cargo build --release, or reinstall the wheel", looked.join(" and ")))
     })
 }
 
@@ -286,11 +283,7 @@ fn demo() -> Result<i32, CliError> {
 fn subcommand_names() -> Vec<String> {
     let mut cli = Cli::command();
     cli.build();
-    cli.get_subcommands()
-        .filter(|c| !c.is_hide_set())
-        .flat_map(|c| std::iter::once(c.get_name()).chain(c.get_all_aliases()))
-        .map(str::to_string)
-        .collect()
+    cli.get_subcommands().filter(|c| !c.is_hide_set()).flat_map(|c| std::iter::once(c.get_name()).chain(c.get_all_aliases())).map(str::to_string).collect()
 }
 
 fn main() -> ExitCode {
@@ -307,31 +300,16 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Run { mut trace, checks, on_fault, command } => {
             if trace_from_env && trace.trim().is_empty() {
-                eprintln!(
-                    "cublasguard: CUBLASGUARD_TRACE='{trace}' ignored: empty path; using the default ({})",
-                    cublasguard::config::DEFAULT_TRACE_PATTERN
-                );
+                eprintln!("cublasguard: CUBLASGUARD_TRACE='{trace}' ignored: empty path; using the default ({})", cublasguard::config::DEFAULT_TRACE_PATTERN);
                 trace = cublasguard::config::DEFAULT_TRACE_PATTERN.into();
             }
-            run::execute(run::Options {
-                trace: Some(trace),
-                checks,
-                on_fault,
-                command,
-                env: Vec::new(),
-                quiet_summary: false,
-                stdout_to_stderr: false,
-            })
+            run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env: Vec::new(), quiet_summary: false, stdout_to_stderr: false })
         }
         Cmd::Report { paths, format, limit, all } => report_cmd(&paths, format, (!all).then_some(limit)),
         Cmd::Doctor { json, python, python_timeout } => {
             let options = doctor::PythonOptions { python, timeout: std::time::Duration::from_secs(python_timeout) };
             let checks = doctor::run_checks(&options);
-            let text = if json {
-                serde_json::to_string_pretty(&checks).unwrap_or_default() + "\n"
-            } else {
-                doctor::render(&checks, colour())
-            };
+            let text = if json { serde_json::to_string_pretty(&checks).unwrap_or_default() + "\n" } else { doctor::render(&checks, colour()) };
             print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::Status::Fail)))
         }
         Cmd::Timeline { traces, output } => timeline_cmd(&traces, output),

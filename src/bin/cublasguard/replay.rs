@@ -102,7 +102,8 @@ impl Replayed {
         // Its sizes are C ints: each dimension, and each operand's rows (its leading dimension).
         let out = d.tensors.get(&self.output_name).map_or(1, |o| o.batch);
         let rows = d.tensors.values().map(|t| t.rows.max(t.cols));
-        for (what, v) in [("m", self.m), ("n", self.n), ("k", self.k), ("the batch", out)].into_iter().chain(rows.map(|r| ("an operand's rows or columns", r))) {
+        for (what, v) in [("m", self.m), ("n", self.n), ("k", self.k), ("the batch", out)].into_iter().chain(rows.map(|r| ("an operand's rows or columns", r)))
+        {
             if i32::try_from(v).is_err() {
                 return Err(format!("{what} ({v}) does not fit the int that cublasGemmStridedBatchedEx takes"));
             }
@@ -159,7 +160,8 @@ pub fn replayed(meta: &serde_json::Value, shapes: &BTreeMap<String, Shape>) -> R
         return Err(format!("the dump has no B: {}", not_dumped(meta)));
     }
     let (compute_roundoff, compute_label, reduced) = compute_of(meta, a.dtype);
-    let output_name = ["C_out", "D_out"].into_iter().find(|n| shapes.contains_key(*n)).ok_or("the dump has no output (C_out or D_out): the call did not run")?;
+    let output_name =
+        ["C_out", "D_out"].into_iter().find(|n| shapes.contains_key(*n)).ok_or("the dump has no output (C_out or D_out): the call did not run")?;
     let call = Replayed {
         api: meta["api"].as_str().unwrap_or("?").to_string(),
         seq: meta["seq"].as_u64().unwrap_or(0),
@@ -418,10 +420,8 @@ pub fn analyse(d: &Dump) -> Result<Analysis, String> {
     let beta_zero = call.beta == [0.0, 0.0];
     let c = if beta_zero { None } else { Some(d.tensors.get("C").ok_or("beta != 0 but the dump has no C (see not_dumped in its record)")?) };
     let bias = d.tensors.get("bias");
-    let mut nonfinite_inputs: Vec<String> = [("A", Some(a)), ("B", Some(b)), ("C", c), ("bias", bias)]
-        .into_iter()
-        .filter_map(|(name, m)| nonfinite_summary(name, m?))
-        .collect();
+    let mut nonfinite_inputs: Vec<String> =
+        [("A", Some(a)), ("B", Some(b)), ("C", c), ("bias", bias)].into_iter().filter_map(|(name, m)| nonfinite_summary(name, m?)).collect();
     for (name, v) in [("alpha", call.alpha), ("beta", call.beta)] {
         if !finite(v) {
             nonfinite_inputs.push(format!("{name} is {}", v[0]));
@@ -586,7 +586,8 @@ pub fn run(o: &Options) -> Result<i32, CliError> {
         let _ = writeln!(text, "  wrote {file} (build: cc {file} -lcublas -lcudart; run it beside the dump)");
     }
     if o.cuda {
-        let rerun = super::replay_cuda::rerun(&d, &analysis.call).map_err(|e| CliError { message: format!("--cuda: {}", escape_field(&e)), code: UNREADABLE })?;
+        let rerun =
+            super::replay_cuda::rerun(&d, &analysis.call).map_err(|e| CliError { message: format!("--cuda: {}", escape_field(&e)), code: UNREADABLE })?;
         let same = rerun.len() == d.tensors[&analysis.call.output_name].values.len()
             && rerun.iter().zip(&d.tensors[&analysis.call.output_name].values).all(|(x, y)| finite(*x) == finite(*y));
         let nonfinite = rerun.iter().filter(|v| !finite(**v)).count();

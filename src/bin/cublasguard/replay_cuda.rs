@@ -17,11 +17,29 @@ type Synchronize = unsafe extern "C" fn() -> c_int;
 type Create = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
 #[allow(clippy::type_complexity)]
 type GemmStridedBatchedEx = unsafe extern "C" fn(
-    *mut c_void, c_int, c_int, c_int, c_int, c_int,
-    *const c_void, *const c_void, c_int, c_int, i64,
-    *const c_void, c_int, c_int, i64,
-    *const c_void, *mut c_void, c_int, c_int, i64,
-    c_int, c_int, c_int,
+    *mut c_void,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    *const c_void,
+    *const c_void,
+    c_int,
+    c_int,
+    i64,
+    *const c_void,
+    c_int,
+    c_int,
+    i64,
+    *const c_void,
+    *mut c_void,
+    c_int,
+    c_int,
+    i64,
+    c_int,
+    c_int,
+    c_int,
 ) -> c_int;
 
 fn open(names: &[&str]) -> Result<libloading::Library, String> {

@@ -448,7 +448,6 @@ fn escape(text: &str, all: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if hidden(c) && (all || (c != '\n' && c != '\t')) {
-
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else {
             out.push(c);
@@ -782,13 +781,8 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool, limit: Option<usize>) ->
     }
     summary_table(&mut doc, entries);
     let first = &entries[0];
-    let line = format!(
-        "First fault: {} #{} in {} ({})",
-        doc.c(&first.fault.api),
-        first.fault.seq,
-        doc.t(&who(first)),
-        doc.c(&first.trace.display().to_string())
-    );
+    let line =
+        format!("First fault: {} #{} in {} ({})", doc.c(&first.fault.api), first.fault.seq, doc.t(&who(first)), doc.c(&first.trace.display().to_string()));
     doc.para(&line);
     let causes = causes(entries);
     let shown = limit.unwrap_or(usize::MAX).min(causes.len());
@@ -974,7 +968,8 @@ fn environment(doc: &mut Doc, loaded: &[Loaded]) {
     for l in loaded {
         let Some(probe) = &l.trace.environment.probe else { continue };
         let cause = probe.cause.as_ref().map(|c| c.message.as_str()).unwrap_or(probe.status_name.as_str());
-        let place = probe.python_stack.iter().find(|f| is_user_file(&f.file)).map(|f| format!(", at {}:{} in {}", f.file, f.line, f.function)).unwrap_or_default();
+        let place =
+            probe.python_stack.iter().find(|f| is_user_file(&f.file)).map(|f| format!(", at {}:{} in {}", f.file, f.line, f.function)).unwrap_or_default();
         let line = format!(
             "note: pid {} asked {} (#{}) whether CUDA is usable and it is not{place}: {cause}. A probe, not a fault: a program may fall back to the CPU",
             l.trace.process.pid, probe.api, probe.seq
@@ -1040,7 +1035,10 @@ mod tests {
 
     #[test]
     fn markdown_escapes_what_would_be_markup_and_keeps_code_spans() {
-        assert_eq!(md_text("see `cublasguard doctor` for __init__ <redacted> *x* [1]"), "see `cublasguard doctor` for \\_\\_init\\_\\_ \\<redacted\\> \\*x\\* \\[1\\]");
+        assert_eq!(
+            md_text("see `cublasguard doctor` for __init__ <redacted> *x* [1]"),
+            "see `cublasguard doctor` for \\_\\_init\\_\\_ \\<redacted\\> \\*x\\* \\[1\\]"
+        );
         assert_eq!(md_text("clip_grad_norm_ and nonfinite_input"), "clip_grad_norm\\_ and nonfinite_input");
         assert_eq!(md_text("an odd ` backtick"), "an odd \\` backtick");
         assert_eq!(md_code("a`b"), "``a`b``");

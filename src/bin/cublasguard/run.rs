@@ -31,20 +31,13 @@ pub struct Options {
 pub fn find_guard_library() -> Result<PathBuf, CliError> {
     if let Some(path) = std::env::var_os("CUBLASGUARD_LIB") {
         let path = PathBuf::from(path);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(CliError::usage(format!("CUBLASGUARD_LIB={} is not a file", path.display())))
-        };
+        return if path.is_file() { Ok(path) } else { Err(CliError::usage(format!("CUBLASGUARD_LIB={} is not a file", path.display()))) };
     }
     let exe = std::env::current_exe().map_err(|e| CliError::usage(format!("cannot locate this executable: {e}")))?;
     let dir = exe.parent().unwrap_or(Path::new("."));
     let beside = [dir.join("libcublasguard.so"), dir.join("deps/libcublasguard.so")];
-    let newest = beside
-        .iter()
-        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p)))
-        .max_by_key(|(modified, _)| *modified)
-        .map(|(_, p)| p.clone());
+    let newest =
+        beside.iter().filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p))).max_by_key(|(modified, _)| *modified).map(|(_, p)| p.clone());
     // Installed: by the Python wheel (<prefix>/share/cublasguard/lib, beside <prefix>/bin), or
     // by hand into <prefix>/lib.
     let installed = [dir.join("../share/cublasguard/lib/libcublasguard.so"), dir.join("../lib/libcublasguard.so")]
@@ -209,10 +202,7 @@ fn new_run_id() -> String {
 /// Trace files this run wrote: those matching the pattern, modified since `since`, and written
 /// by a process this run started (its `process.run_id`).
 pub fn written_traces(pattern: &str, since: SystemTime, run_id: &str) -> Vec<PathBuf> {
-    candidate_traces(pattern, since)
-        .into_iter()
-        .filter(|p| cublasguard::trace::read(p).is_ok_and(|t| t.process.run_id.as_deref() == Some(run_id)))
-        .collect()
+    candidate_traces(pattern, since).into_iter().filter(|p| cublasguard::trace::read(p).is_ok_and(|t| t.process.run_id.as_deref() == Some(run_id))).collect()
 }
 
 /// Files matching the pattern (with a `-PID` added or not), modified since `since`.
@@ -286,8 +276,7 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
             // the one the command gets; this run adds its settings and its summary.
             if !preloads_guard(&existing_preload) {
                 let lib = find_guard_library()?;
-                let preload =
-                    if existing_preload.trim().is_empty() { lib.display().to_string() } else { format!("{}:{existing_preload}", lib.display()) };
+                let preload = if existing_preload.trim().is_empty() { lib.display().to_string() } else { format!("{}:{existing_preload}", lib.display()) };
                 cmd.env("LD_PRELOAD", preload);
             }
             let run_id = new_run_id();

@@ -53,7 +53,8 @@ pub fn events(loaded: &[Loaded]) -> Value {
             None => format!("{program} (pid {pid})"),
         };
         events.push(json!({"ph": "M", "name": "process_name", "ts": 0, "pid": pid, "tid": 0, "args": {"name": label}}));
-        let mut threads: Vec<u32> = t.recent_calls.iter().map(|c| c.thread).chain(t.faults.iter().map(|f| f.thread)).chain(t.crash.iter().map(|c| c.thread)).collect();
+        let mut threads: Vec<u32> =
+            t.recent_calls.iter().map(|c| c.thread).chain(t.faults.iter().map(|f| f.thread)).chain(t.crash.iter().map(|c| c.thread)).collect();
         threads.sort_unstable();
         threads.dedup();
         for &tid in &threads {
@@ -77,9 +78,7 @@ pub fn events(loaded: &[Loaded]) -> Value {
         for c in &t.recent_calls {
             let start = c.time_ns.saturating_sub(c.duration_ns);
             let args = json!({"seq": c.seq, "status": c.status, "thread": c.thread, "scanned": c.scanned, "args": c.args});
-            let event = |tid: u64| {
-                json!({"ph": "X", "cat": "call", "name": c.api, "pid": pid, "tid": tid, "ts": us(start), "dur": c.duration_ns as f64 / 1000.0, "args": args})
-            };
+            let event = |tid: u64| json!({"ph": "X", "cat": "call", "name": c.api, "pid": pid, "tid": tid, "ts": us(start), "dur": c.duration_ns as f64 / 1000.0, "args": args});
             events.push(event(c.thread as u64));
             if let Some(s) = call_stream(c) {
                 events.push(event(stream_tid(&s)));

@@ -32,7 +32,10 @@ enum MemberProblem {
     Freed(Freed),
     /// Device memory the guard did not see allocated: nothing to hold against the call.
     Untracked,
-    Overruns { span: Span, over: u64 },
+    Overruns {
+        span: Span,
+        over: u64,
+    },
 }
 
 fn check_member(addr: u64, extent: u64, allocations: &Allocations, device: &dyn Device) -> Result<Span, MemberProblem> {
@@ -52,7 +55,6 @@ fn check_member(addr: u64, extent: u64, allocations: &Allocations, device: &dyn 
     }
 }
 
-
 impl MatmulCheck<'_> {
     /// Operands from `from` on were not checked (`why`): where they lie is noted all the same,
     /// and they are read (scanned, dumped) only when verified inside memory.
@@ -60,8 +62,7 @@ impl MatmulCheck<'_> {
         for o in self.operands.iter_mut().skip(from).flatten() {
             if let (Members::One, Some(extent), None) = (o.spec.members, o.extent, o.allocation) {
                 o.allocation = allocations.span_containing(o.spec.ptr);
-                o.readable = Self::used(o)
-                    && o.allocation.is_some_and(|s| validate::containment(o.spec.ptr, extent, s) == Containment::Inside);
+                o.readable = Self::used(o) && o.allocation.is_some_and(|s| validate::containment(o.spec.ptr, extent, s) == Containment::Inside);
             }
         }
         if self.operands.iter().skip(from).any(Option::is_some) {
@@ -171,10 +172,7 @@ impl MatmulCheck<'_> {
             return None;
         }
         let Some(extent) = o.extent else {
-            return Some(Finding::new(
-                FaultKind::OutOfBounds,
-                format!("{}: its extent overflows a 64-bit byte count", describe(spec, None)),
-            ));
+            return Some(Finding::new(FaultKind::OutOfBounds, format!("{}: its extent overflows a 64-bit byte count", describe(spec, None))));
         };
         if matches!(spec.members, Members::Array { .. }) && self.arrays[i].is_empty() {
             return None; // the array could not be read: its members are not checked
@@ -196,10 +194,7 @@ impl MatmulCheck<'_> {
                 (false, v) => v,
             };
             let Some(addr) = member_addr(spec, &self.arrays[i], b) else {
-                return Some(Finding::new(
-                    FaultKind::OutOfBounds,
-                    format!("{}: its address overflows", describe(spec, Some(b))),
-                ));
+                return Some(Finding::new(FaultKind::OutOfBounds, format!("{}: its address overflows", describe(spec, Some(b)))));
             };
             match check_member(addr, extent, allocations, device) {
                 Ok(span) => {
@@ -308,5 +303,4 @@ impl MatmulCheck<'_> {
         }
         None
     }
-
 }

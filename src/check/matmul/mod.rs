@@ -65,7 +65,6 @@ pub struct KnownError {
     pub seq: u64,
 }
 
-
 impl<'a> MatmulCheck<'a> {
     /// The checks before the call. `buf` is the caller's reusable scan buffer.
     #[allow(clippy::too_many_arguments)]
@@ -290,12 +289,7 @@ impl<'a> MatmulCheck<'a> {
         if status != cuda::CUBLAS_SUCCESS && self.finding.is_none() {
             let mut message = format!("returned {} ({status})", cuda::cublas_status_name(status));
             if let Some(k) = known {
-                message.push_str(&format!(
-                    ": the CUDA context has been unusable since {} ({}) at call #{}",
-                    cuda::cuda_error_name(k.code),
-                    k.code,
-                    k.seq
-                ));
+                message.push_str(&format!(": the CUDA context has been unusable since {} ({}) at call #{}", cuda::cuda_error_name(k.code), k.code, k.seq));
             }
             self.finding = Some(Finding::new(FaultKind::ApiError, message));
             self.found_before = false;
@@ -303,7 +297,6 @@ impl<'a> MatmulCheck<'a> {
         revealed
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -344,7 +337,16 @@ mod tests {
     }
 
     fn strided(name: &'static str, ptr: u64, role: Role) -> OperandSpec {
-        OperandSpec { name, ptr, shape: shape(2, 2), dtype: DType::F32, members: Members::Strided { count: 3, stride: 4 }, role, increment: None, triangle: None }
+        OperandSpec {
+            name,
+            ptr,
+            shape: shape(2, 2),
+            dtype: DType::F32,
+            members: Members::Strided { count: 3, stride: 4 },
+            role,
+            increment: None,
+            triangle: None,
+        }
     }
 
     fn run(call: MatmulCall, allocations: &Allocations, model: &Model) -> Outcome {
@@ -353,12 +355,7 @@ mod tests {
         let check = MatmulCheck::before(&call, Checks::ALL, u64::MAX, handles.lookup(call.handle), allocations, None, model, &mut Vec::new());
         Outcome {
             finding: check.finding.clone(),
-            operands: check
-                .operands
-                .iter()
-                .flatten()
-                .map(|o| (o.bad_member, o.scan.and_then(|s| s.first_nonfinite), o.scan.map(|s| s.nan)))
-                .collect(),
+            operands: check.operands.iter().flatten().map(|o| (o.bad_member, o.scan.and_then(|s| s.first_nonfinite), o.scan.map(|s| s.nan))).collect(),
         }
     }
 
@@ -368,11 +365,7 @@ mod tests {
         model.put(&allocs, 0x1000, a);
         model.put(&allocs, 0x2000, f32s(&[1.0; 12]));
         model.put(&allocs, 0x3000, f32s(&[0.0; 12]));
-        run(
-            call(strided("A", 0x1000, Role::Input), strided("B", 0x2000, Role::Input), strided("C", 0x3000, Role::Accumulator)),
-            &allocs,
-            &model,
-        )
+        run(call(strided("A", 0x1000, Role::Input), strided("B", 0x2000, Role::Input), strided("C", 0x3000, Role::Accumulator)), &allocs, &model)
     }
 
     #[test]
@@ -411,22 +404,15 @@ mod tests {
             dtype: DType::F32,
             members: Members::Array { count: 2 },
             role,
-            increment: None, triangle: None,
+            increment: None,
+            triangle: None,
         };
-        let c = run(
-            call(array("A", 0x5000, Role::Input), array("B", 0x6000, Role::Input), array("C", 0x7000, Role::Accumulator)),
-            &allocs,
-            &model,
-        );
+        let c = run(call(array("A", 0x5000, Role::Input), array("B", 0x6000, Role::Input), array("C", 0x7000, Role::Accumulator)), &allocs, &model);
         let f = c.finding.expect("fault");
         assert_eq!(f.kind, FaultKind::OutOfBounds);
         assert!(f.message.contains("operand A (batch member 1 of 2"), "{}", f.message);
         // A host array of pointers is named as such.
-        let c = run(
-            call(array("A", 0x9000, Role::Input), array("B", 0x6000, Role::Input), array("C", 0x7000, Role::Accumulator)),
-            &allocs,
-            &model,
-        );
+        let c = run(call(array("A", 0x9000, Role::Input), array("B", 0x6000, Role::Input), array("C", 0x7000, Role::Accumulator)), &allocs, &model);
         let f = c.finding.expect("fault");
         assert_eq!(f.kind, FaultKind::HostPointer);
         assert!(f.message.starts_with("Aarray (0x9000) is host memory"), "{}", f.message);
@@ -466,4 +452,3 @@ mod tests {
         assert!(f.message.starts_with("the workspace spans 4096 bytes"), "{}", f.message);
     }
 }
-

@@ -32,7 +32,6 @@ pub(super) fn counts(spec: &OperandSpec, scan: &MatrixScan) -> String {
     s
 }
 
-
 impl MatmulCheck<'_> {
     /// A scalar argument's bytes (`size` of them valid), read the way the library reads it:
     /// from host memory or device memory as the pointer mode says; `None` when it cannot be.
@@ -44,9 +43,7 @@ impl MatmulCheck<'_> {
         let ok = match self.pointer_mode() {
             PointerMode::Host => allocations.containing(ptr).is_none() && device.read_host(ptr, out),
             PointerMode::Device => {
-                let inside = allocations
-                    .span_containing(ptr)
-                    .is_some_and(|s| validate::containment(ptr, size as u64, s) == Containment::Inside);
+                let inside = allocations.span_containing(ptr).is_some_and(|s| validate::containment(ptr, size as u64, s) == Containment::Inside);
                 inside && device.read(ptr, out, self.stream()).is_ok()
             }
             PointerMode::Unknown(_) => false,
@@ -77,7 +74,14 @@ impl MatmulCheck<'_> {
         let mut which = Vec::with_capacity(MAX_BATCH_SCANS);
         for (i, o) in self.operands.iter().enumerate() {
             let Some(o) = o else { continue };
-            if !wanted(o) || !o.readable || !Self::used(o) || o.spec.triangle.is_some() || self.in_host_memory(o.spec) || !o.spec.dtype.is_float() || o.spec.dtype.complex_part().is_some() {
+            if !wanted(o)
+                || !o.readable
+                || !Self::used(o)
+                || o.spec.triangle.is_some()
+                || self.in_host_memory(o.spec)
+                || !o.spec.dtype.is_float()
+                || o.spec.dtype.complex_part().is_some()
+            {
                 continue;
             }
             let members = self.member_count(i);
@@ -248,7 +252,6 @@ impl MatmulCheck<'_> {
             self.finding = Some(Finding::new(FaultKind::NonfiniteInput, message));
         }
     }
-
 }
 
 /// A batch's members' scans added up: counts summed, the first member with NaN/Inf and its
@@ -336,4 +339,3 @@ impl scan::DeviceReader for StreamReader<'_> {
         self.device.read(addr, out, self.stream)
     }
 }
-

@@ -9,9 +9,14 @@ use crate::validate::{Span, StoredShape};
 pub enum Members {
     One,
     /// `count` matrices, `stride` elements apart (may be 0 or negative).
-    Strided { count: u64, stride: i64 },
+    Strided {
+        count: u64,
+        stride: i64,
+    },
     /// `count` matrices whose addresses are in an array in device memory at the operand's ptr.
-    Array { count: u64 },
+    Array {
+        count: u64,
+    },
 }
 
 impl Members {
@@ -125,7 +130,6 @@ pub struct OperandReport<'a> {
     /// The first batch member that broke a rule or held NaN/Inf.
     pub bad_member: Option<u64>,
 }
-
 
 /// "operand A (batch member 2 of 3, 4 x 4 as stored, ld 4)", for messages.
 pub(super) fn describe(spec: &OperandSpec, member: Option<u64>) -> String {

@@ -441,8 +441,7 @@ const COPIES: usize = 8;
 static COPY_BASES: [[AtomicUsize; COPIES]; Library::ALL.len()] = [const { [const { AtomicUsize::new(0) }; COPIES] }; Library::ALL.len()];
 
 /// For each hooked function and copy of its library, the real function `dlsym` found there.
-static COPY_REALS: [[AtomicPtr<c_void>; COPIES]; HOOK_COUNT] =
-    [const { [const { AtomicPtr::new(std::ptr::null_mut()) }; COPIES] }; HOOK_COUNT];
+static COPY_REALS: [[AtomicPtr<c_void>; COPIES]; HOOK_COUNT] = [const { [const { AtomicPtr::new(std::ptr::null_mut()) }; COPIES] }; HOOK_COUNT];
 
 static COPIES_FULL_WARNED: AtomicBool = AtomicBool::new(false);
 
@@ -558,9 +557,7 @@ extern "C" fn notice_an_earlier_guard() {
     }
     lifecycle::pass_through_in_this_process();
     let first = super::real::object_path(first).map_or("another path", |(_, path)| path);
-    lifecycle::say(&format!(
-        "cublasguard: another copy of the guard is already loaded ({first}); this one ({own}) passes every call through"
-    ));
+    lifecycle::say(&format!("cublasguard: another copy of the guard is already loaded ({first}); this one ({own}) passes every call through"));
 }
 
 #[cfg(not(test))]
