@@ -102,9 +102,12 @@ fn report(paths: &[&Path], extra: &[&str]) -> Output {
     cublasguard(&args, Path::new("."), &[])
 }
 
+/// A scenario, its environment, whether it faults, and what its report must say.
+type ReportCase<'a> = (&'a str, &'a [(&'a str, &'a str)], bool, &'a [&'a str]);
+
 #[test]
 fn report_names_call_operand_and_next_step_for_each_kind() {
-    let cases: &[(&str, &[(&str, &str)], bool, &[&str])] = &[
+    let cases: &[ReportCase] = &[
         ("nan_a", &[], true, &["nonfinite_input", "operand A", "holds 1 NaN and 1 Inf", "next:"]),
         ("overflow", &[], true, &["nonfinite_output", "overflow", "learning rate"]),
         ("bad_lda", &[], true, &["invalid_argument", "lda = 3", "row counts (column-major)"]),

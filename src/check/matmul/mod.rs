@@ -330,10 +330,14 @@ mod tests {
         StoredShape { rows, cols, ld: rows }
     }
 
-    /// The finding and the operand reports' (bad member, first NaN position, allocation).
+    /// What the test reads of one operand report: its bad member, first NaN position (member,
+    /// index) and allocation.
+    type OperandSeen = (Option<u64>, Option<(u64, u64)>, Option<u64>);
+
+    /// The finding and the operand reports.
     struct Outcome {
         finding: Option<Finding>,
-        operands: Vec<(Option<u64>, Option<(u64, u64)>, Option<u64>)>,
+        operands: Vec<OperandSeen>,
     }
 
     fn strided(name: &'static str, ptr: u64, role: Role) -> OperandSpec {
