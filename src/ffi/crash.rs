@@ -30,13 +30,17 @@ const BYTES_PER_CALL: usize = 320;
 
 /// A byte buffer published to the handler: replaced by the normal code, read by the handler.
 struct Published {
+    /// A buffer that starts with its length (a `usize`, native order) and holds the bytes
+    /// after it: one atomic load gives a reader both, so a republish in between can never pair
+    /// one buffer's pointer with another's length.
     ptr: AtomicPtr<u8>,
-    len: AtomicUsize,
 }
+
+const LEN_BYTES: usize = std::mem::size_of::<usize>();
 
 impl Published {
     const fn new() -> Self {
-        Self { ptr: AtomicPtr::new(std::ptr::null_mut()), len: AtomicUsize::new(0) }
+        Self { ptr: AtomicPtr::new(std::ptr::null_mut()) }
     }
 }
 
@@ -122,17 +126,18 @@ pub(crate) fn forget_faults() {
 
 /// Replaces what `slot` holds; whether it held nothing before.
 fn publish(slot: &Published, bytes: Vec<u8>) -> bool {
-    let boxed: Box<[u8]> = bytes.into_boxed_slice();
-    let len = boxed.len();
-    let new = Box::into_raw(boxed) as *mut u8;
-    // The length first, then the pointer: a reader that sees the new pointer sees its length.
-    // (A reader that sees the old pointer with the new length reads min(len) below.)
-    let old_len = slot.len.swap(len, Ordering::SeqCst);
+    let mut framed = Vec::with_capacity(LEN_BYTES + bytes.len());
+    framed.extend_from_slice(&bytes.len().to_ne_bytes());
+    framed.extend_from_slice(&bytes);
+    let new = Box::into_raw(framed.into_boxed_slice()) as *mut u8;
     let old = slot.ptr.swap(new, Ordering::SeqCst);
     if !old.is_null() && READERS.load(Ordering::SeqCst) == 0 {
-        // SAFETY: `old` came from Box::into_raw of a slice of `old_len` bytes, and no handler
-        // is reading it (one that starts now loads the new pointer).
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(old, old_len)) });
+        // SAFETY: `old` came from Box::into_raw of a framed slice whose length prefix it holds,
+        // and no handler is reading it (one that starts now loads the new pointer).
+        unsafe {
+            let len = std::ptr::read_unaligned(old as *const usize);
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(old, LEN_BYTES + len)));
+        }
     }
     old.is_null()
 }
@@ -342,9 +347,12 @@ fn now_ns() -> u64 {
 /// Loads a published buffer (while READERS is held).
 fn load(slot: &Published) -> Option<&'static [u8]> {
     let ptr = slot.ptr.load(Ordering::SeqCst);
-    let len = slot.len.load(Ordering::SeqCst);
-    // SAFETY: published buffers are freed only while READERS == 0; our reader count is held.
-    (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr, len) })
+    // SAFETY: a published buffer is framed by `publish` (its length, then its bytes) and freed
+    // only while READERS == 0; our reader count is held.
+    (!ptr.is_null()).then(|| unsafe {
+        let len = std::ptr::read_unaligned(ptr as *const usize);
+        std::slice::from_raw_parts(ptr.add(LEN_BYTES), len)
+    })
 }
 
 /// Writes all of `bytes` to `fd`; false when a write failed.
@@ -640,6 +648,41 @@ mod tests {
         assert_eq!(parsed.recent_calls[0].args["transb"], "unknown(9)");
         assert_eq!(parsed.crash.unwrap().name, "SIGSEGV");
         assert!(parsed.recent_calls[0].scanned);
+    }
+
+    #[test]
+    fn a_reader_never_pairs_one_published_buffer_with_anothers_length() {
+        // A crash handler reads while another thread republishes: every read must be one
+        // whole buffer. Buffers of length n are filled with the byte n.
+        static SLOT: Published = Published::new();
+        READERS.fetch_add(1, Ordering::SeqCst); // as a handler: nothing is freed meanwhile
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let publisher = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) && i < 200_000 {
+                    let n = if i % 2 == 0 { 1 } else { 48 };
+                    publish(&SLOT, vec![n as u8; n]);
+                    i += 1;
+                }
+            })
+        };
+        let mut torn = 0;
+        for _ in 0..2_000_000 {
+            if let Some(bytes) = load(&SLOT) {
+                if bytes.iter().any(|&b| b as usize != bytes.len()) {
+                    torn += 1;
+                }
+            }
+            if publisher.is_finished() {
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        publisher.join().unwrap();
+        READERS.fetch_sub(1, Ordering::SeqCst);
+        assert_eq!(torn, 0, "reads that mixed two buffers");
     }
 
     #[test]
