@@ -662,7 +662,7 @@ mod tests {
             std::thread::spawn(move || {
                 let mut i = 0usize;
                 while !stop.load(Ordering::Relaxed) && i < 200_000 {
-                    let n = if i % 2 == 0 { 1 } else { 48 };
+                    let n = if i.is_multiple_of(2) { 1 } else { 48 };
                     publish(&SLOT, vec![n as u8; n]);
                     i += 1;
                 }
