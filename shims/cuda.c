@@ -456,7 +456,9 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
  * a launch is ordered on its stream like every other stand-in operation.
  *   CUDASHIM_REFUSE_MODULES=1  cuModuleLoadData fails, as a driver too old for the PTX does
  *   CUDASHIM_WRONG_KERNEL=1    the kernel's answer is wrong (NaN and Inf counts swapped): a
- *                              miscompiled kernel, for the guard's self-test to catch */
+ *                              miscompiled kernel, for the guard's self-test to catch
+ *   CUDASHIM_FAIL_MEMSET=1     cuMemsetD8Async fails (CUDA_ERROR_INVALID_VALUE): a driver call
+ *                              of the scan that fails, for the guard to stop there */
 int cudashim_run_nonfinite(void **params, unsigned int grid, unsigned int block);
 int cudashim_run_nonfinite_many(void **params, unsigned int grid_x, unsigned int grid_y, unsigned int block);
 
@@ -569,6 +571,8 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, void *stream) {
     count_call(__func__);
     (void)stream;
+    const char *fail = getenv("CUDASHIM_FAIL_MEMSET");
+    if (fail && *fail && *fail != '0') return CUDA_ERROR_INVALID_VALUE;
     if (!cudashim_driver_is_device_range((const void *)(uintptr_t)dst, count)) return CUDA_ERROR_INVALID_VALUE;
     memset((void *)(uintptr_t)dst, value, count);
     return CUDA_SUCCESS;

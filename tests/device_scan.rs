@@ -180,3 +180,22 @@ fn the_kernels_host_build_agrees_with_the_host_scan_in_every_dtype() {
         }
     }
 }
+
+#[test]
+fn a_failing_driver_call_of_the_scan_is_named_and_nothing_after_it_is_issued() {
+    // Every cuMemsetD8Async fails: the scan must stop there, launching no kernel over a buffer
+    // it never cleared, and fall back to the host scan naming the call.
+    let dir = temp_dir("memset-fails");
+    let counts = dir.join("driver-calls.txt");
+    let counts_s = counts.display().to_string();
+    let env = [("CUBLASGUARD_DEVICE_SCAN", "on"), ("CUDASHIM_FAIL_MEMSET", "1"), ("CUDASHIM_COUNT_DRIVER_CALLS", counts_s.as_str())];
+    let run = scenario("nan_a", &env);
+    let t = run.trace();
+    let why = t.environment.device_scan_fallback.as_deref().expect("the fallback is recorded");
+    assert!(why.contains("cuMemsetD8Async failed: 1"), "{why}");
+    let a = only_fault(&t).operands.iter().find(|o| o.name == "A").unwrap();
+    assert_eq!((a.nan, a.scan_path.as_deref()), (Some(1), Some("host")));
+    let text = std::fs::read_to_string(&counts).expect("the driver's call counts");
+    let launches: u64 = text.lines().filter_map(|l| l.strip_prefix("cuLaunchKernel ")).map(|n| n.trim().parse::<u64>().unwrap()).sum();
+    assert_eq!(launches, 0, "no scan kernel was launched after the failed memset:\n{text}");
+}

@@ -119,17 +119,14 @@ fn launch(function: Ptr, out: u64, addr: u64, shape: StoredShape, kind: u32, str
     let mut result = [0u64; 3];
     // `params` points at six live values matching the kernel's parameters; `result` is 24
     // writable bytes; the buffer `out` belongs to this context.
-    let steps = [
-        ("cuMemsetD8Async", api::cuMemsetD8Async(out, 0, 16, stream)),
-        ("cuMemsetD8Async", api::cuMemsetD8Async(out + 16, 0xff, 8, stream)),
-        ("cuLaunchKernel", api::cuLaunchKernel(function, blocks, 1, 1, THREADS, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut())),
-        // Into pageable host memory, the copy returns only once it is done (CUDA's documented
-        // behaviour for device-to-pageable copies): it is the synchronisation.
-        ("cuMemcpyDtoHAsync", api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, 24, stream)),
-    ];
-    for (name, code) in steps {
-        driver(name, code)?;
-    }
+    // Each step only once the one before it succeeded: a kernel launched over a buffer that was
+    // never cleared, or a copy of a result never computed, is a verdict from garbage.
+    driver("cuMemsetD8Async", api::cuMemsetD8Async(out, 0, 16, stream))?;
+    driver("cuMemsetD8Async", api::cuMemsetD8Async(out + 16, 0xff, 8, stream))?;
+    driver("cuLaunchKernel", api::cuLaunchKernel(function, blocks, 1, 1, THREADS, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()))?;
+    // Into pageable host memory, the copy returns only once it is done (CUDA's documented
+    // behaviour for device-to-pageable copies): it is the synchronisation.
+    driver("cuMemcpyDtoHAsync", api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, 24, stream))?;
     let [nan, inf, first] = result;
     Ok(MatrixScan {
         nan,
@@ -252,18 +249,14 @@ fn launch_many(kernels: LoadedKernels, jobs: &[BatchScan], stream: u64) -> Resul
     let mut result = [0u64; 3 * MAX_BATCH_SCANS];
     // `params` points at the two live values the kernel takes; `result` holds `bytes` writable
     // bytes; `out` is this context's buffer of OUT_BYTES >= bytes.
-    let steps = [
-        ("cuMemsetD8Async", api::cuMemsetD8Async(out, 0, bytes, stream_ptr)),
-        (
-            "cuLaunchKernel",
-            api::cuLaunchKernel(kernels.many as Ptr, blocks, packed.count, 1, THREADS, 1, 1, 0, stream_ptr, params.as_mut_ptr(), std::ptr::null_mut()),
-        ),
-        // Into pageable host memory: the copy returns once it is done, and is the synchronisation.
-        ("cuMemcpyDtoHAsync", api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, bytes, stream_ptr)),
-    ];
-    for (name, code) in steps {
-        driver(name, code)?;
-    }
+    // As in `scan`: each step only once the one before it succeeded.
+    driver("cuMemsetD8Async", api::cuMemsetD8Async(out, 0, bytes, stream_ptr))?;
+    driver(
+        "cuLaunchKernel",
+        api::cuLaunchKernel(kernels.many as Ptr, blocks, packed.count, 1, THREADS, 1, 1, 0, stream_ptr, params.as_mut_ptr(), std::ptr::null_mut()),
+    )?;
+    // Into pageable host memory: the copy returns once it is done, and is the synchronisation.
+    driver("cuMemcpyDtoHAsync", api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, bytes, stream_ptr))?;
     Ok(jobs
         .iter()
         .enumerate()
