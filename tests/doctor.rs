@@ -80,7 +80,12 @@ fn doctor(python_path: Option<&Path>, driver: Driver, env: &[(&str, &str)], extr
         cmd.env(k, v);
     }
     let out = cmd.output().expect("doctor");
-    let checks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    checks_of(&out.stdout)
+}
+
+/// `doctor --json`'s output as (name, status, evidence).
+fn checks_of(stdout: &[u8]) -> Vec<(String, String, String)> {
+    let checks: serde_json::Value = serde_json::from_slice(stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(stdout)));
     checks
         .as_array()
         .expect("array")
@@ -209,13 +214,7 @@ fn doctor_answering_within(python_path: &Path, limit: std::time::Duration, extra
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let out = child.wait_with_output().expect("output");
-    let checks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-    checks
-        .as_array()
-        .expect("array")
-        .iter()
-        .map(|c| (c["name"].as_str().unwrap().to_string(), c["status"].as_str().unwrap().to_string(), c["evidence"].as_str().unwrap().to_string()))
-        .collect()
+    checks_of(&out.stdout)
 }
 
 #[test]
