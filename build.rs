@@ -76,32 +76,6 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The commit a build from a clone comes from, for `--version` and the trace; nothing from a
-/// source archive.
-fn git_commit(manifest: &Path) {
-    let version = env::var("CARGO_PKG_VERSION").unwrap_or_default();
-    let git = manifest.join(".git");
-    let commit = git
-        .exists()
-        .then(|| Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).current_dir(manifest).output().ok())
-        .flatten()
-        .filter(|out| out.status.success())
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
-        .filter(|c| !c.is_empty());
-    match &commit {
-        Some(commit) => {
-            println!("cargo:rustc-env=CUBLASGUARD_GIT_COMMIT={commit}");
-            println!("cargo:rustc-env=CUBLASGUARD_VERSION_LABEL={version} (git {commit})");
-        }
-        None => println!("cargo:rustc-env=CUBLASGUARD_VERSION_LABEL={version}"),
-    }
-    for watched in ["HEAD", "refs/heads", "packed-refs"] {
-        if git.join(watched).exists() {
-            println!("cargo:rerun-if-changed=.git/{watched}");
-        }
-    }
-}
-
 /// What the Python wheel installs besides the command (pyproject.toml's `data`): the library,
 /// to `<prefix>/share/cublasguard/lib/libcublasguard.so`, and what `cublasguard demo` runs, to
 /// `<prefix>/share/cublasguard/stand-in`. Both under share/: `pip install --target` keeps a
@@ -158,17 +132,17 @@ fn main() {
         fs::create_dir_all(root.join(dir)).expect("create stand-in dirs");
     }
     let compiler = cc::Build::new().opt_level(2).get_compiler();
-    // The scan kernel's host build (src/kernels), which the stand-in driver runs for
+    // The scan kernel's host build (crates/preload/src/kernels), which the stand-in driver runs for
     // cuLaunchKernel: C++ without its runtime, so the C driver links the object as is.
     let kernels = out.join("kernels.o");
     {
         let mut cmd = compiler.to_command();
         cmd.args(["-x", "c++", "-std=c++14", "-fno-exceptions", "-fno-rtti", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-c", "-o"])
             .arg(&kernels)
-            .arg(manifest.join("src/kernels/host_launch.cpp"));
+            .arg(manifest.join("crates/preload/src/kernels/host_launch.cpp"));
         run(cmd);
         for file in ["host_launch.cpp", "host.h", "nonfinite.cu"] {
-            println!("cargo:rerun-if-changed=src/kernels/{file}");
+            println!("cargo:rerun-if-changed=crates/preload/src/kernels/{file}");
         }
     }
 
@@ -233,7 +207,6 @@ fn main() {
         copy_tree(&root, &profile_dir.join("stand-in"));
     }
     println!("cargo:rustc-env=CUBLASGUARD_STANDIN_DIR={}", root.display());
-    git_commit(&manifest);
     if let Some(profile_dir) = out.ancestors().nth(3) {
         stage_wheel_data(&manifest, profile_dir, &root);
     }

@@ -2,9 +2,9 @@
 //! allocation lookup from 10^3 to 10^6 live allocations (it must stay flat: O(log n)).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use cublasguard::cuda::Operation;
-use cublasguard::state::{Allocation, Allocations};
-use cublasguard::validate::{self, GemmArgs, Span};
+use cublasguard_format::cuda::Operation;
+use cublasguard_format::state::{Allocation, Allocations};
+use cublasguard_format::validate::{self, GemmArgs, Span};
 use std::hint::black_box;
 use std::time::Duration;
 

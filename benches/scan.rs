@@ -2,7 +2,7 @@
 //! cache (and one that fits in it). Figures go to BENCHMARKS.md.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use cublasguard::scan::{tally_elements, DType, Tally};
+use cublasguard_format::scan::{tally_elements, DType, Tally};
 use std::hint::black_box;
 use std::time::Duration;
 

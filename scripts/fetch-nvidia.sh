@@ -30,7 +30,7 @@ install nvidia-cu12 nvidia-cuda-runtime-cu12==12.9.79 nvidia-cublas-cu12==12.9.3
 install nvidia-cu13 nvidia-cuda-runtime==13.2.86 nvidia-cublas==13.4.1.3
 # ptxas, to check that the on-device scan's PTX assembles (tests/ptx.rs).
 install nvidia-nvcc-cu12 nvidia-cuda-nvcc-cu12==12.9.86
-# NVRTC, which compiles the scan kernel's one source (src/kernels/nonfinite.cu) to the PTX the
+# NVRTC, which compiles the scan kernel's one source (crates/preload/src/kernels/nonfinite.cu) to the PTX the
 # library ships (scripts/gen-ptx.sh; CI checks the checked-in PTX is what it makes).
 install nvidia-nvrtc-cu12 nvidia-cuda-nvrtc-cu12==12.9.86
 mark_ready

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Compiles the on-device scan's one source (src/kernels/nonfinite.cu) to the PTX the library
-# ships (src/ptx/nonfinite.ptx) with NVRTC from PyPI (nvidia-cuda-nvrtc-cu12, pinned, installed
+# Compiles the on-device scan's one source (crates/preload/src/kernels/nonfinite.cu) to the PTX the library
+# ships (crates/preload/src/ptx/nonfinite.ptx) with NVRTC from PyPI (nvidia-cuda-nvrtc-cu12, pinned, installed
 # by scripts/fetch-nvidia.sh into the cache folder). NVRTC needs no GPU.
-#   scripts/gen-ptx.sh          regenerate src/ptx/nonfinite.ptx
+#   scripts/gen-ptx.sh          regenerate crates/preload/src/ptx/nonfinite.ptx
 #   scripts/gen-ptx.sh --check  fail if the checked-in PTX is not exactly what NVRTC makes (CI)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +16,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # compute_70: the oldest architecture the guard supports (Volta); the driver JIT-compiles the
 # PTX for newer ones. -lineinfo is left out: the PTX must not depend on the checkout's path.
-python3 - "$lib" "$root/src/kernels/nonfinite.cu" "$out" <<'PY'
+python3 - "$lib" "$root/crates/preload/src/kernels/nonfinite.cu" "$out" <<'PY'
 import ctypes, sys
 lib, source, out = sys.argv[1:]
 nvrtc = ctypes.CDLL(lib)
@@ -41,15 +41,15 @@ ptx = ctypes.create_string_buffer(size.value)
 check(nvrtc.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
 open(out, "wb").write(ptx.value)
 PY
-target=$root/src/ptx/nonfinite.ptx
+target=$root/crates/preload/src/ptx/nonfinite.ptx
 if [ "${1:-}" = "--check" ]; then
     if ! cmp -s "$out" "$target"; then
-        echo "gen-ptx: src/ptx/nonfinite.ptx is not what NVRTC makes from src/kernels/nonfinite.cu:" >&2
+        echo "gen-ptx: crates/preload/src/ptx/nonfinite.ptx is not what NVRTC makes from crates/preload/src/kernels/nonfinite.cu:" >&2
         diff "$target" "$out" | head -20 >&2 || true
         echo "gen-ptx: run scripts/gen-ptx.sh and commit the result" >&2
         exit 1
     fi
-    echo "gen-ptx: src/ptx/nonfinite.ptx matches its source"
+    echo "gen-ptx: crates/preload/src/ptx/nonfinite.ptx matches its source"
 else
     cp "$out" "$target"
     echo "gen-ptx: wrote $target"

@@ -452,7 +452,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 
 /* ---- modules and kernels: the stand-in runs the kernels it has a host build of ----
  * cuModuleLoadData recognises a kernel by its entry in the PTX text; cuLaunchKernel runs the
- * host build of the same source (src/kernels/nonfinite.cu) over the launch grid, in order, so
+ * host build of the same source (crates/preload/src/kernels/nonfinite.cu) over the launch grid, in order, so
  * a launch is ordered on its stream like every other stand-in operation.
  *   CUDASHIM_REFUSE_MODULES=1  cuModuleLoadData fails, as a driver too old for the PTX does
  *   CUDASHIM_WRONG_KERNEL=1    the kernel's answer is wrong (NaN and Inf counts swapped): a
@@ -462,7 +462,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 int cudashim_run_nonfinite(void **params, unsigned int grid, unsigned int block);
 int cudashim_run_nonfinite_many(void **params, unsigned int grid_x, unsigned int grid_y, unsigned int block);
 
-/* The layout of cublasguard_nonfinite_many's first parameter (src/kernels/nonfinite.cu). */
+/* The layout of cublasguard_nonfinite_many's first parameter (crates/preload/src/kernels/nonfinite.cu). */
 struct scan_job {
     unsigned long long data, rows, cols, ld, members;
     long long stride;

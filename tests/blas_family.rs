@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::FaultKind;
+use cublasguard_format::trace::FaultKind;
 
 /// A function, the operand its NaN case poisons (and where), the operand its out-of-bounds case
 /// shortens, what its invalid case breaks, and whether its operands are batches of 3.

@@ -46,7 +46,7 @@ fn run_guards_and_keeps_the_exit_status() {
     assert!(text(&out.stdout).contains("sgemm status=0"));
     assert!(text(&out.stderr).contains("cublasguard: no faults in"), "{}", text(&out.stderr));
     assert_eq!(traces.len(), 1, "one trace per process: {traces:?}");
-    assert!(cublasguard::trace::read(&traces[0]).unwrap().faults.is_empty());
+    assert!(cublasguard_format::trace::read(&traces[0]).unwrap().faults.is_empty());
 
     let (out, _) = run_scenario("init", &[], false);
     assert_eq!(out.status.code(), Some(3), "the program's own status");
@@ -82,7 +82,7 @@ fn run_passes_options_and_keeps_an_existing_preload() {
     let traces: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).collect();
     assert_eq!(traces.len(), 1);
     assert!(traces[0].file_name().to_string_lossy().starts_with("mine-"));
-    let trace = cublasguard::trace::read(&traces[0].path()).unwrap();
+    let trace = cublasguard_format::trace::read(&traces[0].path()).unwrap();
     assert!(trace.faults.is_empty(), "the nan check was off");
     let preload = trace.environment.variables.get("LD_PRELOAD").cloned().unwrap_or_default();
     assert!(preload.ends_with("libcublasguard.so"), "{preload}");
@@ -448,4 +448,27 @@ fn demos_leave_one_folder_behind_and_print_a_replay_command_that_runs() {
     assert!(Path::new(program).is_absolute() && sub == "replay", "{line}");
     let replayed = Command::new(program).args(["replay", dump]).output().expect("run the printed command");
     assert_eq!(replayed.status.code(), Some(0), "{}", text(&replayed.stderr));
+}
+
+/// The command reads traces and runs programs; it is not itself an interposer. Were it to link
+/// the preload library again, it would export the guard's `dlsym` and its own lookups (libloading's,
+/// replay's cuBLAS) would go through the guard's trampoline.
+#[test]
+fn the_command_exports_no_interposer_symbols_and_its_lookups_go_to_the_c_library() {
+    let readelf = |args: &[&str]| {
+        let out = Command::new("readelf").args(args).arg(cli()).output().expect("readelf (binutils) is installed with the C compiler");
+        assert!(out.status.success(), "readelf {args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let exported: Vec<String> = readelf(&["--dyn-syms", "-W"])
+        .lines()
+        .filter(|l| l.contains(" GLOBAL ") && !l.contains(" UND "))
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect();
+    for name in ["dlsym", "dlvsym", "dlclose", "cublasSgemm_v2", "cudaMalloc", "cuGetProcAddress", "cublasguard_instance"] {
+        assert!(!exported.iter().any(|e| e == name || e.starts_with(&format!("{name}@"))), "the command exports {name}: {exported:?}");
+    }
+    let relocations = readelf(&["-r", "-W"]);
+    let dlsym: Vec<&str> = relocations.lines().filter(|l| l.split_whitespace().nth(4).is_some_and(|s| s.starts_with("dlsym"))).collect();
+    assert!(!dlsym.is_empty() && dlsym.iter().all(|l| l.contains("dlsym@GLIBC")), "dlsym relocations: {dlsym:?}");
 }

@@ -1,4 +1,4 @@
-//! The on-device scan, from its one source (src/kernels/nonfinite.cu): its PTX (made by NVRTC,
+//! The on-device scan, from its one source (crates/preload/src/kernels/nonfinite.cu): its PTX (made by NVRTC,
 //! scripts/gen-ptx.sh) assembles with NVIDIA's ptxas for Volta to Blackwell; its host build,
 //! which the stand-in driver runs for cuLaunchKernel, agrees with the guard's host scan on
 //! random data in every dtype; and the guard takes the device path on the stand-in, with the
@@ -10,7 +10,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::FaultKind;
+use cublasguard_format::trace::FaultKind;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -28,7 +28,7 @@ fn ptxas() -> PathBuf {
 #[cfg_attr(not(cublasguard_has_nvidia), ignore = "needs NVIDIA's wheels: run scripts/fetch-nvidia.sh")]
 fn the_scan_kernel_assembles_for_volta_ampere_hopper_and_blackwell() {
     let ptxas = ptxas();
-    let ptx = manifest_dir().join("src/ptx/nonfinite.ptx");
+    let ptx = manifest_dir().join("crates/preload/src/ptx/nonfinite.ptx");
     let dir = temp_dir("ptxas");
     for arch in ["sm_70", "sm_80", "sm_90", "sm_100"] {
         let out =
@@ -115,7 +115,7 @@ fn kernel_on_host(data: &[u8], rows: u64, cols: u64, ld: u64, kind: u32, grid: u
     type Run = unsafe extern "C" fn(*mut *mut std::ffi::c_void, u32, u32) -> i32;
     // SAFETY: the stand-in driver, loaded for its exported launcher.
     let lib = unsafe { libloading::Library::new(standin().join("driver/libcuda.so.1")) }.expect("the stand-in driver");
-    // SAFETY: the launcher's C signature (src/kernels/host_launch.cpp).
+    // SAFETY: the launcher's C signature (crates/preload/src/kernels/host_launch.cpp).
     let launch = unsafe { lib.get::<Run>(b"cudashim_run_nonfinite\0") }.expect("the kernel launcher");
     let mut result = [0u64, 0, u64::MAX];
     let (mut d, mut r, mut c, mut l, mut k, mut o) = (data.as_ptr() as u64, rows, cols, ld, kind, result.as_mut_ptr() as u64);
@@ -129,7 +129,7 @@ fn kernel_on_host(data: &[u8], rows: u64, cols: u64, ld: u64, kind: u32, grid: u
 
 struct Slice<'a>(&'a [u8]);
 
-impl cublasguard::scan::DeviceReader for Slice<'_> {
+impl cublasguard_format::scan::DeviceReader for Slice<'_> {
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
         let at = addr as usize;
         out.copy_from_slice(self.0.get(at..at + out.len()).ok_or(1)?);
@@ -139,8 +139,8 @@ impl cublasguard::scan::DeviceReader for Slice<'_> {
 
 #[test]
 fn the_kernels_host_build_agrees_with_the_host_scan_in_every_dtype() {
-    use cublasguard::scan::{scan_matrix, DType};
-    use cublasguard::validate::StoredShape;
+    use cublasguard_format::scan::{scan_matrix, DType};
+    use cublasguard_format::validate::StoredShape;
     // A small generator: reproducible without a dependency.
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {

@@ -6,8 +6,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use cublasguard::dump;
-use cublasguard::trace::{FaultKind, Trace};
+use cublasguard_format::dump;
+use cublasguard_format::trace::{FaultKind, Trace};
 
 const M: usize = 3;
 const N: usize = 2;
@@ -185,7 +185,8 @@ fn replay_calls_an_fp16_accumulation_that_overflows_where_the_exact_sum_is_zero_
 fn replay_calls_a_call_that_matches_the_exact_result_clean_and_not_reproduced() {
     // A dump as the guard writes it, of a call whose output is right: 2 x 2 identity times B.
     let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    let tensor = |name: &str, data: Vec<u8>| dump::Tensor { name: name.into(), dtype: cublasguard::cuda::DType::F32, batch: None, rows: 2, cols: 2, data };
+    let tensor =
+        |name: &str, data: Vec<u8>| dump::Tensor { name: name.into(), dtype: cublasguard_format::cuda::DType::F32, batch: None, rows: 2, cols: 2, data };
     let tensors = vec![tensor("A", f32s(&[1.0, 0.0, 0.0, 1.0])), tensor("B", f32s(&[1.0, 2.0, 3.0, 4.0])), tensor("C_out", f32s(&[1.0, 2.0, 3.0, 4.0]))];
     let described: serde_json::Map<String, serde_json::Value> =
         tensors.iter().map(|t| (t.name.clone(), serde_json::json!({"dtype": "f32", "rows": 2, "cols": 2, "batch": null}))).collect();

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::{FaultKind, InitCauseKind};
+use cublasguard_format::trace::{FaultKind, InitCauseKind};
 
 fn probe(mode: &str, env: &[(&str, &str)], trace: bool) -> Run {
     let program = build_c("probe", &["probe.c"], false);
@@ -51,7 +51,7 @@ fn a_program_that_exits_with_a_failure_after_a_failed_probe_gets_the_probe_as_it
     assert_eq!(run.code(), Some(1));
     let traces: Vec<_> = std::fs::read_dir(&run.dir).unwrap().flatten().map(|e| e.path()).collect();
     assert_eq!(traces.len(), 1, "the postmortem is written: {traces:?}\n{}", run.stderr());
-    let t = cublasguard::trace::read(&traces[0]).expect("trace");
+    let t = cublasguard_format::trace::read(&traces[0]).expect("trace");
     let f = only_fault(&t);
     assert_eq!((f.api.as_str(), f.kind), ("cudaGetDeviceCount", FaultKind::InitFailed));
     assert_eq!(f.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
@@ -182,7 +182,7 @@ fn the_users_native_line_is_found_when_the_program_was_started_by_a_relative_pat
         .env("CUBLASGUARD_TRACE", &trace)
         .output()
         .expect("run mlp");
-    let t = cublasguard::trace::read(&trace).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let t = cublasguard_format::trace::read(&trace).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let exe = t.process.exe.clone().expect("exe");
     let f = &t.faults[0];
     assert!(f.backtrace.iter().any(|l| l.contains(&format!("({exe}+"))), "frames name the program by its absolute path: {:#?}", f.backtrace);
@@ -225,7 +225,7 @@ fn a_process_without_a_rank_does_not_take_rank_zeros_trace_name() {
     let mut names: Vec<String> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     assert_eq!(names, ["t-0.json", "t-norank.json"]);
-    let launcher = cublasguard::trace::read(&dir.join("t-norank.json")).unwrap();
+    let launcher = cublasguard_format::trace::read(&dir.join("t-norank.json")).unwrap();
     assert_eq!(launcher.process.rank, None);
 }
 
@@ -237,7 +237,7 @@ fn a_trace_folder_that_does_not_exist_yet_is_made_and_nothing_is_lost() {
     assert!(!run.stderr().contains("cannot write"), "{}", run.stderr());
     let traces: Vec<_> = std::fs::read_dir(&dir).expect("the folder was made").flatten().map(|e| e.path()).collect();
     assert_eq!(traces.len(), 1, "{traces:?}");
-    assert_eq!(cublasguard::trace::read(&traces[0]).unwrap().faults.len(), 1);
+    assert_eq!(cublasguard_format::trace::read(&traces[0]).unwrap().faults.len(), 1);
     // And under `cublasguard run`, whose summary reads it.
     let dir2 = temp_dir("new-folder-run").join("deeper");
     let path2 = dir2.join("t-%p.json").display().to_string();

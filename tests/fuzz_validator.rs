@@ -4,10 +4,10 @@
 //! and what they accept must satisfy NVIDIA's rules. CI raises the case count with
 //! CUBLASGUARD_FUZZ_CASES.
 
-use cublasguard::cuda::{Diag, Fill, Operation, Side};
-use cublasguard::scan::{self, DType, DeviceReader};
-use cublasguard::validate::blas::{self, Factorisation, GemvArgs, TrsmArgs};
-use cublasguard::validate::{self, Containment, GemmArgs, Span, StoredShape};
+use cublasguard_format::cuda::{Diag, Fill, Operation, Side};
+use cublasguard_format::scan::{self, DType, DeviceReader};
+use cublasguard_format::validate::blas::{self, Factorisation, GemvArgs, TrsmArgs};
+use cublasguard_format::validate::{self, Containment, GemmArgs, Span, StoredShape};
 use proptest::prelude::*;
 
 fn cases() -> u32 {
@@ -40,14 +40,14 @@ impl DeviceReader for Bytes {
 
 mod common;
 
-/// The scan kernel's host build (src/kernels), run as the stand-in driver runs it.
+/// The scan kernel's host build (crates/preload/src/kernels), run as the stand-in driver runs it.
 fn kernel_on_host(data: &[u8], shape: StoredShape, kind: u32, grid: u32, block: u32) -> [u64; 3] {
     use std::sync::OnceLock;
     type Run = unsafe extern "C" fn(*mut *mut std::ffi::c_void, u32, u32) -> i32;
     static DRIVER: OnceLock<libloading::Library> = OnceLock::new();
     // SAFETY: the stand-in driver, loaded once for its exported launcher.
     let lib = DRIVER.get_or_init(|| unsafe { libloading::Library::new(common::standin().join("driver/libcuda.so.1")) }.expect("the stand-in driver"));
-    // SAFETY: the launcher's C signature (src/kernels/host_launch.cpp).
+    // SAFETY: the launcher's C signature (crates/preload/src/kernels/host_launch.cpp).
     let launch = unsafe { lib.get::<Run>(b"cudashim_run_nonfinite\0") }.expect("the kernel launcher");
     let mut result = [0u64, 0, u64::MAX];
     let (mut d, mut r, mut c, mut l, mut k, mut o) =

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::FaultKind;
+use cublasguard_format::trace::FaultKind;
 
 const VARIANTS: &[(&str, bool)] = &[
     ("cublasSgemm_v2", false),

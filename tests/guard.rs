@@ -4,9 +4,9 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::{FaultKind, InitCauseKind};
+use cublasguard_format::trace::{FaultKind, InitCauseKind};
 
-fn operand<'a>(fault: &'a cublasguard::trace::Fault, name: &str) -> &'a cublasguard::trace::Operand {
+fn operand<'a>(fault: &'a cublasguard_format::trace::Fault, name: &str) -> &'a cublasguard_format::trace::Operand {
     fault.operands.iter().find(|o| o.name == name).unwrap_or_else(|| panic!("no operand {name}: {fault:#?}"))
 }
 
@@ -335,9 +335,9 @@ fn default_trace_is_written_only_when_a_fault_occurred() {
     let faulty = run(Launch { trace: false, ..Launch::new(&program, &["nan_a"]) });
     let names: Vec<String> = std::fs::read_dir(&faulty.dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(names.len(), 1, "{names:?}");
-    let host = cublasguard::hostname();
-    assert!(names[0].starts_with(&format!("cublasguard-{host}-")) && names[0].ends_with(".json"), "{names:?}");
-    let trace = cublasguard::trace::read(&faulty.dir.join(&names[0])).expect("valid trace");
+    let trace = cublasguard_format::trace::read(&faulty.dir.join(&names[0])).expect("valid trace");
+    let host = &trace.process.hostname;
+    assert!(!host.is_empty() && names[0].starts_with(&format!("cublasguard-{host}-")) && names[0].ends_with(".json"), "{names:?}");
     assert_eq!(trace.faults.len(), 1);
     assert!(faulty.stderr().contains(&names[0]), "stderr names the trace: {}", faulty.stderr());
 }

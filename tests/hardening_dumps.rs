@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::*;
-use cublasguard::dump;
-use cublasguard::trace::{self, FaultKind};
+use cublasguard_format::dump;
+use cublasguard_format::trace::{self, FaultKind};
 
 fn big_dump() -> PathBuf {
     build_c("big_dump", &["big_dump.c"], false)

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use cublasguard::trace::FaultKind;
+use cublasguard_format::trace::FaultKind;
 
 /// Runs `program` as `common::run` does (guarded, a trace in the run's folder), killed and
 /// failed if it has not ended within a minute: a swallowed cancellation would hang it.
@@ -58,7 +58,7 @@ fn vendored() -> String {
 }
 
 /// The run ended well: status 0, what the program printed, a trace that parses.
-fn ended_well(run: &Run, case: &str, expected: &str) -> cublasguard::trace::Trace {
+fn ended_well(run: &Run, case: &str, expected: &str) -> cublasguard_format::trace::Trace {
     assert_eq!(run.code(), Some(0), "{case}: stdout:\n{}\nstderr:\n{}", run.stdout(), run.stderr());
     assert!(run.stdout().contains(expected), "{case}: {}", run.stdout());
     run.trace()

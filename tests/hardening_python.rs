@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::FaultKind;
+use cublasguard_format::trace::FaultKind;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -58,7 +58,7 @@ fn a_fault_under_the_programs_own_lock_while_another_thread_holds_the_gil_does_n
     let output = child.wait_with_output().expect("output");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("status 0"), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    let t = cublasguard::trace::read(&trace_path).expect("trace");
+    let t = cublasguard_format::trace::read(&trace_path).expect("trace");
     let f = t.faults.iter().find(|f| f.kind == FaultKind::NonfiniteInput).expect("the worker's fault");
     assert!(f.python_stack.is_empty(), "{:#?}", f.python_stack);
     let note = f.python_stack_note.as_deref().expect("a note saying why there are no frames");

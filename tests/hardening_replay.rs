@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use cublasguard::cuda::DType;
-use cublasguard::dump;
+use cublasguard_format::cuda::DType;
+use cublasguard_format::dump;
 use serde_json::{json, Value};
 
 /// The text every hostile field carries: it ends a C comment, calls a function, reopens one.

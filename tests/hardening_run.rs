@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cublasguard::trace::{self, FaultKind, Trace};
+use cublasguard_format::trace::{self, FaultKind, Trace};
 
 fn run_cases() -> PathBuf {
     build_c("run_cases", &["run_cases.c"], false)

@@ -9,7 +9,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 
 use common::*;
-use cublasguard::trace::{self, Trace};
+use cublasguard_format::trace::{self, Trace};
 
 const ARGS: &[&str] = &[
     "fault_then_wait",

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::{self, Trace};
+use cublasguard_format::trace::{self, Trace};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::{FaultKind, InitCauseKind};
+use cublasguard_format::trace::{FaultKind, InitCauseKind};
 
 fn causes(case: &str, env: &[(&str, &str)]) -> (Run, Run) {
     let program = build_c("create_causes", &["create_causes.c"], false);
@@ -43,8 +43,8 @@ fn a_handle_created_in_a_forked_child_names_the_parent_and_its_first_cuda_call()
     let guarded = run(Launch { env: &env, trace: false, ..Launch::new(&program, &["fork"]) });
     assert_eq!(bare.stdout(), guarded.stdout());
     assert!(guarded.stdout().contains("child cublasCreate=1") && guarded.stdout().contains("parent cublasCreate=0"), "{}", guarded.stdout());
-    let traces: Vec<cublasguard::trace::Trace> =
-        std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| cublasguard::trace::read(&e.path()).unwrap()).collect();
+    let traces: Vec<cublasguard_format::trace::Trace> =
+        std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| cublasguard_format::trace::read(&e.path()).unwrap()).collect();
     assert_eq!(traces.len(), 2, "the parent's and the child's");
     let child = traces.iter().find(|t| !t.faults.is_empty()).expect("the child's fault");
     let parent = traces.iter().find(|t| t.faults.is_empty()).expect("the parent's trace, unaffected");

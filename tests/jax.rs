@@ -64,7 +64,7 @@ fn jax_with_its_cuda_plugin_falls_back_to_the_cpu_the_same_under_the_guard() {
     assert_eq!(guarded_code, Some(0), "{guarded_err}");
     assert_eq!(bare, guarded, "{guarded_err}");
     // The plugin got as far as the CUDA runtime (dlopen'ed from the cache) before giving up.
-    let t = cublasguard::trace::read(&trace_path).unwrap_or_else(|e| panic!("trace: {e}\n{guarded_err}"));
+    let t = cublasguard_format::trace::read(&trace_path).unwrap_or_else(|e| panic!("trace: {e}\n{guarded_err}"));
     assert!(t.faults.is_empty(), "{:#?}", t.faults);
     let cudart = t.environment.libraries.iter().find(|l| l.soname == "libcudart.so.12");
     assert!(cudart.is_some_and(|l| l.path.starts_with(&cache_dir().display().to_string())), "{:?}", t.environment.libraries);

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::FaultKind;
+use cublasguard_format::trace::FaultKind;
 
 fn launches(args: &[&str], env: &[(&str, &str)]) -> Run {
     let program = build_c("launches", &["launches.c"], false);

@@ -10,7 +10,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::{FaultKind, InitCauseKind, Trace};
+use cublasguard_format::trace::{FaultKind, InitCauseKind, Trace};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -10,7 +10,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::{self, FaultKind, InitCauseKind};
+use cublasguard_format::trace::{self, FaultKind, InitCauseKind};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::FaultKind;
+use cublasguard_format::trace::FaultKind;
 
 fn reach(args: &[&str], guarded: bool) -> Run {
     run_c("dlsym_reach", args, guarded)

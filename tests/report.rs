@@ -494,7 +494,11 @@ fn every_function_that_fails_to_start_cuda_for_the_same_reason_is_one_root_cause
     let program = build_c("probe", &["probe.c"], false);
     let run = run(Launch { driver: false, ..Launch::new(&program, &["both"]) });
     let t = run.trace();
-    assert!(t.faults.len() > 1 && t.faults.iter().all(|f| f.kind == cublasguard::trace::FaultKind::InitFailed), "each function reports it: {:#?}", t.faults);
+    assert!(
+        t.faults.len() > 1 && t.faults.iter().all(|f| f.kind == cublasguard_format::trace::FaultKind::InitFailed),
+        "each function reports it: {:#?}",
+        t.faults
+    );
     let json = report_json(&run.trace_path);
     let causes = json["causes"].as_array().unwrap();
     assert_eq!(causes.len(), 1, "{json:#}");
@@ -520,7 +524,7 @@ fn check_event(e: &Value) {
     }
 }
 
-fn check_timeline(v: &Value, traces: &[cublasguard::trace::Trace]) {
+fn check_timeline(v: &Value, traces: &[cublasguard_format::trace::Trace]) {
     let events = v["traceEvents"].as_array().expect("traceEvents");
     events.iter().for_each(check_event);
     let base: u64 = v["otherData"]["base_time_ns"].as_str().and_then(|b| b.parse().ok()).expect("otherData.base_time_ns");

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use cublasguard::trace::{self, FaultKind};
+use cublasguard_format::trace::{self, FaultKind};
 use std::io::{BufRead, BufReader};
 use std::os::fd::FromRawFd;
 use std::os::unix::process::ExitStatusExt;

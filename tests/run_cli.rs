@@ -36,7 +36,7 @@ fn run_takes_a_command_without_a_double_dash_and_leaves_the_options_after_it_to_
     let out = cublasguard(&["run", "--checks", "args,bounds", "--trace", "t-%p.json", &program, "nan_a"], &dir);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let trace = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).find(|e| e.file_name().to_string_lossy().starts_with("t-")).expect("the trace");
-    assert!(cublasguard::trace::read(&trace.path()).unwrap().faults.is_empty(), "--checks reached the guard: no nan check");
+    assert!(cublasguard_format::trace::read(&trace.path()).unwrap().faults.is_empty(), "--checks reached the guard: no nan check");
     // `--` still works, and is how a command starting with `-` is given.
     let out = cublasguard(&["run", "--", "sh", "-c", "echo dashed"], &dir);
     assert_eq!(text(&out.stdout).trim(), "dashed");

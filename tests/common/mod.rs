@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use cublasguard::trace::{self, Fault, FaultKind, Trace};
+use cublasguard_format::trace::{self, Fault, FaultKind, Trace};
 
 pub fn standin() -> PathBuf {
     PathBuf::from(env!("CUBLASGUARD_STANDIN_DIR"))

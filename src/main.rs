@@ -34,8 +34,7 @@ impl CliError {
 #[derive(Parser)]
 #[command(
     name = "cublasguard",
-    // "0.4.0 (git 1a2b3c4d5e6f)" from a clone, "0.4.0" from a source archive (build.rs).
-    version = env!("CUBLASGUARD_VERSION_LABEL"),
+    version = cublasguard_format::VERSION_LABEL,
     about = "Find which cuBLAS/CUDA call broke a run, and why",
     long_about = "Runs programs with libcublasguard.so preloaded, which checks every cuBLAS GEMM and CUDA \
                   memory call (arguments, pointers, extents, NaN/Inf, asynchronous errors) and writes a JSON \
@@ -59,7 +58,7 @@ enum Cmd {
         Exit status: the command's own (128 + N if it died by signal N).")]
     Run {
         /// Trace path pattern (%p pid, %h host, %r rank)
-        #[arg(long, value_name = "PATH", env = "CUBLASGUARD_TRACE", default_value = cublasguard::config::DEFAULT_TRACE_PATTERN)]
+        #[arg(long, value_name = "PATH", env = "CUBLASGUARD_TRACE", default_value = cublasguard_format::config::DEFAULT_TRACE_PATTERN)]
         trace: String,
         /// Checks to run: comma list of args, bounds, nan, sync, launches; or all, none
         #[arg(long, value_name = "LIST", env = "CUBLASGUARD_CHECKS")]
@@ -287,8 +286,6 @@ fn subcommand_names() -> Vec<String> {
 }
 
 fn main() -> ExitCode {
-    // This binary links the guard's code: it must not guard its own CUDA calls (replay --cuda).
-    cublasguard::pass_through_in_this_process();
     let matches = Cli::command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
@@ -300,8 +297,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Run { mut trace, checks, on_fault, command } => {
             if trace_from_env && trace.trim().is_empty() {
-                eprintln!("cublasguard: CUBLASGUARD_TRACE='{trace}' ignored: empty path; using the default ({})", cublasguard::config::DEFAULT_TRACE_PATTERN);
-                trace = cublasguard::config::DEFAULT_TRACE_PATTERN.into();
+                eprintln!(
+                    "cublasguard: CUBLASGUARD_TRACE='{trace}' ignored: empty path; using the default ({})",
+                    cublasguard_format::config::DEFAULT_TRACE_PATTERN
+                );
+                trace = cublasguard_format::config::DEFAULT_TRACE_PATTERN.into();
             }
             run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env: Vec::new(), quiet_summary: false, stdout_to_stderr: false })
         }

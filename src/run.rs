@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::SystemTime;
 
-use cublasguard::config::{Checks, OnFault, DEFAULT_TRACE_PATTERN};
+use cublasguard_format::config::{Checks, OnFault, DEFAULT_TRACE_PATTERN};
 
 use crate::report;
 use crate::CliError;
@@ -202,7 +202,10 @@ fn new_run_id() -> String {
 /// Trace files this run wrote: those matching the pattern, modified since `since`, and written
 /// by a process this run started (its `process.run_id`).
 pub fn written_traces(pattern: &str, since: SystemTime, run_id: &str) -> Vec<PathBuf> {
-    candidate_traces(pattern, since).into_iter().filter(|p| cublasguard::trace::read(p).is_ok_and(|t| t.process.run_id.as_deref() == Some(run_id))).collect()
+    candidate_traces(pattern, since)
+        .into_iter()
+        .filter(|p| cublasguard_format::trace::read(p).is_ok_and(|t| t.process.run_id.as_deref() == Some(run_id)))
+        .collect()
 }
 
 /// Files matching the pattern (with a `-PID` added or not), modified since `since`.

@@ -171,10 +171,9 @@ extern "C" fn after_fork_in_child() {
     });
 }
 
-/// The `cublasguard` command links this library's code (for the trace types) and must not
-/// guard itself: `replay --cuda` calls cuBLAS, and its hooks would bind to this copy. Called
-/// first thing in its `main`, before any CUDA call; silent.
-pub fn pass_through_in_this_process() {
+/// Every later call passes straight through, silently: a second copy of the guard in the
+/// process defers to the first.
+pub(crate) fn pass_through_in_this_process() {
     DISABLED.store(true, Ordering::Relaxed);
 }
 

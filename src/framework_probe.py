@@ -1,4 +1,4 @@
-"""The doctor's question to the user's Python (src/bin/cublasguard/framework.rs runs it with
+"""The doctor's question to the user's Python (src/framework.rs runs it with
 `python -c`): imports each framework that is installed and prints one JSON object on its last
 line. Every question is guarded, so a partial install still answers."""
 import importlib.util, json, os, sys

@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use cublasguard::cuda::DType;
-use cublasguard::dump::Dump;
+use cublasguard_format::cuda::DType;
+use cublasguard_format::dump::Dump;
 
 use super::replay::{compute_code, cuda_type, scalar_bytes, Replayed};
 
@@ -57,8 +57,8 @@ pub fn program(file: &[u8], d: &Dump, call: &Replayed, path: &Path) -> Result<St
     let b = d.tensors.get("B").ok_or("the dump has no B")?;
     let out = &d.tensors[&call.output_name];
     let c = d.tensors.get("C").filter(|c| c.dtype == out.dtype && c.rows == out.rows && c.cols == out.cols);
-    let element = |m: &cublasguard::dump::Matrix| m.raw.len() / (m.batch * m.rows * m.cols).max(1);
-    let tensor = |name: &str, m: &cublasguard::dump::Matrix| -> Result<String, String> {
+    let element = |m: &cublasguard_format::dump::Matrix| m.raw.len() / (m.batch * m.rows * m.cols).max(1);
+    let tensor = |name: &str, m: &cublasguard_format::dump::Matrix| -> Result<String, String> {
         let (start, end) = offset(name)?;
         Ok(format!("{{\"{name}\", {start}, {end}, {}, {}, {}, {}}}", m.batch, m.rows, m.cols, element(m)))
     };
@@ -136,7 +136,7 @@ static void *to_device(const unsigned char *data, const struct tensor *t, int co
         'T' => "CUBLAS_OP_T",
         _ => "CUBLAS_OP_C",
     };
-    let stride = |m: &cublasguard::dump::Matrix| if m.batch > 1 { m.rows * m.cols } else { 0 };
+    let stride = |m: &cublasguard_format::dump::Matrix| if m.batch > 1 { m.rows * m.cols } else { 0 };
     let part = out.dtype.complex_part().and_then(|p| p.size()).unwrap_or(out_elem as u64);
     let default_path = c_string(path.as_os_str().as_bytes());
     let _ = writeln!(s, "static const char dump_path[] = \"{default_path}\";");

@@ -542,8 +542,8 @@ pub(crate) fn guarded_copy(name: &std::ffi::CStr, found: *mut c_void) -> *mut c_
 pub static cublasguard_instance: u8 = 1;
 
 /// At load: when another copy of the guard was loaded first, this one passes every call
-/// through (every call would be intercepted twice and two traces written). Only the shared
-/// library looks: the `cublasguard` command links this code too.
+/// through (every call would be intercepted twice and two traces written). Only a file named
+/// libcublasguard* looks: the library's unit tests link this code too.
 extern "C" fn notice_an_earlier_guard() {
     // Not the marker's address: a reference to an exported name binds to the first copy's.
     let Some((_, own)) = super::real::object_path(notice_an_earlier_guard as *const c_void) else { return };

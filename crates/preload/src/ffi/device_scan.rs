@@ -1,5 +1,5 @@
-//! The NaN/Inf scan on the GPU itself: the kernel in src/kernels/nonfinite.cu, compiled to the
-//! PTX in src/ptx/nonfinite.ptx by NVRTC (scripts/gen-ptx.sh), loaded once per CUDA context
+//! The NaN/Inf scan on the GPU itself: the kernel in crates/preload/src/kernels/nonfinite.cu, compiled to the
+//! PTX in crates/preload/src/ptx/nonfinite.ptx by NVRTC (scripts/gen-ptx.sh), loaded once per CUDA context
 //! through the driver API and launched on the call's stream; it reduces NaN count, Inf count
 //! and the first bad index into 24 bytes that are copied back. Copying a large operand over
 //! PCIe to scan it on the host costs more than the GEMM itself.
@@ -206,7 +206,7 @@ pub(crate) fn scan(state: &DeviceScanState, mode: DeviceScan, addr: u64, shape: 
     }
 }
 
-/// `struct scan_job` of src/kernels/nonfinite.cu.
+/// `struct scan_job` of crates/preload/src/kernels/nonfinite.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct ScanJob {

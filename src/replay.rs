@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use cublasguard::cuda::DType;
-use cublasguard::dump::{self, Dump, Matrix, Shape};
+use cublasguard_format::cuda::DType;
+use cublasguard_format::dump::{self, Dump, Matrix, Shape};
 
 use super::report::escape_field;
 use super::CliError;

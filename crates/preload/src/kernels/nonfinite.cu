@@ -1,5 +1,5 @@
 // The on-device NaN/Inf scan: one source, two compilers.
-//  - NVRTC compiles it to the PTX the library ships (src/ptx/nonfinite.ptx, made by
+//  - NVRTC compiles it to the PTX the library ships (crates/preload/src/ptx/nonfinite.ptx, made by
 //    scripts/gen-ptx.sh; CI checks the checked-in file is exactly what NVRTC makes).
 //  - The host compiler builds it as plain C++ (with host.h standing in for CUDA's built-ins):
 //    the stand-in driver runs that build over the launch grid, and the tests compare it with

@@ -66,7 +66,7 @@ pub fn events(loaded: &[Loaded]) -> Value {
             };
             events.push(json!({"ph": "M", "name": "thread_name", "ts": 0, "pid": pid, "tid": tid, "args": {"name": name}}));
         }
-        let call_stream = |c: &cublasguard::trace::RecentCall| c.args.get("stream").and_then(Value::as_str).map(String::from);
+        let call_stream = |c: &cublasguard_format::trace::RecentCall| c.args.get("stream").and_then(Value::as_str).map(String::from);
         let mut streams: Vec<String> = t.recent_calls.iter().filter_map(call_stream).chain(t.faults.iter().filter_map(|f| f.stream.clone())).collect();
         streams.sort();
         streams.dedup();
@@ -109,7 +109,7 @@ pub fn events(loaded: &[Loaded]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cublasguard::trace::{self, RecentCall, Trace};
+    use cublasguard_format::trace::{self, RecentCall, Trace};
 
     fn call(seq: u64, time_ns: u64, duration_ns: u64, stream: Option<&str>) -> RecentCall {
         let mut args = std::collections::BTreeMap::new();

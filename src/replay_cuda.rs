@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use cublasguard::dump::{self, Dump};
+use cublasguard_format::dump::{self, Dump};
 
 use super::replay::{column_major, compute_code, cuda_type, scalar_bytes, Replayed};
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use cublasguard::trace::{self, Fault, FaultKind, InitCauseKind, Trace};
+use cublasguard_format::trace::{self, Fault, FaultKind, InitCauseKind, Trace};
 use serde::Serialize;
 
 use crate::diagnosis::{self, bytes, Diagnosis, Program};

@@ -466,7 +466,7 @@ mod tests {
 
     #[test]
     fn the_framework_probe_compiles_as_python_with_warnings_as_errors() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/cublasguard/framework_probe.py");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/framework_probe.py");
         let out = Command::new("python3")
             .args(["-W", "error", "-c", "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')", path])
             .output()

@@ -516,9 +516,9 @@ fn refuse_special_file(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// A plain fault for the library's unit tests.
-#[cfg(test)]
-pub(crate) fn sample_fault(seq: u64) -> Fault {
+/// A plain fault for the unit tests of this crate and of the preload library.
+#[doc(hidden)]
+pub fn sample_fault(seq: u64) -> Fault {
     Fault {
         seq,
         api: "cublasSgemm_v2".into(),

@@ -2,7 +2,7 @@
 //! uses, the probable cause, and what to do next. The recorder records facts; this is where
 //! they are interpreted.
 
-use cublasguard::trace::{Fault, FaultKind, InitCauseKind, Operand, Trace};
+use cublasguard_format::trace::{Fault, FaultKind, InitCauseKind, Operand, Trace};
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -445,7 +445,7 @@ pub fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cublasguard::trace::Position;
+    use cublasguard_format::trace::Position;
 
     fn fault(kind: FaultKind) -> Fault {
         Fault {
@@ -550,7 +550,7 @@ mod tests {
             FaultKind::UseAfterFree,
         ] {
             let mut f = fault(kind);
-            f.handle = Some(cublasguard::trace::HandleRecord {
+            f.handle = Some(cublasguard_format::trace::HandleRecord {
                 ptr: "0x1".into(),
                 math_mode: "CUBLAS_TF32_TENSOR_OP_MATH".into(),
                 pointer_mode: "HOST".into(),
@@ -580,7 +580,7 @@ mod tests {
         assert_eq!(program_of(&c), Program::Native);
         // libtorch linked into a C++ program: still native, no Python.
         let mut cpp = c.clone();
-        cpp.environment.framework = Some(cublasguard::trace::FrameworkBuild { name: "torch".into(), version: None, cuda: None });
+        cpp.environment.framework = Some(cublasguard_format::trace::FrameworkBuild { name: "torch".into(), version: None, cuda: None });
         assert_eq!(program_of(&cpp), Program::Native);
         let mut torch = cpp.clone();
         torch.environment.python_version = Some("3.12.3".into());
@@ -589,8 +589,11 @@ mod tests {
         plain.process.argv = vec!["/usr/bin/python3".into(), "frames.py".into()];
         assert_eq!(program_of(&plain), Program::Python);
         let mut jax = plain.clone();
-        jax.faults[0].python_stack =
-            vec![cublasguard::trace::PythonFrame { file: "/venv/lib/python3.12/site-packages/jax/_src/dispatch.py".into(), line: 1, function: "apply".into() }];
+        jax.faults[0].python_stack = vec![cublasguard_format::trace::PythonFrame {
+            file: "/venv/lib/python3.12/site-packages/jax/_src/dispatch.py".into(),
+            line: 1,
+            function: "apply".into(),
+        }];
         assert_eq!(program_of(&jax), Program::Jax);
         let mut autograd = plain.clone();
         autograd.faults[0].python_stack_note = Some("an autograd thread".into());
