@@ -3,7 +3,7 @@
 //! one failure: a check that needs what an earlier one found missing (a driver) is skipped.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::{c_char, c_int, c_uint};
+use std::ffi::c_char;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -50,7 +50,7 @@ const STANDIN_SYMBOL: &[u8] = b"cudashim_driver_is_device_range\0";
 
 /// What the driver said, through libloading (a missing library is an error, never a panic).
 /// The doctor loads the driver on purpose, to ask it: the opposite of the guard, whose typed
-/// table of CUDA functions (`ffi/cuda_api.rs`) only ever finds libraries the program loaded.
+/// table of CUDA functions (`ffi/cuda_client/cuda_api.rs`) only ever finds libraries the program loaded.
 #[derive(Default)]
 struct Driver {
     loaded: bool,
@@ -67,64 +67,57 @@ struct Driver {
 }
 
 fn probe_driver() -> Driver {
-    type IntOut = unsafe extern "C" fn(*mut c_int) -> c_int;
-    type Init = unsafe extern "C" fn(c_uint) -> c_int;
-    type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
-    type Name = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
-    type Attribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
     let mut d = Driver::default();
-    // SAFETY: loading the driver runs its constructors, as any CUDA program does; every
-    // symbol is called with the driver API's documented signature.
-    unsafe {
-        let lib = match libloading::Library::new("libcuda.so.1") {
-            Ok(lib) => lib,
-            Err(e) => {
-                d.load_error = Some(e.to_string());
-                return d;
-            }
-        };
-        d.loaded = true;
-        d.path = mapped_driver();
-        d.standin = lib.get::<unsafe extern "C" fn()>(STANDIN_SYMBOL).is_ok();
-        if let Ok(f) = lib.get::<IntOut>(b"cuDriverGetVersion\0") {
-            let mut v = 0;
-            if f(&mut v) == 0 {
-                d.version = Some(v);
-            }
+    let lib = match crate::cuda_table::Driver::load() {
+        Ok(lib) => lib,
+        Err(e) => {
+            d.load_error = Some(e);
+            return d;
         }
-        if let Ok(init) = lib.get::<Init>(b"cuInit\0") {
-            d.init = Some(init(0));
+    };
+    d.loaded = true;
+    d.path = mapped_driver();
+    d.standin = lib.has(STANDIN_SYMBOL);
+    if let Some(f) = lib.driver_get_version {
+        let mut v = 0;
+        // SAFETY: an out-parameter for the version.
+        if unsafe { f(&mut v) } == 0 {
+            d.version = Some(v);
         }
-        if d.init == Some(0) {
-            let mut count = 0;
-            if let Ok(f) = lib.get::<IntOut>(b"cuDeviceGetCount\0") {
-                if f(&mut count) != 0 {
-                    count = 0;
-                }
-            }
-            let get = lib.get::<DeviceGet>(b"cuDeviceGet\0").ok();
-            let name = lib.get::<Name>(b"cuDeviceGetName\0").ok();
-            let attr = lib.get::<Attribute>(b"cuDeviceGetAttribute\0").ok();
-            for ordinal in 0..count {
-                let mut text = format!("device {ordinal}");
-                if let (Some(get), Some(name), Some(attr)) = (&get, &name, &attr) {
-                    let mut dev = 0;
-                    let mut buf = [0 as c_char; 256];
-                    let (mut major, mut minor) = (0, 0);
-                    if get(&mut dev, ordinal) == 0 && name(buf.as_mut_ptr(), 256, dev) == 0 {
-                        let n = std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy();
-                        d.standin |= n.starts_with("cudashim stand-in");
+    }
+    // SAFETY: cuInit takes flags only (0 is the only defined value).
+    d.init = lib.init.map(|init| unsafe { init(0) });
+    if d.init == Some(0) {
+        let mut count = 0;
+        // SAFETY: an out-parameter for the count.
+        if lib.device_get_count.is_none_or(|f| unsafe { f(&mut count) } != 0) {
+            count = 0;
+        }
+        for ordinal in 0..count {
+            let mut text = format!("device {ordinal}");
+            if let (Some(get), Some(name), Some(attr)) = (lib.device_get, lib.device_get_name, lib.device_get_attribute) {
+                let mut dev = 0;
+                let mut buf = [0 as c_char; 256];
+                let (mut major, mut minor) = (0, 0);
+                // SAFETY: out-parameters for the device and its name (256 bytes, as passed),
+                // for an ordinal below the device count.
+                if unsafe { get(&mut dev, ordinal) } == 0 && unsafe { name(buf.as_mut_ptr(), 256, dev) } == 0 {
+                    // SAFETY: the driver wrote a NUL-terminated name within the buffer.
+                    let n = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
+                    d.standin |= n.starts_with("cudashim stand-in");
+                    // SAFETY: out-parameters for two attributes (75, 76: compute capability) of a device just got.
+                    unsafe {
                         attr(&mut major, 75, dev);
                         attr(&mut minor, 76, dev);
-                        text = format!("device {ordinal}: {n} (compute capability {major}.{minor})");
-                        d.capabilities.push((major, minor));
                     }
+                    text = format!("device {ordinal}: {n} (compute capability {major}.{minor})");
+                    d.capabilities.push((major, minor));
                 }
-                d.devices.push(text);
             }
+            d.devices.push(text);
         }
-        std::mem::forget(lib); // never unload a driver
     }
+    lib.keep_loaded();
     d
 }
 

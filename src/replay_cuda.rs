@@ -6,51 +6,12 @@ use std::ffi::{c_int, c_void};
 
 use cublasguard_format::dump::{self, Dump};
 
+use crate::cuda_table::{Cublas, Runtime};
+
 use super::replay::{column_major, compute_code, cuda_type, scalar_bytes, Replayed};
 
 const HOST_TO_DEVICE: c_int = 1;
 const DEVICE_TO_HOST: c_int = 2;
-
-type Malloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-type Memcpy = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int;
-type Synchronize = unsafe extern "C" fn() -> c_int;
-type Create = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
-#[allow(clippy::type_complexity)]
-type GemmStridedBatchedEx = unsafe extern "C" fn(
-    *mut c_void,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    *const c_void,
-    *const c_void,
-    c_int,
-    c_int,
-    i64,
-    *const c_void,
-    c_int,
-    c_int,
-    i64,
-    *const c_void,
-    *mut c_void,
-    c_int,
-    c_int,
-    i64,
-    c_int,
-    c_int,
-    c_int,
-) -> c_int;
-
-fn open(names: &[&str]) -> Result<libloading::Library, String> {
-    for name in names {
-        // SAFETY: loading a CUDA library runs its initialisers, as any CUDA program does.
-        if let Ok(lib) = unsafe { libloading::Library::new(name) } {
-            return Ok(lib);
-        }
-    }
-    Err(format!("none of {} could be loaded (is CUDA on the library path?)", names.join(", ")))
-}
 
 fn op_code(op: char) -> c_int {
     match op {
@@ -63,18 +24,13 @@ fn op_code(op: char) -> c_int {
 /// The rerun's output, element by element in the dump's order (member, row, column).
 pub fn rerun(d: &Dump, call: &Replayed) -> Result<Vec<[f64; 2]>, String> {
     call.rerunnable(d)?;
-    let cudart = open(&["libcudart.so.13", "libcudart.so.12", "libcudart.so"])?;
-    let cublas = open(&["libcublas.so.13", "libcublas.so.12", "libcublas.so"])?;
-    // SAFETY: each symbol is declared with its C signature from NVIDIA's headers.
-    let (malloc, memcpy, sync, create, gemm) = unsafe {
-        (
-            *cudart.get::<Malloc>(b"cudaMalloc\0").map_err(|e| e.to_string())?,
-            *cudart.get::<Memcpy>(b"cudaMemcpy\0").map_err(|e| e.to_string())?,
-            *cudart.get::<Synchronize>(b"cudaDeviceSynchronize\0").map_err(|e| e.to_string())?,
-            *cublas.get::<Create>(b"cublasCreate_v2\0").map_err(|e| e.to_string())?,
-            *cublas.get::<GemmStridedBatchedEx>(b"cublasGemmStridedBatchedEx\0").map_err(|e| e.to_string())?,
-        )
-    };
+    let (cudart, cublas) = (Runtime::load()?, Cublas::load()?);
+    let missing = |name: &str| format!("{name} is not in the loaded CUDA libraries");
+    let malloc = cudart.malloc.ok_or_else(|| missing("cudaMalloc"))?;
+    let memcpy = cudart.memcpy.ok_or_else(|| missing("cudaMemcpy"))?;
+    let sync = cudart.device_synchronize.ok_or_else(|| missing("cudaDeviceSynchronize"))?;
+    let create = cublas.create.ok_or_else(|| missing("cublasCreate_v2"))?;
+    let gemm = cublas.gemm_strided_batched_ex.ok_or_else(|| missing("cublasGemmStridedBatchedEx"))?;
     let a = &d.tensors["A"];
     let b = d.tensors.get("B").ok_or("the dump has no B")?;
     let out = &d.tensors[&call.output_name];

@@ -1,5 +1,5 @@
 /* Just enough of CPython's C API for the guard's look at a faulting thread's Python frames
- * (crates/preload/src/ffi/python.rs), loaded RTLD_GLOBAL by tests/c/loader_cases.c. With
+ * (crates/preload/src/ffi/host/python.rs), loaded RTLD_GLOBAL by tests/c/loader_cases.c. With
  * fake_python_exit_in_ensure set, PyGILState_Ensure ends the calling thread, as CPython's does
  * for a daemon thread once the interpreter is finalizing. */
 #include <pthread.h>

@@ -6,6 +6,11 @@
 //! decides what is a fault; `session` and `recorder` hold and write what was seen. Everything
 //! but `ffi` is safe Rust.
 
+// Unsafe code only under `ffi`, each operation in its own block with its reason: an `unsafe fn`
+// states a contract, it does not license its body; the policy modules cannot contain any.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 // The format crate's modules under the names the guard's code has always used.
 pub(crate) use cublasguard_format::{config, cuda, dump, ignore, scan, state, trace, validate};
 

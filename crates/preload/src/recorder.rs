@@ -7,6 +7,8 @@
 //! A call's arguments are rendered in one place, `CallArgs::visit`, for both the trace (serde)
 //! and the signal-safe crash writer (which cannot allocate).
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// The arguments worth keeping for a call, in a fixed-size form.

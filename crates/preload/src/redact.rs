@@ -3,6 +3,8 @@
 //! Hydra/OmegaConf overrides (`wandb.api_key=...`, `+db.password=...`), and the password of a
 //! URL anywhere in an argument or a recorded variable (`postgres://user:<redacted>@host`).
 
+#![forbid(unsafe_code)]
+
 pub const REDACTED: &str = "<redacted>";
 
 /// Parts of a name that mark a credential (matched case-insensitively).

@@ -2,6 +2,8 @@
 //! memory and streams. The FFI layer implements `Device` with the real CUDA runtime; tests
 //! implement it with a model.
 
+#![forbid(unsafe_code)]
+
 pub mod init;
 pub mod lt;
 pub mod matmul;

@@ -1,7 +1,7 @@
 //! The on-device scan's self-test: before its first verdict in a CUDA context, the scan kernel
 //! is run on one small matrix per dtype with NaN and Inf planted at known places (and a NaN in
 //! the padding between columns, which it must skip), and its answers are compared with the
-//! host scan's. This module makes the matrices and judges the answers; ffi/device_scan.rs runs
+//! host scan's. This module makes the matrices and judges the answers; ffi/cuda_client/device_scan.rs runs
 //! them on the device.
 
 use crate::scan::{scan_matrix, DType, MatrixScan, Slice};

@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void};
 use super::Call;
 use crate::check::Finding;
 use crate::cuda;
-use crate::ffi::out_param;
+use crate::ffi::intercept::out_param;
 use crate::recorder::CallArgs;
 use crate::state::{HandleLookup, HandleState, Handles};
 use crate::trace::{hex, FaultKind};

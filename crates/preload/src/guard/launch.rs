@@ -53,7 +53,7 @@ pub(crate) fn launch_kernel(
 /// cudaLaunchKernelExC: the configuration comes in a structure.
 pub(crate) fn launch_kernel_ex(call: &Call<'_, c_int>, config: *const LaunchConfig, func: *const c_void, _args: *mut *mut c_void) -> c_int {
     // The runtime reads the configuration as the program passed it; so does the guard.
-    match crate::ffi::out_param::written(config as *mut LaunchConfig) {
+    match crate::ffi::intercept::out_param::written(config as *mut LaunchConfig) {
         Some(c) => launch(call, func as u64, c.grid, c.block, c.shared as u64, c.stream as u64),
         None => call.forward(),
     }
@@ -76,8 +76,8 @@ pub(crate) fn register_function(
     _warp_size: *mut c_int,
 ) {
     call.forward();
-    if let Some(name) = crate::ffi::out_param::c_string(device_name) {
-        call.session.kernels.register(host as u64, crate::ffi::demangle(&name));
+    if let Some(name) = crate::ffi::intercept::out_param::c_string(device_name) {
+        call.session.kernels.register(host as u64, crate::ffi::host::backtrace::demangle(&name));
     }
 }
 

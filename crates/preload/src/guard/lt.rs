@@ -11,7 +11,7 @@ use super::Call;
 use crate::check::lt::{self, Layout};
 use crate::check::matmul::{MatmulCall, Members, OperandSpec, Role, MAX_OPERANDS};
 use crate::cuda::ComputeType;
-use crate::ffi::out_param;
+use crate::ffi::intercept::out_param;
 use crate::recorder::CallArgs;
 use crate::scan::DType;
 use crate::state::HandleLookup;

@@ -98,7 +98,7 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallA
     };
     // Only scans use the buffer: without them the per-thread buffer is not touched at all.
     if checks.nan {
-        crate::ffi::thread::with_scan_buffer(body)
+        crate::ffi::host::thread::with_scan_buffer(body)
     } else {
         body(&mut Vec::new())
     }

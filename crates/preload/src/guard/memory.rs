@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_void};
 use super::Call;
 use crate::check::Finding;
 use crate::cuda;
-use crate::ffi::out_param;
+use crate::ffi::intercept::out_param;
 use crate::recorder::CallArgs;
 use crate::state::Allocation;
 use crate::trace::{hex, FaultKind};
@@ -174,7 +174,7 @@ pub(crate) fn ipc_open(call: &Call<'_, c_int>, out: *mut *mut c_void, _handle: I
     let mut size = 0;
     if status == cuda::CUDA_SUCCESS {
         let ptr = out_param::written(out).map_or(0, |p| p as u64);
-        if let Some((base, bytes)) = crate::ffi::device::address_range(ptr).filter(|_| ptr != 0) {
+        if let Some((base, bytes)) = crate::ffi::cuda_client::device::address_range(ptr).filter(|_| ptr != 0) {
             size = (base + bytes).saturating_sub(ptr);
             let opened = Allocation { base: ptr, size, time_ns: call.outlet.now_ns(), stream: None, api: call.api() };
             call.session.allocations.insert(opened);

@@ -4,6 +4,8 @@
 //! everything that leaves the process (stderr, the trace on disk, abort) through `Outlet`. The
 //! FFI layer supplies the real ones; the tests here supply models.
 
+#![forbid(unsafe_code)]
+
 pub(crate) mod blas;
 pub(crate) mod dump;
 pub(crate) mod gemm;
@@ -22,7 +24,7 @@ use crate::recorder::{CallArgs, RecordedCall};
 use crate::session::{Recorded, Session};
 use crate::trace::{CudaErrorRecord, Fault, FaultKind, MemoryState};
 
-pub(crate) use crate::ffi::hooks::Hook;
+pub(crate) use crate::ffi::intercept::hooks::Hook;
 
 /// Where the guard's findings go. The real outlet writes stderr and the trace, and aborts; the
 /// tests' outlet keeps what it was given.
@@ -47,6 +49,17 @@ pub(crate) trait Outlet {
     /// stub's symbol, demangled); asked once per address, at a fault or when writing the trace.
     fn kernel_name(&self, _func: u64) -> Option<String> {
         None
+    }
+    /// Writes a new file `dir/NAME.EXT` (`NAME-2.EXT` and on when taken) with what `fill` writes,
+    /// whole or not at all, and returns its path.
+    fn create_file(
+        &self,
+        _dir: &str,
+        _name: &str,
+        _extension: &str,
+        _fill: &mut dyn FnMut(&mut std::io::BufWriter<&std::fs::File>) -> std::io::Result<()>,
+    ) -> std::io::Result<String> {
+        Err(std::io::Error::other("this outlet writes no files"))
     }
 }
 
@@ -323,11 +336,28 @@ pub(crate) mod model {
         fn thread_id(&self) -> u32 {
             7
         }
+        /// Plainly, without the real outlet's care for crashes and races: tests read it back.
+        fn create_file(
+            &self,
+            dir: &str,
+            name: &str,
+            extension: &str,
+            fill: &mut dyn FnMut(&mut std::io::BufWriter<&std::fs::File>) -> std::io::Result<()>,
+        ) -> std::io::Result<String> {
+            use std::io::Write as _;
+            std::fs::create_dir_all(dir)?;
+            let path = format!("{dir}/{name}.{extension}");
+            let file = std::fs::File::create(&path)?;
+            let mut out = std::io::BufWriter::new(&file);
+            fill(&mut out)?;
+            out.flush()?;
+            Ok(path)
+        }
     }
 
     pub use crate::check::model::ModelDevice;
 
     pub fn session(config: Config) -> Session {
-        Session::new(config, crate::ffi::hooks::HOOK_NAMES, Process::default(), "model.json".into())
+        Session::new(config, crate::ffi::intercept::hooks::HOOK_NAMES, Process::default(), "model.json".into())
     }
 }

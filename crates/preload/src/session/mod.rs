@@ -10,6 +10,8 @@
 //! Nothing is held across `fork()`, so the child never waits on or releases a lock that
 //! another parent thread held at that moment. Safe Rust; the FFI layer owns the instances.
 
+#![forbid(unsafe_code)]
+
 mod device_scan;
 mod facts;
 mod faults;

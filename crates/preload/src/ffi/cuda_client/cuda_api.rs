@@ -1,6 +1,8 @@
 //! Every CUDA function the guard calls itself, declared once with its C signature, looked up
-//! once (in the library the program already loaded, never loading one), and callable without
-//! `unsafe` at the call site. Each returns `None` when its library is not loaded or lacks it.
+//! once (in the library the program already loaded, never loading one). Each is an `unsafe fn`
+//! whose contract is NVIDIA's for that function, and returns `None` when its library is not
+//! loaded or lacks it. The safe layer above it is `device.rs` (the `Device` trait: slices,
+//! plain values, `Result`) and `device_scan.rs`; nothing outside `ffi` calls this table.
 //!
 //! Why not cudarc's `sys` declarations: its functions are reached either by linking (the guard
 //! must not link CUDA: it is preloaded into programs that may never load it) or through its
@@ -11,7 +13,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-use super::real::{Library, RealSymbol};
+use crate::ffi::intercept::real::{Library, RealSymbol};
 
 /// `struct cudaPointerAttributes` (CUDA 11 and later).
 #[repr(C)]
@@ -30,14 +32,18 @@ macro_rules! cuda_functions {
             $( pub static $name: RealSymbol = RealSymbol::new(concat!(stringify!($name), "\0"), Library::$lib); )*
         }
         $(
+            /// # Safety
+            /// The arguments meet NVIDIA's documented contract for this function: out-parameters
+            /// point to writable values of their type, strings are NUL-terminated, host buffers
+            /// hold the bytes the call reads or writes and outlive any asynchronous copy into
+            /// them, and handles (streams, modules, functions, contexts) are live ones.
             #[allow(non_snake_case, clippy::too_many_arguments)]
-            pub(crate) fn $name( $( $arg : $ty ),* ) -> Option<$ret> {
+            pub(crate) unsafe fn $name( $( $arg : $ty ),* ) -> Option<$ret> {
                 type F = unsafe extern "C" fn( $( $ty ),* ) -> $ret;
                 // SAFETY: `F` is the function's C signature as NVIDIA's headers declare it (this
-                // table is the one place it is written down). The pointers passed are the
-                // callers' in ffi/: valid out-parameters, NUL-terminated strings, and device
-                // ranges verified inside a live allocation (see each call site).
+                // table is the one place it is written down).
                 let f = unsafe { symbols::$name.get::<F>() }?;
+                // SAFETY: the caller's arguments, under this function's contract.
                 Some(unsafe { f( $( $arg ),* ) })
             }
         )*

@@ -4,16 +4,17 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::cuda_api::{self as api, PointerAttributes};
 use crate::check::init::DriverProbe;
 use crate::check::lt::{Layout, MatmulDesc};
 use crate::check::Device;
 use crate::cuda::MemoryType;
+use crate::ffi::cuda_client::cuda_api::{self as api, PointerAttributes};
 
 const MEMCPY_DEVICE_TO_HOST: c_int = 2;
 
 fn peek_last_error() -> Option<c_int> {
-    api::cudaPeekAtLastError()
+    // SAFETY: no arguments.
+    unsafe { api::cudaPeekAtLastError() }
 }
 
 /// Runs a runtime call that may fail, then restores the program's "no last error".
@@ -21,7 +22,8 @@ fn quietly(call: impl FnOnce() -> Option<c_int>) -> Option<c_int> {
     let before = peek_last_error();
     let code = call()?;
     if code != 0 && before == Some(0) {
-        api::cudaGetLastError();
+        // SAFETY: no arguments.
+        unsafe { api::cudaGetLastError() };
     }
     Some(code)
 }
@@ -54,7 +56,8 @@ impl<'a> RealDevice<'a> {
         };
         let code = call()?;
         if code != 0 && before == Some(0) {
-            api::cudaGetLastError();
+            // SAFETY: no arguments.
+            unsafe { api::cudaGetLastError() };
         }
         Some(code)
     }
@@ -66,7 +69,7 @@ impl Device for RealDevice<'_> {
         if mode == crate::config::DeviceScan::Off {
             return None;
         }
-        super::device_scan::scan(&self.session.device_scan, mode, addr, shape, dtype, stream)
+        crate::ffi::cuda_client::device_scan::scan(&self.session.device_scan, mode, addr, shape, dtype, stream)
     }
 
     fn scan_batch_on_device(&self, jobs: &[crate::check::BatchScan], stream: u64) -> Option<Vec<(crate::scan::MatrixScan, Option<u64>)>> {
@@ -74,12 +77,13 @@ impl Device for RealDevice<'_> {
         if mode == crate::config::DeviceScan::Off {
             return None;
         }
-        super::device_scan::scan_batch(&self.session.device_scan, mode, jobs, stream)
+        crate::ffi::cuda_client::device_scan::scan_batch(&self.session.device_scan, mode, jobs, stream)
     }
 
     fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
         let mut attrs = PointerAttributes { kind: 0, device: 0, device_pointer: std::ptr::null_mut(), host_pointer: std::ptr::null_mut() };
-        let code = self.quietly(|| api::cudaPointerGetAttributes(&mut attrs, ptr as *const c_void))?;
+        // SAFETY: `attrs` is a writable cudaPointerAttributes; the pointer is only classified, never read.
+        let code = self.quietly(|| unsafe { api::cudaPointerGetAttributes(&mut attrs, ptr as *const c_void) })?;
         (code == 0).then(|| MemoryType::decode(attrs.kind))
     }
 
@@ -87,7 +91,9 @@ impl Device for RealDevice<'_> {
         // `out` is valid for out.len() bytes; callers pass only device ranges already verified
         // inside a live allocation.
         let dst = out.as_mut_ptr() as *mut c_void;
-        let code = self.quietly(|| api::cudaMemcpyAsync(dst, addr as *const c_void, out.len(), MEMCPY_DEVICE_TO_HOST, stream as *mut c_void)).ok_or(-1)?;
+        // SAFETY: `dst` is `len` writable bytes of a slice borrowed until the stream is synchronised below; the device range was verified inside a live allocation by the caller.
+        let code =
+            self.quietly(|| unsafe { api::cudaMemcpyAsync(dst, addr as *const c_void, out.len(), MEMCPY_DEVICE_TO_HOST, stream as *mut c_void) }).ok_or(-1)?;
         if code != 0 {
             return Err(code);
         }
@@ -104,7 +110,9 @@ impl Device for RealDevice<'_> {
             // `dst` is valid for `len` bytes; callers pass only device ranges already verified
             // inside a live allocation. Queued: one synchronisation below covers them all.
             let dst = dst.as_mut_ptr() as *mut c_void;
-            let code = self.quietly(|| api::cudaMemcpyAsync(dst, addr as *const c_void, len, MEMCPY_DEVICE_TO_HOST, stream as *mut c_void)).ok_or(-1)?;
+            // SAFETY: `dst` is `len` writable bytes of a slice borrowed until the stream is synchronised below; the device range was verified inside a live allocation by the caller.
+            let code =
+                self.quietly(|| unsafe { api::cudaMemcpyAsync(dst, addr as *const c_void, len, MEMCPY_DEVICE_TO_HOST, stream as *mut c_void) }).ok_or(-1)?;
             if code != 0 {
                 return Err(code);
             }
@@ -121,12 +129,14 @@ impl Device for RealDevice<'_> {
     }
 
     fn synchronize(&self, stream: u64) -> i32 {
-        self.quietly(|| api::cudaStreamSynchronize(stream as *mut c_void)).unwrap_or(0)
+        // SAFETY: a stream handle the program passed to the hooked call.
+        self.quietly(|| unsafe { api::cudaStreamSynchronize(stream as *mut c_void) }).unwrap_or(0)
     }
 
     fn is_capturing(&self, stream: u64) -> Result<bool, i32> {
         let mut status: c_int = 0;
-        match self.quietly(|| api::cudaStreamIsCapturing(stream as *mut c_void, &mut status)) {
+        // SAFETY: `status` is a writable c_int; a stream handle the program passed.
+        match self.quietly(|| unsafe { api::cudaStreamIsCapturing(stream as *mut c_void, &mut status) }) {
             Some(0) => Ok(status != 0),
             Some(code) => Err(code),
             None => Err(-1),
@@ -137,17 +147,20 @@ impl Device for RealDevice<'_> {
         const MAJOR: c_int = 75; // cudaDevAttrComputeCapabilityMajor
         const MINOR: c_int = 76;
         let mut device: c_int = 0;
-        if self.quietly(|| api::cudaGetDevice(&mut device))? != 0 {
+        // SAFETY: `device` is a writable c_int.
+        if self.quietly(|| unsafe { api::cudaGetDevice(&mut device) })? != 0 {
             return None;
         }
         let (mut major, mut minor) = (0, 0);
-        let ok = self.quietly(|| api::cudaDeviceGetAttribute(&mut major, MAJOR, device))? == 0
-            && self.quietly(|| api::cudaDeviceGetAttribute(&mut minor, MINOR, device))? == 0;
+        // SAFETY: the out-parameter is a writable c_int.
+        let ok = self.quietly(|| unsafe { api::cudaDeviceGetAttribute(&mut major, MAJOR, device) })? == 0
+            // SAFETY: the out-parameter is a writable c_int.
+            && self.quietly(|| unsafe { api::cudaDeviceGetAttribute(&mut minor, MINOR, device) })? == 0;
         ok.then_some((major, minor))
     }
 
     fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
-        super::thread::is_on_own_stack(ptr)
+        crate::ffi::host::thread::is_on_own_stack(ptr)
     }
 
     fn memory_info(&self) -> Option<(u64, u64)> {
@@ -155,7 +168,7 @@ impl Device for RealDevice<'_> {
     }
 
     fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> DriverProbe {
-        super::environment::probe_driver(device_count)
+        crate::ffi::host::environment::probe_driver(device_count)
     }
 
     fn lt_layout(&self, layout: u64) -> Option<Layout> {
@@ -188,13 +201,15 @@ impl Device for RealDevice<'_> {
     }
 }
 
-type GetAttribute = fn(*mut c_void, c_int, *mut c_void, usize, *mut usize) -> Option<c_int>;
+type GetAttribute = unsafe fn(*mut c_void, c_int, *mut c_void, usize, *mut usize) -> Option<c_int>;
 
 /// Reads one attribute of `size` (<= 8) bytes; `None` when the library refuses.
 fn attribute(get: GetAttribute, object: u64, attr: c_int, size: usize) -> Option<[u8; 8]> {
     let mut buf = [0u8; 8];
     let mut written = 0usize;
-    let status = get(object as *mut c_void, attr, buf.as_mut_ptr() as *mut c_void, size.min(8), &mut written)?;
+    // SAFETY: `get` is one of cublasLt's attribute getters, given a descriptor the program passed
+    // to the hooked call, `buf` writable for size.min(8) bytes and `written` writable.
+    let status = unsafe { get(object as *mut c_void, attr, buf.as_mut_ptr() as *mut c_void, size.min(8), &mut written) }?;
     (status == 0 && written == size).then_some(buf)
 }
 
@@ -231,7 +246,8 @@ fn read_host(addr: u64, out: &mut [u8]) -> bool {
 /// calls leave the runtime's last error alone).
 pub(crate) fn address_range(ptr: u64) -> Option<(u64, u64)> {
     let (mut base, mut size) = (0u64, 0usize);
-    let code = api::cuMemGetAddressRange_v2(&mut base, &mut size, ptr)?;
+    // SAFETY: `base` and `size` are writable; the address is only looked up.
+    let code = unsafe { api::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) }?;
     (code == 0 && size > 0).then_some((base, size as u64))
 }
 
@@ -244,7 +260,8 @@ pub(crate) fn memory_info() -> Option<(u64, u64)> {
         return None;
     }
     let (mut free, mut total) = (0usize, 0usize);
-    let code = quietly(|| api::cudaMemGetInfo(&mut free, &mut total))?;
+    // SAFETY: `free` and `total` are writable.
+    let code = quietly(|| unsafe { api::cudaMemGetInfo(&mut free, &mut total) })?;
     (code == 0).then_some((free as u64, total as u64))
 }
 
@@ -255,12 +272,18 @@ fn int_query(query: impl FnOnce(*mut c_int) -> Option<c_int>) -> Option<(c_int, 
 }
 
 pub(crate) fn runtime_version() -> Option<i32> {
-    int_query(api::cudaRuntimeGetVersion).and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
+    int_query(|v|
+        // SAFETY: `v` is int_query's own writable c_int.
+        unsafe { api::cudaRuntimeGetVersion(v) })
+    .and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
 }
 
 /// The driver's version as the runtime reports it; `None` when there is no driver.
 pub(crate) fn driver_version_via_runtime() -> Option<i32> {
-    int_query(api::cudaDriverGetVersion).and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
+    int_query(|v|
+        // SAFETY: `v` is int_query's own writable c_int.
+        unsafe { api::cudaDriverGetVersion(v) })
+    .and_then(|(code, v)| (code == 0 && v > 0).then_some(v))
 }
 
 /// `cudaGetDeviceCount`'s status and count, asked only when the program has no error pending.
@@ -270,14 +293,16 @@ pub(crate) fn device_count() -> Option<(i32, Option<i32>)> {
     }
     const UNWRITTEN: c_int = -1;
     let mut count = UNWRITTEN;
-    let code = quietly(|| api::cudaGetDeviceCount(&mut count))?;
+    // SAFETY: `count` is a writable c_int.
+    let code = quietly(|| unsafe { api::cudaGetDeviceCount(&mut count) })?;
     Some((code, (code == 0 && count != UNWRITTEN).then_some(count)))
 }
 
 pub(crate) fn cublas_version() -> Option<i32> {
     let mut parts = [0 as c_int; 3];
     for (kind, part) in parts.iter_mut().enumerate() {
-        if api::cublasGetProperty(kind as c_int, part)? != 0 {
+        // SAFETY: `part` is a writable c_int.
+        if unsafe { api::cublasGetProperty(kind as c_int, part) }? != 0 {
             return None;
         }
     }

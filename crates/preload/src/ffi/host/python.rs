@@ -51,7 +51,7 @@ struct Api {
 
 fn lookup(name: &CStr) -> *mut c_void {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads the loader's tables.
-    super::loader_gate::through(|| unsafe { super::dl::real_dlsym(libc::RTLD_DEFAULT, name.as_ptr()) })
+    crate::ffi::intercept::loader_gate::through(|| unsafe { crate::ffi::intercept::dl::real_dlsym(libc::RTLD_DEFAULT, name.as_ptr()) })
 }
 
 fn api() -> Option<&'static Api> {

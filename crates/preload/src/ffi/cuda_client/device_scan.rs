@@ -13,14 +13,14 @@
 
 use std::ffi::{c_char, c_int, c_void, CString};
 
-use super::cuda_api as api;
 use crate::check::{selftest, BatchScan, MAX_BATCH_SCANS};
 use crate::config::DeviceScan;
+use crate::ffi::cuda_client::cuda_api as api;
 use crate::scan::{DType, MatrixScan};
 use crate::session::{DeviceScanState, LoadedKernels};
 use crate::validate::StoredShape;
 
-pub(crate) const KERNEL_PTX: &str = include_str!("../ptx/nonfinite.ptx");
+pub(crate) const KERNEL_PTX: &str = include_str!("../../ptx/nonfinite.ptx");
 const KERNEL_NAME: &[u8] = b"cublasguard_nonfinite\0";
 const MANY_KERNEL_NAME: &[u8] = b"cublasguard_nonfinite_many\0";
 /// Result bytes: three u64 per operand of a batch.
@@ -42,7 +42,7 @@ fn fail<T>(state: &DeviceScanState, mode: DeviceScan, why: Unusable) -> Option<T
         Unusable::Wrong(why) => (why, true),
     };
     if state.fail(why.clone()) && loud {
-        super::lifecycle::say(&format!("cublasguard: the on-device scan is off ({why}); scanning on the host"));
+        crate::ffi::host::lifecycle::say(&format!("cublasguard: the on-device scan is off ({why}); scanning on the host"));
     }
     None
 }
@@ -72,7 +72,8 @@ fn kind(dtype: DType) -> Option<u32> {
 /// self-test, on `stream`) on first use.
 fn context(state: &DeviceScanState, stream: u64) -> Result<LoadedKernels, Unusable> {
     let mut ctx: Ptr = std::ptr::null_mut();
-    driver("cuCtxGetCurrent", api::cuCtxGetCurrent(&mut ctx)).map_err(Unusable::Unavailable)?;
+    // SAFETY: `ctx` is a writable pointer.
+    driver("cuCtxGetCurrent", unsafe { api::cuCtxGetCurrent(&mut ctx) }).map_err(Unusable::Unavailable)?;
     if ctx.is_null() {
         return Err(Unusable::Unavailable("no current CUDA context".into()));
     }
@@ -81,10 +82,14 @@ fn context(state: &DeviceScanState, stream: u64) -> Result<LoadedKernels, Unusab
         let ptx = CString::new(KERNEL_PTX).map_err(|_| "the PTX text holds a NUL".to_string())?;
         let (mut module, mut function, mut many, mut out): (Ptr, Ptr, Ptr, u64) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0);
         // Valid out-parameters; the PTX and the kernel names are NUL-terminated.
-        driver("cuModuleLoadData", api::cuModuleLoadData(&mut module, ptx.as_ptr() as *const c_void))?;
-        driver("cuModuleGetFunction", api::cuModuleGetFunction(&mut function, module, KERNEL_NAME.as_ptr() as *const c_char))?;
-        driver("cuModuleGetFunction", api::cuModuleGetFunction(&mut many, module, MANY_KERNEL_NAME.as_ptr() as *const c_char))?;
-        driver("cuMemAlloc of the result buffer", api::cuMemAlloc_v2(&mut out, OUT_BYTES))?;
+        // SAFETY: `module` is writable; the PTX is a NUL-terminated CString.
+        driver("cuModuleLoadData", unsafe { api::cuModuleLoadData(&mut module, ptx.as_ptr() as *const c_void) })?;
+        // SAFETY: the out-parameter is writable, the module was just loaded, the name is a NUL-terminated literal.
+        driver("cuModuleGetFunction", unsafe { api::cuModuleGetFunction(&mut function, module, KERNEL_NAME.as_ptr() as *const c_char) })?;
+        // SAFETY: the out-parameter is writable, the module was just loaded, the name is a NUL-terminated literal.
+        driver("cuModuleGetFunction", unsafe { api::cuModuleGetFunction(&mut many, module, MANY_KERNEL_NAME.as_ptr() as *const c_char) })?;
+        // SAFETY: the out-parameter is a writable u64.
+        driver("cuMemAlloc of the result buffer", unsafe { api::cuMemAlloc_v2(&mut out, OUT_BYTES) })?;
         let kernels = LoadedKernels { single: function as usize, many: many as usize, out };
         match self_test(kernels, stream) {
             Ok(()) => Ok(kernels),
@@ -121,12 +126,16 @@ fn launch(function: Ptr, out: u64, addr: u64, shape: StoredShape, kind: u32, str
     // writable bytes; the buffer `out` belongs to this context.
     // Each step only once the one before it succeeded: a kernel launched over a buffer that was
     // never cleared, or a copy of a result never computed, is a verdict from garbage.
-    driver("cuMemsetD8Async", api::cuMemsetD8Async(out, 0, 16, stream))?;
-    driver("cuMemsetD8Async", api::cuMemsetD8Async(out + 16, 0xff, 8, stream))?;
-    driver("cuLaunchKernel", api::cuLaunchKernel(function, blocks, 1, 1, THREADS, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()))?;
+    // SAFETY: `out` is this context's result buffer, at least as long as the bytes set.
+    driver("cuMemsetD8Async", unsafe { api::cuMemsetD8Async(out, 0, 16, stream) })?;
+    // SAFETY: `out` is this context's result buffer, at least as long as the bytes set.
+    driver("cuMemsetD8Async", unsafe { api::cuMemsetD8Async(out + 16, 0xff, 8, stream) })?;
+    // SAFETY: `params` points at live values matching the kernel's parameters; the function belongs to this context.
+    driver("cuLaunchKernel", unsafe { api::cuLaunchKernel(function, blocks, 1, 1, THREADS, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) })?;
     // Into pageable host memory, the copy returns only once it is done (CUDA's documented
     // behaviour for device-to-pageable copies): it is the synchronisation.
-    driver("cuMemcpyDtoHAsync", api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, 24, stream))?;
+    // SAFETY: `result` is writable for the bytes copied and, pageable, the copy completes before the call returns.
+    driver("cuMemcpyDtoHAsync", unsafe { api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, 24, stream) })?;
     let [nan, inf, first] = result;
     Ok(MatrixScan {
         nan,
@@ -145,12 +154,15 @@ fn self_test(kernels: LoadedKernels, stream: u64) -> Result<(), Unusable> {
     let cases = selftest::planted();
     let bytes = cases.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
     let mut buffer = 0u64;
-    driver("cuMemAlloc of the self-test buffer", api::cuMemAlloc_v2(&mut buffer, bytes)).map_err(Unusable::Unavailable)?;
+    // SAFETY: the out-parameter is a writable u64.
+    driver("cuMemAlloc of the self-test buffer", unsafe { api::cuMemAlloc_v2(&mut buffer, bytes) }).map_err(Unusable::Unavailable)?;
     let result = (|| {
         for case in &cases {
             let kind = kind(case.dtype).ok_or_else(|| Unusable::Wrong(format!("no kernel type for {}", case.dtype.name())))?;
             // `buffer` holds `bytes` >= case.bytes.len() bytes of device memory.
-            driver("cuMemcpyHtoD", api::cuMemcpyHtoD_v2(buffer, case.bytes.as_ptr() as *const c_void, case.bytes.len())).map_err(Unusable::Unavailable)?;
+            // SAFETY: a synchronous copy from a live slice into a device buffer this function allocated with at least that many bytes.
+            driver("cuMemcpyHtoD", unsafe { api::cuMemcpyHtoD_v2(buffer, case.bytes.as_ptr() as *const c_void, case.bytes.len()) })
+                .map_err(Unusable::Unavailable)?;
             let answer = launch(function, out, buffer, case.shape, kind, stream).map_err(|why| Unusable::Wrong(format!("{}: {why}", case.dtype.name())))?;
             if let Some(why) = selftest::judge(case, &answer) {
                 return Err(Unusable::Wrong(why));
@@ -165,16 +177,20 @@ fn self_test(kernels: LoadedKernels, stream: u64) -> Result<(), Unusable> {
             all.resize(all.len().next_multiple_of(16), 0);
         }
         let mut batch_buffer = 0u64;
-        driver("cuMemAlloc of the self-test batch", api::cuMemAlloc_v2(&mut batch_buffer, all.len())).map_err(Unusable::Unavailable)?;
+        // SAFETY: the out-parameter is a writable u64.
+        driver("cuMemAlloc of the self-test batch", unsafe { api::cuMemAlloc_v2(&mut batch_buffer, all.len()) }).map_err(Unusable::Unavailable)?;
         let jobs: Vec<BatchScan> = cases
             .iter()
             .zip(&offsets)
             .map(|(c, off)| BatchScan { addr: batch_buffer + off, shape: c.shape, dtype: c.dtype, members: 1, stride: 0, array: false })
             .collect();
         // `batch_buffer` holds all.len() bytes of device memory.
-        let copied = driver("cuMemcpyHtoD", api::cuMemcpyHtoD_v2(batch_buffer, all.as_ptr() as *const c_void, all.len())).map_err(Unusable::Unavailable);
+        // SAFETY: a synchronous copy from a live slice into a device buffer this function allocated with at least that many bytes.
+        let copied =
+            driver("cuMemcpyHtoD", unsafe { api::cuMemcpyHtoD_v2(batch_buffer, all.as_ptr() as *const c_void, all.len()) }).map_err(Unusable::Unavailable);
         let answers = copied.and_then(|()| launch_many(kernels, &jobs, stream).map_err(|why| Unusable::Wrong(format!("the batched kernel: {why}"))));
-        let _ = api::cuMemFree_v2(batch_buffer);
+        // SAFETY: a buffer this function allocated, freed once.
+        let _ = unsafe { api::cuMemFree_v2(batch_buffer) };
         for (case, (answer, _)) in cases.iter().zip(answers?) {
             if let Some(why) = selftest::judge(case, &answer) {
                 return Err(Unusable::Wrong(format!("the batched kernel, {why}")));
@@ -183,7 +199,8 @@ fn self_test(kernels: LoadedKernels, stream: u64) -> Result<(), Unusable> {
         Ok(())
     })();
     // The guard's own buffer, freed once the answers are in.
-    let _ = api::cuMemFree_v2(buffer);
+    // SAFETY: a buffer this function allocated, freed once.
+    let _ = unsafe { api::cuMemFree_v2(buffer) };
     result
 }
 
@@ -250,13 +267,16 @@ fn launch_many(kernels: LoadedKernels, jobs: &[BatchScan], stream: u64) -> Resul
     // `params` points at the two live values the kernel takes; `result` holds `bytes` writable
     // bytes; `out` is this context's buffer of OUT_BYTES >= bytes.
     // As in `scan`: each step only once the one before it succeeded.
-    driver("cuMemsetD8Async", api::cuMemsetD8Async(out, 0, bytes, stream_ptr))?;
+    // SAFETY: `out` is this context's result buffer, at least as long as the bytes set.
+    driver("cuMemsetD8Async", unsafe { api::cuMemsetD8Async(out, 0, bytes, stream_ptr) })?;
     driver(
         "cuLaunchKernel",
-        api::cuLaunchKernel(kernels.many as Ptr, blocks, packed.count, 1, THREADS, 1, 1, 0, stream_ptr, params.as_mut_ptr(), std::ptr::null_mut()),
+        // SAFETY: `params` points at live values matching the kernel's parameters; the function belongs to this context.
+        unsafe { api::cuLaunchKernel(kernels.many as Ptr, blocks, packed.count, 1, THREADS, 1, 1, 0, stream_ptr, params.as_mut_ptr(), std::ptr::null_mut()) },
     )?;
     // Into pageable host memory: the copy returns once it is done, and is the synchronisation.
-    driver("cuMemcpyDtoHAsync", api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, bytes, stream_ptr))?;
+    // SAFETY: `result` is writable for the bytes copied and, pageable, the copy completes before the call returns.
+    driver("cuMemcpyDtoHAsync", unsafe { api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, bytes, stream_ptr) })?;
     Ok(jobs
         .iter()
         .enumerate()
@@ -309,7 +329,7 @@ pub unsafe extern "C" fn cublasguard_scan_on_device(data: u64, rows: i64, cols: 
     }
     let shape = StoredShape { rows, cols, ld };
     let result = std::panic::catch_unwind(|| {
-        let state = super::lifecycle::session().map(|s| &s.device_scan)?;
+        let state = crate::ffi::host::lifecycle::session().map(|s| &s.device_scan)?;
         scan(state, DeviceScan::On, data, shape, DType::from_cuda(cuda_data_type), stream)
     });
     match result {

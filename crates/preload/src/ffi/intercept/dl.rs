@@ -93,7 +93,7 @@ extern "C" fn lookup_on_handle(handle: *mut c_void, name: *const c_char, version
     }
     // SAFETY: `name` is the NUL-terminated string libc just looked up.
     let name = unsafe { CStr::from_ptr(name) };
-    std::panic::catch_unwind(|| super::hooks::guarded_copy(name, found)).unwrap_or(found)
+    std::panic::catch_unwind(|| crate::ffi::intercept::hooks::guarded_copy(name, found)).unwrap_or(found)
 }
 
 /// The exported `dlsym`: RTLD_NEXT (-1) and RTLD_DEFAULT (0) jump to libc's with the caller's

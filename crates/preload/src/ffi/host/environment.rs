@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::ffi::{c_int, CStr};
 
-use super::cuda_api as api;
-use super::device;
-use super::real;
 use crate::check::init::DriverProbe;
+use crate::ffi::cuda_client::cuda_api as api;
+use crate::ffi::cuda_client::device;
+use crate::ffi::intercept::real;
 use crate::session::Session;
 use crate::trace::{DriverState, Environment, FrameworkBuild, LoadedLibrary};
 
@@ -34,7 +34,7 @@ pub(crate) fn cuda_libraries() -> Vec<LoadedLibrary> {
         })
         .map(|(path, soname)| LoadedLibrary {
             soname: soname.unwrap_or_else(|| real::file_name(&path).to_string()),
-            path: super::process::absolute_object_path(&path),
+            path: crate::ffi::host::process::absolute_object_path(&path),
         })
         .collect();
     out.dedup();
@@ -57,7 +57,7 @@ pub(crate) fn collect(s: &Session, live: bool) -> Environment {
     } else {
         s.versions()
     };
-    let variables: BTreeMap<String, String> = if super::process::is_privileged() {
+    let variables: BTreeMap<String, String> = if crate::ffi::host::process::is_privileged() {
         BTreeMap::new()
     } else {
         std::env::vars_os()
@@ -78,7 +78,7 @@ pub(crate) fn collect(s: &Session, live: bool) -> Environment {
         variables,
         device_scan_fallback: s.device_scan.failure(),
         framework: framework_build(),
-        python_version: super::python::version(),
+        python_version: crate::ffi::host::python::version(),
         probe: s.probe_note(),
     }
 }
@@ -111,7 +111,8 @@ fn parse_torch_version(text: &str) -> FrameworkBuild {
 /// `cuDriverGetVersion`, when libcuda.so.1 is already mapped (never loads it).
 fn driver_version_if_loaded() -> Option<i32> {
     let mut v: c_int = 0;
-    (api::cuDriverGetVersion(&mut v)? == 0 && v > 0).then_some(v)
+    // SAFETY: `v` is a writable c_int.
+    (unsafe { api::cuDriverGetVersion(&mut v) }? == 0 && v > 0).then_some(v)
 }
 
 /// Asks the driver directly why CUDA could not start. Only called after an initialisation
@@ -125,18 +126,25 @@ pub(crate) fn probe_driver(device_count: Option<(i32, Option<i32>)>) -> DriverPr
     // SAFETY: dlopen with a valid NUL-terminated name; dlerror's text is copied at once. The
     // handle stays open: unloading a driver library is never worth the risk, and the typed
     // table below finds the now-loaded driver by its soname.
-    let loaded = super::loader_gate::through(|| unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) });
+    let loaded = crate::ffi::intercept::loader_gate::through(|| unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) });
     if loaded.is_null() {
         // SAFETY: dlerror returns NULL or a NUL-terminated string owned by the loader.
         let err = unsafe { libc::dlerror() };
-        probe.load_error = Some(if err.is_null() { "not found".into() } else { unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned() });
+        probe.load_error = Some(if err.is_null() {
+            "not found".into()
+        } else {
+            // SAFETY: not NULL: dlerror's NUL-terminated message (above).
+            unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned()
+        });
         probe.out_of_descriptors = out_of_descriptors();
         return probe;
     }
     probe.driver_loadable = true;
     let mut v: c_int = 0;
-    probe.driver_version = (api::cuDriverGetVersion(&mut v) == Some(0)).then_some(v);
-    probe.cu_init = api::cuInit(0);
+    // SAFETY: `v` is a writable c_int.
+    probe.driver_version = (unsafe { api::cuDriverGetVersion(&mut v) } == Some(0)).then_some(v);
+    // SAFETY: no pointers.
+    probe.cu_init = unsafe { api::cuInit(0) };
     probe
 }
 

@@ -108,7 +108,9 @@ impl RealSymbol {
             self.found_at.store(unloads, Ordering::Release);
             self.ptr.store(p, Ordering::Release);
         }
-        Some(std::mem::transmute_copy::<*mut c_void, F>(&p))
+        // SAFETY: `F` is pointer-sized (checked above) and, by the caller's contract, the
+        // function's signature; `p` is the function's address.
+        Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
     }
 }
 
@@ -150,7 +152,7 @@ pub(crate) fn object_path(addr: *const c_void) -> Option<(usize, &'static str)> 
 /// `addr`, looked up without loading anything).
 pub fn defines(addr: *mut c_void, name: &CStr) -> bool {
     let Some((_, path)) = object_path(addr) else { return false };
-    super::loader_gate::through(|| from_loaded(path, name, None) == addr)
+    crate::ffi::intercept::loader_gate::through(|| from_loaded(path, name, None) == addr)
 }
 
 /// Whether `addr` is inside this library.
@@ -172,13 +174,13 @@ fn is_guard(addr: *mut c_void) -> bool {
 }
 
 fn resolve(name: &'static str, library: Library) -> *mut c_void {
-    super::loader_gate::through(|| resolve_now(name, library))
+    crate::ffi::intercept::loader_gate::through(|| resolve_now(name, library))
 }
 
 fn resolve_now(name: &'static str, library: Library) -> *mut c_void {
     let Ok(cname) = CStr::from_bytes_with_nul(name.as_bytes()) else { return null_mut() };
     // SAFETY: dlsym with a valid NUL-terminated name.
-    let next = unsafe { super::dl::real_dlsym(libc::RTLD_NEXT, cname.as_ptr()) };
+    let next = unsafe { crate::ffi::intercept::dl::real_dlsym(libc::RTLD_NEXT, cname.as_ptr()) };
     if acceptable(next) {
         return next;
     }
@@ -207,15 +209,16 @@ fn resolve_now(name: &'static str, library: Library) -> *mut c_void {
 /// How many objects the loader has unmapped so far (`dlpi_subs`).
 fn loader_unloads() -> u64 {
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
-        // SAFETY: the loader passes a valid info of `size` bytes; `data` is the u64 below.
         if size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>() {
-            *(data as *mut u64) = (*info).dlpi_subs;
+            // SAFETY: the loader passes a valid info of `size` bytes, which holds dlpi_subs;
+            // `data` is the u64 below.
+            unsafe { *(data as *mut u64) = (*info).dlpi_subs };
         }
         1 // the counters are the same in every entry: one is enough
     }
     let mut subs = 0u64;
     // SAFETY: `visit` matches the callback type and only writes `subs`.
-    super::loader_gate::through(|| unsafe { libc::dl_iterate_phdr(Some(visit), &mut subs as *mut u64 as *mut c_void) });
+    crate::ffi::intercept::loader_gate::through(|| unsafe { libc::dl_iterate_phdr(Some(visit), &mut subs as *mut u64 as *mut c_void) });
     subs
 }
 
@@ -234,7 +237,7 @@ pub unsafe extern "C-unwind" fn dlclose(handle: *mut c_void) -> c_int {
     let mut real = REAL_DLCLOSE.load(Ordering::Acquire);
     if real.is_null() {
         // SAFETY: dlsym with a valid name; RTLD_NEXT from this library finds libc's dlclose.
-        real = unsafe { super::dl::real_dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) };
+        real = unsafe { crate::ffi::intercept::dl::real_dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) };
         if real.is_null() {
             return -1;
         }
@@ -247,7 +250,7 @@ pub unsafe extern "C-unwind" fn dlclose(handle: *mut c_void) -> c_int {
     let status = unsafe { real(handle) };
     if loader_unloads() != before {
         UNLOADS.fetch_add(1, Ordering::AcqRel);
-        super::hooks::forget_unloaded_copies();
+        crate::ffi::intercept::hooks::forget_unloaded_copies();
     }
     status
 }
@@ -265,10 +268,10 @@ fn from_loaded(file: &str, name: &CStr, version: Option<&str>) -> *mut c_void {
         }
         let mut p = null_mut();
         if let Some(v) = version.and_then(|v| CString::new(v).ok()) {
-            p = super::dl::real_dlvsym(handle, name.as_ptr(), v.as_ptr());
+            p = crate::ffi::intercept::dl::real_dlvsym(handle, name.as_ptr(), v.as_ptr());
         }
         if p.is_null() {
-            p = super::dl::real_dlsym(handle, name.as_ptr());
+            p = crate::ffi::intercept::dl::real_dlsym(handle, name.as_ptr());
         }
         libc::dlclose(handle);
         p
@@ -286,7 +289,7 @@ pub fn file_name(path: &str) -> &str {
 
 /// Every loaded object's path and `DT_SONAME` (when it has one).
 pub fn loaded_objects() -> Vec<(String, Option<String>)> {
-    super::loader_gate::through(loaded_objects_now)
+    crate::ffi::intercept::loader_gate::through(loaded_objects_now)
 }
 
 fn loaded_objects_now() -> Vec<(String, Option<String>)> {
@@ -294,14 +297,15 @@ fn loaded_objects_now() -> Vec<(String, Option<String>)> {
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
         // SAFETY: the loader passes a valid info for the duration of the callback, and
         // `data` is the Vec handed to dl_iterate_phdr below.
-        let out = &mut *(data as *mut Vec<(String, Option<String>)>);
-        let info = &*info;
+        let (out, info) = unsafe { (&mut *(data as *mut Vec<(String, Option<String>)>), &*info) };
         if info.dlpi_name.is_null() {
             return 0;
         }
-        let path = CStr::from_ptr(info.dlpi_name).to_string_lossy().into_owned();
+        // SAFETY: a loaded object's name is a NUL-terminated string the loader keeps.
+        let path = unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned();
         if !path.is_empty() {
-            out.push((path, soname_of(info)));
+            // SAFETY: `info` describes a loaded object, mapped while the callback runs.
+            out.push((path, unsafe { soname_of(info) }));
         }
         0
     }
@@ -322,25 +326,33 @@ const DT_STRTAB: i64 = 5;
 const DT_SONAME: i64 = 14;
 
 /// Reads DT_SONAME from an object's mapped dynamic section.
+///
+/// # Safety
+/// `info` describes an object that stays mapped during the call (inside dl_iterate_phdr's
+/// callback): its program headers, dynamic section and string table are readable.
 unsafe fn soname_of(info: &libc::dl_phdr_info) -> Option<String> {
     let base = info.dlpi_addr as usize;
-    let headers = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+    // SAFETY: the object's program headers, `dlpi_phnum` of them (the contract).
+    let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
     let dynamic = headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC)?;
     let mut entry = (base + dynamic.p_vaddr as usize) as *const DynamicEntry;
     let (mut strtab, mut soname) = (None, None);
-    while (*entry).tag != DT_NULL {
-        match (*entry).tag {
-            DT_STRTAB => strtab = Some((*entry).value as usize),
-            DT_SONAME => soname = Some((*entry).value as usize),
+    // SAFETY: the mapped dynamic section, read up to its DT_NULL terminator (the contract).
+    while let Some(DynamicEntry { tag, value }) = Some(unsafe { entry.read() }).filter(|e| e.tag != DT_NULL) {
+        match tag {
+            DT_STRTAB => strtab = Some(value as usize),
+            DT_SONAME => soname = Some(value as usize),
             _ => {}
         }
-        entry = entry.add(1);
+        // SAFETY: not past the terminator, which has not been read yet.
+        entry = unsafe { entry.add(1) };
     }
     let mut table = strtab?;
     // glibc relocates these entries in place for most objects; for the rest, add the base.
     if table < base {
         table += base;
     }
-    let name = CStr::from_ptr((table + soname?) as *const c_char);
+    // SAFETY: DT_SONAME is an offset into the mapped string table, to a NUL-terminated name.
+    let name = unsafe { CStr::from_ptr((table + soname?) as *const c_char) };
     Some(name.to_string_lossy().into_owned())
 }

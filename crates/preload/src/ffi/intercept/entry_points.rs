@@ -18,7 +18,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 
-use super::real::{Library, RealSymbol};
+use crate::ffi::intercept::real::{Library, RealSymbol};
 
 static CU_GET_PROC_ADDRESS: RealSymbol = RealSymbol::new("cuGetProcAddress\0", Library::Driver);
 static CU_GET_PROC_ADDRESS_V2: RealSymbol = RealSymbol::new("cuGetProcAddress_v2\0", Library::Driver);
@@ -41,7 +41,7 @@ fn swap(status: c_int, symbol: *const c_char, pfn: *mut *mut c_void) {
     }
     // SAFETY: the caller's NUL-terminated symbol name.
     let symbol = unsafe { CStr::from_ptr(symbol) };
-    let guarded = std::panic::catch_unwind(|| super::hooks::guarded_entry(symbol, found)).unwrap_or(found);
+    let guarded = std::panic::catch_unwind(|| crate::ffi::intercept::hooks::guarded_entry(symbol, found)).unwrap_or(found);
     if guarded != found {
         // SAFETY: as above.
         unsafe { *pfn = guarded };

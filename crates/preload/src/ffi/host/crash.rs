@@ -171,7 +171,7 @@ fn random_tag() -> String {
     let mut bytes = [0u8; 8];
     // SAFETY: getrandom writes at most 8 bytes into `bytes`.
     let n = unsafe { libc::getrandom(bytes.as_mut_ptr() as *mut libc::c_void, 8, libc::GRND_NONBLOCK) };
-    let value = if n == 8 { u64::from_le_bytes(bytes) } else { super::process::now_ns() ^ (std::process::id() as u64) << 40 };
+    let value = if n == 8 { u64::from_le_bytes(bytes) } else { crate::ffi::host::process::now_ns() ^ (std::process::id() as u64) << 40 };
     format!("{value:016x}")
 }
 
@@ -425,7 +425,7 @@ fn render_tail(w: &mut Writer, s: &crate::session::Session, listed: u64, dropped
 }
 
 fn write_crash_trace(sig: libc::c_int, name: &str) {
-    let Some(s) = super::lifecycle::existing_session() else { return };
+    let Some(s) = crate::ffi::host::lifecycle::existing_session() else { return };
     if s.fault_count() == 0 && !s.config.trace_requested {
         return;
     }
@@ -506,10 +506,11 @@ fn previous(index: usize) -> Previous {
     match old.sa_sigaction {
         libc::SIG_DFL => Previous::Default,
         libc::SIG_IGN => Previous::Ignore,
-        // SAFETY: the kernel-reported handler address, with the signature its flags say.
         f if old.sa_flags & libc::SA_SIGINFO != 0 => {
+            // SAFETY: the kernel-reported handler address, with the signature its flags say.
             Previous::Info(unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)>(f) })
         }
+        // SAFETY: as above, a handler without SA_SIGINFO.
         f => Previous::Plain(unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(f) }),
     }
 }

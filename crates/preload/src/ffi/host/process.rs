@@ -1,7 +1,7 @@
 //! Facts about this process, gathered once: identity, rank, time, thread ids.
 
-use super::thread::PER_THREAD;
 use crate::config;
+use crate::ffi::host::thread::PER_THREAD;
 use crate::trace::Process;
 
 /// Set-uid/set-gid processes get no configuration and write nothing (`secure_getenv`). Asked
@@ -101,10 +101,11 @@ pub fn thread_id() -> u32 {
                 // SAFETY: gettid has no preconditions.
                 t.tid.set(unsafe { libc::gettid() } as u32);
                 // Asked at every guarded call, first here: the once-per-thread setup rides on it.
-                super::thread::first_guarded_call();
+                crate::ffi::host::thread::first_guarded_call();
             }
             t.tid.get()
         })
+        // SAFETY: gettid has no preconditions.
         .unwrap_or_else(|_| unsafe { libc::gettid() } as u32)
 }
 

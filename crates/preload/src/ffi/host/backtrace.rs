@@ -10,7 +10,7 @@ use std::ffi::{c_void, CStr};
 const MAX_FRAMES: usize = 48;
 
 pub(crate) fn capture() -> Vec<String> {
-    super::loader_gate::through(capture_now)
+    crate::ffi::intercept::loader_gate::through(capture_now)
 }
 
 fn capture_now() -> Vec<String> {
@@ -37,7 +37,7 @@ fn object_of(addr: *const c_void) -> Option<(usize, String)> {
     // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
     let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
     // Absolute, so the report can tell the program's own frames (`process.exe` is absolute).
-    Some((info.dli_fbase as usize, super::process::absolute_object_path(&file)))
+    Some((info.dli_fbase as usize, crate::ffi::host::process::absolute_object_path(&file)))
 }
 
 /// The frame at return address `addr` in the object mapped at `base` from `file`.
@@ -62,6 +62,34 @@ fn describe(addr: usize, base: usize, file: &str) -> String {
 /// library and the offset in it (exact, for `addr2line -e LIBRARY OFFSET`), the raw address.
 fn frame_text(function: Option<&str>, library: &str, library_offset: usize, address: usize) -> String {
     format!("{} ({library}+{library_offset:#x}) [{address:#x}]", function.unwrap_or("?"))
+}
+
+/// A C++ symbol demangled ("_Z5kfillPfi" -> "kfill(float*, int)"); anything else as it is.
+pub(crate) fn demangle(symbol: &str) -> String {
+    cpp_demangle::Symbol::new(symbol).ok().and_then(|s| s.demangle().ok()).unwrap_or_else(|| symbol.to_string())
+}
+
+/// A kernel's name from its host stub: the runtime's own (cudaFuncGetName, CUDA 12.3 on), else
+/// the stub's symbol (host stubs are often hidden symbols: the symbol table has them).
+pub(crate) fn kernel_name(func: u64) -> Option<String> {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: `name` is a writable pointer; the runtime only looks the address up.
+    if unsafe { crate::ffi::cuda_client::cuda_api::cudaFuncGetName(&mut name, func as *const std::ffi::c_void) } == Some(0) {
+        if let Some(n) = crate::ffi::intercept::out_param::c_string(name) {
+            return Some(demangle(&n));
+        }
+    }
+    let mut found = None;
+    // The resolver treats an address as a return address and looks one byte back: a function's
+    // first byte would name the function before it.
+    crate::ffi::intercept::loader_gate::through(|| {
+        ::backtrace::resolve((func + 1) as *mut std::ffi::c_void, |symbol| {
+            if found.is_none() {
+                found = symbol.name().map(|n| n.to_string());
+            }
+        })
+    });
+    found
 }
 
 #[cfg(test)]

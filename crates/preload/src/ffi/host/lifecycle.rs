@@ -6,8 +6,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
-use super::{backtrace, claim, crash, environment, loader_gate, process};
+use super::{backtrace, claim, crash, environment, process};
 use crate::config::{self, Config};
+use crate::ffi::intercept::loader_gate;
 use crate::guard::Outlet;
 use crate::session::{ChildSeed, Recorded, Session};
 use crate::trace;
@@ -50,11 +51,20 @@ impl Outlet for RealOutlet {
         process::thread_id()
     }
     fn kernel_name(&self, func: u64) -> Option<String> {
-        super::kernel_name(func)
+        crate::ffi::host::backtrace::kernel_name(func)
+    }
+    fn create_file(
+        &self,
+        dir: &str,
+        name: &str,
+        extension: &str,
+        fill: &mut dyn FnMut(&mut std::io::BufWriter<&std::fs::File>) -> std::io::Result<()>,
+    ) -> std::io::Result<String> {
+        super::files::create(dir, name, extension, fill)
     }
     fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
-        let thread = super::python::thread_name();
-        super::python::stack(&thread).map(|(frames, note)| (frames, note, thread))
+        let thread = crate::ffi::host::python::thread_name();
+        crate::ffi::host::python::stack(&thread).map(|(frames, note)| (frames, note, thread))
     }
 }
 
@@ -70,7 +80,7 @@ fn current() -> Option<&'static Session> {
 
 /// One line on the stderr the program started with (see `stderr`).
 pub(crate) fn say(line: &str) {
-    super::stderr::line(line);
+    crate::ffi::host::stderr::line(line);
 }
 
 /// Says `line` the first time `flag` is seen unset.
@@ -93,10 +103,10 @@ pub(crate) fn session() -> Option<&'static Session> {
     let s = match current() {
         Some(s) => s,
         // Its start writes and reads files: a cancellation request waits until it is done.
-        None => super::reentry::defer_cancel(|| SESSION.get_or_init(start)),
+        None => crate::ffi::intercept::reentry::defer_cancel(|| SESSION.get_or_init(start)),
     };
     if !ARMED.load(Ordering::Acquire) && !ARMED.swap(true, Ordering::SeqCst) {
-        super::reentry::defer_cancel(|| arm(s));
+        crate::ffi::intercept::reentry::defer_cancel(|| arm(s));
     }
     Some(s)
 }
@@ -211,7 +221,7 @@ fn start() -> Session {
     if !config.quiet {
         say(&format!("cublasguard: guarding pid {} (checks: {}; on fault: {}; trace: {})", process.pid, config.checks.label(), config.on_fault.label(), path));
     }
-    Session::new(config, super::hooks::HOOK_NAMES, process, path)
+    Session::new(config, crate::ffi::intercept::hooks::HOOK_NAMES, process, path)
 }
 
 static WRITE_FAILED: AtomicBool = AtomicBool::new(false);
@@ -226,7 +236,7 @@ fn write_trace_with(s: &Session, live: bool) {
     // Name the recorded launches' kernels (once per address) for the trace.
     s.recorder.visit(|c| {
         if let crate::recorder::CallArgs::Launch { func, .. } = c.args {
-            s.kernels.name(func, super::kernel_name);
+            s.kernels.name(func, crate::ffi::host::backtrace::kernel_name);
         }
     });
     let trace = s.trace(environment::collect(s, live));
@@ -250,7 +260,7 @@ fn register_exit_handler() {
 
 #[cfg_attr(test, allow(dead_code))]
 fn at_exit(status: i32) {
-    let Some(_inside) = super::reentry::Reentry::enter() else { return };
+    let Some(_inside) = crate::ffi::intercept::reentry::Reentry::enter() else { return };
     if DISABLED.load(Ordering::Relaxed) || process::is_privileged() || EXITED.swap(true, Ordering::SeqCst) {
         return;
     }
@@ -293,16 +303,18 @@ extern "C" fn exit_handler(status: libc::c_int, _arg: *mut libc::c_void) {
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn on_load() {
     let own = {
+        // SAFETY: Dl_info is plain old data: all zeroes is a valid value.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
         // SAFETY: dladdr only reads loader tables.
         let found = unsafe { libc::dladdr(on_load as *const libc::c_void, &mut info) } != 0;
         found && !info.dli_fname.is_null() && {
+            // SAFETY: dladdr filled dli_fname with the loader's NUL-terminated path.
             let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy();
-            super::real::file_name(&name).starts_with("libcublasguard")
+            crate::ffi::intercept::real::file_name(&name).starts_with("libcublasguard")
         }
     };
     if own {
-        super::stderr::keep_original();
+        crate::ffi::host::stderr::keep_original();
         process::remember_start_dir();
         if process::var("LD_PRELOAD").is_some_and(|p| p.contains("libcublasguard")) {
             process::adopt_tree_id();

@@ -6,12 +6,12 @@ use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
-use super::device::RealDevice;
-use super::lifecycle::{self, RealOutlet};
-use super::real::{Library, RealSymbol};
-use super::reentry::{catch_panic, defer_cancel, Reentry};
 use crate::check::{BatchScan, Device};
 use crate::cuda::MemoryType;
+use crate::ffi::cuda_client::device::RealDevice;
+use crate::ffi::host::lifecycle::{self, RealOutlet};
+use crate::ffi::intercept::real::{Library, RealSymbol};
+use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, Reentry};
 use crate::guard::launch::{self, Dim3, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
 use crate::guard::{blas, gemm, handles, lt, memory, Call, Outlet};
@@ -97,6 +97,15 @@ impl Outlet for DeferringOutlet {
     }
     fn kernel_name(&self, func: u64) -> Option<String> {
         defer_cancel(|| RealOutlet.kernel_name(func))
+    }
+    fn create_file(
+        &self,
+        dir: &str,
+        name: &str,
+        extension: &str,
+        fill: &mut dyn FnMut(&mut std::io::BufWriter<&std::fs::File>) -> std::io::Result<()>,
+    ) -> std::io::Result<String> {
+        defer_cancel(|| RealOutlet.create_file(dir, name, extension, fill))
     }
 }
 
@@ -273,7 +282,8 @@ macro_rules! hook_table {
                     }
                     // SAFETY: `p` is what dlsym found for this name: the function of this signature.
                     let real = unsafe { std::mem::transmute::<*mut c_void, Real>(p) };
-                    through(real, $( $arg ),* )
+                    // SAFETY: this function's own contract: C's arguments, for the function found.
+                    unsafe { through(real, $( $arg ),* ) }
                 }
 
                 /// The guarded call, one body for every copy (they differ only in `real`).
@@ -300,13 +310,15 @@ macro_rules! hook_table {
             /// # Safety
             /// Called by C code with the arguments of the CUDA function of the same name.
             pub unsafe extern "C-unwind" fn $name( $( $arg : $ty ),* ) -> $ret {
-                let Some(real) = reals::$name.get::<$name::Real>() else {
+                // SAFETY: `Real` is this function's C signature, the type the slot was looked up for.
+                let Some(real) = (unsafe { reals::$name.get::<$name::Real>() }) else {
                     return missing_real::<$ret>(stringify!($name), Library::$lib);
                 };
                 let args = &( $( $arg, )* );
                 intercept(
                     Hook::$name,
-                    move || { let ( $( $arg, )* ) = *args; real( $( $arg ),* ) },
+                    // SAFETY: the caller's arguments, passed on unchanged to the real function.
+                    move || { let ( $( $arg, )* ) = *args; unsafe { real( $( $arg ),* ) } },
                     move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
                 )
             }
@@ -486,7 +498,7 @@ pub(crate) fn forget_unloaded_copies() {
 
 /// Whether a copy of `library` is still loaded at `base`.
 fn still_loaded(base: usize, library: Library) -> bool {
-    matches!(super::real::object_of(base as *const c_void), Some((at, file)) if at == base && is_library_file(file, library))
+    matches!(crate::ffi::intercept::real::object_of(base as *const c_void), Some((at, file)) if at == base && is_library_file(file, library))
 }
 
 /// Whether `file` is a copy of `library` (under any file name that starts like it), and not
@@ -498,8 +510,8 @@ fn is_library_file(file: &str, library: Library) -> bool {
 /// The load address of the object holding `found`, when it is a copy of `library` and not this
 /// library or another copy of the guard.
 fn in_library(found: *mut c_void, library: Library) -> Option<usize> {
-    let (base, file) = super::real::object_of(found)?;
-    (is_library_file(file, library) && !super::real::is_own(found)).then_some(base)
+    let (base, file) = crate::ffi::intercept::real::object_of(found)?;
+    (is_library_file(file, library) && !crate::ffi::intercept::real::is_own(found)).then_some(base)
 }
 
 /// What `dlsym` on a library handle returns for `name`, given what libc `found`: a guarded copy
@@ -508,7 +520,7 @@ fn in_library(found: *mut c_void, library: Library) -> Option<usize> {
 pub(crate) fn guarded_copy(name: &std::ffi::CStr, found: *mut c_void) -> *mut c_void {
     let name = name.to_bytes();
     // One of the driver's entry points: the guard's wrapper of it stands for it.
-    if let Some((wrapper, library)) = super::entry_points::wrapper_for(name) {
+    if let Some((wrapper, library)) = crate::ffi::intercept::entry_points::wrapper_for(name) {
         return if in_library(found, library).is_some() { wrapper } else { found };
     }
     let Some(index) = HOOK_NAMES.iter().position(|n| n.as_bytes() == name) else { return found };
@@ -546,17 +558,17 @@ pub static cublasguard_instance: u8 = 1;
 /// libcublasguard* looks: the library's unit tests link this code too.
 extern "C" fn notice_an_earlier_guard() {
     // Not the marker's address: a reference to an exported name binds to the first copy's.
-    let Some((_, own)) = super::real::object_path(notice_an_earlier_guard as *const c_void) else { return };
-    if !super::real::file_name(own).starts_with("libcublasguard") {
+    let Some((_, own)) = crate::ffi::intercept::real::object_path(notice_an_earlier_guard as *const c_void) else { return };
+    if !crate::ffi::intercept::real::file_name(own).starts_with("libcublasguard") {
         return;
     }
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads the loader's tables.
-    let first = unsafe { super::dl::real_dlsym(libc::RTLD_DEFAULT, c"cublasguard_instance".as_ptr()) };
-    if first.is_null() || super::real::is_own(first) {
+    let first = unsafe { crate::ffi::intercept::dl::real_dlsym(libc::RTLD_DEFAULT, c"cublasguard_instance".as_ptr()) };
+    if first.is_null() || crate::ffi::intercept::real::is_own(first) {
         return;
     }
     lifecycle::pass_through_in_this_process();
-    let first = super::real::object_path(first).map_or("another path", |(_, path)| path);
+    let first = crate::ffi::intercept::real::object_path(first).map_or("another path", |(_, path)| path);
     lifecycle::say(&format!("cublasguard: another copy of the guard is already loaded ({first}); this one ({own}) passes every call through"));
 }
 
@@ -580,7 +592,7 @@ pub(crate) fn guarded_entry(symbol: &std::ffi::CStr, found: *mut c_void) -> *mut
     });
     for name in variants {
         let Ok(cname) = std::ffi::CString::new(*name) else { continue };
-        if super::real::defines(found, &cname) {
+        if crate::ffi::intercept::real::defines(found, &cname) {
             return guarded_copy(&cname, found);
         }
     }

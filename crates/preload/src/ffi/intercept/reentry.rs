@@ -16,7 +16,7 @@ use std::ffi::c_int;
 #[cfg(target_arch = "x86_64")]
 use std::mem::ManuallyDrop;
 
-use super::thread::PER_THREAD;
+use crate::ffi::host::thread::PER_THREAD;
 
 /// Set for the lifetime of the value; `None` when this thread is already inside a hook.
 pub(crate) struct Reentry(());

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use super::thread::PER_THREAD;
+use crate::ffi::host::thread::PER_THREAD;
 
 static USERS: AtomicU32 = AtomicU32::new(0);
 static CLOSED: AtomicBool = AtomicBool::new(false);

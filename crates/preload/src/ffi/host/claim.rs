@@ -89,7 +89,7 @@ fn claim(path: &str) -> bool {
             Bind::Failed => return true, // cannot tell: behave as without claims
         }
     }
-    super::lifecycle::warn_once(
+    crate::ffi::host::lifecycle::warn_once(
         &ALL_SLOTS_TAKEN,
         &format!("cublasguard: other users' sockets sit on every claim name of {path}; this process writes a file of its own beside it"),
     );

@@ -1,0 +1,5 @@
+//! The guard's own calls into CUDA: where memory lives, what the device is, the on-device scan.
+
+pub(crate) mod cuda_api;
+pub(crate) mod device;
+pub(crate) mod device_scan;

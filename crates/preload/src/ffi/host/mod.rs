@@ -1,0 +1,13 @@
+//! Services of the process the guard lives in: its load, forks and exit, the crash writer,
+//! stderr, trace-file claims, its description and environment, Python frames, backtraces, threads.
+
+pub(crate) mod backtrace;
+pub(crate) mod claim;
+pub(crate) mod crash;
+pub(crate) mod environment;
+pub(crate) mod files;
+pub(crate) mod lifecycle;
+pub mod process;
+pub(crate) mod python;
+pub(crate) mod stderr;
+pub(crate) mod thread;

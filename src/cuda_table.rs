@@ -1,0 +1,82 @@
+//! Every CUDA function the command calls itself (the doctor's driver questions, replay's rerun),
+//! declared once with its C signature and looked up through libloading: a missing library or
+//! symbol is an error, never a panic. Unlike the guard, the command loads these libraries on
+//! purpose, to ask them. The functions stay `unsafe`: their contracts are NVIDIA's.
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+macro_rules! cuda_table {
+    ( $( $table:ident from [$($soname:literal),+] { $( $field:ident : fn $name:ident ( $( $ty:ty ),* $(,)? ) -> $ret:ty ; )* } )* ) => {
+        $(
+            /// Functions of one library, each `None` where the library lacks it.
+            #[allow(non_snake_case)]
+            pub struct $table {
+                $( pub $field: Option<unsafe extern "C" fn( $( $ty ),* ) -> $ret>, )*
+                /// Kept loaded while the functions are in use (dropped with the table).
+                #[allow(dead_code)]
+                library: libloading::Library,
+            }
+
+            impl $table {
+                /// The first of the library's sonames the loader can open.
+                pub fn load() -> Result<Self, String> {
+                    let names = [$($soname),+];
+                    let mut errors = Vec::new();
+                    for name in names {
+                        // SAFETY: loading a CUDA library runs its initialisers, as any CUDA program does.
+                        match unsafe { libloading::Library::new(name) } {
+                            Ok(library) => return Ok(Self::from_library(library)),
+                            Err(e) => errors.push(e.to_string()),
+                        }
+                    }
+                    Err(if names.len() == 1 { errors.join("; ") } else { format!("none of {} could be loaded (is CUDA on the library path?)", names.join(", ")) })
+                }
+
+                fn from_library(library: libloading::Library) -> Self {
+                    Self {
+                        // SAFETY: each symbol is typed with its C signature from NVIDIA's headers
+                        // (this table is the one place it is written down).
+                        $( $field: unsafe { library.get::<unsafe extern "C" fn( $( $ty ),* ) -> $ret>(concat!(stringify!($name), "\0").as_bytes()) }.ok().map(|f| *f), )*
+                        library,
+                    }
+                }
+
+                #[allow(dead_code)] // not every table's user asks
+                /// Whether the library exports `symbol` (a NUL-terminated name), whatever its type.
+                pub fn has(&self, symbol: &[u8]) -> bool {
+                    // SAFETY: only the symbol's presence is looked at; it is never called.
+                    unsafe { self.library.get::<*const c_void>(symbol) }.is_ok()
+                }
+
+                #[allow(dead_code)] // not every table's user asks
+                /// Never unloaded: unloading a CUDA library is never worth the risk.
+                pub fn keep_loaded(self) {
+                    std::mem::forget(self.library);
+                }
+            }
+        )*
+    };
+}
+
+cuda_table! {
+    Driver from ["libcuda.so.1"] {
+        driver_get_version: fn cuDriverGetVersion(*mut c_int) -> c_int;
+        init: fn cuInit(c_uint) -> c_int;
+        device_get_count: fn cuDeviceGetCount(*mut c_int) -> c_int;
+        device_get: fn cuDeviceGet(*mut c_int, c_int) -> c_int;
+        device_get_name: fn cuDeviceGetName(*mut c_char, c_int, c_int) -> c_int;
+        device_get_attribute: fn cuDeviceGetAttribute(*mut c_int, c_int, c_int) -> c_int;
+    }
+    Runtime from ["libcudart.so.13", "libcudart.so.12", "libcudart.so"] {
+        malloc: fn cudaMalloc(*mut *mut c_void, usize) -> c_int;
+        memcpy: fn cudaMemcpy(*mut c_void, *const c_void, usize, c_int) -> c_int;
+        device_synchronize: fn cudaDeviceSynchronize() -> c_int;
+    }
+    Cublas from ["libcublas.so.13", "libcublas.so.12", "libcublas.so"] {
+        create: fn cublasCreate_v2(*mut *mut c_void) -> c_int;
+        gemm_strided_batched_ex: fn cublasGemmStridedBatchedEx(
+            *mut c_void, c_int, c_int, c_int, c_int, c_int, *const c_void, *const c_void, c_int, c_int, i64, *const c_void, c_int, c_int, i64,
+            *const c_void, *mut c_void, c_int, c_int, i64, c_int, c_int, c_int,
+        ) -> c_int;
+    }
+}
