@@ -15,20 +15,13 @@ pub struct Diagnosis {
     pub next_steps: Vec<String>,
 }
 
-fn arg_i64(fault: &Fault, name: &str) -> Option<i64> {
-    fault.args.get(name)?.as_i64()
-}
-
-fn arg_str<'a>(fault: &'a Fault, name: &str) -> Option<&'a str> {
-    fault.args.get(name)?.as_str()
-}
-
 /// cuBLAS GEMMs as PyTorch issues them for y = x W^T: transa = T, transb = N, m = out, n = batch, k = in.
 pub fn linear_layer(fault: &Fault) -> Option<String> {
-    if arg_str(fault, "transa")? != "T" || arg_str(fault, "transb")? != "N" {
+    let args = &fault.args;
+    if args.label("transa")? != "T" || args.label("transb")? != "N" {
         return None;
     }
-    let (m, n, k) = (arg_i64(fault, "m")?, arg_i64(fault, "n")?, arg_i64(fault, "k")?);
+    let (m, n, k) = (args.int("m")?, args.int("n")?, args.int("k")?);
     Some(format!("looks like nn.Linear(in_features={k}, out_features={m}) on a batch of {n}"))
 }
 
@@ -604,7 +597,7 @@ mod tests {
     #[test]
     fn not_linear_unless_t_n() {
         let mut f = fault(FaultKind::InvalidArgument);
-        f.args.insert("transa".into(), serde_json::json!("N"));
+        f.args.insert("transa", "N");
         assert_eq!(linear_layer(&f), None);
     }
 

@@ -264,14 +264,7 @@ pub fn call_site(f: &Fault, exe: Option<&str>) -> String {
 }
 
 fn call_text(f: &Fault) -> String {
-    let args: Vec<String> = f
-        .args
-        .iter()
-        .map(|(k, v)| match v {
-            serde_json::Value::String(s) => format!("{k}={s}"),
-            other => format!("{k}={other}"),
-        })
-        .collect();
+    let args: Vec<String> = f.args.iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!("{}({}) -> {} ({})", f.api, args.join(", "), f.status_name, f.status)
 }
 

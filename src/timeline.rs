@@ -66,7 +66,7 @@ pub fn events(loaded: &[Loaded]) -> Value {
             };
             events.push(json!({"ph": "M", "name": "thread_name", "ts": 0, "pid": pid, "tid": tid, "args": {"name": name}}));
         }
-        let call_stream = |c: &cublasguard_format::trace::RecentCall| c.args.get("stream").and_then(Value::as_str).map(String::from);
+        let call_stream = |c: &cublasguard_format::trace::RecentCall| c.args.address("stream").map(cublasguard_format::trace::hex);
         let mut streams: Vec<String> = t.recent_calls.iter().filter_map(call_stream).chain(t.faults.iter().filter_map(|f| f.stream.clone())).collect();
         streams.sort();
         streams.dedup();
@@ -111,10 +111,10 @@ mod tests {
     use super::*;
     use cublasguard_format::trace::{self, RecentCall, Trace};
 
-    fn call(seq: u64, time_ns: u64, duration_ns: u64, stream: Option<&str>) -> RecentCall {
-        let mut args = std::collections::BTreeMap::new();
+    fn call(seq: u64, time_ns: u64, duration_ns: u64, stream: Option<u64>) -> RecentCall {
+        let mut args = trace::Args::default();
         if let Some(s) = stream {
-            args.insert("stream".to_string(), json!(s));
+            args.insert("stream", trace::Arg::Address(s));
         }
         RecentCall { seq, api: "cudaLaunchKernel".into(), status: 0, time_ns, duration_ns, thread: 7, args, scanned: false }
     }
@@ -123,7 +123,7 @@ mod tests {
     fn each_call_is_a_complete_event_from_its_start_on_its_thread_and_its_stream() {
         let mut t = Trace::default();
         t.process.pid = 7;
-        t.recent_calls = vec![call(1, 1_000_000_000_000_002_000, 1_500, None), call(2, 1_000_000_000_000_010_000, 250, Some("0x5"))];
+        t.recent_calls = vec![call(1, 1_000_000_000_000_002_000, 1_500, None), call(2, 1_000_000_000_000_010_000, 250, Some(5))];
         let v = events(&[Loaded::new("t.json".into(), trace::Parsed { trace: t, ..Default::default() })]);
         assert_eq!(v["otherData"]["base_time_ns"], "1000000000000000500", "the first call's start");
         let x: Vec<&Value> = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").collect();

@@ -192,7 +192,7 @@ fn cublaslt_faults_name_m_n_k_and_the_bias() {
     assert_eq!((f.args["m"].as_i64(), f.args["n"].as_i64(), f.args["k"].as_i64()), (Some(16), Some(32), Some(8)));
     assert_eq!(f.args["transa"], "T");
     assert_eq!(f.args["epilogue"], "CUBLASLT_EPILOGUE_BIAS");
-    assert!(f.args["bias"].as_str().is_some_and(|b| b.starts_with("0x")));
+    assert!(f.args.address("bias").is_some(), "{:?}", f.args);
     let b = f.operands.iter().find(|o| o.name == "B").unwrap();
     assert_eq!((b.dtype.as_str(), b.rows, b.cols), ("bf16", 8, 32));
     assert_eq!(b.first_nonfinite.map(|p| (p.row, p.col)), Some((2, 3)), "feature 2 of sample 3");
@@ -235,7 +235,7 @@ fn a_cublaslt_handle_destroyed_twice_is_named() {
     let f = only_fault(&t);
     assert_eq!((f.api.as_str(), f.kind), ("cublasLtDestroy", FaultKind::InvalidHandle));
     assert!(f.message.contains("was destroyed by cublasLtDestroy at call #"), "{}", f.message);
-    assert!(f.args["handle"].as_str().is_some_and(|h| h.starts_with("0x")));
+    assert!(f.args.address("handle").is_some(), "{:?}", f.args);
 }
 
 #[test]

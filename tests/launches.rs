@@ -59,7 +59,7 @@ fn a_hundred_thousand_clean_launches_are_all_counted_without_a_fault() {
     let t = run.trace();
     assert_eq!(t.summary.calls.get("cudaLaunchKernel"), Some(&100_000));
     assert!(t.faults.is_empty(), "{:#?}", t.faults);
-    assert_eq!(t.recent_calls.last().map(|c| c.args["kernel"].clone()), Some(serde_json::json!("fill(float*, int)")));
+    assert_eq!(t.recent_calls.last().map(|c| c.args["kernel"].to_json()), Some(serde_json::json!("fill(float*, int)")));
 }
 
 #[test]

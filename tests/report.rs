@@ -412,7 +412,7 @@ fn a_folder_skips_json_files_that_are_not_traces_with_a_note_for_each() {
 fn a_trace_from_a_newer_cublasguard_is_read_as_far_as_it_goes_with_a_note_to_upgrade() {
     let run = mlp(Some("lda"), &[], true);
     let mut v = json_of(&run.trace_path);
-    v["version"] = json!(2);
+    v["version"] = json!(cublasguard_format::trace::VERSION + 1);
     v["guard"]["version"] = json!("9.3.0");
     v["faults"][0]["kind"] = json!("tensor_core_fault");
     v["faults"][0]["lane"] = json!(5);
@@ -424,7 +424,7 @@ fn a_trace_from_a_newer_cublasguard_is_read_as_far_as_it_goes_with_a_note_to_upg
     let note = body.lines().find(|l| l.starts_with("note: ")).unwrap_or_else(|| panic!("{body}"));
     for w in [
         "written by cublasguard 9.3.0",
-        "format version 2",
+        &format!("format version {}", cublasguard_format::trace::VERSION + 1),
         "'tensor_core_fault'",
         "faults[].lane",
         "process.container",
@@ -598,7 +598,7 @@ fn the_timeline_follows_the_trace_event_format_and_goes_beside_the_trace_or_to_s
     let v = json_of(&launches.dir.join("tl.json"));
     check_timeline(&v, std::slice::from_ref(&lt));
     let launch = lt.recent_calls.iter().find(|c| c.api == "cudaLaunchKernel").expect("a launch");
-    let stream = launch.args["stream"].as_str().expect("the launch's stream");
+    let stream = launch.args.address("stream").map(cublasguard_format::trace::hex).expect("the launch's stream");
     let events = v["traceEvents"].as_array().unwrap();
     let track = events
         .iter()

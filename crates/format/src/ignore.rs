@@ -105,9 +105,9 @@ mod tests {
         f.kind = FaultKind::NonfiniteInput;
         f.api = "cublasGemmEx".into();
         f.message = "operand A (4 x 4 as stored, ld 4) holds 1 NaN".into();
-        f.args.insert("m".into(), serde_json::json!(128));
-        f.args.insert("n".into(), serde_json::json!(64));
-        f.args.insert("k".into(), serde_json::json!(32));
+        f.args.insert("m", serde_json::json!(128));
+        f.args.insert("n", serde_json::json!(64));
+        f.args.insert("k", serde_json::json!(32));
         f.operands.push(Operand {
             name: "A".into(),
             ptr: "0x1".into(),

@@ -7,7 +7,11 @@ use std::io::Write;
 use std::path::Path;
 
 pub const FORMAT: &str = "cublasguard-trace";
-pub const VERSION: u32 = 1;
+/// 2: one name per argument in faults and recent calls alike (a launch's `gridDim`/`blockDim`,
+/// a free's `ptr`). Version 1 traces are read with their names brought up to date.
+pub const VERSION: u32 = 2;
+/// The oldest format version this build reads.
+pub const OLDEST_VERSION: u32 = 1;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Trace {
@@ -157,43 +161,83 @@ pub struct LoadedLibrary {
     pub path: String,
 }
 
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum FaultKind {
-    InvalidHandle,
-    InvalidArgument,
-    HostPointer,
-    OutOfBounds,
-    NonfiniteInput,
-    NonfiniteOutput,
-    AsyncError,
-    ApiError,
-    AllocFailed,
-    InitFailed,
-    /// An operand in memory the program freed earlier.
-    UseAfterFree,
-    /// A kind this build does not know (a newer guard wrote it): the reader keeps its name in
-    /// `Parsed::unknown_kinds`. Never written by the guard, never read from a trace by name.
-    #[serde(skip_deserializing)]
-    Unknown,
+/// An enum whose values the trace spells by name: each name written once, here, for both the
+/// serde form and `name()`. The variants after `written_only` are written, never read by name
+/// (deserialising their name is an error, as for a name this build does not know).
+macro_rules! named_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $text:literal, )*
+        }
+        $( written_only { $( $(#[$wmeta:meta])* $wvariant:ident = $wtext:literal, )* } )?
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant, )*
+            $( $( $(#[$wmeta])* $wvariant, )* )?
+        }
+
+        impl $name {
+            /// Every value a trace may name (the written-only ones aside).
+            pub const ALL: &'static [Self] = &[$( Self::$variant, )*];
+
+            /// The name the trace spells.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( Self::$variant => $text, )*
+                    $( $( Self::$wvariant => $wtext, )* )?
+                }
+            }
+
+            /// The value a trace names (`None`: a name this build does not read).
+            pub fn from_name(name: &str) -> Option<Self> {
+                match name {
+                    $( $text => Some(Self::$variant), )*
+                    _ => None,
+                }
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.name())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let name = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+                Self::from_name(&name).ok_or_else(|| {
+                    const NAMES: &[&str] = &[$( $text, )*];
+                    serde::de::Error::unknown_variant(&name, NAMES)
+                })
+            }
+        }
+    };
 }
 
-impl FaultKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::InvalidHandle => "invalid_handle",
-            Self::InvalidArgument => "invalid_argument",
-            Self::HostPointer => "host_pointer",
-            Self::OutOfBounds => "out_of_bounds",
-            Self::NonfiniteInput => "nonfinite_input",
-            Self::NonfiniteOutput => "nonfinite_output",
-            Self::AsyncError => "async_error",
-            Self::ApiError => "api_error",
-            Self::AllocFailed => "alloc_failed",
-            Self::InitFailed => "init_failed",
-            Self::UseAfterFree => "use_after_free",
-            Self::Unknown => "unknown",
-        }
+named_enum! {
+    pub enum FaultKind {
+        InvalidHandle = "invalid_handle",
+        InvalidArgument = "invalid_argument",
+        HostPointer = "host_pointer",
+        OutOfBounds = "out_of_bounds",
+        NonfiniteInput = "nonfinite_input",
+        NonfiniteOutput = "nonfinite_output",
+        AsyncError = "async_error",
+        ApiError = "api_error",
+        AllocFailed = "alloc_failed",
+        InitFailed = "init_failed",
+        /// An operand in memory the program freed earlier.
+        UseAfterFree = "use_after_free",
+    }
+    written_only {
+        /// A kind this build does not know (a newer guard wrote it): the reader keeps its name
+        /// in `Parsed::unknown_kinds`. Never written by the guard, never read from a trace by
+        /// name.
+        Unknown = "unknown",
     }
 }
 
@@ -212,7 +256,8 @@ pub struct Fault {
     pub stream: Option<String>,
     pub time_ns: u64,
     pub handle: Option<HandleRecord>,
-    pub args: BTreeMap<String, serde_json::Value>,
+    /// The call's arguments, of the same type as a recent call's.
+    pub args: Args,
     pub operands: Vec<Operand>,
     pub memory: Option<MemoryState>,
     pub backtrace: Vec<String>,
@@ -275,21 +320,22 @@ pub struct CudaErrorRecord {
     pub call: String,
 }
 
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum InitCauseKind {
-    NoDriver,
-    DriverTooOld,
-    NoDevice,
-    /// No device memory left for the library's own needs (cuBLAS's workspace at handle creation).
-    OutOfMemory,
-    /// CUDA used in a child forked after the parent initialised it.
-    ForkedChild,
-    /// An earlier sticky error left the CUDA context unusable.
-    ContextLost,
-    /// The process had no file descriptor left to open the driver with.
-    OutOfFileDescriptors,
-    Other,
+named_enum! {
+    pub enum InitCauseKind {
+        NoDriver = "no_driver",
+        DriverTooOld = "driver_too_old",
+        NoDevice = "no_device",
+        /// No device memory left for the library's own needs (cuBLAS's workspace at handle
+        /// creation).
+        OutOfMemory = "out_of_memory",
+        /// CUDA used in a child forked after the parent initialised it.
+        ForkedChild = "forked_child",
+        /// An earlier sticky error left the CUDA context unusable.
+        ContextLost = "context_lost",
+        /// The process had no file descriptor left to open the driver with.
+        OutOfFileDescriptors = "out_of_file_descriptors",
+        Other = "other",
+    }
 }
 
 /// Device and process memory when handle creation failed for want of it.
@@ -416,13 +462,15 @@ pub struct RecentCall {
     #[serde(default)]
     pub duration_ns: u64,
     pub thread: u32,
-    pub args: BTreeMap<String, serde_json::Value>,
+    pub args: Args,
     /// Whether the guard scanned this call's operands (GEMMs).
     #[serde(default)]
     pub scanned: bool,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+/// Written through `visit_summary`, read by its fields' names (a unit test holds the two to
+/// one another).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct Summary {
     pub calls: BTreeMap<String, u64>,
     /// Every fault found, stored or not.
@@ -438,13 +486,441 @@ pub struct Summary {
     pub skipped_scans: u64,
     /// The rules of CUBLASGUARD_IGNORE in force, each with the faults it kept out of the trace
     /// (not counted in `faults`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default)]
     pub ignored_faults: BTreeMap<String, u64>,
+}
+
+/// Where a summary's numbers come from: a `Summary`, or a live process's counters (which the
+/// crash writer reads without allocating).
+pub trait SummarySource {
+    /// Calls per function, each function once.
+    fn calls(&self, f: &mut dyn FnMut(&str, u64));
+    fn faults(&self) -> u64;
+    fn dropped_faults(&self) -> u64;
+    fn scanned_calls(&self) -> u64;
+    fn skipped_scans(&self) -> u64;
+    /// Each CUBLASGUARD_IGNORE rule, as written, with the faults it kept out.
+    fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64));
+}
+
+/// Counts by name, handed one by one to the function given.
+pub type VisitCounts<'a> = &'a dyn Fn(&mut dyn FnMut(&str, u64));
+
+/// One field of the summary, as `visit_summary` gives it.
+pub enum SummaryValue<'a> {
+    Count(u64),
+    /// Counts by name (a JSON object); `omit_empty`: the field is left out when it has none.
+    Counts {
+        visit: VisitCounts<'a>,
+        omit_empty: bool,
+    },
+}
+
+/// The summary's fields, by name, in the order the trace has them: the one description of them
+/// that both the trace's serde form and the crash writer (signal-safe: no allocation here) walk.
+pub fn visit_summary(source: &dyn SummarySource, f: &mut dyn FnMut(&'static str, SummaryValue<'_>)) {
+    f("calls", SummaryValue::Counts { visit: &|g| source.calls(g), omit_empty: false });
+    f("faults", SummaryValue::Count(source.faults()));
+    f("dropped_faults", SummaryValue::Count(source.dropped_faults()));
+    f("scanned_calls", SummaryValue::Count(source.scanned_calls()));
+    f("skipped_scans", SummaryValue::Count(source.skipped_scans()));
+    f("ignored_faults", SummaryValue::Counts { visit: &|g| source.ignored_faults(g), omit_empty: true });
+}
+
+impl SummarySource for Summary {
+    fn calls(&self, f: &mut dyn FnMut(&str, u64)) {
+        self.calls.iter().for_each(|(k, v)| f(k, *v));
+    }
+    fn faults(&self) -> u64 {
+        self.faults
+    }
+    fn dropped_faults(&self) -> u64 {
+        self.dropped_faults
+    }
+    fn scanned_calls(&self) -> u64 {
+        self.scanned_calls
+    }
+    fn skipped_scans(&self) -> u64 {
+        self.skipped_scans
+    }
+    fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64)) {
+        self.ignored_faults.iter().for_each(|(k, v)| f(k, *v));
+    }
+}
+
+impl Summary {
+    /// The summary `source` gives (a live process's, when the trace is written normally).
+    pub fn from_source(source: &dyn SummarySource) -> Self {
+        let collect = |visit: VisitCounts<'_>| {
+            let mut map = BTreeMap::new();
+            visit(&mut |k, v| {
+                map.insert(k.to_string(), v);
+            });
+            map
+        };
+        Self {
+            calls: collect(&|f| source.calls(f)),
+            faults: source.faults(),
+            dropped_faults: source.dropped_faults(),
+            scanned_calls: source.scanned_calls(),
+            skipped_scans: source.skipped_scans(),
+            ignored_faults: collect(&|f| source.ignored_faults(f)),
+        }
+    }
+}
+
+impl Serialize for Summary {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        /// Named counts, serialised as an object.
+        struct Counts<'a>(VisitCounts<'a>);
+        impl Serialize for Counts<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(None)?;
+                let mut result = Ok(());
+                (self.0)(&mut |k, v| {
+                    if result.is_ok() {
+                        result = map.serialize_entry(k, &v);
+                    }
+                });
+                result?;
+                map.end()
+            }
+        }
+        let mut map = serializer.serialize_map(None)?;
+        let mut result: Result<(), S::Error> = Ok(());
+        visit_summary(self, &mut |name, value| {
+            if result.is_err() {
+                return;
+            }
+            result = match value {
+                SummaryValue::Count(n) => map.serialize_entry(name, &n),
+                SummaryValue::Counts { visit, omit_empty } => {
+                    let mut any = false;
+                    visit(&mut |_, _| any = true);
+                    if omit_empty && !any {
+                        Ok(())
+                    } else {
+                        map.serialize_entry(name, &Counts(visit))
+                    }
+                }
+            };
+        });
+        result?;
+        map.end()
+    }
+}
+
+/// The trace's head, the fields before `faults`, each serialised as itself: the crash writer
+/// prepares it in advance and appends the rest.
+#[derive(Serialize)]
+struct Head<'a> {
+    format: &'a str,
+    version: u32,
+    guard: &'a GuardBuild,
+    process: &'a Process,
+    environment: &'a Environment,
+}
+
+/// `trace`'s head as compact JSON, without the brace that closes it: `{"format":...,
+/// "environment":{...}`, for the crash writer to go on with `,"faults":[`.
+pub fn head_json(trace: &Trace) -> serde_json::Result<Vec<u8>> {
+    let head = Head { format: &trace.format, version: trace.version, guard: &trace.guard, process: &trace.process, environment: &trace.environment };
+    let mut bytes = serde_json::to_vec(&head)?;
+    // A struct serialises as one object: its last byte is its closing brace.
+    match bytes.pop() {
+        Some(b'}') => Ok(bytes),
+        _ => Err(serde::ser::Error::custom("the trace's head is not a JSON object")),
+    }
 }
 
 /// A pointer as the trace spells it: hex, because JSON numbers lose bits above 2^53.
 pub fn hex(ptr: u64) -> String {
     format!("{ptr:#x}")
+}
+
+/// One argument of a call (a fault's or a recent call's), typed. In the trace each is the JSON
+/// value its type gives it; a reader takes the type back from the value's shape.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arg {
+    Int(i64),
+    /// A host scalar's value (`alpha`, `beta`).
+    Float(f64),
+    /// A complex host scalar: `[re, im]`.
+    Complex([f64; 2]),
+    /// A pointer, handle or stream: a hex string.
+    Address(u64),
+    /// An enum's label ("T", "lower", "CUBLAS_COMPUTE_32F", "unknown(9)"), a type's or a
+    /// kernel's name: a string.
+    Label(String),
+    /// A `dim3` (`gridDim`, `blockDim`): `[x, y, z]`.
+    Dim3([u32; 3]),
+    /// A value of no shape above (null, a number past i64, a newer guard's): kept as read.
+    Other(serde_json::Value),
+}
+
+impl Arg {
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            Self::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// A label's text (an address is not text: see `as_address`).
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Self::Label(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_address(&self) -> Option<u64> {
+        match self {
+            Self::Address(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            Self::Int(v) => json!(v),
+            Self::Float(v) => json!(v),
+            Self::Complex(v) => json!(v),
+            Self::Address(v) => json!(hex(*v)),
+            Self::Label(s) => json!(s),
+            Self::Dim3(v) => json!(v),
+            Self::Other(v) => v.clone(),
+        }
+    }
+}
+
+/// The reader's rule: the type from the value's shape.
+impl From<serde_json::Value> for Arg {
+    fn from(v: serde_json::Value) -> Self {
+        use serde_json::Value;
+        match &v {
+            Value::Number(n) if n.is_i64() => Self::Int(n.as_i64().unwrap_or_default()),
+            Value::Number(n) if n.is_f64() => Self::Float(n.as_f64().unwrap_or_default()),
+            Value::String(s) => match s.strip_prefix("0x").filter(|d| (1..=16).contains(&d.len())).and_then(|d| u64::from_str_radix(d, 16).ok()) {
+                Some(a) if hex(a) == *s => Self::Address(a),
+                _ => Self::Label(s.clone()),
+            },
+            Value::Array(items) => {
+                let dims: Option<Vec<u32>> = items.iter().map(|i| i.as_u64().and_then(|u| u32::try_from(u).ok())).collect();
+                let parts: Option<Vec<f64>> = items.iter().map(|i| i.as_f64()).collect();
+                match (dims, parts) {
+                    (Some(d), _) if d.len() == 3 => Self::Dim3([d[0], d[1], d[2]]),
+                    (_, Some(p)) if p.len() == 2 && items.iter().any(Value::is_f64) => Self::Complex([p[0], p[1]]),
+                    _ => Self::Other(v),
+                }
+            }
+            _ => Self::Other(v),
+        }
+    }
+}
+
+impl From<i64> for Arg {
+    fn from(v: i64) -> Self {
+        Self::Int(v)
+    }
+}
+
+impl From<&str> for Arg {
+    fn from(v: &str) -> Self {
+        Self::Label(v.into())
+    }
+}
+
+impl From<String> for Arg {
+    fn from(v: String) -> Self {
+        Self::Label(v)
+    }
+}
+
+/// As the report prints it: a label or an address bare, anything else as its JSON.
+impl std::fmt::Display for Arg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Label(s) => f.write_str(s),
+            Self::Address(a) => write!(f, "{a:#x}"),
+            other => write!(f, "{}", other.to_json()),
+        }
+    }
+}
+
+impl PartialEq<serde_json::Value> for Arg {
+    fn eq(&self, other: &serde_json::Value) -> bool {
+        self.to_json() == *other
+    }
+}
+
+impl PartialEq<&str> for Arg {
+    fn eq(&self, other: &&str) -> bool {
+        self.to_json() == *other
+    }
+}
+
+impl PartialEq<i64> for Arg {
+    fn eq(&self, other: &i64) -> bool {
+        self.as_i64() == Some(*other)
+    }
+}
+
+impl PartialEq<f64> for Arg {
+    fn eq(&self, other: &f64) -> bool {
+        self.to_json() == serde_json::json!(*other)
+    }
+}
+
+impl PartialEq<u64> for Arg {
+    fn eq(&self, other: &u64) -> bool {
+        self.to_json() == serde_json::json!(*other)
+    }
+}
+
+impl PartialEq<i32> for Arg {
+    fn eq(&self, other: &i32) -> bool {
+        self.as_i64() == Some(*other as i64)
+    }
+}
+
+impl Serialize for Arg {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Int(v) => serializer.serialize_i64(*v),
+            Self::Float(v) => serializer.serialize_f64(*v),
+            Self::Complex(v) => v.serialize(serializer),
+            Self::Address(v) => serializer.collect_str(&format_args!("{v:#x}")),
+            Self::Label(s) => serializer.serialize_str(s),
+            Self::Dim3(v) => v.serialize(serializer),
+            Self::Other(v) => v.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Arg {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde_json::Value::deserialize(deserializer).map(Self::from)
+    }
+}
+
+/// A call's arguments by their names, written in the order the guard gives them (the call's
+/// parameters' order); in the trace, a JSON object. Two are equal when they hold the same
+/// names with the same values, in any order (a reader gets them back sorted by name).
+#[derive(Clone, Debug, Default)]
+pub struct Args(Vec<(String, Arg)>);
+
+impl PartialEq for Args {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().all(|(n, v)| other.get(n) == Some(v))
+    }
+}
+
+impl Args {
+    /// Sets `name` (in its place, when it is already there).
+    pub fn insert(&mut self, name: &str, value: impl Into<Arg>) {
+        let value = value.into();
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((name.to_string(), value)),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arg> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// An integer argument (`m`, `lda`, `batchCount`, ...).
+    pub fn int(&self, name: &str) -> Option<i64> {
+        self.get(name)?.as_i64()
+    }
+
+    /// An enum's label (`transa`: "N", "T", "C", ...) or a name.
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.get(name)?.as_str()
+    }
+
+    /// A pointer, handle or stream.
+    pub fn address(&self, name: &str) -> Option<u64> {
+        self.get(name)?.as_address()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Arg)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A missing argument reads as null, as in a JSON object.
+impl std::ops::Index<&str> for Args {
+    type Output = Arg;
+    fn index(&self, name: &str) -> &Arg {
+        static NULL: Arg = Arg::Other(serde_json::Value::Null);
+        self.get(name).unwrap_or(&NULL)
+    }
+}
+
+impl<N: AsRef<str>, V: Into<Arg>> Extend<(N, V)> for Args {
+    fn extend<I: IntoIterator<Item = (N, V)>>(&mut self, items: I) {
+        for (n, v) in items {
+            self.insert(n.as_ref(), v);
+        }
+    }
+}
+
+impl<N: AsRef<str>, V: Into<Arg>> FromIterator<(N, V)> for Args {
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(items: I) -> Self {
+        let mut args = Self::default();
+        args.extend(items);
+        args
+    }
+}
+
+impl IntoIterator for Args {
+    type Item = (String, Arg);
+    type IntoIter = std::vec::IntoIter<(String, Arg)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl Serialize for Args {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(n, v)| (n, v)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Args {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Args;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of arguments")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Args, M::Error> {
+                let mut args = Args::default();
+                while let Some((name, value)) = map.next_entry::<String, Arg>()? {
+                    args.insert(&name, value);
+                }
+                Ok(args)
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
 }
 
 /// Writes `trace` to `path` atomically: a temporary file beside it, then a rename, so a
@@ -532,7 +1008,7 @@ pub fn sample_fault(seq: u64) -> Fault {
         stream: None,
         time_ns: 0,
         handle: None,
-        args: BTreeMap::new(),
+        args: Args::default(),
         operands: vec![],
         memory: None,
         backtrace: vec![],
@@ -634,8 +1110,11 @@ pub fn parse_lenient(text: &str) -> Result<Parsed, ReadError> {
         Some(v) => v.as_u64().ok_or_else(|| ReadError::Foreign(format!("\"version\" is not a whole number but {}", json_kind(v))))?,
         None => return Err(ReadError::Foreign("no \"version\" field".into())),
     };
-    if version < VERSION as u64 {
-        return Err(ReadError::Foreign(format!("format version {version}; this build reads {VERSION}")));
+    if version < OLDEST_VERSION as u64 {
+        return Err(ReadError::Foreign(format!("format version {version}; this build reads {OLDEST_VERSION} to {VERSION}")));
+    }
+    if version < 2 {
+        rename_version_1_arguments(&mut value);
     }
     let writer = value.pointer("/guard/version").and_then(Value::as_str).filter(|v| !v.is_empty()).map(String::from);
     // Kinds this build does not know: a placeholder it knows for now, the fault's kind set to
@@ -644,7 +1123,7 @@ pub fn parse_lenient(text: &str) -> Result<Parsed, ReadError> {
     if let Some(faults) = value.get_mut("faults").and_then(Value::as_array_mut) {
         for (i, fault) in faults.iter_mut().enumerate() {
             if let Some(Value::String(kind)) = fault.get("kind") {
-                if serde_json::from_value::<FaultKind>(Value::String(kind.clone())).is_err() {
+                if FaultKind::from_name(kind).is_none() {
                     raw_kinds.insert(i, kind.clone());
                     fault["kind"] = Value::String(FaultKind::ApiError.name().into());
                 }
@@ -709,6 +1188,32 @@ pub fn parse_lenient(text: &str) -> Result<Parsed, ReadError> {
     }
     parsed.trace = trace;
     Ok(parsed)
+}
+
+/// Version 1 named a launch's configuration `gridX`, `gridY`, ... in recent calls and a free's
+/// pointer `devPtr` in faults: the names of version 2 in their place.
+fn rename_version_1_arguments(trace: &mut serde_json::Value) {
+    use serde_json::Value;
+    if let Some(faults) = trace.get_mut("faults").and_then(Value::as_array_mut) {
+        for args in faults.iter_mut().filter_map(|f| f.get_mut("args")).filter_map(Value::as_object_mut) {
+            if !args.contains_key("ptr") {
+                if let Some(v) = args.remove("devPtr") {
+                    args.insert("ptr".into(), v);
+                }
+            }
+        }
+    }
+    if let Some(calls) = trace.get_mut("recent_calls").and_then(Value::as_array_mut) {
+        for args in calls.iter_mut().filter_map(|c| c.get_mut("args")).filter_map(Value::as_object_mut) {
+            for (dim, parts) in [("gridDim", ["gridX", "gridY", "gridZ"]), ("blockDim", ["blockX", "blockY", "blockZ"])] {
+                if args.contains_key(dim) || !parts.iter().all(|p| args.contains_key(*p)) {
+                    continue;
+                }
+                let values: Vec<Value> = parts.iter().filter_map(|p| args.remove(*p)).collect();
+                args.insert(dim.into(), Value::Array(values));
+            }
+        }
+    }
 }
 
 /// A trace read section by section, fault by fault: what cannot be read is left at its default
@@ -933,7 +1438,7 @@ mod tests {
     #[test]
     fn a_newer_format_version_is_read_as_far_as_it_fits() {
         let mut v = two_faults("2.0.0");
-        v["version"] = 2.into();
+        v["version"] = (VERSION + 1).into();
         v["faults"][0]["operands"] = "moved to a table".into();
         v["summary"] = "a new shape".into();
         let p = parse_lenient(&v.to_string()).unwrap();
@@ -941,7 +1446,8 @@ mod tests {
         assert_eq!(p.trace.faults[0].seq, 2);
         assert_eq!(p.unreadable_faults, 1);
         let note = &p.notes[0];
-        for w in ["format version 2", "cublasguard 2.0.0", "1 fault(s) it could not read", "(summary)"] {
+        let newer = format!("format version {}", VERSION + 1);
+        for w in [newer.as_str(), "cublasguard 2.0.0", "1 fault(s) it could not read", "(summary)"] {
             assert!(note.contains(w), "{w}: {note}");
         }
     }
@@ -969,5 +1475,92 @@ mod tests {
     fn fault_kinds_serialise_as_snake_case() {
         assert_eq!(serde_json::to_string(&FaultKind::NonfiniteOutput).unwrap(), "\"nonfinite_output\"");
         assert_eq!(FaultKind::OutOfBounds.name(), "out_of_bounds");
+    }
+
+    #[test]
+    fn every_kind_is_written_and_read_by_the_one_name_it_has() {
+        for &kind in FaultKind::ALL {
+            let json = serde_json::to_value(kind).unwrap();
+            assert_eq!(json, kind.name(), "{kind:?}");
+            assert_eq!(serde_json::from_value::<FaultKind>(json).unwrap(), kind);
+        }
+        for &kind in InitCauseKind::ALL {
+            let json = serde_json::to_value(kind).unwrap();
+            assert_eq!(json, kind.name(), "{kind:?}");
+            assert_eq!(serde_json::from_value::<InitCauseKind>(json).unwrap(), kind);
+        }
+        assert_eq!(FaultKind::ALL.len(), 11, "Unknown is written only");
+        assert_eq!(serde_json::to_value(FaultKind::Unknown).unwrap(), "unknown");
+        assert_eq!(FaultKind::from_name("unknown"), None);
+        assert_eq!(InitCauseKind::OutOfFileDescriptors.name(), "out_of_file_descriptors");
+    }
+
+    #[test]
+    fn the_summary_is_written_through_its_visit_with_every_field_it_reads() {
+        let summary = Summary {
+            calls: [("cublasSgemm_v2".to_string(), 3), ("cudaMalloc".to_string(), 2)].into(),
+            faults: 4,
+            dropped_faults: 1,
+            scanned_calls: 2,
+            skipped_scans: 1,
+            ignored_faults: [("kind=nonfinite_input".to_string(), 5)].into(),
+        };
+        let json = serde_json::to_value(&summary).unwrap();
+        let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["calls", "dropped_faults", "faults", "ignored_faults", "scanned_calls", "skipped_scans"]);
+        assert_eq!(serde_json::from_value::<Summary>(json).unwrap(), summary, "each field read back under the name it was written");
+        assert_eq!(Summary::from_source(&summary), summary);
+        // An empty map of ignore rules is left out, as before.
+        let json = serde_json::to_value(Summary::default()).unwrap();
+        assert!(json.get("ignored_faults").is_none() && json.get("calls").is_some(), "{json}");
+    }
+
+    #[test]
+    fn arguments_keep_their_types_through_the_trace() {
+        let args: Args = [
+            ("transa", Arg::Label("T".into())),
+            ("m", Arg::Int(-3)),
+            ("alpha", Arg::Float(1.0)),
+            ("beta", Arg::Complex([0.5, 0.0])),
+            ("handle", Arg::Address(0x7f00_0000_1000)),
+            ("gridDim", Arg::Dim3([8, 1, 1])),
+            ("size", Arg::Other(serde_json::json!(u64::MAX))),
+        ]
+        .into_iter()
+        .collect();
+        let json = serde_json::to_value(&args).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"transa": "T", "m": -3, "alpha": 1.0, "beta": [0.5, 0.0], "handle": "0x7f0000001000", "gridDim": [8, 1, 1], "size": u64::MAX})
+        );
+        let back: Args = serde_json::from_value(json).unwrap();
+        assert_eq!(back, args);
+        assert_eq!((back.label("transa"), back.int("m"), back.address("handle")), (Some("T"), Some(-3), Some(0x7f00_0000_1000)));
+        assert_eq!(back["missing"], serde_json::Value::Null);
+        // A name that only looks like an address in part stays a label.
+        assert_eq!(Arg::from(serde_json::json!("0x0010")), Arg::Label("0x0010".into()));
+    }
+
+    #[test]
+    fn a_version_1_trace_is_read_with_its_arguments_under_their_new_names() {
+        let old = r#"{"format": "cublasguard-trace", "version": 1, "guard": {"version": "0.4.0", "commit": null},
+            "process": {"pid": 7, "exe": null, "argv": [], "hostname": "h", "rank": null, "local_rank": null, "world_size": null, "started_at": "", "started_at_ns": 0},
+            "environment": {"runtime_version": null, "driver_version": null, "cublas_version": null, "driver": {"loaded": false, "version": null, "error": null}, "libraries": [], "variables": {}},
+            "faults": [{"seq": 2, "api": "cudaFree", "kind": "api_error", "message": "m", "status": 1, "status_name": "cudaErrorInvalidValue",
+                "error": null, "cause": null, "thread": 7, "stream": null, "time_ns": 0, "handle": null, "args": {"devPtr": "0x10"}, "operands": [], "memory": null, "backtrace": []}],
+            "recent_calls": [{"seq": 1, "api": "cudaLaunchKernel", "status": 0, "time_ns": 1, "thread": 7,
+                "args": {"func": "0x4011a0", "gridX": 64, "gridY": 2, "gridZ": 1, "blockX": 256, "blockY": 1, "blockZ": 1, "sharedMem": 0, "stream": "0x0"}}],
+            "summary": {"calls": {"cudaFree": 1, "cudaLaunchKernel": 1}, "faults": 1}}"#;
+        let p = parse_lenient(old).unwrap();
+        assert!(p.notes.is_empty(), "{:?}", p.notes);
+        let t = p.trace;
+        assert_eq!(t.faults[0].args.address("ptr"), Some(0x10));
+        assert!(!t.faults[0].args.contains_key("devPtr"));
+        let launch = &t.recent_calls[0].args;
+        assert_eq!((launch["gridDim"].clone(), launch["blockDim"].clone()), (Arg::Dim3([64, 2, 1]), Arg::Dim3([256, 1, 1])));
+        assert!(["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"].iter().all(|n| !launch.contains_key(n)), "{launch:?}");
+        // Version 2 writes the new names, and a version 0 is no trace this build reads.
+        assert_eq!(VERSION, 2);
+        assert!(parse(&old.replace("\"version\": 1,", "\"version\": 0,")).is_err());
     }
 }

@@ -11,6 +11,8 @@
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
+use crate::trace::{Arg, Args};
+
 /// The arguments worth keeping for a call, in a fixed-size form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallArgs {
@@ -129,6 +131,8 @@ pub enum ArgValue {
         raw: i32,
         labels: &'static [&'static str],
     },
+    /// A `dim3`: rendered as `[x, y, z]`.
+    Dim3([u32; 3]),
 }
 
 impl ArgValue {
@@ -142,15 +146,17 @@ impl ArgValue {
         }
     }
 
-    pub fn to_json(self) -> serde_json::Value {
+    /// The argument as the trace holds it (the crash writer renders the same JSON).
+    pub fn to_arg(self) -> Arg {
         match self {
-            Self::Int(v) => serde_json::json!(v),
-            Self::Address(v) => serde_json::json!(crate::trace::hex(v)),
-            Self::Operation(v) => serde_json::json!(crate::cuda::Operation::decode(v).label()),
+            Self::Int(v) => Arg::Int(v),
+            Self::Address(v) => Arg::Address(v),
+            Self::Operation(v) => Arg::Label(crate::cuda::Operation::decode(v).label()),
             Self::Label { raw, labels } => match Self::label(raw, labels) {
-                Some(label) => serde_json::json!(label),
-                None => serde_json::json!(format!("unknown({raw})")),
+                Some(label) => Arg::Label(label.into()),
+                None => Arg::Label(format!("unknown({raw})")),
             },
+            Self::Dim3(v) => Arg::Dim3(v),
         }
     }
 
@@ -190,10 +196,8 @@ impl CallArgs {
             }
             Self::Launch { func, grid, block, shared, stream } => {
                 f("func", ArgValue::Address(func));
-                for (name, v) in [("gridX", grid[0]), ("gridY", grid[1]), ("gridZ", grid[2]), ("blockX", block[0]), ("blockY", block[1]), ("blockZ", block[2])]
-                {
-                    f(name, ArgValue::Int(v as i64));
-                }
+                f("gridDim", ArgValue::Dim3(grid));
+                f("blockDim", ArgValue::Dim3(block));
                 f("sharedMem", ArgValue::Int(shared.min(i64::MAX as u64) as i64));
                 f("stream", ArgValue::Address(stream));
             }
@@ -217,13 +221,11 @@ impl CallArgs {
         }
     }
 
-    /// The arguments as named JSON values, for the trace.
-    pub fn to_map(self) -> std::collections::BTreeMap<String, serde_json::Value> {
-        let mut map = std::collections::BTreeMap::new();
-        self.visit(|name, value| {
-            map.insert(name.to_string(), value.to_json());
-        });
-        map
+    /// The arguments as the trace holds them, for a recent call and a fault alike.
+    pub fn to_args(self) -> Args {
+        let mut args = Args::default();
+        self.visit(|name, value| args.insert(name, value.to_arg()));
+        args
     }
 }
 
@@ -502,7 +504,7 @@ mod tests {
     #[test]
     fn blas_arguments_are_named_by_their_form_and_enums_by_their_labels() {
         let args = CallArgs::Blas { form: BlasForm::Trsm, enums: [1, 0, 1, 7], ints: [4, 2, 4, 4, 0, 0, 0, 0] };
-        let map = args.to_map();
+        let map = args.to_args();
         assert_eq!(map["side"], "right");
         assert_eq!(map["uplo"], "lower");
         assert_eq!(map["trans"], "T");
@@ -540,11 +542,22 @@ mod tests {
 
     #[test]
     fn arguments_render_with_the_headers_names() {
-        let map = CallArgs::Gemm { transa: 1, transb: 9, m: 2, n: 3, k: 4, lda: 4, ldb: 4, ldc: 2 }.to_map();
+        let map = CallArgs::Gemm { transa: 1, transb: 9, m: 2, n: 3, k: 4, lda: 4, ldb: 4, ldc: 2 }.to_args();
         assert_eq!(map["transa"], "T");
         assert_eq!(map["transb"], "unknown(9)");
         assert_eq!(map["ldc"], 2);
-        let map = CallArgs::Pointer { ptr: 0x10, stream: Some(0x20) }.to_map();
-        assert_eq!((map["ptr"].as_str(), map["stream"].as_str()), (Some("0x10"), Some("0x20")));
+        let map = CallArgs::Pointer { ptr: 0x10, stream: Some(0x20) }.to_args();
+        assert_eq!((map.address("ptr"), map.address("stream")), (Some(0x10), Some(0x20)));
+    }
+
+    #[test]
+    fn a_launch_names_its_configuration_as_cuda_launch_kernel_does() {
+        let args = CallArgs::Launch { func: 0x4011a0, grid: [64, 2, 1], block: [256, 1, 1], shared: 4096, stream: 0x9 }.to_args();
+        let names: Vec<&str> = args.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["func", "gridDim", "blockDim", "sharedMem", "stream"]);
+        assert_eq!(
+            serde_json::to_value(&args).unwrap(),
+            serde_json::json!({"func": "0x4011a0", "gridDim": [64, 2, 1], "blockDim": [256, 1, 1], "sharedMem": 4096, "stream": "0x9"})
+        );
     }
 }

@@ -9,7 +9,7 @@ use crate::cuda;
 use crate::ffi::intercept::out_param;
 use crate::recorder::CallArgs;
 use crate::state::{HandleLookup, HandleState, Handles};
-use crate::trace::{hex, FaultKind};
+use crate::trace::{hex, Arg, FaultKind};
 
 type Handle = *mut c_void;
 type Stream = *mut c_void;
@@ -120,11 +120,11 @@ fn finish_handle_record(call: &Call<'_, c_int>, handle: Handle, record: CallArgs
     };
     let mut fault = call.fault(finding, status, cuda::cublas_status_name(status));
     if !matches!(record, CallArgs::Handle { .. }) {
-        fault.args.extend(record.to_map());
+        fault.args.extend(record.to_args());
     }
-    fault.args.insert("handle".into(), serde_json::json!(hex(handle)));
+    fault.args.insert("handle", Arg::Address(handle));
     if let Some(value) = value {
-        fault.args.insert("value".into(), serde_json::json!(value));
+        fault.args.insert("value", value);
     }
     call.report(fault);
 }

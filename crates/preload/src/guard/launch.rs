@@ -97,7 +97,7 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
         }
         let finding = Finding::new(FaultKind::ApiError, format!("launching {} returned {} ({status})", kernel(), cuda::cuda_error_name(status)));
         let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
-        launch_args(&mut fault, kernel(), grid, block, shared, stream);
+        launch_args(&mut fault, kernel(), func, grid, block, shared, stream);
         call.report(fault);
         return status;
     }
@@ -126,19 +126,17 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
             );
             finding.error = Some((code, "cudaStreamSynchronize"));
             let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
-            launch_args(&mut fault, name, grid, block, shared, stream);
+            launch_args(&mut fault, name, func, grid, block, shared, stream);
             call.report(fault);
         }
     }
     status
 }
 
-fn launch_args(fault: &mut crate::trace::Fault, kernel: String, grid: Dim3, block: Dim3, shared: u64, stream: u64) {
-    use serde_json::json;
-    fault.args.insert("kernel".into(), json!(kernel));
-    fault.args.insert("gridDim".into(), json!(grid.array()));
-    fault.args.insert("blockDim".into(), json!(block.array()));
-    fault.args.insert("sharedMem".into(), json!(shared));
+/// The launch's arguments as its recent call has them, and the kernel's name.
+fn launch_args(fault: &mut crate::trace::Fault, kernel: String, func: u64, grid: Dim3, block: Dim3, shared: u64, stream: u64) {
+    fault.args = CallArgs::Launch { func, grid: grid.array(), block: block.array(), shared, stream }.to_args();
+    fault.args.insert("kernel", kernel);
     fault.stream = Some(hex(stream));
 }
 

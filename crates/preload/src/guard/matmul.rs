@@ -1,8 +1,6 @@
 //! The guard around one matrix multiply, for cuBLAS and cublasLt alike: the checks before the
 //! call, the real call (or its refusal), the checks after it, and the fault they add up to.
 
-use std::collections::BTreeMap;
-
 use super::Call;
 use crate::check::matmul::{MatmulCall, MatmulCheck, Members, OperandReport, OperandSpec};
 use crate::config::OnFault;
@@ -10,7 +8,7 @@ use crate::cuda::{self, ComputeType, MathMode, PointerMode};
 use crate::recorder::CallArgs;
 use crate::scan::DType;
 use crate::state::{HandleLookup, HandleState};
-use crate::trace::{hex, AllocationRecord, FaultKind, HandleRecord, Operand, Position};
+use crate::trace::{hex, AllocationRecord, Arg, Args, FaultKind, HandleRecord, Operand, Position};
 
 /// Extra arguments of the Ex, batched and cublasLt forms, recorded in a fault's `args`.
 #[derive(Clone, Copy, Default)]
@@ -191,67 +189,66 @@ fn publish(call: &Call<'_, i32>, fault: crate::trace::Fault, stage: Stage) {
     }
 }
 
-fn args_map(call: &Call<'_, i32>, record: &CallArgs, extra: ExArgs, check: &MatmulCheck<'_>) -> BTreeMap<String, serde_json::Value> {
-    use serde_json::json;
-    let mut map = record.to_map();
+fn args_map(call: &Call<'_, i32>, record: &CallArgs, extra: ExArgs, check: &MatmulCheck<'_>) -> Args {
+    let mut map = record.to_args();
     let host_mode = check.call.pointer_mode.or(check.handle.map(|h| h.pointer_mode)) == Some(0);
     for (name, ptr) in [("alpha", check.call.alpha), ("beta", check.call.beta)] {
         let Some(ptr) = ptr else { continue };
         let value = match check.call.scalar.size() {
             Some(size) if host_mode && ptr != 0 && call.session.allocations.containing(ptr).is_none() => {
                 let mut bytes = [0u8; 16];
-                call.device.read_host(ptr, &mut bytes[..size as usize]).then(|| scalar_json(check.call.scalar, bytes))
+                call.device.read_host(ptr, &mut bytes[..size as usize]).then(|| scalar_arg(check.call.scalar, bytes)).flatten()
             }
             _ => None,
         };
-        map.insert(name.to_string(), value.unwrap_or_else(|| json!(hex(ptr))));
+        map.insert(name, value.unwrap_or(Arg::Address(ptr)));
     }
-    map.insert("handle".into(), json!(hex(check.call.handle)));
+    map.insert("handle", Arg::Address(check.call.handle));
     if let Some((a, b, c)) = extra.types {
-        map.insert("Atype".into(), json!(a.name()));
-        map.insert("Btype".into(), json!(b.name()));
-        map.insert("Ctype".into(), json!(c.name()));
+        map.insert("Atype", a.name());
+        map.insert("Btype", b.name());
+        map.insert("Ctype", c.name());
     }
     if let Some(compute) = extra.compute {
-        map.insert("computeType".into(), json!(compute.name()));
+        map.insert("computeType", compute.name());
     }
     if let Some(algo) = extra.algo {
-        map.insert("algo".into(), json!(algo));
+        map.insert("algo", algo as i64);
     }
     if let Some(count) = extra.batch_count {
-        map.insert("batchCount".into(), json!(count));
+        map.insert("batchCount", count);
     }
     if let Some(epilogue) = extra.epilogue {
-        map.insert("epilogue".into(), json!(crate::check::lt::epilogue_name(epilogue)));
+        map.insert("epilogue", crate::check::lt::epilogue_name(epilogue));
     }
     if let Some(bias) = extra.bias {
-        map.insert("bias".into(), json!(hex(bias)));
+        map.insert("bias", Arg::Address(bias));
     }
     if let Some((ptr, bytes)) = extra.workspace {
-        map.insert("workspace".into(), json!(hex(ptr)));
-        map.insert("workspaceSizeInBytes".into(), json!(bytes));
+        map.insert("workspace", Arg::Address(ptr));
+        map.insert("workspaceSizeInBytes", Arg::Int(bytes.min(i64::MAX as u64) as i64));
     }
     if let Some((a, b, c)) = extra.strides {
-        map.insert("strideA".into(), json!(a));
-        map.insert("strideB".into(), json!(b));
-        map.insert("strideC".into(), json!(c));
+        map.insert("strideA", a);
+        map.insert("strideB", b);
+        map.insert("strideC", c);
     }
     map
 }
 
-fn scalar_json(dtype: DType, bytes: [u8; 16]) -> serde_json::Value {
-    use serde_json::json;
+/// A host scalar's value (`None`: a type whose value is not recorded).
+fn scalar_arg(dtype: DType, bytes: [u8; 16]) -> Option<Arg> {
     let f64_at = |i: usize| f64::from_le_bytes(bytes[i..i + 8].try_into().unwrap_or([0; 8]));
     let f32_at = |i: usize| f32::from_le_bytes(bytes[i..i + 4].try_into().unwrap_or([0; 4]));
-    match dtype {
-        DType::C64 => json!([f64_at(0), f64_at(8)]),
-        DType::C32 => json!([f32_at(0), f32_at(4)]),
-        DType::F64 => json!(f64_at(0)),
-        DType::F32 => json!(f32_at(0)),
-        DType::I32 => json!(i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
-        DType::F16 => json!(format!("f16 bits {:#06x}", u16::from_le_bytes([bytes[0], bytes[1]]))),
-        _ => json!(null),
-    }
+    Some(match dtype {
+        DType::C64 => Arg::Complex([f64_at(0), f64_at(8)]),
+        DType::C32 => Arg::Complex([f32_at(0) as f64, f32_at(4) as f64]),
+        DType::F64 => Arg::Float(f64_at(0)),
+        DType::F32 => Arg::Float(f32_at(0) as f64),
+        DType::I32 => Arg::Int(i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as i64),
+        DType::F16 => Arg::Label(format!("f16 bits {:#06x}", u16::from_le_bytes([bytes[0], bytes[1]]))),
+        _ => return None,
+    })
 }
 
 fn operand_record(op: &OperandReport<'_>, api_of: &dyn Fn(u64) -> Option<String>, not_checked: Option<String>) -> Operand {

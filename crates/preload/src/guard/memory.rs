@@ -54,7 +54,7 @@ fn report_failure(call: &Call<'_, c_int>, status: c_int, size: usize, stream: Op
         Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cuda_error_name(status)))
     };
     let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
-    fault.args.insert("size".into(), serde_json::json!(size));
+    fault.args = CallArgs::Size { size: size as u64, stream }.to_args();
     fault.stream = stream.map(hex);
     call.report(fault);
 }
@@ -90,7 +90,7 @@ fn release(call: &Call<'_, c_int>, ptr: *mut c_void, stream: Option<Stream>) -> 
         message.push_str(&format!(": {} is not the start of a live allocation the guard saw (freed twice, or not from cudaMalloc)", hex(base)));
     }
     let mut fault = call.fault(Finding::new(FaultKind::ApiError, message), status, cuda::cuda_error_name(status));
-    fault.args.insert("devPtr".into(), serde_json::json!(hex(base)));
+    fault.args = CallArgs::Pointer { ptr: base, stream }.to_args();
     fault.stream = stream.map(hex);
     call.report(fault);
     status

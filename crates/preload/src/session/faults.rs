@@ -165,3 +165,43 @@ impl FaultLog {
         Some(index)
     }
 }
+
+/// The summary of a live session, read from its counters without locks or allocation (the
+/// crash handler walks it): the one source of the summary's numbers for the normal writer and
+/// the crash writer alike. `faults` and `dropped` are given: each writer counts the faults it
+/// lists (see `Session::live_summary`).
+pub struct LiveSummary<'a> {
+    session: &'a super::Session,
+    faults: u64,
+    dropped: u64,
+}
+
+impl super::Session {
+    /// The summary as of now, counting `faults` found and `dropped` of them past the cap.
+    pub fn live_summary(&self, faults: u64, dropped: u64) -> LiveSummary<'_> {
+        LiveSummary { session: self, faults, dropped }
+    }
+}
+
+impl crate::trace::SummarySource for LiveSummary<'_> {
+    fn calls(&self, f: &mut dyn FnMut(&str, u64)) {
+        self.session.visit_call_counts(f);
+    }
+    fn faults(&self) -> u64 {
+        self.faults
+    }
+    fn dropped_faults(&self) -> u64 {
+        self.dropped
+    }
+    fn scanned_calls(&self) -> u64 {
+        self.session.scans.counts().0
+    }
+    fn skipped_scans(&self) -> u64 {
+        self.session.scans.counts().1
+    }
+    fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64)) {
+        for (rule, n) in self.session.config.ignore.iter().zip(self.session.counts.ignored.iter()) {
+            f(&rule.text, n.load(Ordering::Relaxed));
+        }
+    }
+}

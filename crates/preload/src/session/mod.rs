@@ -422,15 +422,6 @@ impl Session {
 
     pub fn trace(&self, environment: Environment) -> Trace {
         let (faults, total) = self.faults.stored();
-        let calls = self
-            .counts
-            .hook_names
-            .iter()
-            .zip(self.counts.calls.iter())
-            .map(|(name, n)| (name.to_string(), n.load(Ordering::Relaxed)))
-            .filter(|(_, n)| *n > 0)
-            .collect();
-        let (scanned_calls, skipped_scans) = self.scans.counts();
         Trace {
             format: trace::FORMAT.into(),
             version: trace::VERSION,
@@ -438,30 +429,17 @@ impl Session {
             process: self.facts.identity().process,
             environment,
             recent_calls: self.recorder.snapshot().iter().map(|c| self.recent_call(c)).collect(),
-            summary: Summary {
-                calls,
-                faults: total,
-                dropped_faults: total.saturating_sub(faults.len() as u64),
-                scanned_calls,
-                skipped_scans,
-                ignored_faults: self
-                    .config
-                    .ignore
-                    .iter()
-                    .zip(self.counts.ignored.iter())
-                    .map(|(rule, n)| (rule.text.clone(), n.load(Ordering::Relaxed)))
-                    .collect(),
-            },
+            summary: Summary::from_source(&self.live_summary(total, total.saturating_sub(faults.len() as u64))),
             faults,
             crash: None,
         }
     }
 
     fn recent_call(&self, call: &RecordedCall) -> RecentCall {
-        let mut args = call.args.to_map();
+        let mut args = call.args.to_args();
         if let crate::recorder::CallArgs::Launch { func, .. } = call.args {
             if let Some(name) = self.kernels.known(func) {
-                args.insert("kernel".into(), serde_json::json!(name));
+                args.insert("kernel", name);
             }
         }
         RecentCall {

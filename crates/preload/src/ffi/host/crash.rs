@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 use crate::recorder::{ArgValue, RecordedCall};
 use crate::session::Session;
-use crate::trace::Trace;
+use crate::trace::{visit_summary, SummarySource, SummaryValue, Trace};
 
 const SIGNALS: [(libc::c_int, &str); 5] =
     [(libc::SIGSEGV, "SIGSEGV"), (libc::SIGBUS, "SIGBUS"), (libc::SIGABRT, "SIGABRT"), (libc::SIGFPE, "SIGFPE"), (libc::SIGILL, "SIGILL")];
@@ -145,16 +145,7 @@ fn publish(slot: &Published, bytes: Vec<u8>) -> bool {
 /// The trace up to its faults: `{"format":...,"environment":{...}` without the comma that
 /// follows, for the handler to complete.
 pub(crate) fn render_prefix(trace: &Trace) -> Option<Vec<u8>> {
-    let mut t = trace.clone();
-    t.faults.clear();
-    t.recent_calls.clear();
-    t.summary = Default::default();
-    t.crash = None;
-    let mut bytes = serde_json::to_vec(&t).ok()?;
-    const AFTER_PREFIX: &[u8] = b",\"faults\":[],\"recent_calls\":[]";
-    let cut = bytes.windows(AFTER_PREFIX.len()).rposition(|w| w == AFTER_PREFIX)?;
-    bytes.truncate(cut);
-    Some(bytes)
+    crate::trace::head_json(trace).ok()
 }
 
 /// Publishes the prefix for the handler (after each rewrite of the trace, and in a child).
@@ -276,20 +267,56 @@ impl Writer {
         self.bytes(b"\"");
     }
     fn field(&mut self, name: &str, v: i64) {
-        self.bytes(b"\"");
-        self.bytes(name.as_bytes());
-        self.bytes(b"\":");
+        self.string(name);
+        self.bytes(b":");
         self.int(v);
+    }
+    /// `s` as a JSON string, escaped as serde_json escapes it.
+    fn string(&mut self, s: &str) {
+        self.bytes(b"\"");
+        let mut plain = 0;
+        for (i, &b) in s.as_bytes().iter().enumerate() {
+            let escape: &[u8] = match b {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0x08 => b"\\b",
+                0x0c => b"\\f",
+                0..=0x1f => b"",
+                _ => continue,
+            };
+            self.bytes(&s.as_bytes()[plain..i]);
+            plain = i + 1;
+            if escape.is_empty() {
+                self.bytes(b"\\u00");
+                self.bytes(&[b"0123456789abcdef"[(b >> 4) as usize], b"0123456789abcdef"[(b & 15) as usize]]);
+            } else {
+                self.bytes(escape);
+            }
+        }
+        self.bytes(&s.as_bytes()[plain..]);
+        self.bytes(b"\"");
     }
 }
 
-/// One argument's value, rendered as `ArgValue::to_json` renders it for the trace.
+/// One argument's value, rendered as the trace renders `ArgValue::to_arg`.
 fn arg_value(w: &mut Writer, value: ArgValue) {
     match value {
         ArgValue::Int(v) => w.int(v),
         ArgValue::Address(v) => w.hex(v),
         ArgValue::Label { raw, labels } => enum_label(w, raw, ArgValue::label(raw, labels)),
         ArgValue::Operation(raw) => enum_label(w, raw, ArgValue::operation_label(raw)),
+        ArgValue::Dim3([x, y, z]) => {
+            w.bytes(b"[");
+            w.uint(x as u64);
+            w.bytes(b",");
+            w.uint(y as u64);
+            w.bytes(b",");
+            w.uint(z as u64);
+            w.bytes(b"]");
+        }
     }
 }
 
@@ -335,6 +362,45 @@ fn call_json(w: &mut Writer, c: &RecordedCall, api: &str) {
         arg_value(w, value);
     });
     w.bytes(if c.scanned { b"},\"scanned\":true}" } else { b"},\"scanned\":false}" });
+}
+
+/// The summary, walked field by field as the normal writer's serde form walks it.
+fn summary_json(w: &mut Writer, source: &dyn SummarySource) {
+    w.bytes(b"{");
+    let mut first = true;
+    visit_summary(source, &mut |name, value| {
+        if let SummaryValue::Counts { visit, omit_empty: true } = value {
+            let mut any = false;
+            visit(&mut |_, _| any = true);
+            if !any {
+                return;
+            }
+        }
+        if !first {
+            w.bytes(b",");
+        }
+        first = false;
+        w.string(name);
+        w.bytes(b":");
+        match value {
+            SummaryValue::Count(n) => w.uint(n),
+            SummaryValue::Counts { visit, .. } => {
+                w.bytes(b"{");
+                let mut first = true;
+                visit(&mut |key, n| {
+                    if !first {
+                        w.bytes(b",");
+                    }
+                    first = false;
+                    w.string(key);
+                    w.bytes(b":");
+                    w.uint(n);
+                });
+                w.bytes(b"}");
+            }
+        }
+    });
+    w.bytes(b"}");
 }
 
 fn now_ns() -> u64 {
@@ -396,23 +462,9 @@ fn render_tail(w: &mut Writer, s: &crate::session::Session, listed: u64, dropped
         call_json(w, &next, s.hook_name(next.hook as usize));
         last = next.seq;
     }
-    w.bytes(b"],\"summary\":{\"calls\":{");
-    let mut first = true;
-    s.visit_call_counts(|api, n| {
-        if !first {
-            w.bytes(b",");
-        }
-        first = false;
-        w.bytes(b"\"");
-        w.bytes(api.as_bytes());
-        w.bytes(b"\":");
-        w.uint(n);
-    });
-    w.bytes(b"},");
-    w.field("faults", listed.saturating_add(dropped) as i64);
-    w.bytes(b",");
-    w.field("dropped_faults", dropped as i64);
-    w.bytes(b"},\"crash\":{");
+    w.bytes(b"],\"summary\":");
+    summary_json(w, &s.live_summary(listed.saturating_add(dropped), dropped));
+    w.bytes(b",\"crash\":{");
     w.field("signal", sig as i64);
     w.bytes(b",\"name\":\"");
     w.bytes(name.as_bytes());
@@ -639,16 +691,61 @@ mod tests {
             scanned: true,
         };
         call_json(&mut w, &call, "cublasSgemm_v2");
-        w.bytes(b"],\"summary\":{\"calls\":{\"cublasSgemm_v2\":1},\"faults\":0,\"dropped_faults\":0},\"crash\":{\"signal\":11,\"name\":\"SIGSEGV\",\"thread\":1,\"time_ns\":2,\"recent_calls_saved\":true}}");
+        w.bytes(b",");
+        let launch =
+            RecordedCall { seq: 4, hook: 1, args: CallArgs::Launch { func: 0x40, grid: [64, 2, 1], block: [256, 1, 1], shared: 0, stream: 9 }, ..call };
+        call_json(&mut w, &launch, "cudaLaunchKernel");
+        // A summary with every field set, an ignore rule that needs escaping among them.
+        let summary = trace::Summary {
+            calls: [("cublasSgemm_v2".to_string(), 1), ("cudaLaunchKernel".to_string(), 1)].into(),
+            faults: 3,
+            dropped_faults: 1,
+            scanned_calls: 1,
+            skipped_scans: 2,
+            ignored_faults: [("py=\"odd\\name\u{1}.py\"\n".to_string(), 4), ("kind=nonfinite_input".to_string(), 0)].into(),
+        };
+        w.bytes(b"],\"summary\":");
+        summary_json(&mut w, &summary);
+        w.bytes(b",\"crash\":{\"signal\":11,\"name\":\"SIGSEGV\",\"thread\":1,\"time_ns\":2,\"recent_calls_saved\":true}}");
         let len = w.len;
-        let parsed = trace::parse(std::str::from_utf8(&buf[..len]).unwrap()).expect("valid trace");
+        assert!(!w.cut);
+        let text = std::str::from_utf8(&buf[..len]).unwrap();
+        let parsed = trace::parse(text).expect("valid trace");
         assert_eq!(parsed.process.argv, t.process.argv);
+        assert_eq!((parsed.format.as_str(), parsed.version, &parsed.guard, &parsed.environment), (t.format.as_str(), t.version, &t.guard, &t.environment));
         assert_eq!(parsed.faults, vec![fault.clone(), fault]);
         assert_eq!(parsed.recent_calls[0].status, -7);
-        assert_eq!(parsed.recent_calls[0].args, call.args.to_map(), "the crash writer renders arguments as the trace does");
+        assert_eq!(parsed.recent_calls[0].args, call.args.to_args(), "the crash writer renders arguments as the trace does");
         assert_eq!(parsed.recent_calls[0].args["transb"], "unknown(9)");
+        assert_eq!(parsed.recent_calls[1].args, launch.args.to_args());
+        assert_eq!(parsed.summary, summary, "the crash writer renders every field of the summary");
+        // Byte for byte as serde_json writes it, escapes included.
+        let summary_text = &text[text.find("\"summary\":").unwrap() + 10..text.find(",\"crash\"").unwrap()];
+        assert_eq!(summary_text, serde_json::to_string(&summary).unwrap());
         assert_eq!(parsed.crash.unwrap().name, "SIGSEGV");
         assert!(parsed.recent_calls[0].scanned);
+    }
+
+    #[test]
+    fn the_prefix_is_the_head_of_the_trace_whatever_its_fields_hold() {
+        let mut t = Trace { format: trace::FORMAT.into(), version: trace::VERSION, ..Default::default() };
+        t.process.argv = vec!["],\"faults\":[],\"recent_calls\":[]".into()];
+        t.process.run_id = Some("r".into());
+        t.environment.variables.insert("X".into(), ",\"faults\":[]".into());
+        let mut whole = serde_json::to_vec(&t).unwrap();
+        let prefix = render_prefix(&t).unwrap();
+        let rest = b",\"faults\":[],\"recent_calls\":[],\"summary\":{\"calls\":{},\"faults\":0,\"dropped_faults\":0,\"scanned_calls\":0,\"skipped_scans\":0}}";
+        assert_eq!([prefix.as_slice(), rest].concat(), std::mem::take(&mut whole), "the prefix and the rest are the trace as serde writes it");
+    }
+
+    #[test]
+    fn a_json_string_is_escaped_as_serde_json_escapes_it() {
+        let mut buf = [0u8; 128];
+        let text = "a\"b\\c\nd\te\u{1}f\u{7f}g\u{e9}";
+        let mut w = Writer { buf: buf.as_mut_ptr(), cap: buf.len(), len: 0, cut: false };
+        w.string(text);
+        let len = w.len;
+        assert_eq!(std::str::from_utf8(&buf[..len]).unwrap(), serde_json::to_string(text).unwrap());
     }
 
     #[test]
