@@ -122,7 +122,19 @@ fn test_environment(manifest: &Path) {
     }
 }
 
+/// The stress tests (many threads forking, crashing amid concurrent faults: half the suite's
+/// time) run where CUBLASGUARD_STRESS is set, as CI sets it; a local `cargo test` lists them as
+/// ignored, with the variable that runs them.
+fn stress_tests() {
+    println!("cargo::rustc-check-cfg=cfg(cublasguard_stress)");
+    println!("cargo:rerun-if-env-changed=CUBLASGUARD_STRESS");
+    if env::var_os("CUBLASGUARD_STRESS").is_some_and(|v| !v.is_empty() && v != "0") {
+        println!("cargo:rustc-cfg=cublasguard_stress");
+    }
+}
+
 fn main() {
+    stress_tests();
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     test_environment(&manifest);
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates a virtual environment with JAX 0.7.2 and its CUDA 12 plugin from PyPI, pinned, in the
-# cache folder, for tests/jax.rs (about 1 GB installed). The plugin's NVIDIA libraries are not
+# cache folder, for tests/suite/jax.rs (about 1 GB installed). The plugin's NVIDIA libraries are not
 # installed with it (they are several GB): the test puts the CUDA 12 runtime and cuBLAS that
 # scripts/fetch-nvidia.sh caches on the library path, which takes the plugin as far as it goes
 # without cuDNN and a GPU (it loads libcudart through dlopen, registers its kernels, gives up,

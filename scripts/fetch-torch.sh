@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates a virtual environment with PyTorch 2.15.0's CUDA 13.2 wheel from PyPI (with its
-# NVIDIA packages, about 5 GB installed) in the cache folder, for tests/pytorch.rs. It
+# NVIDIA packages, about 5 GB installed) in the cache folder, for tests/suite/pytorch.rs. It
 # installs without a GPU. .ci/run calls it; with a warm pip cache it takes about a minute.
 set -euo pipefail
 # Tells the build that the tests needing this may run (build.rs: without the marker they are

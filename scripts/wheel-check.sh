@@ -93,7 +93,7 @@ check_layout user "$(command -v python3)" PYTHONUSERBASE="$work/userbase"
 cache=${CUBLASGUARD_CACHE:-$HOME/.cache/cublasguard}
 if [ -x "$cache/torch-venv/bin/python" ]; then
     say "PyTorch tests with $work/venv/share/cublasguard/lib/libcublasguard.so"
-    CUBLASGUARD_TEST_LIB="$work/venv/share/cublasguard/lib/libcublasguard.so" cargo test --release --locked --test pytorch --quiet
+    CUBLASGUARD_TEST_LIB="$work/venv/share/cublasguard/lib/libcublasguard.so" cargo test --release --locked --test suite --quiet -- pytorch::
     env -i HOME="$work/home" PATH=/usr/bin:/bin PYTHONPATH="$work/target" CUBLASGUARD_QUIET=1 \
         "$cache/torch-venv/bin/python" -m cublasguard examples/train.py --steps 2 > "$work/train.txt" 2>&1 \
         || { cat "$work/train.txt"; fail "python -m cublasguard examples/train.py"; }

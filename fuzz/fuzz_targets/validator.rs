@@ -1,8 +1,8 @@
 #![no_main]
 //! Raw bytes → GEMM arguments → the validator and extent arithmetic: nothing may panic.
 
-use cublasguard::cuda::Operation;
-use cublasguard::validate::{self, GemmArgs, Span};
+use cublasguard_format::cuda::Operation;
+use cublasguard_format::validate::{self, GemmArgs, Span};
 use libfuzzer_sys::fuzz_target;
 
 fn word(data: &[u8], i: usize) -> i64 {

@@ -1,7 +1,7 @@
 /* The cuBLAS functions beyond GEMM, one case per run:  blas_family FUNCTION CASE
  *   clean     prints the outputs and `check=<max error>` against a host reference (or a
  *             residual for the solves)
- *   nan       a NaN in the operand named in tests/blas_family.rs
+ *   nan       a NaN in the operand named in tests/suite/blas_family.rs
  *   invalid   a broken argument (a leading dimension, an increment, a NULL result)
  *   oob       an operand's allocation is too short
  *   produced  (gemv, trsm) finite inputs that overflow or divide by zero

@@ -1,4 +1,4 @@
-/* Programs for tests/hardening_run.rs: processes of one `cublasguard run` that write traces
+/* Programs for tests/suite/hardening_run.rs: processes of one `cublasguard run` that write traces
  * under a fixed path, a squatter of the guard's claim names, and senders of queued signals.
  *
  *   fork_child_fault   a clean parent whose child, forked after CUDA started, faults

@@ -1,6 +1,6 @@
 /* Checks the stand-in CUDA stack's semantics, linked against it by soname as a real
  * application is. Prints "ok <name>" per check, "FAIL <name>: ..." otherwise; exits 1 on any
- * failure. The fault-injection checks run when their variable is set (see tests/standin.rs). */
+ * failure. The fault-injection checks run when their variable is set (see tests/suite/standin.rs). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <math.h>

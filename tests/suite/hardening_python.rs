@@ -1,7 +1,7 @@
 //! The guard reads a Python program's frames at a fault without ever waiting for the GIL
 //! (issue 28, finding 2).
 
-mod common;
+use crate::common;
 
 use common::*;
 use cublasguard_format::trace::FaultKind;

@@ -3,7 +3,7 @@
 //! and their output compared line by line, with pids, addresses, the host and the folders
 //! mapped to the README's.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::BTreeMap;

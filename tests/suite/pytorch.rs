@@ -7,7 +7,7 @@
 //! script, build.rs) these tests are ignored, with the reason, unless CUBLASGUARD_REQUIRE_TORCH=1
 //! (set by .ci/run, which creates it first).
 
-mod common;
+use crate::common;
 
 use common::*;
 use cublasguard_format::trace::{self, FaultKind, InitCauseKind};

@@ -1,7 +1,7 @@
 //! `cublasguard run`, `doctor` and `replay` as a user types them: the command without `--`,
 //! one summary per run, and help texts that read as prose.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::Path;

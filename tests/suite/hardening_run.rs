@@ -4,7 +4,7 @@
 //! trace by squatting its claim, and `run` passes on every signal, dies with nothing left
 //! behind, refuses an empty trace path and never preloads the guard twice.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{BufRead, BufReader};

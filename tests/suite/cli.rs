@@ -1,6 +1,6 @@
 //! The `cublasguard` command, run as a user runs it.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::{Path, PathBuf};

@@ -38,7 +38,7 @@ impl DeviceReader for Bytes {
     }
 }
 
-mod common;
+use crate::common;
 
 /// The scan kernel's host build (crates/preload/src/kernels), run as the stand-in driver runs it.
 fn kernel_on_host(data: &[u8], shape: StoredShape, kind: u32, grid: u32, block: u32) -> [u64; 3] {

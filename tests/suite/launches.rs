@@ -1,7 +1,7 @@
 //! Kernel launches in the flight recorder, the suspects of an error found pending, and the
 //! launch-blocking mode that pins it to the launch.
 
-mod common;
+use crate::common;
 
 use common::*;
 use cublasguard_format::trace::FaultKind;

@@ -1,7 +1,7 @@
 //! Operand dumps (`CUBLASGUARD_DUMP`) on the stand-in: each GEMM form and dtype, read back
 //! and compared bit for bit with the program's own host buffers.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! of the guard in `LD_PRELOAD`, and a `dlsym` interposer that finds "the next dlsym" by
 //! version.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

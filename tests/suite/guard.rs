@@ -1,7 +1,7 @@
 //! The guard in real processes: C programs built against the stand-in stack, run under
 //! LD_PRELOAD, with assertions on the parsed trace.
 
-mod common;
+use crate::common;
 
 use common::*;
 use cublasguard_format::trace::{FaultKind, InitCauseKind};

@@ -1,7 +1,7 @@
 //! `python -m cublasguard` (python/cublasguard), run as a user runs it: from this checkout's
 //! python/ folder, with CUBLASGUARD_COMMAND naming the command this build made.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::Path;

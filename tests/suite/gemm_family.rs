@@ -2,7 +2,7 @@
 //! identical results with and without the guard, and NaN inputs (f16/bf16 for the Ex forms),
 //! invalid arguments, operands out of bounds and bad batch members are each named.
 
-mod common;
+use crate::common;
 
 use common::*;
 use cublasguard_format::trace::FaultKind;

@@ -1,6 +1,6 @@
 //! The stand-in CUDA stack behaves like NVIDIA's at the edges the guard cares about.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! scripts/fetch-nvidia.sh; without them these tests say so and pass, unless
 //! CUBLASGUARD_REQUIRE_JAX=1 (set by .ci/run, which creates them first).
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::PathBuf;

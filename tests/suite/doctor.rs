@@ -3,7 +3,7 @@
 //! that is not the stand-in (a few driver API functions naming an NVIDIA device: the machine
 //! with a GPU), and the real PyTorch wheel when it is installed.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Every cause of CUBLAS_STATUS_NOT_INITIALIZED at cublasCreate that the guard can name from
 //! what it saw: memory at handle creation, CUDA in a forked child, a context already lost.
 
-mod common;
+use crate::common;
 
 use common::*;
 use cublasguard_format::trace::{FaultKind, InitCauseKind};

@@ -4,7 +4,7 @@
 //! Every command runs under `timeout` and a memory limit, so a regression fails instead of
 //! hanging the suite or eating the machine.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! When the wheels are not installed these tests say so and pass, unless
 //! CUBLASGUARD_REQUIRE_NVIDIA=1 (set by .ci/run, which installs them first).
 
-mod common;
+use crate::common;
 
 use common::*;
 use cublasguard_format::trace::{FaultKind, InitCauseKind, Trace};

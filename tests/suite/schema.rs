@@ -2,7 +2,7 @@
 //! same calls written at exit says, and a call's arguments have one name each, in its fault and
 //! in its recent call alike.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 

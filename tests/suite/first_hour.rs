@@ -2,7 +2,7 @@
 //! CUDA is there is not a fault, PyTorch's kernel registrations do not crowd out the calls that
 //! matter, and a program that dies of the missing driver still gets its postmortem.
 
-mod common;
+use crate::common;
 
 use common::*;
 use cublasguard_format::trace::{FaultKind, InitCauseKind};

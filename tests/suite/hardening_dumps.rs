@@ -1,7 +1,7 @@
 //! Dumps under hostile conditions: a program short of memory, a dump folder shared by runs
 //! with the same pid (containers), a full disk or a file-size limit mid-write.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! TensorFlow do), two copies of cuBLAS in one process, and a second interposer that wraps a
 //! function through `dlsym(RTLD_NEXT)`, preloaded before and after the guard.
 
-mod common;
+use crate::common;
 
 use common::*;
 use cublasguard_format::trace::FaultKind;

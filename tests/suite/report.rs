@@ -2,7 +2,7 @@
 //! `mlp` example and test programs under the guard), and on traces edited by hand where a case
 //! needs what no run writes (a newer guard's trace, a PyTorch program's frames).
 
-mod common;
+use crate::common;
 
 use common::*;
 use pulldown_cmark::{Event, HeadingLevel, Parser, Tag, TagEnd};

@@ -2,7 +2,7 @@
 //! overrides, URL passwords in arguments and recorded variables, short password options;
 //! neither in the trace written at the fault nor in the one the crash handler writes.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;

@@ -7,7 +7,7 @@
 //! ptxas comes from PyPI's nvidia-cuda-nvcc-cu12 wheel (scripts/fetch-nvidia.sh); without it
 //! the assembly test says so and passes, unless CUBLASGUARD_REQUIRE_NVIDIA=1 (.ci/run).
 
-mod common;
+use crate::common;
 
 use common::*;
 use cublasguard_format::trace::FaultKind;

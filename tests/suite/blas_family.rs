@@ -4,7 +4,7 @@
 //! the same (correct) results with and without the guard, and a NaN input, an invalid argument
 //! and an operand out of bounds are each named, with the operand as NVIDIA's headers name it.
 
-mod common;
+use crate::common;
 
 use common::*;
 use cublasguard_format::trace::FaultKind;

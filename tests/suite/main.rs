@@ -1,0 +1,37 @@
+//! The integration tests, one binary: each module runs real programs (C against the stand-in
+//! CUDA stack, PyTorch, JAX, the command) under the guard and asserts on their traces. One
+//! binary links once; `cargo test --release --test suite MODULE::` runs one module's tests.
+//! The stress tests run where CUBLASGUARD_STRESS is set (CI sets it; build.rs), and are
+//! listed as ignored elsewhere.
+
+mod common;
+
+mod blas_family;
+mod cli;
+mod device_scan;
+mod doctor;
+mod dumps;
+mod first_hour;
+mod fuzz_validator;
+mod gemm_family;
+mod guard;
+mod hardening_dumps;
+mod hardening_loader;
+mod hardening_python;
+mod hardening_replay;
+mod hardening_run;
+mod hardening_secrets;
+mod hardening_signals;
+mod init_causes;
+mod jax;
+mod launcher;
+mod launches;
+mod nvidia;
+mod pytorch;
+mod reach;
+mod readme;
+mod report;
+mod robustness;
+mod run_cli;
+mod schema;
+mod standin;
