@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub use crate::check::matmul::KnownError;
 use crate::config::Config;
 use crate::recorder::{RecordedCall, Recorder};
-use crate::state::{Allocations, HandleLookup, Handles, LiveObjects};
+use crate::state::{Allocations, HandleLookup, Handles, LiveObjects, ThreadMemo};
 use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
 pub use device_scan::{DeviceScanState, LoadedKernels};
 pub use facts::{ForkOrigin, Identity, Versions};
@@ -235,13 +235,24 @@ impl Session {
     /// live cuBLAS handle as its own: PyTorch's `getCurrentCUDABlasLtHandle` passes its cuBLAS
     /// handle, cast, to every `cublasLtMatmul` (seen on an H200 with PyTorch 2.11), so a
     /// cublasLt handle that `cublasLtCreate` did not make is looked up among the cuBLAS ones.
+    #[cfg(test)]
     pub fn matmul_handle(&self, lt: bool, handle: u64) -> HandleLookup {
+        self.judge_handle(lt, |table| table.lookup(handle))
+    }
+
+    /// `matmul_handle`, through the calling thread's memo of its last lookups (no lock when
+    /// the table did not change since).
+    pub fn matmul_handle_in(&self, lt: bool, handle: u64, memo: &ThreadMemo) -> HandleLookup {
+        self.judge_handle(lt, |table| table.lookup_in(handle, memo))
+    }
+
+    fn judge_handle(&self, lt: bool, lookup: impl Fn(&Handles) -> HandleLookup) -> HandleLookup {
         if !lt {
-            return self.handles.lookup(handle);
+            return lookup(&self.handles);
         }
-        match self.lt_handles.lookup(handle) {
+        match lookup(&self.lt_handles) {
             HandleLookup::Alive(state) => HandleLookup::Alive(state),
-            own => match self.handles.lookup(handle) {
+            own => match lookup(&self.handles) {
                 HandleLookup::Alive(state) => HandleLookup::Alive(state),
                 _ => own,
             },
