@@ -2,7 +2,7 @@
 //! allocations. Locks here are held for a lookup or an insert, never across a real call.
 
 use parking_lot::{Mutex, RwLock};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -56,14 +56,31 @@ type PointerMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<PointerHasher
 /// How many destroyed handles are remembered, to name use-after-destroy.
 const REMEMBERED_DESTROYED: usize = 4096;
 
-#[derive(Default)]
+/// Handles and their settings. Every change takes a new generation, from one counter for every
+/// table, so (table, generation) names one state of one table for the life of the process: a
+/// thread's memo of its last lookups (`ThreadMemo`) answers a clean call without the lock.
 pub struct Handles {
     map: Mutex<PointerMap<HandleEntry>>,
+    generation: AtomicU64,
+}
+
+impl Default for Handles {
+    fn default() -> Self {
+        Self { map: Mutex::default(), generation: AtomicU64::new(next_generation()) }
+    }
+}
+
+/// A generation no table has had yet (never 0, which a memo reads as "empty").
+fn next_generation() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Handles {
     pub fn created(&self, handle: u64) {
-        self.map.lock().insert(handle, HandleEntry::Alive(HandleState::default()));
+        let mut map = self.map.lock();
+        map.insert(handle, HandleEntry::Alive(HandleState::default()));
+        self.changed();
     }
 
     pub fn destroyed(&self, handle: u64, seq: u64) {
@@ -72,26 +89,106 @@ impl Handles {
             map.retain(|_, e| matches!(e, HandleEntry::Alive(_)));
         }
         map.insert(handle, HandleEntry::Destroyed(seq));
+        self.changed();
+    }
+
+    /// Called with the table locked, after the change.
+    fn changed(&self) {
+        self.generation.store(next_generation(), Ordering::Release);
     }
 
     pub fn lookup(&self, handle: u64) -> HandleLookup {
-        match self.map.lock().get(&handle) {
+        Self::entry(&self.map.lock(), handle)
+    }
+
+    fn entry(map: &PointerMap<HandleEntry>, handle: u64) -> HandleLookup {
+        match map.get(&handle) {
             Some(HandleEntry::Alive(s)) => HandleLookup::Alive(*s),
             Some(HandleEntry::Destroyed(seq)) => HandleLookup::Destroyed(*seq),
             None => HandleLookup::Unknown,
         }
     }
 
+    /// `lookup`, answered from `memo` when the table has not changed since this thread last
+    /// asked it about `handle` (no lock: the usual GEMM names the handle of its last call).
+    pub fn lookup_in(&self, handle: u64, memo: &ThreadMemo) -> HandleLookup {
+        let table = self as *const Self as usize;
+        let generation = self.generation.load(Ordering::Acquire);
+        let mut kept = memo.handles.get();
+        if let Some(m) = kept.iter().find(|m| m.table == table && m.generation == generation && m.handle == handle) {
+            return m.found;
+        }
+        let (found, generation) = {
+            let map = self.map.lock();
+            // Read under the lock: the generation of what was found.
+            (Self::entry(&map, handle), self.generation.load(Ordering::Acquire))
+        };
+        // The slot of this table if it has one (a handle named again after a change), else the
+        // older one: a cuBLAS table and a cublasLt table each keep theirs.
+        let slot = kept.iter().position(|m| m.table == table).unwrap_or(1);
+        kept[slot] = HandleMemo { table, generation, handle, found };
+        if slot == 1 {
+            kept.swap(0, 1);
+        }
+        memo.handles.set(kept);
+        found
+    }
+
     /// A table with the same entries (a forked child's copy).
     pub fn copy(&self) -> Self {
-        Self { map: Mutex::new(self.map.lock().clone()) }
+        Self { map: Mutex::new(self.map.lock().clone()), generation: AtomicU64::new(next_generation()) }
     }
 
     /// Applies a setting change to a live handle.
     pub fn update(&self, handle: u64, change: impl FnOnce(&mut HandleState)) {
-        if let Some(HandleEntry::Alive(s)) = self.map.lock().get_mut(&handle) {
+        let mut map = self.map.lock();
+        if let Some(HandleEntry::Alive(s)) = map.get_mut(&handle) {
             change(s);
+            self.changed();
         }
+    }
+}
+
+/// One handle lookup a thread remembers (table 0: none).
+#[derive(Clone, Copy, Debug)]
+struct HandleMemo {
+    table: usize,
+    generation: u64,
+    handle: u64,
+    found: HandleLookup,
+}
+
+impl HandleMemo {
+    const EMPTY: Self = Self { table: 0, generation: 0, handle: 0, found: HandleLookup::Unknown };
+}
+
+/// What one thread remembers of the shared tables between its calls: its recent allocation
+/// lookups and its last handle lookup per table. It lives in the thread's one block of
+/// thread-local state, which a hooked call reaches once and hands down (`Call::memo`), so a
+/// clean call looks nothing up through `__tls_get_addr` again.
+pub struct ThreadMemo {
+    recent: RefCell<Recent>,
+    /// The most recent first.
+    handles: Cell<[HandleMemo; 2]>,
+}
+
+impl ThreadMemo {
+    pub const fn new() -> Self {
+        Self { recent: RefCell::new(Recent::EMPTY), handles: Cell::new([HandleMemo::EMPTY; 2]) }
+    }
+}
+
+impl ThreadMemo {
+    /// Nothing was looked up through it (for the preload library's unit tests).
+    #[doc(hidden)]
+    pub fn is_untouched(&self) -> bool {
+        self.recent.borrow().table == 0 && self.handles.get().iter().all(|m| m.table == 0)
+    }
+}
+
+impl Default for ThreadMemo {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -182,6 +279,41 @@ thread_local! {
     static RECENT_HITS: RefCell<Recent> = const { RefCell::new(Recent::EMPTY) };
 }
 
+/// The allocation table as the checks of one call look it up: through the calling thread's
+/// memo when the call has it at hand.
+#[derive(Clone, Copy)]
+pub struct AllocationView<'a> {
+    table: &'a Allocations,
+    memo: Option<&'a ThreadMemo>,
+}
+
+impl<'a> AllocationView<'a> {
+    pub fn new(table: &'a Allocations, memo: &'a ThreadMemo) -> Self {
+        Self { table, memo: Some(memo) }
+    }
+
+    pub fn containing(self, ptr: u64) -> Option<Allocation> {
+        match self.memo {
+            Some(memo) => self.table.containing_with(ptr, memo),
+            None => self.table.containing(ptr),
+        }
+    }
+
+    pub fn span_containing(self, ptr: u64) -> Option<Span> {
+        self.containing(ptr).map(|a| Span { base: a.base, size: a.size })
+    }
+
+    pub fn freed_containing(self, ptr: u64) -> Option<Freed> {
+        self.table.freed_containing(ptr)
+    }
+}
+
+impl<'a> From<&'a Allocations> for AllocationView<'a> {
+    fn from(table: &'a Allocations) -> Self {
+        Self { table, memo: None }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LiveTotals {
     pub bytes: u64,
@@ -268,25 +400,34 @@ impl Allocations {
         Some(old)
     }
 
-    /// The live allocation whose range holds `ptr`.
+    /// The live allocation whose range holds `ptr`. Never inlined: a caller that has a memo
+    /// at hand would otherwise pay for this thread-local's address on its own path too (the
+    /// compiler hoists the access above the branch).
+    #[inline(never)]
     pub fn containing(&self, ptr: u64) -> Option<Allocation> {
+        RECENT_HITS.try_with(|recent| self.containing_in(ptr, recent)).unwrap_or_else(|_| self.containing_in(ptr, &RefCell::new(Recent::EMPTY)))
+    }
+
+    /// `containing`, with the recent lookups of the calling thread's `memo`.
+    pub fn containing_with(&self, ptr: u64, memo: &ThreadMemo) -> Option<Allocation> {
+        self.containing_in(ptr, &memo.recent)
+    }
+
+    fn containing_in(&self, ptr: u64, recent: &RefCell<Recent>) -> Option<Allocation> {
         let holds = |a: &Allocation| ptr.wrapping_sub(a.base) < a.size.max(1);
         let table = self as *const Self as usize;
         let generation = self.generation.load(Ordering::Acquire);
         // Some(answer) when this thread's recent lookups already know it.
-        let known = RECENT_HITS
-            .try_with(|cell| {
-                let r = cell.try_borrow().ok()?;
-                if r.table != table || r.generation != generation {
-                    return None;
-                }
-                if let Some(hit) = r.hits.iter().flatten().find(|a| holds(a)) {
-                    return Some(Some(*hit));
-                }
-                (ptr != 0 && r.misses.contains(&ptr)).then_some(None)
-            })
-            .ok()
-            .flatten();
+        let known = (|| {
+            let r = recent.try_borrow().ok()?;
+            if r.table != table || r.generation != generation {
+                return None;
+            }
+            if let Some(hit) = r.hits.iter().flatten().find(|a| holds(a)) {
+                return Some(Some(*hit));
+            }
+            (ptr != 0 && r.misses.contains(&ptr)).then_some(None)
+        })();
         if let Some(answer) = known {
             return answer;
         }
@@ -296,25 +437,23 @@ impl Allocations {
             let generation = self.generation.load(Ordering::Acquire);
             (map.range(..=ptr).next_back().map(|(_, a)| *a).filter(holds), generation)
         };
-        let _ = RECENT_HITS.try_with(|cell| {
-            if let Ok(mut r) = cell.try_borrow_mut() {
-                if r.table != table || r.generation != generation {
-                    *r = Recent { table, generation, ..Recent::EMPTY };
+        if let Ok(mut r) = recent.try_borrow_mut() {
+            if r.table != table || r.generation != generation {
+                *r = Recent { table, generation, ..Recent::EMPTY };
+            }
+            match found {
+                Some(a) => {
+                    let slot = r.next;
+                    r.hits[slot] = Some(a);
+                    r.next = (slot + 1) % RECENT;
                 }
-                match found {
-                    Some(a) => {
-                        let slot = r.next;
-                        r.hits[slot] = Some(a);
-                        r.next = (slot + 1) % RECENT;
-                    }
-                    None => {
-                        let slot = r.next_miss;
-                        r.misses[slot] = ptr;
-                        r.next_miss = (slot + 1) % RECENT_MISSES;
-                    }
+                None => {
+                    let slot = r.next_miss;
+                    r.misses[slot] = ptr;
+                    r.next_miss = (slot + 1) % RECENT_MISSES;
                 }
             }
-        });
+        }
         found
     }
 
@@ -376,6 +515,28 @@ mod tests {
         assert_eq!(h.lookup(11), HandleLookup::Unknown);
         h.created(10);
         assert!(matches!(h.lookup(10), HandleLookup::Alive(_)));
+    }
+
+    #[test]
+    fn a_handle_lookup_through_a_threads_memo_sees_every_change_of_the_table() {
+        let (h, memo) = (Handles::default(), ThreadMemo::new());
+        h.created(10);
+        let alive = |math_mode| HandleLookup::Alive(HandleState { math_mode, ..HandleState::default() });
+        assert_eq!(h.lookup_in(10, &memo), alive(0));
+        assert_eq!(h.lookup_in(10, &memo), alive(0), "answered by the memo");
+        h.update(10, |s| s.math_mode = 3);
+        assert_eq!(h.lookup_in(10, &memo), alive(3));
+        h.destroyed(10, 7);
+        assert_eq!(h.lookup_in(10, &memo), HandleLookup::Destroyed(7));
+        assert_eq!(h.lookup_in(11, &memo), HandleLookup::Unknown);
+        // A second table on the same thread keeps its own entry, and a copy is a table apart.
+        let (other, copy) = (Handles::default(), h.copy());
+        other.created(10);
+        assert!(matches!(other.lookup_in(10, &memo), HandleLookup::Alive(_)));
+        assert_eq!(h.lookup_in(10, &memo), HandleLookup::Destroyed(7));
+        copy.created(10);
+        assert!(matches!(copy.lookup_in(10, &memo), HandleLookup::Alive(_)));
+        assert_eq!(h.lookup_in(10, &memo), HandleLookup::Destroyed(7));
     }
 
     #[test]

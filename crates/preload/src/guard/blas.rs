@@ -94,8 +94,8 @@ pub(crate) fn gemv(
     ops.push("A", a, args.a(), dtype, Members::One, Role::Input);
     ops.vector("x", x, args.x().cols, incx, dtype, Role::Input);
     ops.vector("y", y, args.y().cols, incy, dtype, Role::Accumulator);
-    let mut matmul = blas_call(handle, args.check(), dtype, Some(alpha), Some(beta), ops);
-    matmul::guard(call, &mut matmul, record(BlasForm::Gemv, &[trans], &[m, n, lda, incx, incy]), ExArgs::default())
+    let matmul = blas_call(handle, args.check(), dtype, Some(alpha), Some(beta), ops);
+    matmul::guard(call, || matmul, record(BlasForm::Gemv, &[trans], &[m, n, lda, incx, incy]), ExArgs::default())
 }
 
 macro_rules! gemv {
@@ -145,8 +145,8 @@ fn dot(
     ops.vector("x", x, count, incx, x_type, Role::Input);
     ops.vector("y", y, count, incy, y_type, Role::Input);
     ops.push("result", result, StoredShape { rows: 1, cols: 1, ld: 1 }, result_type, Members::One, Role::Result);
-    let mut matmul = blas_call(handle, blas::check_dot(result.is_null()), result_type, None, None, ops);
-    matmul::guard(call, &mut matmul, record(BlasForm::Dot, &[], &[n, incx, incy]), ExArgs::default())
+    let matmul = blas_call(handle, blas::check_dot(result.is_null()), result_type, None, None, ops);
+    matmul::guard(call, || matmul, record(BlasForm::Dot, &[], &[n, incx, incy]), ExArgs::default())
 }
 
 macro_rules! typed_dot {
@@ -224,12 +224,12 @@ fn trsm(
         };
     }
     ops.push("B", b, args.b(), dtype, members, Role::InOut);
-    let mut matmul = blas_call(handle, args.check(), dtype, Some(alpha), None, ops);
+    let matmul = blas_call(handle, args.check(), dtype, Some(alpha), None, ops);
     let record = match batch {
         Some(count) => record(BlasForm::TrsmBatched, &enums, &[m, n, lda, ldb, count]),
         None => record(BlasForm::Trsm, &enums, &[m, n, lda, ldb]),
     };
-    matmul::guard(call, &mut matmul, record, ExArgs::default())
+    matmul::guard(call, || matmul, record, ExArgs::default())
 }
 
 macro_rules! trsm {
@@ -326,8 +326,8 @@ fn factorisation(call: &Call<'_, c_int>, dtype: DType, handle: Handle, f: Factor
             _ => None,
         };
     }
-    let mut matmul = blas_call(handle, problem, dtype, None, None, ops);
-    matmul::guard(call, &mut matmul, record, ExArgs::default())
+    let matmul = blas_call(handle, problem, dtype, None, None, ops);
+    matmul::guard(call, || matmul, record, ExArgs::default())
 }
 
 macro_rules! factorisations {

@@ -54,7 +54,7 @@ pub(crate) fn before_call(call: &Call<'_, i32>, check: &MatmulCheck<'_>) -> Befo
 
 /// A scalar argument's value, read as the library reads it.
 fn scalar(call: &Call<'_, i32>, check: &MatmulCheck<'_>, ptr: Option<u64>) -> Option<[f64; 2]> {
-    let (bytes, size) = check.read_scalar(ptr, &call.session.allocations, call.device)?;
+    let (bytes, size) = check.read_scalar(ptr, call.allocations(), call.device)?;
     Some(dump::element(check.call.scalar, &bytes[..size]))
 }
 

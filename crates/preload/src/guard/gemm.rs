@@ -135,20 +135,18 @@ fn gemm<I: Into<i64>>(
 }
 
 fn typed(call: &Call<'_, c_int>, g: Gemm, dtype: DType, batch: Batch) -> c_int {
-    let mut matmul = g.describe((dtype, dtype, dtype), dtype, None, batch);
     let ex = match batch {
         Batch::Single => ExArgs::default(),
         Batch::Strided { count, a, b, c } => ExArgs { batch_count: Some(count), strides: Some((a, b, c)), ..Default::default() },
         Batch::Arrays { count } => ExArgs { batch_count: Some(count), ..Default::default() },
     };
-    matmul::guard(call, &mut matmul, g.record(), ex)
+    matmul::guard(call, || g.describe((dtype, dtype, dtype), dtype, None, batch), g.record(), ex)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn ex(call: &Call<'_, c_int>, g: Gemm, types: (i32, i32, i32), compute: i32, algo: i32, batch: Batch) -> c_int {
     let types = (DType::from_cuda(types.0), DType::from_cuda(types.1), DType::from_cuda(types.2));
     let compute = ComputeType::decode(compute);
-    let mut matmul = g.describe(types, validate::scale_type(compute), Some(compute), batch);
     let mut extra = ExArgs { types: Some(types), compute: Some(compute), algo: Some(algo), ..Default::default() };
     match batch {
         Batch::Single => {}
@@ -158,7 +156,7 @@ fn ex(call: &Call<'_, c_int>, g: Gemm, types: (i32, i32, i32), compute: i32, alg
         }
         Batch::Arrays { count } => extra.batch_count = Some(count),
     }
-    matmul::guard(call, &mut matmul, g.record(), extra)
+    matmul::guard(call, || g.describe(types, validate::scale_type(compute), Some(compute), batch), g.record(), extra)
 }
 
 macro_rules! typed_gemm {
@@ -251,8 +249,12 @@ pub(crate) fn sgemm_ex(
 ) -> c_int {
     let g = gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     let types = (DType::from_cuda(a_type), DType::from_cuda(b_type), DType::from_cuda(c_type));
-    let mut matmul = g.describe(types, DType::F32, Some(ComputeType::F32), Batch::Single);
-    matmul::guard(call, &mut matmul, g.record(), ExArgs { types: Some(types), ..Default::default() })
+    matmul::guard(
+        call,
+        || g.describe(types, DType::F32, Some(ComputeType::F32), Batch::Single),
+        g.record(),
+        ExArgs { types: Some(types), ..Default::default() },
+    )
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -86,7 +86,7 @@ pub(crate) fn matmul(
     let known = |d: *mut c_void| call.session.lt_descriptors.contains(d as u64);
     let read_layout = |l: *mut c_void| if known(l) { call.device.lt_layout(l as u64) } else { None };
     let described = if known(desc) { call.device.lt_matmul_desc(desc as u64) } else { None };
-    let alive = matches!(call.session.matmul_handle(true, handle as u64), HandleLookup::Alive(_));
+    let alive = matches!(call.session.matmul_handle_in(true, handle as u64, call.memo), HandleLookup::Alive(_));
     let layouts = [a_desc, b_desc, c_desc, d_desc].map(read_layout);
     let mut operands = [None; MAX_OPERANDS];
     let mut problem = None;
@@ -184,7 +184,7 @@ pub(crate) fn matmul(
             }
         }
     }
-    let mut matmul = MatmulCall {
+    let matmul = MatmulCall {
         handle: handle as u64,
         lt: true,
         argument_problem: problem,
@@ -196,5 +196,5 @@ pub(crate) fn matmul(
         reduced_precision_compute: reduced,
         operands,
     };
-    matmul::guard(call, &mut matmul, record, extra)
+    matmul::guard(call, || matmul, record, extra)
 }

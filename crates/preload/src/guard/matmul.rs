@@ -33,10 +33,31 @@ enum Stage {
     AfterCall,
 }
 
-/// Runs the checks around the real call and returns what the program gets back.
-pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallArgs, extra: ExArgs) -> i32 {
+/// Runs the checks around the real call and returns what the program gets back. `describe`
+/// gives the call's description for the checks: with every check of a matrix multiply off, a
+/// call that succeeds is forwarded and recorded without one (nothing is described, no handle
+/// or allocation looked up); one that fails is described after it, for its `api_error` fault.
+pub(crate) fn guard(call: &Call<'_, i32>, describe: impl FnOnce() -> MatmulCall, record: CallArgs, extra: ExArgs) -> i32 {
     let s = call.session;
-    let handle = s.matmul_handle(matmul.lt, matmul.handle);
+    let checks = s.config.checks;
+    if !(checks.args || checks.bounds || checks.nan || checks.sync || super::dump::wanted(call, &record)) {
+        let known = s.known_error();
+        let status = call.forward();
+        s.note_matmul(call.seq);
+        if status == cuda::CUBLAS_SUCCESS {
+            call.record(status, record);
+            return status;
+        }
+        return checked(call, &mut describe(), record, extra, Some((status, known)));
+    }
+    checked(call, &mut describe(), record, extra, None)
+}
+
+/// The checks around the real call; `ran`: the call was already made, with its status (and the
+/// error known before it).
+fn checked(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallArgs, extra: ExArgs, ran: Option<(i32, Option<crate::session::KnownError>)>) -> i32 {
+    let s = call.session;
+    let handle = s.matmul_handle_in(matmul.lt, matmul.handle, call.memo);
     if let (false, HandleLookup::Alive(HandleState { workspace: (ptr, bytes), .. })) = (matmul.lt, handle) {
         // The workspace cublasSetWorkspace gave the handle is memory this call may write.
         if let (true, Some(slot)) = (bytes > 0, matmul.operands.iter_mut().find(|o| o.is_none())) {
@@ -45,7 +66,7 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallA
     }
     let matmul = &*matmul;
     s.note_matmul(call.seq);
-    let known = s.known_error();
+    let known = ran.map_or_else(|| s.known_error(), |(_, known)| known);
     let mut checks = s.config.checks;
     // A call site: the function and its first three dimensions.
     let (d0, d1, d2) = match record {
@@ -57,7 +78,8 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallA
     let scan_started = if checks.nan { call.outlet.now_ns() } else { 0 };
     checks.nan = checks.nan && s.should_scan(site, scan_started);
     let body = |buf: &mut Vec<u8>| {
-        let mut check = MatmulCheck::before(matmul, checks, s.config.scan_bytes, handle, &s.allocations, known, call.device, buf);
+        let mut check = MatmulCheck::new(matmul, handle);
+        check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, buf);
         // A fault found before the call is on disk before the call runs: a call with bad
         // pointers may well crash the process inside the library.
         let early = check.finding.is_some();
@@ -67,9 +89,10 @@ pub(crate) fn guard(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallA
             finish(call, &check, -1, record, extra, Stage::BeforeCall, before.as_ref().map(|b| (b, false)));
             // aborts in abort mode
         }
-        let (status, forwarded) = match check.refusal(s.config.on_fault) {
-            Some(status) => (status, false),
-            None => (call.forward(), true),
+        let (status, forwarded) = match (ran, check.refusal(s.config.on_fault)) {
+            (Some((status, _)), _) => (status, true),
+            (None, Some(status)) => (status, false),
+            (None, None) => (call.forward(), true),
         };
         if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, call.device, buf) {
             s.note_error(code, call.seq);
@@ -334,8 +357,36 @@ mod tests {
             calls.set(calls.get() + 1);
             status
         };
-        let call = Call::begin(&s.session, Hook::cublasSgemm_v2, &s.device, &s.outlet, &forward);
+        let memo = crate::state::ThreadMemo::new();
+        let call = Call::begin(&s.session, Hook::cublasSgemm_v2, &s.device, &s.outlet, &forward, super::super::OnThread { id: 7, memo: &memo });
         gemm::sgemm(&call, HANDLE as _, 0, 0, 2, 2, 2, ALPHA as _, a as _, lda, B as _, 2, BETA as _, C as _, 2)
+    }
+
+    #[test]
+    fn with_every_check_off_a_clean_call_looks_nothing_up_and_a_failed_one_is_still_reported() {
+        let mut s = setup(OnFault::Continue, f32::NAN);
+        s.session.config.checks = crate::config::Checks::NONE;
+        let memo = crate::state::ThreadMemo::new();
+        let calls = Cell::new(0);
+        let run = |status: i32| {
+            let forward = || {
+                calls.set(calls.get() + 1);
+                status
+            };
+            let call = Call::begin(&s.session, Hook::cublasSgemm_v2, &s.device, &s.outlet, &forward, super::super::OnThread { id: 7, memo: &memo });
+            gemm::sgemm(&call, HANDLE as _, 0, 0, 2, 2, 2, ALPHA as _, A as _, 2, B as _, 2, BETA as _, C as _, 2)
+        };
+        assert_eq!(run(0), 0);
+        assert!(memo.is_untouched(), "no handle or allocation was looked up");
+        assert!(faults(&s).is_empty(), "the NaN in A is not looked for");
+        assert_eq!(run(cuda::CUBLAS_EXECUTION_FAILED), cuda::CUBLAS_EXECUTION_FAILED);
+        assert_eq!(calls.get(), 2, "each call ran once");
+        let f = faults(&s);
+        assert_eq!((f.len(), f[0].kind, f[0].seq), (1, FaultKind::ApiError, 2));
+        assert_eq!(f[0].operands.iter().map(|o| (o.name.as_str(), o.allocation.is_some())).collect::<Vec<_>>(), [("A", true), ("B", true), ("C", true)]);
+        assert_eq!(f[0].operands[0].not_checked.as_deref(), Some("bounds checks are off"));
+        let t = s.session.trace(Default::default());
+        assert_eq!(t.recent_calls.iter().map(|c| (c.seq, c.status, c.args["m"].as_i64())).collect::<Vec<_>>(), [(1, 0, Some(2)), (2, 13, Some(2))]);
     }
 
     fn faults(s: &Setup) -> Vec<crate::trace::Fault> {

@@ -22,6 +22,7 @@ use crate::config::OnFault;
 use crate::ignore::IgnoreRule;
 use crate::recorder::{CallArgs, RecordedCall};
 use crate::session::{Recorded, Session};
+use crate::state::{AllocationView, ThreadMemo};
 use crate::trace::{CudaErrorRecord, Fault, FaultKind, MemoryState};
 
 pub(crate) use crate::ffi::intercept::hooks::Hook;
@@ -70,23 +71,47 @@ pub(crate) struct Call<'a, R: Copy> {
     pub seq: u64,
     pub device: &'a dyn Device,
     pub outlet: &'a dyn Outlet,
+    /// What the calling thread remembers of the shared tables (handed down from the thread's
+    /// one block of thread-local state, so the checks reach no thread-local of their own).
+    pub memo: &'a ThreadMemo,
     forward: &'a dyn Fn() -> R,
     recorded: Cell<bool>,
     /// When the hook was entered: the recorder keeps each call's duration (the timeline).
     started_ns: u64,
+    /// The calling thread's kernel id, for the recorder.
+    thread: u32,
+}
+
+/// The calling thread as a call sees it: its kernel id and its memo of the shared tables.
+#[derive(Clone, Copy)]
+pub(crate) struct OnThread<'a> {
+    pub id: u32,
+    pub memo: &'a ThreadMemo,
 }
 
 impl<'a, R: Copy> Call<'a, R> {
     /// Counts the call and gives it its sequence number.
-    pub fn begin(session: &'a Session, hook: Hook, device: &'a dyn Device, outlet: &'a dyn Outlet, forward: &'a dyn Fn() -> R) -> Self {
+    pub fn begin(session: &'a Session, hook: Hook, device: &'a dyn Device, outlet: &'a dyn Outlet, forward: &'a dyn Fn() -> R, thread: OnThread<'a>) -> Self {
         let seq = session.begin(hook.index());
         let started_ns = outlet.now_ns();
-        Self { session, hook, seq, device, outlet, forward, recorded: Cell::new(false), started_ns }
+        Self { session, hook, seq, device, outlet, memo: thread.memo, forward, recorded: Cell::new(false), started_ns, thread: thread.id }
     }
 
     /// A call that is neither counted nor recorded (a kernel registration): sequence number 0.
-    pub fn uncounted(session: &'a Session, hook: Hook, device: &'a dyn Device, outlet: &'a dyn Outlet, forward: &'a dyn Fn() -> R) -> Self {
-        Self { session, hook, seq: 0, device, outlet, forward, recorded: Cell::new(true), started_ns: 0 }
+    pub fn uncounted(
+        session: &'a Session,
+        hook: Hook,
+        device: &'a dyn Device,
+        outlet: &'a dyn Outlet,
+        forward: &'a dyn Fn() -> R,
+        memo: &'a ThreadMemo,
+    ) -> Self {
+        Self { session, hook, seq: 0, device, outlet, memo, forward, recorded: Cell::new(true), started_ns: 0, thread: 0 }
+    }
+
+    /// The live allocations, looked up through this thread's memo.
+    pub fn allocations(&self) -> AllocationView<'a> {
+        AllocationView::new(&self.session.allocations, self.memo)
     }
 
     /// The real function, with the program's arguments.
@@ -112,7 +137,7 @@ impl<'a, R: Copy> Call<'a, R> {
             status,
             time_ns,
             duration_ns: time_ns.saturating_sub(self.started_ns),
-            thread: self.outlet.thread_id(),
+            thread: self.thread,
             args,
             scanned,
         };

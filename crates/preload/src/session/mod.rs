@@ -6,7 +6,8 @@
 //! - the CUDA object tables (handles, allocations) and the flight recorder.
 //!
 //! A forked child gets a new session (`ChildSeed`), prepared by the parent before `fork()`:
-//! the objects and recent calls it inherited are copied, everything it counts starts afresh.
+//! the part it inherits (`Inherited`: the objects and recent calls) is copied, everything it
+//! counts starts afresh.
 //! Nothing is held across `fork()`, so the child never waits on or releases a lock that
 //! another parent thread held at that moment. Safe Rust; the FFI layer owns the instances.
 
@@ -23,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub use crate::check::matmul::KnownError;
 use crate::config::Config;
 use crate::recorder::{RecordedCall, Recorder};
-use crate::state::{Allocations, HandleLookup, Handles, LiveObjects};
+use crate::state::{Allocations, HandleLookup, Handles, LiveObjects, ThreadMemo};
 use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
 pub use device_scan::{DeviceScanState, LoadedKernels};
 pub use facts::{ForkOrigin, Identity, Versions};
@@ -63,8 +64,13 @@ impl CallCounts {
     }
 }
 
-pub struct Session {
+/// What a forked child inherits: the objects the program created and its recent calls, copied
+/// in the parent before `fork()` (`copy`). Everything else a session holds starts afresh in the
+/// child (`Session::assemble`), so a field added here is inherited and one added to `Session`
+/// is not, without a list of fields to keep in step elsewhere.
+pub struct Inherited {
     pub config: Config,
+    hook_names: &'static [&'static str],
     pub handles: Handles,
     /// cublasLt handles, a table of their own.
     pub lt_handles: Handles,
@@ -76,29 +82,72 @@ pub struct Session {
     /// destroyed: the only ones the guard reads back.
     pub lt_descriptors: LiveObjects,
     pub recorder: Recorder,
-    pub device_scan: DeviceScanState,
     /// Kernel names by host-stub address.
     pub kernels: KernelNames,
+}
+
+impl Inherited {
+    fn new(config: Config, hook_names: &'static [&'static str]) -> Self {
+        Self {
+            recorder: Recorder::new(config.ring),
+            config,
+            hook_names,
+            handles: Handles::default(),
+            lt_handles: Handles::default(),
+            allocations: Allocations::default(),
+            pinned: Allocations::default(),
+            lt_descriptors: LiveObjects::default(),
+            kernels: KernelNames::default(),
+        }
+    }
+
+    /// A copy for a forked child, taken in the parent.
+    fn copy(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            hook_names: self.hook_names,
+            handles: self.handles.copy(),
+            lt_handles: self.lt_handles.copy(),
+            allocations: self.allocations.copy(),
+            pinned: self.pinned.copy(),
+            lt_descriptors: self.lt_descriptors.copy(),
+            recorder: self.recorder.copy(),
+            kernels: self.kernels.copy(),
+        }
+    }
+}
+
+/// A session: what it inherits from a parent (reached as `session.handles`, through `Deref`),
+/// and what each process counts and learns for itself.
+pub struct Session {
+    inherited: Inherited,
+    pub device_scan: DeviceScanState,
     /// The last call at which a synchronisation by the guard found the device clean: launches
     /// before it did not fault.
     last_clean_sync: AtomicU64,
     counts: CallCounts,
     faults: FaultLog,
     scans: ScanPolicy,
+    /// Partly inherited: who the parent was and the versions it learnt (`copy_with_first_call`).
     facts: ProcessFacts,
+}
+
+impl std::ops::Deref for Session {
+    type Target = Inherited;
+    fn deref(&self) -> &Inherited {
+        &self.inherited
+    }
+}
+
+impl std::ops::DerefMut for Session {
+    fn deref_mut(&mut self) -> &mut Inherited {
+        &mut self.inherited
+    }
 }
 
 /// What a forked child's session starts from, prepared in the parent before `fork()`.
 pub struct ChildSeed {
-    config: Config,
-    hook_names: &'static [&'static str],
-    handles: Handles,
-    lt_handles: Handles,
-    allocations: Allocations,
-    pinned: Allocations,
-    lt_descriptors: LiveObjects,
-    recorder: Recorder,
-    kernels: KernelNames,
+    inherited: Inherited,
     facts: ProcessFacts,
     /// The parent's environment, for the crash writer's head until the child learns its own.
     pub environment: Environment,
@@ -111,69 +160,38 @@ impl ChildSeed {
     }
 
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.inherited.config
     }
 
     /// The child's session, once it knows its pid, start time and trace path.
     pub fn into_session(self, identity: Identity) -> Session {
-        let started = identity.process.started_at_ns;
-        let rules = self.config.ignore.len();
-        Session {
-            config: self.config,
-            handles: self.handles,
-            lt_handles: self.lt_handles,
-            allocations: self.allocations,
-            pinned: self.pinned,
-            lt_descriptors: self.lt_descriptors,
-            recorder: self.recorder,
-            device_scan: DeviceScanState::default(),
-            kernels: self.kernels,
-            last_clean_sync: AtomicU64::new(0),
-            counts: CallCounts::new(self.hook_names, rules),
-            faults: FaultLog::default(),
-            scans: ScanPolicy::new(started),
-            facts: self.facts.for_child(identity),
-        }
+        Session::assemble(self.inherited, self.facts.for_child(identity))
     }
 }
 
 impl Session {
     pub fn new(config: Config, hook_names: &'static [&'static str], process: Process, trace_path: String) -> Self {
-        let started = process.started_at_ns;
-        let rules = config.ignore.len();
+        Self::assemble(Inherited::new(config, hook_names), ProcessFacts::new(Identity { process, trace_path }))
+    }
+
+    /// A session around what it inherited (from nobody, or from a parent): everything else
+    /// starts afresh.
+    fn assemble(inherited: Inherited, facts: ProcessFacts) -> Self {
+        let started = facts.identity().process.started_at_ns;
         Self {
-            recorder: Recorder::new(config.ring),
-            config,
-            handles: Handles::default(),
-            lt_handles: Handles::default(),
-            allocations: Allocations::default(),
-            pinned: Allocations::default(),
-            lt_descriptors: LiveObjects::default(),
             device_scan: DeviceScanState::default(),
-            kernels: KernelNames::default(),
             last_clean_sync: AtomicU64::new(0),
-            counts: CallCounts::new(hook_names, rules),
+            counts: CallCounts::new(inherited.hook_names, inherited.config.ignore.len()),
             faults: FaultLog::default(),
             scans: ScanPolicy::new(started),
-            facts: ProcessFacts::new(Identity { process, trace_path }),
+            facts,
+            inherited,
         }
     }
 
     /// Everything a forked child keeps, copied now (in the parent, before `fork()`).
     pub fn prepare_child(&self, environment: Environment) -> ChildSeed {
-        ChildSeed {
-            config: self.config.clone(),
-            hook_names: self.counts.hook_names,
-            handles: self.handles.copy(),
-            lt_handles: self.lt_handles.copy(),
-            allocations: self.allocations.copy(),
-            pinned: self.pinned.copy(),
-            lt_descriptors: self.lt_descriptors.copy(),
-            recorder: self.recorder.copy(),
-            kernels: self.kernels.copy(),
-            facts: self.facts.copy_with_first_call(self.first_cuda_call()),
-            environment,
-        }
+        ChildSeed { inherited: self.inherited.copy(), facts: self.facts.copy_with_first_call(self.first_cuda_call()), environment }
     }
 
     pub fn trace_path(&self) -> String {
@@ -219,13 +237,24 @@ impl Session {
     /// live cuBLAS handle as its own: PyTorch's `getCurrentCUDABlasLtHandle` passes its cuBLAS
     /// handle, cast, to every `cublasLtMatmul` (seen on an H200 with PyTorch 2.11), so a
     /// cublasLt handle that `cublasLtCreate` did not make is looked up among the cuBLAS ones.
+    #[cfg(test)]
     pub fn matmul_handle(&self, lt: bool, handle: u64) -> HandleLookup {
+        self.judge_handle(lt, |table| table.lookup(handle))
+    }
+
+    /// `matmul_handle`, through the calling thread's memo of its last lookups (no lock when
+    /// the table did not change since).
+    pub fn matmul_handle_in(&self, lt: bool, handle: u64, memo: &ThreadMemo) -> HandleLookup {
+        self.judge_handle(lt, |table| table.lookup_in(handle, memo))
+    }
+
+    fn judge_handle(&self, lt: bool, lookup: impl Fn(&Handles) -> HandleLookup) -> HandleLookup {
         if !lt {
-            return self.handles.lookup(handle);
+            return lookup(&self.handles);
         }
-        match self.lt_handles.lookup(handle) {
+        match lookup(&self.lt_handles) {
             HandleLookup::Alive(state) => HandleLookup::Alive(state),
-            own => match self.handles.lookup(handle) {
+            own => match lookup(&self.handles) {
                 HandleLookup::Alive(state) => HandleLookup::Alive(state),
                 _ => own,
             },
@@ -611,6 +640,40 @@ mod tests {
         assert!(!worker.should_write_at_exit(true), "a worker that used no CUDA writes nothing");
         worker.begin(1);
         assert!(worker.should_write_at_exit(true));
+    }
+
+    #[test]
+    fn a_forked_child_inherits_every_table_and_recounts_everything_else() {
+        let mut parent = session(5);
+        parent.config.dump_dir = Some("dumps".into());
+        parent.config.dump_max = 1;
+        parent.lt_handles.created(0x11);
+        parent.allocations.insert(crate::state::Allocation { base: 0x1000, size: 64, time_ns: 0, stream: None, api: "cudaMalloc" });
+        parent.pinned.insert(crate::state::Allocation { base: 0x9000, size: 8, time_ns: 0, stream: None, api: "cudaMallocHost" });
+        parent.lt_descriptors.created(0x22);
+        parent.kernels.register(0x33, "kernel".into());
+        parent.note_matmul(parent.begin(1));
+        parent.note_clean_sync(1);
+        assert!(parent.claim_dump() && parent.first_init_failure(0) && parent.device_scan.fail("no kernel".into()));
+        parent.add_fault(fault(1), 0);
+        assert!(parent.should_scan(1, 10));
+        let child = child_of(&parent, 42, "c.json");
+        // Inherited: the tables of what the program created, and the configuration.
+        assert_eq!(child.config.dump_dir.as_deref(), Some("dumps"));
+        assert!(matches!(child.matmul_handle(true, 0x11), HandleLookup::Alive(_)));
+        assert_eq!(child.allocations.containing(0x1010).map(|a| a.base), Some(0x1000));
+        assert_eq!(child.allocations.totals().bytes, 64);
+        assert!(child.pinned.containing(0x9000).is_some());
+        assert!(child.lt_descriptors.contains(0x22));
+        assert_eq!(child.kernels.known(0x33).as_deref(), Some("kernel"));
+        // Afresh: what the child counts and learns of its own CUDA.
+        assert_eq!((child.total_calls(), child.first_matmul(), child.last_clean_sync(), child.fault_count()), (0, None, 0, 0));
+        assert!(child.dumps_left() && child.first_init_failure(0) && !child.device_scan.failed());
+        let t = child.trace(Environment::default());
+        assert_eq!((t.summary.scanned_calls, t.summary.skipped_scans), (0, 0));
+        // And the parent's tables are its own: a change in the child leaves them as they were.
+        child.allocations.remove(0x1000);
+        assert!(parent.allocations.containing(0x1010).is_some());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::operands::{describe, Members, OperandSpec, Role, MAX_OPERANDS};
 use super::MatmulCheck;
 use crate::check::{Device, Finding};
 use crate::cuda::{self, PointerMode};
-use crate::state::{Allocations, Freed};
+use crate::state::{AllocationView, Freed};
 use crate::trace::{hex, FaultKind};
 use crate::validate::{self, Containment, Span};
 
@@ -38,7 +38,7 @@ enum MemberProblem {
     },
 }
 
-fn check_member(addr: u64, extent: u64, allocations: &Allocations, device: &dyn Device) -> Result<Span, MemberProblem> {
+fn check_member(addr: u64, extent: u64, allocations: AllocationView<'_>, device: &dyn Device) -> Result<Span, MemberProblem> {
     let Some(span) = allocations.span_containing(addr) else {
         if let Some(freed) = allocations.freed_containing(addr) {
             return Err(MemberProblem::Freed(freed));
@@ -58,7 +58,7 @@ fn check_member(addr: u64, extent: u64, allocations: &Allocations, device: &dyn 
 impl MatmulCheck<'_> {
     /// Operands from `from` on were not checked (`why`): where they lie is noted all the same,
     /// and they are read (scanned, dumped) only when verified inside memory.
-    pub(super) fn note_unchecked(&mut self, from: usize, why: &'static str, allocations: &Allocations) {
+    pub(super) fn note_unchecked(&mut self, from: usize, why: &'static str, allocations: AllocationView<'_>) {
         for o in self.operands.iter_mut().skip(from).flatten() {
             if let (Members::One, Some(extent), None) = (o.spec.members, o.extent, o.allocation) {
                 o.allocation = allocations.span_containing(o.spec.ptr);
@@ -71,7 +71,7 @@ impl MatmulCheck<'_> {
     }
 
     /// Reads a pointer array's members from device memory (checking the array itself first).
-    fn load_array(&mut self, i: usize, allocations: &Allocations, device: &dyn Device) -> Result<(), Finding> {
+    fn load_array(&mut self, i: usize, allocations: AllocationView<'_>, device: &dyn Device) -> Result<(), Finding> {
         let Some(o) = self.operands[i] else { return Ok(()) };
         let Members::Array { count } = o.spec.members else { return Ok(()) };
         let count = count.min(MAX_ARRAY_MEMBERS);
@@ -129,7 +129,7 @@ impl MatmulCheck<'_> {
         Ok(())
     }
 
-    pub(super) fn check_pointers(&mut self, allocations: &Allocations, device: &dyn Device) -> Option<Finding> {
+    pub(super) fn check_pointers(&mut self, allocations: AllocationView<'_>, device: &dyn Device) -> Option<Finding> {
         for i in 0..MAX_OPERANDS {
             if let Err(f) = self.load_array(i, allocations, device) {
                 self.note_unchecked(0, "the check stopped at an earlier fault", allocations);
@@ -147,7 +147,7 @@ impl MatmulCheck<'_> {
     }
 
     /// Operand `i`'s members against the allocations.
-    fn check_operand_pointers(&mut self, i: usize, allocations: &Allocations, device: &dyn Device) -> Option<Finding> {
+    fn check_operand_pointers(&mut self, i: usize, allocations: AllocationView<'_>, device: &dyn Device) -> Option<Finding> {
         let o = self.operands[i]?;
         if !Self::used(&o) {
             return None;
@@ -270,7 +270,7 @@ impl MatmulCheck<'_> {
     }
 
     /// alpha and beta against the pointer mode.
-    fn check_scalars(&self, device: &dyn Device, allocations: &Allocations) -> Option<Finding> {
+    fn check_scalars(&self, device: &dyn Device, allocations: AllocationView<'_>) -> Option<Finding> {
         let mode = self.pointer_mode();
         for (name, ptr) in [("alpha", self.call.alpha), ("beta", self.call.beta)] {
             let Some(ptr) = ptr else { continue };

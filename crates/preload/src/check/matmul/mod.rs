@@ -21,7 +21,7 @@ use operands::describe;
 use super::{Device, Finding};
 use crate::config::{Checks, OnFault};
 use crate::cuda::{self, PointerMode};
-use crate::state::{Allocations, HandleLookup, HandleState};
+use crate::state::{AllocationView, HandleLookup, HandleState};
 use crate::trace::{hex, FaultKind};
 use crate::validate;
 
@@ -67,21 +67,31 @@ pub struct KnownError {
 
 impl<'a> MatmulCheck<'a> {
     /// The checks before the call. `buf` is the caller's reusable scan buffer.
+    #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
     pub fn before(
         call: &'a MatmulCall,
         checks: Checks,
         scan_bytes: u64,
         lookup: HandleLookup,
-        allocations: &Allocations,
+        allocations: AllocationView<'_>,
         known: Option<KnownError>,
         device: &dyn Device,
         buf: &mut Vec<u8>,
     ) -> Self {
-        let mut operands = [None; MAX_OPERANDS];
-        for (report, spec) in operands.iter_mut().zip(call.operands.iter()) {
-            if let Some(spec) = spec {
-                *report = Some(OperandReport {
+        let mut check = Self::new(call, lookup);
+        check.check_before(checks, scan_bytes, lookup, allocations, known, device, buf);
+        check
+    }
+
+    /// The check of `call` before any is run: `check_before` runs them. Two steps, so that the
+    /// check is made in the caller's place: it is over a kilobyte, and returned from a function
+    /// that runs the checks it was copied on every call (the largest single copy of a clean
+    /// call, issue 27).
+    pub fn new(call: &'a MatmulCall, lookup: HandleLookup) -> Self {
+        Self {
+            operands: std::array::from_fn(|i| {
+                call.operands[i].as_ref().map(|spec| OperandReport {
                     spec,
                     extent: validate::operand_extent(spec.shape, spec.dtype.size().unwrap_or(1)),
                     allocation: None,
@@ -89,13 +99,13 @@ impl<'a> MatmulCheck<'a> {
                     readable: false,
                     scan: None,
                     bad_member: None,
-                });
-            }
-        }
-        let mut check = Self {
-            operands,
+                })
+            }),
             call,
-            handle: None,
+            handle: match lookup {
+                HandleLookup::Alive(state) => Some(state),
+                _ => None,
+            },
             arrays: Default::default(),
             prescanned: 0,
             finding: None,
@@ -108,10 +118,22 @@ impl<'a> MatmulCheck<'a> {
             inputs_scanned_finite: false,
             beta_is_zero: None,
             unchecked: None,
-        };
-        if let HandleLookup::Alive(state) = lookup {
-            check.handle = Some(state);
         }
+    }
+
+    /// The checks before the call. `buf` is the caller's reusable scan buffer.
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_before(
+        &mut self,
+        checks: Checks,
+        scan_bytes: u64,
+        lookup: HandleLookup,
+        allocations: AllocationView<'_>,
+        known: Option<KnownError>,
+        device: &dyn Device,
+        buf: &mut Vec<u8>,
+    ) {
+        let check = self;
         if checks.args {
             let (create, destroy) = if check.call.lt { ("cublasLtCreate (or cublasCreate)", "cublasLtDestroy") } else { ("cublasCreate", "cublasDestroy") };
             let h = || hex(check.call.handle);
@@ -124,7 +146,7 @@ impl<'a> MatmulCheck<'a> {
             if let Some(why) = why {
                 check.finding = Some(Finding::new(FaultKind::InvalidHandle, why));
                 check.note_unchecked(0, "the handle was refused first", allocations);
-                return check;
+                return;
             }
         }
         if let Some(problem) = &check.call.argument_problem {
@@ -134,18 +156,18 @@ impl<'a> MatmulCheck<'a> {
             // The library refuses the call: nothing is read or written. Where the operands
             // lie is still worth knowing (and cheap), for the report and the dump.
             check.note_unchecked(0, "the arguments were refused first", allocations);
-            return check;
+            return;
         }
         if checks.bounds {
             if let Some(f) = check.check_pointers(allocations, device) {
                 check.finding = Some(f);
-                return check;
+                return;
             }
         } else {
             check.note_unchecked(0, "bounds checks are off", allocations);
         }
         if !(checks.nan || checks.sync) || check.is_empty() {
-            return check;
+            return;
         }
         let stream = check.stream();
         let pending = match device.is_capturing(stream) {
@@ -159,7 +181,7 @@ impl<'a> MatmulCheck<'a> {
             // Capturing, or unknown: synchronising or copying could break a capture.
             Ok(true) | Err(_) => {
                 check.capturing = true;
-                return check;
+                return;
             }
         };
         check.clean_before = pending == 0;
@@ -177,12 +199,11 @@ impl<'a> MatmulCheck<'a> {
                 f.error = Some((pending, "cudaStreamSynchronize"));
                 check.finding = Some(f);
             }
-            return check;
+            return;
         }
         if checks.nan {
             check.scan_inputs(allocations, device, buf, scan_bytes);
         }
-        check
     }
 
     /// Nothing is read or written (a zero dimension or batch).
@@ -304,7 +325,7 @@ mod tests {
 
     use crate::check::model::ModelDevice as Model;
     use crate::scan::DType;
-    use crate::state::Handles;
+    use crate::state::{Allocations, Handles};
     use crate::validate::StoredShape;
 
     fn f32s(v: &[f32]) -> Vec<u8> {
@@ -356,7 +377,7 @@ mod tests {
     fn run(call: MatmulCall, allocations: &Allocations, model: &Model) -> Outcome {
         let handles = Handles::default();
         handles.created(7);
-        let check = MatmulCheck::before(&call, Checks::ALL, u64::MAX, handles.lookup(call.handle), allocations, None, model, &mut Vec::new());
+        let check = MatmulCheck::before(&call, Checks::ALL, u64::MAX, handles.lookup(call.handle), allocations.into(), None, model, &mut Vec::new());
         Outcome {
             finding: check.finding.clone(),
             operands: check.operands.iter().flatten().map(|o| (o.bad_member, o.scan.and_then(|s| s.first_nonfinite), o.scan.map(|s| s.nan))).collect(),

@@ -7,7 +7,7 @@ use super::MatmulCheck;
 use crate::check::{BatchScan, Device, Finding, MAX_BATCH_SCANS};
 use crate::cuda::PointerMode;
 use crate::scan::{self, DType, MatrixScan};
-use crate::state::Allocations;
+use crate::state::AllocationView;
 use crate::trace::FaultKind;
 use crate::validate::{self, Containment, StoredShape};
 
@@ -35,7 +35,7 @@ pub(super) fn counts(spec: &OperandSpec, scan: &MatrixScan) -> String {
 impl MatmulCheck<'_> {
     /// A scalar argument's bytes (`size` of them valid), read the way the library reads it:
     /// from host memory or device memory as the pointer mode says; `None` when it cannot be.
-    pub fn read_scalar(&self, ptr: Option<u64>, allocations: &Allocations, device: &dyn Device) -> Option<([u8; 16], usize)> {
+    pub fn read_scalar(&self, ptr: Option<u64>, allocations: AllocationView<'_>, device: &dyn Device) -> Option<([u8; 16], usize)> {
         let size = self.call.scalar.size()? as usize;
         let ptr = ptr?;
         let mut bytes = [0u8; 16];
@@ -52,7 +52,7 @@ impl MatmulCheck<'_> {
     }
 
     /// Whether beta is zero, read the way the library reads it; `None` when it cannot be read.
-    fn read_beta_is_zero(&self, allocations: &Allocations, device: &dyn Device) -> Option<bool> {
+    fn read_beta_is_zero(&self, allocations: AllocationView<'_>, device: &dyn Device) -> Option<bool> {
         let (bytes, size) = self.read_scalar(self.call.beta, allocations, device)?;
         // +0.0 and -0.0 both mean "do not read C": every bit but the sign is zero (and for
         // integer scales, zero is all bits zero).
@@ -208,7 +208,7 @@ impl MatmulCheck<'_> {
         Some(total.scan)
     }
 
-    pub(super) fn scan_inputs(&mut self, allocations: &Allocations, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
+    pub(super) fn scan_inputs(&mut self, allocations: AllocationView<'_>, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
         self.beta_is_zero = self.read_beta_is_zero(allocations, device);
         let reads_scaled = self.beta_is_zero != Some(true);
         self.prescan_on_device(device, |o| match o.spec.role {

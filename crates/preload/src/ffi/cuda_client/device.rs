@@ -37,11 +37,13 @@ pub(crate) struct RealDevice<'a> {
     /// never touches the public runtime's error state, so it is asked once per hooked call
     /// rather than before each of the guard's calls.
     pending_before: std::cell::Cell<Option<Option<c_int>>>,
+    /// The calling thread's block (its stack's range).
+    thread: &'a crate::ffi::host::thread::PerThread,
 }
 
 impl<'a> RealDevice<'a> {
-    pub(crate) fn new(session: &'a crate::session::Session) -> Self {
-        Self { session, pending_before: std::cell::Cell::new(None) }
+    pub(crate) fn new(session: &'a crate::session::Session, thread: &'a crate::ffi::host::thread::PerThread) -> Self {
+        Self { session, pending_before: std::cell::Cell::new(None), thread }
     }
 
     /// `quietly`, with the program's pending error asked once.
@@ -160,7 +162,7 @@ impl Device for RealDevice<'_> {
     }
 
     fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
-        crate::ffi::host::thread::is_on_own_stack(ptr)
+        crate::ffi::host::thread::is_on_stack_of(self.thread, ptr)
     }
 
     fn memory_info(&self) -> Option<(u64, u64)> {

@@ -18,6 +18,9 @@ static SESSION: OnceLock<Session> = OnceLock::new();
 /// child never touches a lock another parent thread may have held).
 static CHILD_SESSION: AtomicPtr<Session> = AtomicPtr::new(std::ptr::null_mut());
 static DISABLED: AtomicBool = AtomicBool::new(false);
+/// The session in force once it is armed and while the guard is on: what a hooked call reads
+/// first, one load for the checks `session` makes (off, privileged, started, armed, forked).
+static ACTIVE: AtomicPtr<Session> = AtomicPtr::new(std::ptr::null_mut());
 static ARMED: AtomicBool = AtomicBool::new(false);
 static EXITED: AtomicBool = AtomicBool::new(false);
 
@@ -93,6 +96,18 @@ pub(crate) fn warn_once(flag: &AtomicBool, line: &str) {
 /// The session, created on first use; `None` once the guard has disabled itself, or in a
 /// set-uid/set-gid process.
 pub(crate) fn session() -> Option<&'static Session> {
+    let active = ACTIVE.load(Ordering::Acquire);
+    if !active.is_null() {
+        // SAFETY: ACTIVE holds only sessions that live to the end of the process (the static
+        // one, or a leaked child session).
+        return Some(unsafe { &*active });
+    }
+    session_slow()
+}
+
+/// `session` until the session is armed (and after the guard turned itself off).
+#[cold]
+fn session_slow() -> Option<&'static Session> {
     if DISABLED.load(Ordering::Relaxed) {
         return None;
     }
@@ -107,6 +122,12 @@ pub(crate) fn session() -> Option<&'static Session> {
     };
     if !ARMED.load(Ordering::Acquire) && !ARMED.swap(true, Ordering::SeqCst) {
         crate::ffi::intercept::reentry::defer_cancel(|| arm(s));
+        // From now on a call finds the session with one load; `disable` takes it back (and a
+        // disable that raced with this store is seen here).
+        ACTIVE.store(s as *const Session as *mut Session, Ordering::Release);
+        if DISABLED.load(Ordering::SeqCst) {
+            ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
+        }
     }
     Some(s)
 }
@@ -157,6 +178,8 @@ extern "C" fn after_fork_in_parent() {
 /// In the child: a session of its own from the seed. The parent's session stays untouched
 /// (its locks may be held by parent threads that do not exist here).
 extern "C" fn after_fork_in_child() {
+    // Until the child's own session is in force, a call takes the slow way to it.
+    let was_active = !ACTIVE.swap(std::ptr::null_mut(), Ordering::SeqCst).is_null();
     loader_gate::reopen_in_child();
     let _ = std::panic::catch_unwind(|| {
         process::reset_thread_id();
@@ -174,6 +197,9 @@ extern "C" fn after_fork_in_child() {
         let environment = seed.environment.clone();
         let child: &'static Session = Box::leak(Box::new(seed.into_session(identity)));
         CHILD_SESSION.store(child as *const Session as *mut Session, Ordering::Release);
+        if was_active && !DISABLED.load(Ordering::SeqCst) {
+            ACTIVE.store(child as *const Session as *mut Session, Ordering::Release);
+        }
         crash::update_path(&path);
         // The crash writer's head now names the child, not the parent and its faults.
         crash::forget_faults();
@@ -184,12 +210,15 @@ extern "C" fn after_fork_in_child() {
 /// Every later call passes straight through, silently: a second copy of the guard in the
 /// process defers to the first.
 pub(crate) fn pass_through_in_this_process() {
-    DISABLED.store(true, Ordering::Relaxed);
+    DISABLED.store(true, Ordering::SeqCst);
+    ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
 }
 
 /// After an internal error: every later call passes straight through.
 pub(crate) fn disable(reason: &str) {
-    if !DISABLED.swap(true, Ordering::Relaxed) {
+    let was = DISABLED.swap(true, Ordering::SeqCst);
+    ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
+    if !was {
         say(&format!("cublasguard: {reason}; the guard is off for the rest of this process, calls pass through"));
     }
 }

@@ -90,23 +90,31 @@ pub fn hostname() -> String {
 }
 
 pub fn now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    // clock_gettime itself, not SystemTime: read twice per guarded call, and std's conversion
+    // through Duration cost more than the clock (BENCHMARKS.md, issue 27).
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a local out-parameter.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) } != 0 || ts.tv_sec < 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
 /// The kernel's id for the calling thread, asked once per thread.
 pub fn thread_id() -> u32 {
-    PER_THREAD
-        .try_with(|t| {
-            if t.tid.get() == 0 {
-                // SAFETY: gettid has no preconditions.
-                t.tid.set(unsafe { libc::gettid() } as u32);
-                // Asked at every guarded call, first here: the once-per-thread setup rides on it.
-                crate::ffi::host::thread::first_guarded_call();
-            }
-            t.tid.get()
-        })
+    // SAFETY: gettid has no preconditions.
+    PER_THREAD.try_with(thread_id_of).unwrap_or_else(|_| unsafe { libc::gettid() } as u32)
+}
+
+/// `thread_id`, for the calling thread whose block is `t`.
+pub(crate) fn thread_id_of(t: &crate::ffi::host::thread::PerThread) -> u32 {
+    if t.tid.get() == 0 {
         // SAFETY: gettid has no preconditions.
-        .unwrap_or_else(|_| unsafe { libc::gettid() } as u32)
+        t.tid.set(unsafe { libc::gettid() } as u32);
+        // Asked at every guarded call, first here: the once-per-thread setup rides on it.
+        crate::ffi::host::thread::first_guarded_call();
+    }
+    t.tid.get()
 }
 
 /// Forgets the cached thread id (the child of a fork has a new one).

@@ -10,6 +10,8 @@
 
 use std::cell::{Cell, RefCell};
 
+use crate::state::ThreadMemo;
+
 pub(crate) struct PerThread {
     /// Set while a hook runs on this thread (the re-entry guard).
     pub inside: Cell<bool>,
@@ -19,10 +21,15 @@ pub(crate) struct PerThread {
     pub loader_depth: Cell<u32>,
     /// This thread's stack, [low, high), once asked (high == 0: not yet; low == high: unknown).
     pub stack: Cell<(usize, usize)>,
+    /// What this thread remembers of the shared tables (recent allocation and handle lookups),
+    /// handed to each of its calls.
+    pub memo: ThreadMemo,
 }
 
 thread_local! {
-    pub(crate) static PER_THREAD: PerThread = const { PerThread { inside: Cell::new(false), tid: Cell::new(0), loader_depth: Cell::new(0), stack: Cell::new((0, 0)) } };
+    pub(crate) static PER_THREAD: PerThread = const {
+        PerThread { inside: Cell::new(false), tid: Cell::new(0), loader_depth: Cell::new(0), stack: Cell::new((0, 0)), memo: ThreadMemo::new() }
+    };
     /// Reused for every scan on this thread: a scan allocates once per thread, not per call.
     static SCAN_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// The alternate signal stack the guard gave this thread, unmapped at thread exit.
@@ -41,18 +48,15 @@ pub(crate) fn with_scan_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
     result
 }
 
-/// Whether `addr` is in the calling thread's stack (asked of the thread library once per thread).
-pub(crate) fn is_on_own_stack(addr: u64) -> bool {
-    PER_THREAD
-        .try_with(|t| {
-            let (mut low, mut high) = t.stack.get();
-            if high == 0 {
-                (low, high) = own_stack().unwrap_or((1, 1));
-                t.stack.set((low, high));
-            }
-            (low as u64..high as u64).contains(&addr)
-        })
-        .unwrap_or(false)
+/// Whether `addr` is in the stack of the calling thread, whose block is `t` (asked of the
+/// thread library once per thread).
+pub(crate) fn is_on_stack_of(t: &PerThread, addr: u64) -> bool {
+    let (mut low, mut high) = t.stack.get();
+    if high == 0 {
+        (low, high) = own_stack().unwrap_or((1, 1));
+        t.stack.set((low, high));
+    }
+    (low as u64..high as u64).contains(&addr)
 }
 
 fn own_stack() -> Option<(usize, usize)> {

@@ -12,11 +12,12 @@
 //!   a copy of an operand, the session's start) waits until that work is done (`defer_cancel`),
 //!   then acts at the next cancellation point: in the real function, or in the program.
 
+use std::cell::Cell;
 use std::ffi::c_int;
 #[cfg(target_arch = "x86_64")]
 use std::mem::ManuallyDrop;
 
-use crate::ffi::host::thread::PER_THREAD;
+use crate::ffi::host::thread::{PerThread, PER_THREAD};
 
 /// Set for the lifetime of the value; `None` when this thread is already inside a hook.
 pub(crate) struct Reentry(());
@@ -34,6 +35,23 @@ impl Drop for Reentry {
         // Runs on a forced unwind too: a thread whose call was unwound by a C++ exception that
         // its caller catches is guarded again at its next call.
         let _ = PER_THREAD.try_with(|t| t.inside.set(false));
+    }
+}
+
+/// `Reentry` for a caller that already holds the thread's block (a hooked call reaches it
+/// once, for everything it needs of it).
+pub(crate) struct ReentryOn<'a>(&'a Cell<bool>);
+
+impl<'a> ReentryOn<'a> {
+    pub(crate) fn enter(t: &'a PerThread) -> Option<Self> {
+        (!t.inside.replace(true)).then_some(Self(&t.inside))
+    }
+}
+
+impl Drop for ReentryOn<'_> {
+    fn drop(&mut self) {
+        // As `Reentry`'s: on a forced unwind too.
+        self.0.set(false);
     }
 }
 

@@ -10,11 +10,13 @@ use crate::check::{BatchScan, Device};
 use crate::cuda::MemoryType;
 use crate::ffi::cuda_client::device::RealDevice;
 use crate::ffi::host::lifecycle::{self, RealOutlet};
+use crate::ffi::host::process;
+use crate::ffi::host::thread::{PerThread, PER_THREAD};
 use crate::ffi::intercept::real::{Library, RealSymbol};
-use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, Reentry};
+use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, ReentryOn};
 use crate::guard::launch::{self, Dim3, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
-use crate::guard::{blas, gemm, handles, lt, memory, Call, Outlet};
+use crate::guard::{blas, gemm, handles, lt, memory, Call, OnThread, Outlet};
 use crate::recorder::CallArgs;
 use crate::session::{Recorded, Session};
 
@@ -33,7 +35,15 @@ type P = *const c_void;
 /// cancellation, `pthread_exit`) or a foreign exception from the real function passes through
 /// to the caller's frames, as it would without the guard (`reentry::catch_panic`).
 fn intercept<R: HookReturn>(hook: Hook, forward: impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
-    let Some(_inside) = Reentry::enter() else { return forward() };
+    let forward = &forward;
+    // The thread's one block of thread-local state, reached once per call (a cdylib pays
+    // `__tls_get_addr` for each access): the re-entry flag, the thread's id and its memo of the
+    // shared tables all come from it. The block has no destructor, so it is never gone.
+    PER_THREAD.try_with(move |t| intercept_on(t, hook, forward, handler)).unwrap_or_else(|_| forward())
+}
+
+fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, forward: &impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
+    let Some(_inside) = ReentryOn::enter(t) else { return forward() };
     let result = Cell::new(None);
     let tracked = || {
         let r = forward();
@@ -42,18 +52,19 @@ fn intercept<R: HookReturn>(hook: Hook, forward: impl Fn() -> R, handler: impl F
     };
     let tracked = &tracked;
     // `move`, and the hooks pass their arguments by one reference: the job handed through the
-    // panic catcher is three words, whatever the function's arity.
+    // panic catcher is a few words, whatever the function's arity.
     let outcome = catch_panic(move || match lifecycle::session() {
         // A kernel registration is bookkeeping at load (PyTorch's libraries make tens of
         // thousands): it is neither counted nor recorded, so it fills no slot of the flight
         // recorder and uses no sequence number.
         Some(s) if hook.is_registration() => {
-            let device = DeferringDevice(RealDevice::new(s));
-            handler(&Call::uncounted(s, hook, &device, &DeferringOutlet, tracked))
+            let device = DeferringDevice(RealDevice::new(s, t));
+            handler(&Call::uncounted(s, hook, &device, &DeferringOutlet, tracked, &t.memo))
         }
         Some(s) => {
-            let device = DeferringDevice(RealDevice::new(s));
-            let call = Call::begin(s, hook, &device, &DeferringOutlet, tracked);
+            let device = DeferringDevice(RealDevice::new(s, t));
+            let thread = OnThread { id: process::thread_id_of(t), memo: &t.memo };
+            let call = Call::begin(s, hook, &device, &DeferringOutlet, tracked, thread);
             let r = handler(&call);
             if !call.was_recorded() {
                 call.record(r.status(), CallArgs::None);
@@ -66,7 +77,7 @@ fn intercept<R: HookReturn>(hook: Hook, forward: impl Fn() -> R, handler: impl F
         Some(r) => r,
         None => {
             defer_cancel(|| lifecycle::disable("internal error inside a hook"));
-            result.get().unwrap_or_else(&forward)
+            result.get().unwrap_or_else(forward)
         }
     }
 }
