@@ -93,6 +93,24 @@ pub trait Device {
     fn lt_matmul_desc(&self, _desc: u64) -> Option<lt::MatmulDesc> {
         None
     }
+    /// The bytes at `ptr` in host memory that a hooked call's parameter points to: what a CUDA
+    /// function wrote through an out-parameter (asked only after it reported success), or a
+    /// structure the program passed in. `false` for NULL, or where nothing can be read.
+    fn read_parameter(&self, _ptr: u64, _out: &mut [u8]) -> bool {
+        false
+    }
+    /// A NUL-terminated string a hooked call was given or returned; `None` for NULL.
+    fn parameter_string(&self, _ptr: u64) -> Option<String> {
+        None
+    }
+    /// The start and size of the device allocation holding `ptr`, as the driver knows it.
+    fn address_range(&self, _ptr: u64) -> Option<(u64, u64)> {
+        None
+    }
+    /// Runs `body` with this thread's scan buffer, reused from scan to scan.
+    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
+        body(&mut Vec::new())
+    }
 }
 
 /// A fault found by a check, before the call's outcome is known.

@@ -6,7 +6,6 @@ use std::ffi::{c_int, c_void};
 use super::Call;
 use crate::check::Finding;
 use crate::cuda;
-use crate::ffi::intercept::out_param;
 use crate::recorder::CallArgs;
 use crate::state::{HandleLookup, HandleState, Handles};
 use crate::trace::{hex, Arg, FaultKind};
@@ -25,7 +24,7 @@ pub(crate) fn create_handle(call: &Call<'_, c_int>, out: *mut Handle, table: &Ha
     let mut handle = 0u64;
     if status == cuda::CUBLAS_SUCCESS {
         // On success the library wrote the new handle through `out`.
-        handle = out_param::written(out).map_or(0, |h| h as u64);
+        handle = super::parameters::written_u64(call, out as u64).unwrap_or(0);
         if handle != 0 {
             table.created(handle);
         }

@@ -53,9 +53,19 @@ pub(crate) fn launch_kernel(
 /// cudaLaunchKernelExC: the configuration comes in a structure.
 pub(crate) fn launch_kernel_ex(call: &Call<'_, c_int>, config: *const LaunchConfig, func: *const c_void, _args: *mut *mut c_void) -> c_int {
     // The runtime reads the configuration as the program passed it; so does the guard.
-    match crate::ffi::intercept::out_param::written(config as *mut LaunchConfig) {
-        Some(c) => launch(call, func as u64, c.grid, c.block, c.shared as u64, c.stream as u64),
-        None => call.forward(),
+    use super::parameters::{written_u32x3, written_u64};
+    use std::mem::offset_of;
+    let at = |offset: usize| if config.is_null() { 0 } else { config as u64 + offset as u64 };
+    let field = |offset: usize| written_u64(call, at(offset));
+    let dim3 = |offset: usize| written_u32x3(call, at(offset)).map(|[x, y, z]| Dim3 { x, y, z });
+    match (
+        dim3(offset_of!(LaunchConfig, grid)),
+        dim3(offset_of!(LaunchConfig, block)),
+        field(offset_of!(LaunchConfig, shared)),
+        field(offset_of!(LaunchConfig, stream)),
+    ) {
+        (Some(grid), Some(block), Some(shared), Some(stream)) => launch(call, func as u64, grid, block, shared, stream),
+        _ => call.forward(),
     }
 }
 
@@ -76,8 +86,8 @@ pub(crate) fn register_function(
     _warp_size: *mut c_int,
 ) {
     call.forward();
-    if let Some(name) = crate::ffi::intercept::out_param::c_string(device_name) {
-        call.session.kernels.register(host as u64, crate::ffi::host::backtrace::demangle(&name));
+    if let Some(name) = call.device.parameter_string(device_name as u64) {
+        call.session.kernels.register(host as u64, crate::session::kernels::demangle(&name));
     }
 }
 

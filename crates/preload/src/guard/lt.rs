@@ -11,7 +11,6 @@ use super::Call;
 use crate::check::lt::{self, Layout};
 use crate::check::matmul::{MatmulCall, Members, OperandSpec, Role, MAX_OPERANDS};
 use crate::cuda::ComputeType;
-use crate::ffi::intercept::out_param;
 use crate::recorder::CallArgs;
 use crate::scan::DType;
 use crate::state::HandleLookup;
@@ -34,7 +33,7 @@ pub(crate) fn destroy(call: &Call<'_, c_int>, handle: *mut c_void) -> c_int {
 /// cublasLtMatmulDescCreate and cublasLtMatrixLayoutCreate: the new descriptor becomes readable.
 fn descriptor_created(call: &Call<'_, c_int>, out: *mut *mut c_void) -> c_int {
     let status = call.forward();
-    let created = if status == 0 { out_param::written(out).map_or(0, |d| d as u64) } else { 0 };
+    let created = if status == 0 { super::parameters::written_u64(call, out as u64).unwrap_or(0) } else { 0 };
     if created != 0 {
         call.session.lt_descriptors.created(created);
     }

@@ -119,7 +119,10 @@ fn checked(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallArgs, extr
     };
     // Only scans use the buffer: without them the per-thread buffer is not touched at all.
     if checks.nan {
-        crate::ffi::host::thread::with_scan_buffer(body)
+        let (mut body, mut returned) = (Some(body), None);
+        call.device.with_scan_buffer(&mut |buf| returned = body.take().map(|body| body(buf)));
+        // The device runs `body` exactly once; were it not to, the call would still be made.
+        returned.unwrap_or_else(|| call.forward())
     } else {
         body(&mut Vec::new())
     }

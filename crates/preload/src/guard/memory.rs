@@ -7,10 +7,10 @@
 
 use std::ffi::{c_int, c_void};
 
+use super::parameters::{written_i32, written_u64};
 use super::Call;
 use crate::check::Finding;
 use crate::cuda;
-use crate::ffi::intercept::out_param;
 use crate::recorder::CallArgs;
 use crate::state::Allocation;
 use crate::trace::{hex, FaultKind};
@@ -29,7 +29,7 @@ fn allocate_sized(call: &Call<'_, c_int>, out: *mut *mut c_void, size: impl Fn()
     let size = size();
     if status == cuda::CUDA_SUCCESS {
         // On success the library wrote the new pointer through `out`.
-        let base = out_param::written(out).map_or(0, |p| p as u64);
+        let base = written_u64(call, out as u64).unwrap_or(0);
         if base != 0 {
             s.allocations.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream, api: call.api() });
         }
@@ -109,7 +109,7 @@ pub(crate) fn malloc_async(call: &Call<'_, c_int>, out: *mut *mut c_void, size: 
 pub(crate) fn malloc_host(call: &Call<'_, c_int>, out: *mut *mut c_void, size: usize) -> c_int {
     let status = call.forward();
     if status == cuda::CUDA_SUCCESS {
-        if let Some(base) = out_param::written(out).map(|p| p as u64).filter(|b| *b != 0) {
+        if let Some(base) = written_u64(call, out as u64).filter(|b| *b != 0) {
             call.session.pinned.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream: None, api: call.api() });
         }
     }
@@ -141,7 +141,7 @@ pub(crate) fn malloc_from_pool(call: &Call<'_, c_int>, out: *mut *mut c_void, si
 
 /// cudaMallocPitch: `height` rows of `*pitch` bytes (the pitch is the rows' stride).
 pub(crate) fn malloc_pitch(call: &Call<'_, c_int>, out: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> c_int {
-    let size = || out_param::written(pitch).unwrap_or(width).saturating_mul(height);
+    let size = || written_u64(call, pitch as u64).map_or(width, |p| p as usize).saturating_mul(height);
     allocate_sized(call, out, size, None)
 }
 
@@ -173,8 +173,8 @@ pub(crate) fn ipc_open(call: &Call<'_, c_int>, out: *mut *mut c_void, _handle: I
     let status = call.forward();
     let mut size = 0;
     if status == cuda::CUDA_SUCCESS {
-        let ptr = out_param::written(out).map_or(0, |p| p as u64);
-        if let Some((base, bytes)) = crate::ffi::cuda_client::device::address_range(ptr).filter(|_| ptr != 0) {
+        let ptr = written_u64(call, out as u64).unwrap_or(0);
+        if let Some((base, bytes)) = call.device.address_range(ptr).filter(|_| ptr != 0) {
             size = (base + bytes).saturating_sub(ptr);
             let opened = Allocation { base: ptr, size, time_ns: call.outlet.now_ns(), stream: None, api: call.api() };
             call.session.allocations.insert(opened);
@@ -196,11 +196,12 @@ pub(crate) fn ipc_close(call: &Call<'_, c_int>, ptr: *mut c_void) -> c_int {
 /// memory (Vulkan, another process), of the size its descriptor gives, freed with cudaFree.
 pub(crate) fn external_buffer(call: &Call<'_, c_int>, out: *mut *mut c_void, _memory: *const c_void, desc: *const ExternalBufferDesc) -> c_int {
     // The descriptor is read only once the library has read it without complaint.
-    let size = || out_param::written(desc as *mut ExternalBufferDesc).map_or(0, |d| d.size as usize);
+    let size_field = if desc.is_null() { 0 } else { desc as u64 + std::mem::offset_of!(ExternalBufferDesc, size) as u64 };
+    let size = || written_u64(call, size_field).map_or(0, |s| s as usize);
     let status = call.forward();
     let size = if status == cuda::CUDA_SUCCESS { size() } else { 0 };
     if status == cuda::CUDA_SUCCESS {
-        if let Some(base) = out_param::written(out).map(|p| p as u64).filter(|b| *b != 0) {
+        if let Some(base) = written_u64(call, out as u64).filter(|b| *b != 0) {
             call.session.allocations.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream: None, api: call.api() });
         }
     }
@@ -226,7 +227,7 @@ pub(crate) fn mem_map(call: &Call<'_, c_int>, ptr: u64, size: usize, _offset: us
 /// cuMemAddressReserve: addresses, not memory (nothing is live until mapped); recorded.
 pub(crate) fn mem_address_reserve(call: &Call<'_, c_int>, out: *mut u64, size: usize, _align: usize, _addr: u64, _flags: u64) -> c_int {
     let status = call.forward();
-    let ptr = if status == cuda::CUDA_SUCCESS { out_param::written(out).unwrap_or(0) } else { 0 };
+    let ptr = if status == cuda::CUDA_SUCCESS { written_u64(call, out as u64).unwrap_or(0) } else { 0 };
     call.record(status, CallArgs::Range { ptr, size: size as u64 });
     status
 }
@@ -281,7 +282,7 @@ pub(crate) fn free_async(call: &Call<'_, c_int>, ptr: *mut c_void, stream: Strea
 pub(crate) fn get_device_count(call: &Call<'_, c_int>, count: *mut c_int) -> c_int {
     let status = call.forward();
     // On success the runtime wrote the count.
-    let written = if status == cuda::CUDA_SUCCESS { out_param::written(count) } else { None };
+    let written = if status == cuda::CUDA_SUCCESS { written_i32(call, count as u64) } else { None };
     call.record(status, CallArgs::Size { size: written.unwrap_or(0).max(0) as u64, stream: None });
     call.session.note_device_count(status, written);
     if status != cuda::CUDA_SUCCESS {

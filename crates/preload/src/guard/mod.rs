@@ -14,6 +14,7 @@ pub(crate) mod launch;
 pub(crate) mod lt;
 pub(crate) mod matmul;
 pub(crate) mod memory;
+pub(crate) mod parameters;
 
 use std::cell::Cell;
 

@@ -36,3 +36,8 @@ impl KernelNames {
         Self { names: Mutex::new(self.names.lock().clone()) }
     }
 }
+
+/// A C++ symbol demangled ("_Z5kfillPfi" -> "kfill(float*, int)"); anything else as it is.
+pub(crate) fn demangle(symbol: &str) -> String {
+    cpp_demangle::Symbol::new(symbol).ok().and_then(|s| s.demangle().ok()).unwrap_or_else(|| symbol.to_string())
+}

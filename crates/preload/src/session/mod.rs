@@ -16,7 +16,7 @@
 mod device_scan;
 mod facts;
 mod faults;
-mod kernels;
+pub(crate) mod kernels;
 mod scans;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

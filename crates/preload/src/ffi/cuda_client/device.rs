@@ -173,6 +173,22 @@ impl Device for RealDevice<'_> {
         crate::ffi::host::environment::probe_driver(device_count)
     }
 
+    fn read_parameter(&self, ptr: u64, out: &mut [u8]) -> bool {
+        crate::ffi::intercept::out_param::read_bytes(ptr, out)
+    }
+
+    fn parameter_string(&self, ptr: u64) -> Option<String> {
+        crate::ffi::intercept::out_param::c_string(ptr as *const std::ffi::c_char)
+    }
+
+    fn address_range(&self, ptr: u64) -> Option<(u64, u64)> {
+        address_range(ptr)
+    }
+
+    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
+        crate::ffi::host::thread::with_scan_buffer(body)
+    }
+
     fn lt_layout(&self, layout: u64) -> Option<Layout> {
         let get = |attr: c_int, size: usize| attribute(api::cublasLtMatrixLayoutGetAttribute, layout, attr, size);
         Some(Layout {

@@ -64,11 +64,6 @@ fn frame_text(function: Option<&str>, library: &str, library_offset: usize, addr
     format!("{} ({library}+{library_offset:#x}) [{address:#x}]", function.unwrap_or("?"))
 }
 
-/// A C++ symbol demangled ("_Z5kfillPfi" -> "kfill(float*, int)"); anything else as it is.
-pub(crate) fn demangle(symbol: &str) -> String {
-    cpp_demangle::Symbol::new(symbol).ok().and_then(|s| s.demangle().ok()).unwrap_or_else(|| symbol.to_string())
-}
-
 /// A kernel's name from its host stub: the runtime's own (cudaFuncGetName, CUDA 12.3 on), else
 /// the stub's symbol (host stubs are often hidden symbols: the symbol table has them).
 pub(crate) fn kernel_name(func: u64) -> Option<String> {
@@ -76,7 +71,7 @@ pub(crate) fn kernel_name(func: u64) -> Option<String> {
     // SAFETY: `name` is a writable pointer; the runtime only looks the address up.
     if unsafe { crate::ffi::cuda_client::cuda_api::cudaFuncGetName(&mut name, func as *const std::ffi::c_void) } == Some(0) {
         if let Some(n) = crate::ffi::intercept::out_param::c_string(name) {
-            return Some(demangle(&n));
+            return Some(crate::session::kernels::demangle(&n));
         }
     }
     let mut found = None;

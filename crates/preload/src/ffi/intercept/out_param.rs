@@ -1,14 +1,16 @@
 //! Reading what a CUDA function wrote through an out-parameter.
 
-/// The value a CUDA function wrote through `out`. Call it only after the function reported
-/// success, which is when it promises to have written it; `None` for a NULL pointer.
-pub(crate) fn written<T: Copy>(out: *mut T) -> Option<T> {
-    if out.is_null() {
-        return None;
+/// The `out.len()` bytes at `ptr`, a hooked call's parameter in host memory (see
+/// `Device::read_parameter`); `false` for NULL.
+pub(crate) fn read_bytes(ptr: u64, out: &mut [u8]) -> bool {
+    if ptr == 0 {
+        return false;
     }
-    // SAFETY: the callers (guard/) read an out-parameter only after the real function returned
-    // success for it: the library wrote a `T` there, and the program's pointer is valid for it.
-    Some(unsafe { out.read() })
+    // SAFETY: the callers (guard/, through `Device::read_parameter`) read an out-parameter only
+    // after the real function returned success for it, or a structure the real function has
+    // just read itself: `out.len()` bytes of the program's memory of the parameter's type.
+    unsafe { std::ptr::copy_nonoverlapping(ptr as *const u8, out.as_mut_ptr(), out.len()) };
+    true
 }
 
 /// A NUL-terminated string a CUDA function gave or took (a kernel's registered name); `None`

@@ -167,6 +167,18 @@ impl Device for DeferringDevice<'_> {
     fn lt_matmul_desc(&self, desc: u64) -> Option<crate::check::lt::MatmulDesc> {
         self.0.lt_matmul_desc(desc)
     }
+    fn read_parameter(&self, ptr: u64, out: &mut [u8]) -> bool {
+        self.0.read_parameter(ptr, out)
+    }
+    fn parameter_string(&self, ptr: u64) -> Option<String> {
+        self.0.parameter_string(ptr)
+    }
+    fn address_range(&self, ptr: u64) -> Option<(u64, u64)> {
+        self.0.address_range(ptr)
+    }
+    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
+        self.0.with_scan_buffer(body)
+    }
 }
 
 impl Hook {
