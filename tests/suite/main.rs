@@ -26,6 +26,7 @@ mod init_causes;
 mod jax;
 mod launcher;
 mod launches;
+mod layers;
 mod nvidia;
 mod pytorch;
 mod reach;

@@ -8,7 +8,7 @@
 //!
 //! Nothing under `guard`, `check` or `session` imports from here; they reach the edge only
 //! through what `Call` carries (the `Device` and `Outlet` traits, the scan buffer) and get values
-//! decoded here, never pointers to read (scripts/check-layers.sh).
+//! decoded here, never pointers to read (tests/suite/layers.rs checks).
 
 // In the crate's own unit-test build the hooks are not exported (`cfg_attr(not(test),
 // no_mangle)`, so the test binary does not interpose on itself), which leaves most of this layer

@@ -26,7 +26,7 @@ use crate::session::{Recorded, Session};
 use crate::state::{AllocationView, ThreadMemo};
 use crate::trace::{CudaErrorRecord, Fault, FaultKind, MemoryState};
 
-pub(crate) use crate::ffi::intercept::hooks::Hook;
+pub(crate) use crate::Hook;
 
 /// Where the guard's findings go. The real outlet writes stderr and the trace, and aborts; the
 /// tests' outlet keeps what it was given.
@@ -384,6 +384,6 @@ pub(crate) mod model {
     pub use crate::check::model::ModelDevice;
 
     pub fn session(config: Config) -> Session {
-        Session::new(config, crate::ffi::intercept::hooks::HOOK_NAMES, Process::default(), "model.json".into())
+        Session::new(config, crate::HOOK_NAMES, Process::default(), "model.json".into())
     }
 }
