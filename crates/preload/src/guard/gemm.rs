@@ -134,6 +134,28 @@ fn gemm<I: Into<i64>>(
     Gemm { handle, transa, transb, m: m.into(), n: n.into(), k: k.into(), alpha, a, lda: lda.into(), b, ldb: ldb.into(), beta, c, ldc: ldc.into() }
 }
 
+/// What the flight recorder keeps of a plain GEMM, for the hook layer's lean path (every
+/// check off): the same arguments its handler records.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record<I: Into<i64>>(
+    handle: Handle,
+    transa: c_int,
+    transb: c_int,
+    m: I,
+    n: I,
+    k: I,
+    alpha: Ptr,
+    a: Ptr,
+    lda: I,
+    b: Ptr,
+    ldb: I,
+    beta: Ptr,
+    c: Ptr,
+    ldc: I,
+) -> CallArgs {
+    gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc).record()
+}
+
 fn typed(call: &Call<'_, c_int>, g: Gemm, dtype: DType, batch: Batch) -> c_int {
     let ex = match batch {
         Batch::Single => ExArgs::default(),

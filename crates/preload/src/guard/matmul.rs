@@ -39,6 +39,11 @@ enum Stage {
 /// or allocation looked up); one that fails is described after it, for its `api_error` fault.
 pub(crate) fn guard(call: &Call<'_, i32>, describe: impl FnOnce() -> MatmulCall, record: CallArgs, extra: ExArgs) -> i32 {
     let s = call.session;
+    if let Some(ran) = call.ran {
+        // Forwarded on the hook layer's lean path, and failed: described now for its fault.
+        s.note_matmul(call.seq);
+        return checked(call, &mut describe(), record, extra, Some(ran));
+    }
     let checks = s.config.checks;
     if !(checks.args || checks.bounds || checks.nan || checks.sync || super::dump::wanted(call, &record)) {
         let known = s.known_error();

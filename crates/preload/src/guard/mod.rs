@@ -22,7 +22,7 @@ use crate::check::{init, Device, Finding};
 use crate::config::OnFault;
 use crate::ignore::IgnoreRule;
 use crate::recorder::{CallArgs, RecordedCall};
-use crate::session::{Recorded, Session};
+use crate::session::{KnownError, Recorded, Session};
 use crate::state::{AllocationView, ThreadMemo};
 use crate::trace::{CudaErrorRecord, Fault, FaultKind, MemoryState};
 
@@ -81,6 +81,10 @@ pub(crate) struct Call<'a, R: Copy> {
     started_ns: u64,
     /// The calling thread's kernel id, for the recorder.
     thread: u32,
+    /// A matrix multiply the hook layer already forwarded on its lean path (every check off)
+    /// and that failed: its status and the sticky error known before it. The handler guards
+    /// it as if it had just forwarded it, without calling the real function again.
+    pub ran: Option<(i32, Option<KnownError>)>,
 }
 
 /// The calling thread as a call sees it: its kernel id and its memo of the shared tables.
@@ -95,7 +99,24 @@ impl<'a, R: Copy> Call<'a, R> {
     pub fn begin(session: &'a Session, hook: Hook, device: &'a dyn Device, outlet: &'a dyn Outlet, forward: &'a dyn Fn() -> R, thread: OnThread<'a>) -> Self {
         let seq = session.begin(hook.index());
         let started_ns = outlet.now_ns();
-        Self { session, hook, seq, device, outlet, memo: thread.memo, forward, recorded: Cell::new(false), started_ns, thread: thread.id }
+        Self { session, hook, seq, device, outlet, memo: thread.memo, forward, recorded: Cell::new(false), started_ns, thread: thread.id, ran: None }
+    }
+
+    /// A call the hook layer already numbered, timed and forwarded (`ran`), handed to its
+    /// handler because it failed: the handler describes it for its fault.
+    #[allow(clippy::too_many_arguments)]
+    pub fn resumed(
+        session: &'a Session,
+        hook: Hook,
+        seq: u64,
+        started_ns: u64,
+        device: &'a dyn Device,
+        outlet: &'a dyn Outlet,
+        forward: &'a dyn Fn() -> R,
+        thread: OnThread<'a>,
+        ran: (i32, Option<KnownError>),
+    ) -> Self {
+        Self { session, hook, seq, device, outlet, memo: thread.memo, forward, recorded: Cell::new(false), started_ns, thread: thread.id, ran: Some(ran) }
     }
 
     /// A call that is neither counted nor recorded (a kernel registration): sequence number 0.
@@ -107,7 +128,7 @@ impl<'a, R: Copy> Call<'a, R> {
         forward: &'a dyn Fn() -> R,
         memo: &'a ThreadMemo,
     ) -> Self {
-        Self { session, hook, seq: 0, device, outlet, memo, forward, recorded: Cell::new(true), started_ns: 0, thread: 0 }
+        Self { session, hook, seq: 0, device, outlet, memo, forward, recorded: Cell::new(true), started_ns: 0, thread: 0, ran: None }
     }
 
     /// The live allocations, looked up through this thread's memo.

@@ -280,6 +280,13 @@ impl Session {
     }
 
     /// Whether a fault could still get an operand dump (dumps are on and not all used).
+    /// Whether a matrix multiply is only forwarded and recorded: every check that reads one
+    /// is off and no dump can be written (the hook layer's lean path).
+    pub fn matmul_unchecked(&self) -> bool {
+        let c = self.config.checks;
+        !(c.args || c.bounds || c.nan || c.sync || self.dumps_left())
+    }
+
     pub fn dumps_left(&self) -> bool {
         self.config.dump_dir.is_some() && self.counts.dumps.load(Ordering::Relaxed) < self.config.dump_max as u64
     }

@@ -17,7 +17,7 @@ use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, ReentryOn};
 use crate::guard::launch::{self, Dim3, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
 use crate::guard::{blas, gemm, handles, lt, memory, Call, OnThread, Outlet};
-use crate::recorder::CallArgs;
+use crate::recorder::{CallArgs, RecordedCall};
 use crate::session::{Recorded, Session};
 
 /// Opaque CUDA handles and streams, as the C API passes them.
@@ -34,15 +34,25 @@ type P = *const c_void;
 /// real function is called if the handler had not yet called it). A forced unwind (thread
 /// cancellation, `pthread_exit`) or a foreign exception from the real function passes through
 /// to the caller's frames, as it would without the guard (`reentry::catch_panic`).
-fn intercept<R: HookReturn>(hook: Hook, forward: impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
+fn intercept<R: HookReturn, L: FnOnce() -> CallArgs>(hook: Hook, forward: impl Fn() -> R, lean: Option<L>, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
     let forward = &forward;
     // The thread's one block of thread-local state, reached once per call (a cdylib pays
     // `__tls_get_addr` for each access): the re-entry flag, the thread's id and its memo of the
     // shared tables all come from it. The block has no destructor, so it is never gone.
-    PER_THREAD.try_with(move |t| intercept_on(t, hook, forward, handler)).unwrap_or_else(|_| forward())
+    PER_THREAD.try_with(move |t| intercept_on(t, hook, forward, lean, handler)).unwrap_or_else(|_| forward())
 }
 
-fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, forward: &impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
+/// `lean`: for a matrix multiply, its arguments for the flight recorder. With every check of
+/// a matrix multiply off (and no dump to write), such a call is numbered, counted, forwarded,
+/// timed and recorded here, without a `Call` or its handler: only one that fails goes on to
+/// its handler (already forwarded), which describes it for its `api_error` fault.
+fn intercept_on<R: HookReturn, L: FnOnce() -> CallArgs>(
+    t: &PerThread,
+    hook: Hook,
+    forward: &impl Fn() -> R,
+    lean: Option<L>,
+    handler: impl FnOnce(&Call<'_, R>) -> R,
+) -> R {
     let Some(_inside) = ReentryOn::enter(t) else { return forward() };
     let result = Cell::new(None);
     let tracked = || {
@@ -60,6 +70,31 @@ fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, forward: &impl Fn() ->
         Some(s) if hook.is_registration() => {
             let device = DeferringDevice(RealDevice::new(s, t));
             handler(&Call::uncounted(s, hook, &device, &DeferringOutlet, tracked, &t.memo))
+        }
+        Some(s) if lean.is_some() && s.matmul_unchecked() => {
+            // As `Call::begin`, `matmul::guard`'s unchecked path and `Call::record`, in order.
+            let thread = OnThread { id: process::thread_id_of(t), memo: &t.memo };
+            let seq = s.begin(hook.index());
+            let started_ns = process::now_ns();
+            let known = s.known_error();
+            let r = tracked();
+            s.note_matmul(seq);
+            let status = r.status();
+            if status != crate::cuda::CUBLAS_SUCCESS {
+                let device = DeferringDevice(RealDevice::new(s, t));
+                let ran = move || r;
+                let call = Call::resumed(s, hook, seq, started_ns, &device, &DeferringOutlet, &ran, thread, (status, known));
+                let r = handler(&call);
+                if !call.was_recorded() {
+                    call.record(r.status(), CallArgs::None);
+                }
+                return r;
+            }
+            let args = lean.map_or(CallArgs::None, |lean| lean());
+            let time_ns = process::now_ns();
+            let duration_ns = time_ns.saturating_sub(started_ns);
+            s.recorder.record(&RecordedCall { seq, hook: hook.index() as u16, status, time_ns, duration_ns, thread: thread.id, args, scanned: false });
+            r
         }
         Some(s) => {
             let device = DeferringDevice(RealDevice::new(s, t));
@@ -80,6 +115,20 @@ fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, forward: &impl Fn() ->
             result.get().unwrap_or_else(forward)
         }
     }
+}
+
+/// The recorder's arguments of a hook with a lean path (`lean` in the table), unpacked from
+/// the hook's argument tuple; `None` for the others.
+macro_rules! lean_job {
+    ( ; $args:ident ; $( $arg:ident ),* ) => {
+        None::<fn() -> CallArgs>
+    };
+    ( $lean:path ; $args:ident ; $( $arg:ident ),* ) => {
+        Some(move || {
+            let ( $( $arg, )* ) = *$args;
+            $lean( $( $arg ),* )
+        })
+    };
 }
 
 /// The outlet, with a cancellation request held back while it writes, captures a backtrace or
@@ -231,7 +280,7 @@ fn missing_real<R: HookReturn>(name: &str, library: Library) -> R {
 }
 
 macro_rules! hook_table {
-    ( $( $lib:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty => $handler:path ; )* ) => {
+    ( $( $lib:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty => $handler:path $( , lean $lean:path )? ; )* ) => {
         /// A hooked function, by the order of the table.
         #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -321,6 +370,7 @@ macro_rules! hook_table {
                         Hook::$name,
                         // SAFETY: the caller's arguments, passed on unchanged to the function found.
                         move || { let ( $( $arg, )* ) = *args; unsafe { real( $( $arg ),* ) } },
+                        lean_job!( $( $lean )? ; args ; $( $arg ),* ),
                         move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
                     )
                 }
@@ -342,6 +392,7 @@ macro_rules! hook_table {
                     Hook::$name,
                     // SAFETY: the caller's arguments, passed on unchanged to the real function.
                     move || { let ( $( $arg, )* ) = *args; unsafe { real( $( $arg ),* ) } },
+                    lean_job!( $( $lean )? ; args ; $( $arg ),* ),
                     move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
                 )
             }
@@ -355,12 +406,12 @@ hook_table! {
     Cublas fn cublasSetStream_v2(handle: Handle, stream: Stream) -> c_int => handles::set_stream;
     Cublas fn cublasSetPointerMode_v2(handle: Handle, mode: c_int) -> c_int => handles::set_pointer_mode;
     Cublas fn cublasSetMathMode(handle: Handle, mode: c_int) -> c_int => handles::set_math_mode;
-    Cublas fn cublasSgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::sgemm;
-    Cublas fn cublasSgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::sgemm;
-    Cublas fn cublasDgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::dgemm;
-    Cublas fn cublasDgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::dgemm;
-    Cublas fn cublasHgemm(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::hgemm;
-    Cublas fn cublasHgemm_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::hgemm;
+    Cublas fn cublasSgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::sgemm, lean gemm::record;
+    Cublas fn cublasSgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::sgemm, lean gemm::record;
+    Cublas fn cublasDgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::dgemm, lean gemm::record;
+    Cublas fn cublasDgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::dgemm, lean gemm::record;
+    Cublas fn cublasHgemm(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::hgemm, lean gemm::record;
+    Cublas fn cublasHgemm_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::hgemm, lean gemm::record;
     Cublas fn cublasSgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::sgemm_strided;
     Cublas fn cublasSgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::sgemm_strided;
     Cublas fn cublasDgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::dgemm_strided;
@@ -377,9 +428,9 @@ hook_table! {
     Cublas fn cublasGemmBatchedEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, b: P, bt: c_int, ldb: i64, beta: P, c: P, ct: c_int, ldc: i64, count: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_batched_ex;
     Cublas fn cublasSetWorkspace_v2(handle: Handle, workspace: *mut c_void, bytes: usize) -> c_int => handles::set_workspace;
     Cublas fn cublasSgemmEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, b: P, bt: c_int, ldb: c_int, beta: P, c: P, ct: c_int, ldc: c_int) -> c_int => gemm::sgemm_ex;
-    Cublas fn cublasCgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::cgemm;
+    Cublas fn cublasCgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::cgemm, lean gemm::record;
     Cublas fn cublasCgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::cgemm_strided;
-    Cublas fn cublasZgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::zgemm;
+    Cublas fn cublasZgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::zgemm, lean gemm::record;
     Cublas fn cublasZgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::zgemm_strided;
     Cublas fn cublasSgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::sgemv;
     Cublas fn cublasDgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::dgemv;
