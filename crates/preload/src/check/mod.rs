@@ -6,9 +6,9 @@
 
 pub mod init;
 pub mod lt;
-pub mod matmul;
 #[cfg(test)]
 pub(crate) mod model;
+pub mod operand_call;
 pub mod selftest;
 
 use crate::cuda::MemoryType;

@@ -1,13 +1,13 @@
 //! The cuBLAS functions beyond GEMM that PyTorch imports: matrix-vector products, dot
 //! products, triangular solves and the batched LU, QR and least-squares kernels. Each handler
-//! decodes its C arguments into the operands the call reads and writes (`MatmulCall`, the one
+//! decodes its C arguments into the operands the call reads and writes (`OperandCall`, the one
 //! operand model) and hands it to the same guard as the GEMMs.
 
 use std::ffi::{c_int, c_void};
 
-use super::matmul::{self, ExArgs};
+use super::operand_call::{self, ExArgs};
 use super::Call;
-use crate::check::matmul::{MatmulCall, Members, OperandSpec, Role, Triangle, MAX_OPERANDS};
+use crate::check::operand_call::{Members, OperandCall, OperandSpec, Role, Triangle, MAX_OPERANDS};
 use crate::cuda::{Diag, Fill, Operation, Side};
 use crate::recorder::{BlasForm, CallArgs};
 use crate::scan::DType;
@@ -39,8 +39,8 @@ impl Operands {
     }
 }
 
-fn blas_call(handle: Handle, problem: Option<ArgProblem>, scalar: DType, alpha: Option<Ptr>, beta: Option<Ptr>, operands: Operands) -> MatmulCall {
-    MatmulCall {
+fn blas_call(handle: Handle, problem: Option<ArgProblem>, scalar: DType, alpha: Option<Ptr>, beta: Option<Ptr>, operands: Operands) -> OperandCall {
+    OperandCall {
         handle: handle as u64,
         lt: false,
         argument_problem: problem.map(|p| p.message()),
@@ -95,7 +95,7 @@ pub(crate) fn gemv(
     ops.vector("x", x, args.x().cols, incx, dtype, Role::Input);
     ops.vector("y", y, args.y().cols, incy, dtype, Role::Accumulator);
     let matmul = blas_call(handle, args.check(), dtype, Some(alpha), Some(beta), ops);
-    matmul::guard(call, || matmul, record(BlasForm::Gemv, &[trans], &[m, n, lda, incx, incy]), ExArgs::default())
+    operand_call::guard(call, || matmul, record(BlasForm::Gemv, &[trans], &[m, n, lda, incx, incy]), ExArgs::default())
 }
 
 macro_rules! gemv {
@@ -146,7 +146,7 @@ fn dot(
     ops.vector("y", y, count, incy, y_type, Role::Input);
     ops.push("result", result, StoredShape { rows: 1, cols: 1, ld: 1 }, result_type, Members::One, Role::Result);
     let matmul = blas_call(handle, blas::check_dot(result.is_null()), result_type, None, None, ops);
-    matmul::guard(call, || matmul, record(BlasForm::Dot, &[], &[n, incx, incy]), ExArgs::default())
+    operand_call::guard(call, || matmul, record(BlasForm::Dot, &[], &[n, incx, incy]), ExArgs::default())
 }
 
 macro_rules! typed_dot {
@@ -229,7 +229,7 @@ fn trsm(
         Some(count) => record(BlasForm::TrsmBatched, &enums, &[m, n, lda, ldb, count]),
         None => record(BlasForm::Trsm, &enums, &[m, n, lda, ldb]),
     };
-    matmul::guard(call, || matmul, record, ExArgs::default())
+    operand_call::guard(call, || matmul, record, ExArgs::default())
 }
 
 macro_rules! trsm {
@@ -327,7 +327,7 @@ fn factorisation(call: &Call<'_, c_int>, dtype: DType, handle: Handle, f: Factor
         };
     }
     let matmul = blas_call(handle, problem, dtype, None, None, ops);
-    matmul::guard(call, || matmul, record, ExArgs::default())
+    operand_call::guard(call, || matmul, record, ExArgs::default())
 }
 
 macro_rules! factorisations {

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::Call;
-use crate::check::matmul::{MatmulCheck, Members, OperandReport, Role};
+use crate::check::operand_call::{Members, OperandCallCheck, OperandReport, Role};
 use crate::dump::{self, Tensor};
 use crate::recorder::CallArgs;
 use crate::trace::Fault;
@@ -28,7 +28,7 @@ pub(crate) fn wanted(call: &Call<'_, i32>, record: &CallArgs) -> bool {
 
 /// C as it is before the call, when the call reads it (beta != 0); and, when a fault is
 /// already found, the inputs too: a call with a bad operand may leave nothing readable after it.
-pub(crate) fn before_call(call: &Call<'_, i32>, check: &MatmulCheck<'_>) -> Before {
+pub(crate) fn before_call(call: &Call<'_, i32>, check: &OperandCallCheck<'_>) -> Before {
     let mut before = Before::default();
     let reads_c = !scalar(call, check, check.call.beta).is_some_and(|[re, im]| re == 0.0 && im == 0.0);
     let early = check.finding.is_some();
@@ -53,13 +53,13 @@ pub(crate) fn before_call(call: &Call<'_, i32>, check: &MatmulCheck<'_>) -> Befo
 }
 
 /// A scalar argument's value, read as the library reads it.
-fn scalar(call: &Call<'_, i32>, check: &MatmulCheck<'_>, ptr: Option<u64>) -> Option<[f64; 2]> {
+fn scalar(call: &Call<'_, i32>, check: &OperandCallCheck<'_>, ptr: Option<u64>) -> Option<[f64; 2]> {
     let (bytes, size) = check.read_scalar(ptr, call.allocations(), call.device)?;
     Some(dump::element(check.call.scalar, &bytes[..size]))
 }
 
 /// One operand's members, each as its stored matrix; `Err` says why it is left out.
-fn read_operand(call: &Call<'_, i32>, check: &MatmulCheck<'_>, i: usize, op: &OperandReport<'_>, name: &str, used: u64) -> Result<Tensor, String> {
+fn read_operand(call: &Call<'_, i32>, check: &OperandCallCheck<'_>, i: usize, op: &OperandReport<'_>, name: &str, used: u64) -> Result<Tensor, String> {
     let spec = op.spec;
     if !op.readable {
         return Err(format!("{name} not dumped: it is not inside live device memory"));
@@ -101,7 +101,7 @@ fn read_operand(call: &Call<'_, i32>, check: &MatmulCheck<'_>, i: usize, op: &Op
 
 /// Writes the dump of `fault` and returns its path and what it left out. `forwarded`: the real
 /// call ran, so the outputs hold its results.
-pub(crate) fn write(call: &Call<'_, i32>, check: &MatmulCheck<'_>, before: &Before, forwarded: bool, fault: &Fault) -> (Option<String>, Option<String>) {
+pub(crate) fn write(call: &Call<'_, i32>, check: &OperandCallCheck<'_>, before: &Before, forwarded: bool, fault: &Fault) -> (Option<String>, Option<String>) {
     let s = call.session;
     let Some(dir) = s.config.dump_dir.as_deref() else { return (None, None) };
     if !s.claim_dump() {
@@ -157,7 +157,7 @@ pub(crate) fn write(call: &Call<'_, i32>, check: &MatmulCheck<'_>, before: &Befo
     }
 }
 
-fn metadata(call: &Call<'_, i32>, check: &MatmulCheck<'_>, tensors: &[&Tensor], notes: &[String], forwarded: bool, fault: &Fault) -> serde_json::Value {
+fn metadata(call: &Call<'_, i32>, check: &OperandCallCheck<'_>, tensors: &[&Tensor], notes: &[String], forwarded: bool, fault: &Fault) -> serde_json::Value {
     use serde_json::json;
     let described: BTreeMap<&str, serde_json::Value> =
         tensors.iter().map(|t| (t.name.as_str(), json!({"dtype": t.dtype.name(), "rows": t.rows, "cols": t.cols, "batch": t.batch}))).collect();

@@ -1,12 +1,12 @@
-//! The cuBLAS GEMM handlers: decode each variant's C arguments into a `MatmulCall` and guard
-//! it (`matmul::guard`). Generic over the
+//! The cuBLAS GEMM handlers: decode each variant's C arguments into a `OperandCall` and guard
+//! it (`operand_call::guard`). Generic over the
 //! integer width, so each `_64` variant shares its handler with the `int` one.
 
 use std::ffi::{c_int, c_void};
 
-use super::matmul::{self, ExArgs};
+use super::operand_call::{self, ExArgs};
 use super::Call;
-use crate::check::matmul::{MatmulCall, Members, OperandSpec, Role, MAX_OPERANDS};
+use crate::check::operand_call::{Members, OperandCall, OperandSpec, Role, MAX_OPERANDS};
 use crate::cuda::{ComputeType, Operation};
 use crate::recorder::CallArgs;
 use crate::scan::DType;
@@ -64,7 +64,7 @@ impl Gemm {
     }
 
     /// The call for the checks: types (A/B/C and scale), an optional compute type, a batch form.
-    fn describe(&self, types: (DType, DType, DType), scalar: DType, compute: Option<ComputeType>, batch: Batch) -> MatmulCall {
+    fn describe(&self, types: (DType, DType, DType), scalar: DType, compute: Option<ComputeType>, batch: Batch) -> OperandCall {
         let count = match batch {
             Batch::Single => 1,
             Batch::Strided { count, .. } | Batch::Arrays { count } => count,
@@ -99,7 +99,7 @@ impl Gemm {
         operands[0] = Some(spec("A", self.a, validate::shape_of_a(&args), types.0, sa, Role::Input));
         operands[1] = Some(spec("B", self.b, validate::shape_of_b(&args), types.1, sb, Role::Input));
         operands[2] = Some(spec("C", self.c, validate::shape_of_c(&args), types.2, sc, Role::Accumulator));
-        MatmulCall {
+        OperandCall {
             handle: self.handle as u64,
             lt: false,
             argument_problem: problem,
@@ -162,7 +162,7 @@ fn typed(call: &Call<'_, c_int>, g: Gemm, dtype: DType, batch: Batch) -> c_int {
         Batch::Strided { count, a, b, c } => ExArgs { batch_count: Some(count), strides: Some((a, b, c)), ..Default::default() },
         Batch::Arrays { count } => ExArgs { batch_count: Some(count), ..Default::default() },
     };
-    matmul::guard(call, || g.describe((dtype, dtype, dtype), dtype, None, batch), g.record(), ex)
+    operand_call::guard(call, || g.describe((dtype, dtype, dtype), dtype, None, batch), g.record(), ex)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -178,7 +178,7 @@ fn ex(call: &Call<'_, c_int>, g: Gemm, types: (i32, i32, i32), compute: i32, alg
         }
         Batch::Arrays { count } => extra.batch_count = Some(count),
     }
-    matmul::guard(call, || g.describe(types, validate::scale_type(compute), Some(compute), batch), g.record(), extra)
+    operand_call::guard(call, || g.describe(types, validate::scale_type(compute), Some(compute), batch), g.record(), extra)
 }
 
 macro_rules! typed_gemm {
@@ -271,7 +271,7 @@ pub(crate) fn sgemm_ex(
 ) -> c_int {
     let g = gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     let types = (DType::from_cuda(a_type), DType::from_cuda(b_type), DType::from_cuda(c_type));
-    matmul::guard(
+    operand_call::guard(
         call,
         || g.describe(types, DType::F32, Some(ComputeType::F32), Batch::Single),
         g.record(),

@@ -6,10 +6,10 @@
 use std::ffi::{c_int, c_void};
 
 use super::handles::{self, HandleApi};
-use super::matmul::{self, ExArgs};
+use super::operand_call::{self, ExArgs};
 use super::Call;
 use crate::check::lt::{self, Layout};
-use crate::check::matmul::{MatmulCall, Members, OperandSpec, Role, MAX_OPERANDS};
+use crate::check::operand_call::{Members, OperandCall, OperandSpec, Role, MAX_OPERANDS};
 use crate::cuda::ComputeType;
 use crate::recorder::CallArgs;
 use crate::scan::DType;
@@ -183,7 +183,7 @@ pub(crate) fn matmul(
             }
         }
     }
-    let matmul = MatmulCall {
+    let matmul = OperandCall {
         handle: handle as u64,
         lt: true,
         argument_problem: problem,
@@ -195,5 +195,5 @@ pub(crate) fn matmul(
         reduced_precision_compute: reduced,
         operands,
     };
-    matmul::guard(call, || matmul, record, extra)
+    operand_call::guard(call, || matmul, record, extra)
 }

@@ -12,8 +12,8 @@ pub(crate) mod gemm;
 pub(crate) mod handles;
 pub(crate) mod launch;
 pub(crate) mod lt;
-pub(crate) mod matmul;
 pub(crate) mod memory;
+pub(crate) mod operand_call;
 pub(crate) mod parameters;
 
 use std::cell::Cell;

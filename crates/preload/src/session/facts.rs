@@ -4,7 +4,7 @@
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
-use crate::check::matmul::KnownError;
+use crate::check::operand_call::KnownError;
 use crate::cuda;
 use crate::trace::{Fault, Process};
 

@@ -21,7 +21,7 @@ mod scans;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-pub use crate::check::matmul::KnownError;
+pub use crate::check::operand_call::KnownError;
 use crate::config::Config;
 use crate::recorder::{RecordedCall, Recorder};
 use crate::state::{Allocations, HandleLookup, Handles, LiveObjects, ThreadMemo};

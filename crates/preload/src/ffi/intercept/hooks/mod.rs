@@ -72,7 +72,7 @@ fn intercept_on<R: HookReturn, L: FnOnce() -> CallArgs>(
             handler(&Call::uncounted(s, hook, &device, &DeferringOutlet, tracked, &t.memo))
         }
         Some(s) if lean.is_some() && s.matmul_unchecked() => {
-            // As `Call::begin`, `matmul::guard`'s unchecked path and `Call::record`, in order.
+            // As `Call::begin`, `operand_call::guard`'s unchecked path and `Call::record`, in order.
             let thread = OnThread { id: process::thread_id_of(t), memo: &t.memo };
             let seq = s.begin(hook.index());
             let started_ns = process::now_ns();

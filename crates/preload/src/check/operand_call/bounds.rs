@@ -3,7 +3,7 @@
 //! pointer mode says they are.
 
 use super::operands::{describe, Members, OperandSpec, Role, MAX_OPERANDS};
-use super::MatmulCheck;
+use super::OperandCallCheck;
 use crate::check::{Device, Finding};
 use crate::cuda::{self, PointerMode};
 use crate::state::{AllocationView, Freed};
@@ -55,7 +55,7 @@ fn check_member(addr: u64, extent: u64, allocations: AllocationView<'_>, device:
     }
 }
 
-impl MatmulCheck<'_> {
+impl OperandCallCheck<'_> {
     /// Operands from `from` on were not checked (`why`): where they lie is noted all the same,
     /// and they are read (scanned, dumped) only when verified inside memory.
     pub(super) fn note_unchecked(&mut self, from: usize, why: &'static str, allocations: AllocationView<'_>) {

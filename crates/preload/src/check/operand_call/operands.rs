@@ -95,7 +95,7 @@ pub const MAX_OPERANDS: usize = 6;
 
 /// One matrix multiply, described for the checks.
 #[derive(Clone, Debug)]
-pub struct MatmulCall {
+pub struct OperandCall {
     pub handle: u64,
     /// A cublasLt handle (checked against its own table).
     pub lt: bool,

@@ -1,8 +1,9 @@
-//! The checks on one matrix multiply, in the order that matters: handle, arguments, operand
-//! pointers and extents, NaN/Inf in inputs; then, after the real call, the synchronous error
-//! check, NaN/Inf in the output, and the status. One routine serves the whole cuBLAS GEMM
-//! family (typed, Ex, strided and pointer-array batches, 32- and 64-bit) and cublasLtMatmul:
-//! each describes its operands as `OperandSpec`s.
+//! The checks on one call that reads and writes operands, in the order that matters: handle,
+//! arguments, operand pointers and extents, NaN/Inf in inputs; then, after the real call, the
+//! synchronous error check, NaN/Inf in the output, and the status. One routine serves the whole
+//! cuBLAS GEMM family (typed, Ex, strided and pointer-array batches, 32- and 64-bit),
+//! cublasLtMatmul and the BLAS calls (gemv, dot, trsm, getrf, ...): each describes its operands
+//! as `OperandSpec`s.
 //!
 //! - `operands`: the operand model (what a call reads and writes, and how it is batched);
 //! - `bounds`: pointers and extents against the live allocations;
@@ -13,7 +14,7 @@ mod bounds;
 mod nonfinite;
 mod operands;
 
-pub use operands::{MatmulCall, Members, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS};
+pub use operands::{Members, OperandCall, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS};
 
 use nonfinite::counts;
 use operands::describe;
@@ -29,8 +30,8 @@ use crate::validate;
 /// this runs on every intercepted GEMM, and copying kilobytes of operand state per call was
 /// most of the guard's cost (BENCHMARKS.md).
 #[derive(Debug)]
-pub struct MatmulCheck<'a> {
-    pub call: &'a MatmulCall,
+pub struct OperandCallCheck<'a> {
+    pub call: &'a OperandCall,
     pub handle: Option<HandleState>,
     pub operands: [Option<OperandReport<'a>>; MAX_OPERANDS],
     /// Member addresses of pointer-array operands, read from device memory.
@@ -65,12 +66,12 @@ pub struct KnownError {
     pub seq: u64,
 }
 
-impl<'a> MatmulCheck<'a> {
+impl<'a> OperandCallCheck<'a> {
     /// The checks before the call. `buf` is the caller's reusable scan buffer.
     #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
     pub fn before(
-        call: &'a MatmulCall,
+        call: &'a OperandCall,
         checks: Checks,
         scan_bytes: u64,
         lookup: HandleLookup,
@@ -88,7 +89,7 @@ impl<'a> MatmulCheck<'a> {
     /// check is made in the caller's place: it is over a kilobyte, and returned from a function
     /// that runs the checks it was copied on every call (the largest single copy of a clean
     /// call, issue 27).
-    pub fn new(call: &'a MatmulCall, lookup: HandleLookup) -> Self {
+    pub fn new(call: &'a OperandCall, lookup: HandleLookup) -> Self {
         Self {
             operands: std::array::from_fn(|i| {
                 call.operands[i].as_ref().map(|spec| OperandReport {
@@ -332,8 +333,8 @@ mod tests {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
     }
 
-    fn call(a: OperandSpec, b: OperandSpec, c: OperandSpec) -> MatmulCall {
-        MatmulCall {
+    fn call(a: OperandSpec, b: OperandSpec, c: OperandSpec) -> OperandCall {
+        OperandCall {
             handle: 7,
             lt: false,
             argument_problem: None,
@@ -374,10 +375,10 @@ mod tests {
         }
     }
 
-    fn run(call: MatmulCall, allocations: &Allocations, model: &Model) -> Outcome {
+    fn run(call: OperandCall, allocations: &Allocations, model: &Model) -> Outcome {
         let handles = Handles::default();
         handles.created(7);
-        let check = MatmulCheck::before(&call, Checks::ALL, u64::MAX, handles.lookup(call.handle), allocations.into(), None, model, &mut Vec::new());
+        let check = OperandCallCheck::before(&call, Checks::ALL, u64::MAX, handles.lookup(call.handle), allocations.into(), None, model, &mut Vec::new());
         Outcome {
             finding: check.finding.clone(),
             operands: check.operands.iter().flatten().map(|o| (o.bad_member, o.scan.and_then(|s| s.first_nonfinite), o.scan.map(|s| s.nan))).collect(),

@@ -3,7 +3,7 @@
 
 use super::bounds::member_addr;
 use super::operands::{describe, Members, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS};
-use super::MatmulCheck;
+use super::OperandCallCheck;
 use crate::check::{BatchScan, Device, Finding, MAX_BATCH_SCANS};
 use crate::cuda::PointerMode;
 use crate::scan::{self, DType, MatrixScan};
@@ -32,7 +32,7 @@ pub(super) fn counts(spec: &OperandSpec, scan: &MatrixScan) -> String {
     s
 }
 
-impl MatmulCheck<'_> {
+impl OperandCallCheck<'_> {
     /// A scalar argument's bytes (`size` of them valid), read the way the library reads it:
     /// from host memory or device memory as the pointer mode says; `None` when it cannot be.
     pub fn read_scalar(&self, ptr: Option<u64>, allocations: AllocationView<'_>, device: &dyn Device) -> Option<([u8; 16], usize)> {

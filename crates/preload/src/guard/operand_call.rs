@@ -1,8 +1,9 @@
-//! The guard around one matrix multiply, for cuBLAS and cublasLt alike: the checks before the
-//! call, the real call (or its refusal), the checks after it, and the fault they add up to.
+//! The guard around one call that reads and writes operands (a GEMM, cublasLtMatmul, a BLAS
+//! call): the checks before the call, the real call (or its refusal), the checks after it, and
+//! the fault they add up to.
 
 use super::Call;
-use crate::check::matmul::{MatmulCall, MatmulCheck, Members, OperandReport, OperandSpec};
+use crate::check::operand_call::{Members, OperandCall, OperandCallCheck, OperandReport, OperandSpec};
 use crate::config::OnFault;
 use crate::cuda::{self, ComputeType, MathMode, PointerMode};
 use crate::recorder::CallArgs;
@@ -37,7 +38,7 @@ enum Stage {
 /// gives the call's description for the checks: with every check of a matrix multiply off, a
 /// call that succeeds is forwarded and recorded without one (nothing is described, no handle
 /// or allocation looked up); one that fails is described after it, for its `api_error` fault.
-pub(crate) fn guard(call: &Call<'_, i32>, describe: impl FnOnce() -> MatmulCall, record: CallArgs, extra: ExArgs) -> i32 {
+pub(crate) fn guard(call: &Call<'_, i32>, describe: impl FnOnce() -> OperandCall, record: CallArgs, extra: ExArgs) -> i32 {
     let s = call.session;
     if let Some(ran) = call.ran {
         // Forwarded on the hook layer's lean path, and failed: described now for its fault.
@@ -60,7 +61,7 @@ pub(crate) fn guard(call: &Call<'_, i32>, describe: impl FnOnce() -> MatmulCall,
 
 /// The checks around the real call; `ran`: the call was already made, with its status (and the
 /// error known before it).
-fn checked(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallArgs, extra: ExArgs, ran: Option<(i32, Option<crate::session::KnownError>)>) -> i32 {
+fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, extra: ExArgs, ran: Option<(i32, Option<crate::session::KnownError>)>) -> i32 {
     let s = call.session;
     let handle = s.matmul_handle_in(matmul.lt, matmul.handle, call.memo);
     if let (false, HandleLookup::Alive(HandleState { workspace: (ptr, bytes), .. })) = (matmul.lt, handle) {
@@ -83,7 +84,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallArgs, extr
     let scan_started = if checks.nan { call.outlet.now_ns() } else { 0 };
     checks.nan = checks.nan && s.should_scan(site, scan_started);
     let body = |buf: &mut Vec<u8>| {
-        let mut check = MatmulCheck::new(matmul, handle);
+        let mut check = OperandCallCheck::new(matmul, handle);
         check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, buf);
         // A fault found before the call is on disk before the call runs: a call with bad
         // pointers may well crash the process inside the library.
@@ -137,7 +138,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut MatmulCall, record: CallArgs, extr
 /// whether the call ran.
 fn finish(
     call: &Call<'_, i32>,
-    check: &MatmulCheck<'_>,
+    check: &OperandCallCheck<'_>,
     returned: i32,
     record: CallArgs,
     extra: ExArgs,
@@ -220,7 +221,7 @@ fn publish(call: &Call<'_, i32>, fault: crate::trace::Fault, stage: Stage) {
     }
 }
 
-fn args_map(call: &Call<'_, i32>, record: &CallArgs, extra: ExArgs, check: &MatmulCheck<'_>) -> Args {
+fn args_map(call: &Call<'_, i32>, record: &CallArgs, extra: ExArgs, check: &OperandCallCheck<'_>) -> Args {
     let mut map = record.to_args();
     let host_mode = check.call.pointer_mode.or(check.handle.map(|h| h.pointer_mode)) == Some(0);
     for (name, ptr) in [("alpha", check.call.alpha), ("beta", check.call.beta)] {
