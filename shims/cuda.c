@@ -63,6 +63,8 @@ CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev) {
     if (cc && *cc) sscanf(cc, "%d.%d", &major, &minor);
     if (attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) *pi = major;
     else if (attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) *pi = minor;
+    else if (attrib == 16) *pi = env_int("CUDASHIM_SM_COUNT", 4); /* MULTIPROCESSOR_COUNT */
+    else if (attrib == 39) *pi = 2048;                          /* MAX_THREADS_PER_MULTIPROCESSOR */
     else return 1; /* invalid value: not modelled */
     return CUDA_SUCCESS;
 }
@@ -541,9 +543,27 @@ static CUresult launch_many(unsigned int gx, unsigned int gy, unsigned int gz, u
     return CUDA_SUCCESS;
 }
 
+/* CUDASHIM_LAUNCH_LOG=FILE: one line per scan launch, "KERNEL gx gy bx", for tests of the grid. */
+static void log_launch(void *f, unsigned int gx, unsigned int gy, unsigned int bx) {
+    const char *path = getenv("CUDASHIM_LAUNCH_LOG");
+    if (!path || !*path || (f != &function_token && f != &many_token)) return;
+    FILE *log = fopen(path, "a");
+    if (!log) return;
+    fprintf(log, "%s %u %u %u\n", f == &many_token ? "cublasguard_nonfinite_many" : "cublasguard_nonfinite", gx, gy, bx);
+    fclose(log);
+}
+
+CUresult cuCtxGetDevice(CUdevice *device) {
+    count_call(__func__);
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                         unsigned int bz, unsigned int shared, void *stream, void **params, void **extra) {
     count_call(__func__);
+    log_launch(f, gx, gy, bx);
     (void)shared, (void)stream;
     if (f == &many_token) return launch_many(gx, gy, gz, bx, by, bz, params, extra);
     if (f != &function_token || !params || extra || gy != 1 || gz != 1 || by != 1 || bz != 1 || !gx || !bx || bx > 1024)

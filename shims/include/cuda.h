@@ -17,6 +17,7 @@ typedef int CUdevice;
 CUresult cuDeviceGet(CUdevice *device, int ordinal);
 CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
 CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev);
+CUresult cuCtxGetDevice(CUdevice *device);
 
 #include <stddef.h>
 #define CUDA_ERROR_INVALID_VALUE 1

@@ -164,6 +164,15 @@ int main(int argc, char **argv) {
         float *dbig = dev(big, B * B), *dout = dev(NULL, B * B);
         int st = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, B, B, B, &one, dbig, B, dbig, B, &zero, dout, B);
         printf("sgemm status=%d\n", st);
+    } else if (!strcmp(s, "tall_clean")) {
+        /* A 4 MiB A (2^18 x 4, contiguous): 1024 segments of the device scan, more than a small
+         * device's resident blocks hold warps for. B is 4 x 1, C 2^18 x 1. */
+        enum { M = 1 << 18, K = 4 };
+        float *ha = malloc(sizeof(float) * M * K), hb[K] = {1, 2, 3, 4};
+        for (int i = 0; i < M * K; i++) ha[i] = (float)(i % 7);
+        float *dta = dev(ha, M * K), *dtb = dev(hb, K), *dtc = dev(NULL, M);
+        free(ha);
+        printf("sgemm status=%d\n", cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, M, 1, K, &one, dta, M, dtb, K, &zero, dtc, M));
     } else if (!strcmp(s, "fault_then_wait")) {
         a[0] = NAN;
         cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);

@@ -199,3 +199,37 @@ fn a_failing_driver_call_of_the_scan_is_named_and_nothing_after_it_is_issued() {
     let launches: u64 = text.lines().filter_map(|l| l.strip_prefix("cuLaunchKernel ")).map(|n| n.trim().parse::<u64>().unwrap()).sum();
     assert_eq!(launches, 0, "no scan kernel was launched after the failed memset:\n{text}");
 }
+
+/// The scan launches a run made, from the stand-in's launch log: (kernel, grid x, grid y, block).
+fn scan_launches(sm_count: &str) -> Vec<(String, u32, u32, u32)> {
+    let dir = temp_dir(&format!("launch-log-{sm_count}"));
+    let log = dir.join("launches.txt");
+    let log_s = log.display().to_string();
+    let env = [("CUBLASGUARD_DEVICE_SCAN", "on"), ("CUBLASGUARD_CHECKS", "nan"), ("CUDASHIM_SM_COUNT", sm_count), ("CUDASHIM_LAUNCH_LOG", log_s.as_str())];
+    let run = scenario("tall_clean", &env);
+    assert!(run.stdout().contains("sgemm status=0"), "{}", run.stderr());
+    let t = run.trace();
+    assert!(t.environment.device_scan_fallback.is_none(), "{:?}", t.environment.device_scan_fallback);
+    assert!(t.faults.is_empty(), "{:?}", t.faults);
+    let text = std::fs::read_to_string(&log).expect("the launch log");
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].to_string(), f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_scan_grid_comes_from_the_devices_multiprocessors_not_from_the_element_count() {
+    // The inputs' launch: two jobs (A: 4 MiB = 1024 segments of 4 KiB, B), 256 threads = 8 warps
+    // a block, so A alone could use 128 blocks. A device of 2 SMs holds 2 x 2048 / 256 = 16
+    // blocks at once: 8 per job. One of 64 SMs holds 512: the work (128) bounds it instead.
+    let inputs = |launches: &[(String, u32, u32, u32)]| {
+        launches.iter().find(|(k, _, gy, _)| k == "cublasguard_nonfinite_many" && *gy == 2).cloned().expect("the inputs' batched launch")
+    };
+    let small = scan_launches("2");
+    assert_eq!(inputs(&small), ("cublasguard_nonfinite_many".to_string(), 8, 2, 256), "{small:?}");
+    let large = scan_launches("64");
+    assert_eq!(inputs(&large), ("cublasguard_nonfinite_many".to_string(), 128, 2, 256), "{large:?}");
+}

@@ -60,6 +60,46 @@ fn kernel_on_host(data: &[u8], shape: StoredShape, kind: u32, grid: u32, block: 
     result
 }
 
+/// `struct scan_job` / `struct scan_jobs` of crates/preload/src/kernels/nonfinite.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ScanJob {
+    data: u64,
+    rows: u64,
+    cols: u64,
+    ld: u64,
+    members: u64,
+    stride: i64,
+    kind: u32,
+    array: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ScanJobs {
+    job: [ScanJob; 6],
+    count: u32,
+    unused: u32,
+}
+
+/// The batched kernel's host build over `jobs`: per job NaN count, Inf count, ~(member << 40 | index).
+fn many_kernel_on_host(jobs: &[ScanJob], grid: u32, block: u32) -> Vec<[u64; 3]> {
+    type Run = unsafe extern "C" fn(*mut *mut std::ffi::c_void, u32, u32, u32) -> i32;
+    // SAFETY: the stand-in driver, loaded for its exported launcher.
+    let lib = unsafe { libloading::Library::new(common::standin().join("driver/libcuda.so.1")) }.expect("the stand-in driver");
+    // SAFETY: the launcher's C signature (crates/preload/src/kernels/host_launch.cpp).
+    let launch = unsafe { lib.get::<Run>(b"cudashim_run_nonfinite_many\0") }.expect("the batched kernel launcher");
+    let mut packed = ScanJobs { count: jobs.len() as u32, ..Default::default() };
+    packed.job[..jobs.len()].copy_from_slice(jobs);
+    let mut result = vec![[0u64; 3]; jobs.len()];
+    let mut out = result.as_mut_ptr() as u64;
+    let mut params: [*mut std::ffi::c_void; 2] = [&mut packed as *mut ScanJobs as _, &mut out as *mut u64 as _];
+    // SAFETY: the two live parameters the kernel declares; every job's members lie in memory
+    // the caller holds; `result` is three u64 per job.
+    assert_eq!(unsafe { launch(params.as_mut_ptr(), grid, jobs.len() as u32, block) }, 0);
+    result
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
 
@@ -178,18 +218,66 @@ proptest! {
 
     #[test]
     fn the_scan_kernels_host_build_agrees_with_the_host_scan(seed in proptest::collection::vec(any::<u8>(), 1..2048),
-                                                             rows in 1i64..24, cols in 1i64..24, pad in 0i64..5,
+                                                             rows in prop_oneof![1i64..24, 1i64..700], cols in 1i64..24, pad in 0i64..5,
+                                                             offset in 0usize..17,
                                                              kind in prop_oneof![Just(0u32), Just(1), Just(2), Just(14), Just(28), Just(29)],
                                                              grid in 1u32..6, block in prop_oneof![Just(1u32), Just(7), Just(32), Just(256)]) {
         let dtype = DType::from_cuda(kind as i32);
         let shape = StoredShape { rows, cols, ld: rows + pad };
         let needed = ((shape.ld * (cols - 1) + rows) as u64 * dtype.size().unwrap()) as usize;
         // Random bytes hold NaN/Inf patterns of every format now and then; the seed is repeated
-        // to cover the matrix.
-        let bytes: Vec<u8> = seed.iter().cycle().take(needed).copied().collect();
-        let host = scan::scan_matrix(&Bytes(bytes.clone()), 0, shape, dtype, &mut Vec::new(), u64::MAX).unwrap();
-        let [nan, inf, first] = kernel_on_host(&bytes, shape, kind, grid, block);
+        // to cover the matrix. `offset` moves the matrix off a 16-byte boundary (by whole
+        // elements or not), so the kernel's unaligned heads and tails are read too.
+        let bytes: Vec<u8> = seed.iter().cycle().take(needed + offset).copied().collect();
+        let matrix = &bytes[offset..];
+        let host = scan::scan_matrix(&Bytes(matrix.to_vec()), 0, shape, dtype, &mut Vec::new(), u64::MAX).unwrap();
+        let [nan, inf, first] = kernel_on_host(matrix, shape, kind, grid, block);
         let first = (first != u64::MAX).then(|| (first % shape.ld as u64, first / shape.ld as u64));
         prop_assert_eq!((nan, inf, first), (host.nan, host.inf, host.first_nonfinite));
+    }
+
+    #[test]
+    fn the_batched_scan_kernels_host_build_agrees_with_the_host_scan_member_by_member(
+        seed in proptest::collection::vec(any::<u8>(), 1..2048),
+        rows in prop_oneof![1i64..20, 1i64..400], cols in 1i64..12, pad in 0i64..3, members in 1u64..5, gap in 0i64..9,
+        offset in 0usize..17, kinds in proptest::collection::vec(prop_oneof![Just(0u32), Just(1), Just(2), Just(14), Just(28), Just(29)], 1..4),
+        arrays in any::<bool>(), grid in 1u32..5, block in prop_oneof![Just(1u32), Just(32), Just(256)]) {
+        // Each job: `members` matrices `stride` elements apart (a strided batch), or the same
+        // matrices reached through an array of their addresses.
+        let mut buffers = Vec::new();
+        let mut jobs = Vec::new();
+        for (j, &kind) in kinds.iter().enumerate() {
+            let dtype = DType::from_cuda(kind as i32);
+            let elem = dtype.size().unwrap() as usize;
+            let shape = StoredShape { rows, cols, ld: rows + pad };
+            let extent = (shape.ld * (cols - 1) + rows) as usize;
+            let stride = extent as i64 + gap;
+            let needed = (stride as usize * (members as usize - 1) + extent) * elem;
+            let bytes: Vec<u8> = seed.iter().cycle().skip(j * 7).take(needed + offset).copied().collect();
+            let base = bytes.as_ptr() as u64 + offset as u64;
+            let addresses: Vec<u64> = (0..members).map(|m| base + m * stride as u64 * elem as u64).collect();
+            let mut expected = [0u64, 0, 0];
+            for (m, &addr) in addresses.iter().enumerate() {
+                let at = (addr - bytes.as_ptr() as u64) as usize;
+                let s = scan::scan_matrix(&Bytes(bytes[at..].to_vec()), 0, shape, dtype, &mut Vec::new(), u64::MAX).unwrap();
+                expected[0] += s.nan;
+                expected[1] += s.inf;
+                if let (0, Some((r, c))) = (expected[2], s.first_nonfinite) {
+                    expected[2] = !((m as u64) << 40 | (c * shape.ld as u64 + r));
+                }
+            }
+            let job = if arrays {
+                ScanJob { data: addresses.as_ptr() as u64, rows: rows as u64, cols: cols as u64, ld: shape.ld as u64, members, stride: 0, kind, array: 1 }
+            } else {
+                ScanJob { data: base, rows: rows as u64, cols: cols as u64, ld: shape.ld as u64, members, stride, kind, array: 0 }
+            };
+            jobs.push((job, expected));
+            buffers.push((bytes, addresses));
+        }
+        let answers = many_kernel_on_host(&jobs.iter().map(|(j, _)| *j).collect::<Vec<_>>(), grid, block);
+        for ((_, expected), answer) in jobs.iter().zip(&answers) {
+            prop_assert_eq!(answer, expected);
+        }
+        drop(buffers);
     }
 }

@@ -461,6 +461,8 @@ fn the_guard_makes_only_the_runtime_calls_its_checks_need() {
         ("cuCtxGetCurrent", phases),
         ("cuModuleLoadData", 1),
         ("cuModuleGetFunction", 2),
+        // Once: the context's device, whose multiprocessors size the scan's grid.
+        ("cuCtxGetDevice", 1),
         ("cuMemsetD8Async", phases + 2 * 6 + 1),
         ("cuLaunchKernel", phases + 6 + 1),
         ("cuMemcpyDtoHAsync_v2", phases + 6 + 1),

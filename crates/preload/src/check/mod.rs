@@ -9,6 +9,7 @@ pub mod lt;
 #[cfg(test)]
 pub(crate) mod model;
 pub mod operand_call;
+pub mod scan_grid;
 pub mod selftest;
 
 use crate::cuda::MemoryType;

@@ -6,10 +6,18 @@
 
 #define __global__
 #define __device__
+#define __noinline__ __attribute__((noinline))
 
 struct host_dim3 {
     unsigned int x, y, z;
 };
+
+// CUDA's 16-byte vector: one load instruction on the GPU.
+struct alignas(16) uint4 {
+    unsigned int x, y, z, w;
+};
+
+static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return uint4{x, y, z, w}; }
 
 // The launch's coordinates, set by the launcher before each call of the kernel.
 extern "C" {

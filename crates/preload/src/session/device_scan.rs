@@ -12,6 +12,9 @@ pub struct LoadedKernels {
     pub single: usize,
     pub many: usize,
     pub out: u64,
+    /// Blocks of the scan the device holds at once (SMs times blocks resident per SM): the
+    /// most a launch is given, its warps then stepping over the work.
+    pub resident_blocks: u32,
 }
 
 #[derive(Default)]

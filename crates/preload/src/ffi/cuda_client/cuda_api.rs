@@ -72,6 +72,9 @@ cuda_functions! {
     Driver fn cuDriverGetVersion(version: *mut c_int) -> c_int;
     Driver fn cuInit(flags: c_uint) -> c_int;
     Driver fn cuCtxGetCurrent(ctx: *mut Ptr) -> c_int;
+    Driver fn cuCtxGetDevice(device: *mut c_int) -> c_int;
+    Driver fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: c_int) -> c_int;
+    Driver fn cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks: *mut c_int, function: Ptr, block_size: c_int, dynamic_shared: usize) -> c_int;
     Driver fn cuModuleLoadData(module: *mut Ptr, image: *const c_void) -> c_int;
     Driver fn cuModuleGetFunction(function: *mut Ptr, module: Ptr, name: *const c_char) -> c_int;
     Driver fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) -> c_int;

@@ -13,6 +13,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CString};
 
+use crate::check::scan_grid::{self, THREADS};
 use crate::check::{selftest, BatchScan, MAX_BATCH_SCANS};
 use crate::config::DeviceScan;
 use crate::ffi::cuda_client::cuda_api as api;
@@ -25,8 +26,6 @@ const KERNEL_NAME: &[u8] = b"cublasguard_nonfinite\0";
 const MANY_KERNEL_NAME: &[u8] = b"cublasguard_nonfinite_many\0";
 /// Result bytes: three u64 per operand of a batch.
 const OUT_BYTES: usize = 24 * MAX_BATCH_SCANS;
-const THREADS: u32 = 256;
-const MAX_BLOCKS: u64 = 4096;
 
 type Ptr = *mut c_void;
 
@@ -90,7 +89,7 @@ fn context(state: &DeviceScanState, stream: u64) -> Result<LoadedKernels, Unusab
         driver("cuModuleGetFunction", unsafe { api::cuModuleGetFunction(&mut many, module, MANY_KERNEL_NAME.as_ptr() as *const c_char) })?;
         // SAFETY: the out-parameter is a writable u64.
         driver("cuMemAlloc of the result buffer", unsafe { api::cuMemAlloc_v2(&mut out, OUT_BYTES) })?;
-        let kernels = LoadedKernels { single: function as usize, many: many as usize, out };
+        let kernels = LoadedKernels { single: function as usize, many: many as usize, out, resident_blocks: resident_blocks(many) };
         match self_test(kernels, stream) {
             Ok(()) => Ok(kernels),
             Err(Unusable::Wrong(why)) => {
@@ -107,8 +106,29 @@ fn context(state: &DeviceScanState, stream: u64) -> Result<LoadedKernels, Unusab
     }
 }
 
+/// Blocks of the scan the current device holds at once (`scan_grid::resident_blocks`); what
+/// the driver does not answer falls back to a large GPU's figure.
+fn resident_blocks(function: Ptr) -> u32 {
+    let mut device: c_int = 0;
+    // SAFETY: `device` is a writable int.
+    let device = (unsafe { api::cuCtxGetDevice(&mut device) } == Some(0)).then_some(device);
+    let attribute = |attribute: c_int| {
+        let mut value: c_int = 0;
+        let device = device?;
+        // SAFETY: `value` is a writable int; `device` is the current context's device.
+        (unsafe { api::cuDeviceGetAttribute(&mut value, attribute, device) } == Some(0)).then_some(value)
+    };
+    const MULTIPROCESSOR_COUNT: c_int = 16;
+    const MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
+    let mut blocks: c_int = 0;
+    // SAFETY: `blocks` is a writable int; `function` was just found in a module of this context.
+    let occupancy = unsafe { api::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, function, THREADS as c_int, 0) } == Some(0);
+    scan_grid::resident_blocks(attribute(MULTIPROCESSOR_COUNT), occupancy.then_some(blocks), attribute(MAX_THREADS_PER_MULTIPROCESSOR))
+}
+
 /// Runs the kernel once over `rows x cols` (leading dimension `ld`) elements at `addr`.
-fn launch(function: Ptr, out: u64, addr: u64, shape: StoredShape, kind: u32, stream: u64) -> Result<MatrixScan, String> {
+fn launch(kernels: LoadedKernels, addr: u64, shape: StoredShape, dtype: DType, kind: u32, stream: u64) -> Result<MatrixScan, String> {
+    let (function, out) = (kernels.single as Ptr, kernels.out);
     let (mut data, mut rows, mut cols, mut ld, mut kind, mut out_arg) = (addr, shape.rows as u64, shape.cols as u64, shape.ld as u64, kind, out);
     let mut params: [Ptr; 6] = [
         &mut data as *mut u64 as Ptr,
@@ -119,7 +139,7 @@ fn launch(function: Ptr, out: u64, addr: u64, shape: StoredShape, kind: u32, str
         &mut out_arg as *mut u64 as Ptr,
     ];
     let elements = rows.saturating_mul(cols);
-    let blocks = elements.div_ceil(THREADS as u64).clamp(1, MAX_BLOCKS) as u32;
+    let blocks = scan_grid::blocks_for(scan_grid::segments(shape, dtype.size().unwrap_or(1), 1), kernels.resident_blocks);
     let stream = stream as Ptr;
     let mut result = [0u64; 3];
     // `params` points at six live values matching the kernel's parameters; `result` is 24
@@ -150,7 +170,6 @@ fn launch(function: Ptr, out: u64, addr: u64, shape: StoredShape, kind: u32, str
 /// Scans the planted matrices on the device, one launch each and all in one batched launch, and
 /// compares with the host's answers.
 fn self_test(kernels: LoadedKernels, stream: u64) -> Result<(), Unusable> {
-    let (function, out) = (kernels.single as Ptr, kernels.out);
     let cases = selftest::planted();
     let bytes = cases.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
     let mut buffer = 0u64;
@@ -163,7 +182,8 @@ fn self_test(kernels: LoadedKernels, stream: u64) -> Result<(), Unusable> {
             // SAFETY: a synchronous copy from a live slice into a device buffer this function allocated with at least that many bytes.
             driver("cuMemcpyHtoD", unsafe { api::cuMemcpyHtoD_v2(buffer, case.bytes.as_ptr() as *const c_void, case.bytes.len()) })
                 .map_err(Unusable::Unavailable)?;
-            let answer = launch(function, out, buffer, case.shape, kind, stream).map_err(|why| Unusable::Wrong(format!("{}: {why}", case.dtype.name())))?;
+            let answer =
+                launch(kernels, buffer, case.shape, case.dtype, kind, stream).map_err(|why| Unusable::Wrong(format!("{}: {why}", case.dtype.name())))?;
             if let Some(why) = selftest::judge(case, &answer) {
                 return Err(Unusable::Wrong(why));
             }
@@ -217,7 +237,7 @@ pub(crate) fn scan(state: &DeviceScanState, mode: DeviceScan, addr: u64, shape: 
         Ok(k) => k,
         Err(why) => return fail(state, mode, why),
     };
-    match launch(kernels.single as Ptr, kernels.out, addr, shape, kind, stream) {
+    match launch(kernels, addr, shape, dtype, kind, stream) {
         Ok(scan) => Some(scan),
         Err(why) => fail(state, mode, Unusable::Wrong(format!("the scan kernel failed: {why}"))),
     }
@@ -250,17 +270,18 @@ struct ScanJobs {
 /// for the launch). Each job's counts, and the member of its first NaN/Inf.
 fn launch_many(kernels: LoadedKernels, jobs: &[BatchScan], stream: u64) -> Result<Vec<(MatrixScan, Option<u64>)>, String> {
     let mut packed = ScanJobs::default();
-    let mut widest = 0u64;
+    let mut most_segments = 0u64;
     for (slot, job) in packed.job.iter_mut().zip(jobs) {
         let kind = kind(job.dtype).ok_or_else(|| format!("no kernel type for {}", job.dtype.name()))?;
         let (rows, cols) = (job.shape.rows.max(0) as u64, job.shape.cols.max(0) as u64);
         *slot = ScanJob { data: job.addr, rows, cols, ld: job.shape.ld.max(0) as u64, members: job.members, stride: job.stride, kind, array: job.array as u32 };
-        widest = widest.max(rows.saturating_mul(cols).saturating_mul(job.members));
+        most_segments = most_segments.max(scan_grid::segments(job.shape, job.dtype.size().unwrap_or(1), job.members));
     }
     packed.count = jobs.len().min(MAX_BATCH_SCANS) as u32;
     let mut out = kernels.out;
     let mut params: [Ptr; 2] = [&mut packed as *mut ScanJobs as Ptr, &mut out as *mut u64 as Ptr];
-    let blocks = widest.div_ceil(THREADS as u64).clamp(1, MAX_BLOCKS) as u32;
+    // Blocks per job: the jobs share the device, so together they take about what it holds.
+    let blocks = scan_grid::blocks_for(most_segments, kernels.resident_blocks.div_ceil(packed.count.max(1)));
     let bytes = 24 * packed.count as usize;
     let stream_ptr = stream as Ptr;
     let mut result = [0u64; 3 * MAX_BATCH_SCANS];
