@@ -26,7 +26,7 @@ struct SharedLib {
 }
 
 const LIBRARIES: &[SharedLib] = &[
-    SharedLib { source: "cuda", soname: "libcuda.so.1", folder: "driver", dev_link: "libcuda.so", links: &["-ldl"], extra: &[] },
+    SharedLib { source: "cuda", soname: "libcuda.so.1", folder: "driver", dev_link: "libcuda.so", links: &["-ldl", "-lpthread"], extra: &["engine"] },
     SharedLib { source: "cudart", soname: "libcudart.so.12", folder: "lib", dev_link: "libcudart.so", links: &["-ldl", "-lpthread"], extra: &[] },
     SharedLib {
         source: "cublas",
@@ -197,6 +197,7 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=shims/elements.h");
     println!("cargo:rerun-if-changed=shims/counting.h");
+    println!("cargo:rerun-if-changed=shims/engine.h");
     copy_tree(&shims.join("include"), &root.join("include"));
     println!("cargo:rerun-if-changed=shims/include");
 

@@ -1,6 +1,6 @@
 /* Call counting for the stand-in's libraries: each counted entry point calls count_call(__func__),
  * and at exit the counts go to the file named by COUNT_CALLS_VARIABLE ("name count" lines).
- * Include once per library, after defining COUNT_CALLS_VARIABLE. */
+ * Include once per translation unit, after defining COUNT_CALLS_VARIABLE. */
 #ifndef CUDASHIM_COUNTING_H
 #define CUDASHIM_COUNTING_H
 #include <pthread.h>
@@ -32,11 +32,19 @@ static void count_call(const char *name) {
     pthread_mutex_unlock(&count_lock);
 }
 
+/* COUNT_ALWAYS_LISTED (optional): names whose lines the file has even when they count 0. */
 __attribute__((constructor)) static void start_counting(void) {
     const char *path = getenv(COUNT_CALLS_VARIABLE);
     if (path && *path) {
         count_path = path;
         atexit(write_counts);
+#ifdef COUNT_ALWAYS_LISTED
+        const char *listed[] = {COUNT_ALWAYS_LISTED};
+        for (size_t i = 0; i < sizeof listed / sizeof *listed; i++) {
+            count_call(listed[i]);
+            counted[i].count = 0;
+        }
+#endif
     }
 }
 #endif

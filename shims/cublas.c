@@ -4,16 +4,20 @@
  * state through the private cudashim_* functions only, so a guard's runtime hooks never see
  * cuBLAS's internal work.
  *
- * A GEMM "kernel" that would touch memory outside every live allocation does not touch it:
- * as on a GPU, the call returns SUCCESS and cudaErrorIllegalAddress appears at the next
- * synchronisation, sticky from then on. Fault injection: CUDASHIM_FAIL, CUDASHIM_ASYNC_FAULT
- * (see cudart.c). */
+ * A GEMM is checked at the call and its "kernel" queued on the handle's stream (the stand-in
+ * GPU, engine.c, runs it later, in stream order; host-mode scalars are read at the call, as
+ * cuBLAS reads them). A kernel that would touch memory outside every live allocation does not
+ * touch it: the call returned SUCCESS, and when the kernel runs cudaErrorIllegalAddress breaks
+ * the context, sticky from then on. Fault injection: CUDASHIM_FAIL, CUDASHIM_ASYNC_FAULT (see
+ * cudart.c). The BLAS family (cublas_blas.c) runs on the calling thread once the stream's
+ * earlier work ran. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
 
 #include "elements.h"
+#include "engine.h"
 #include "include/cublas_v2.h"
 
 #define SHIM_CUBLAS_VERSION 120903 /* 12.9.3, as cublasGetVersion encodes it */
@@ -33,6 +37,7 @@ int cudashim_is_device_range(const void *ptr, size_t bytes);
 int cudashim_stream_valid(cudaStream_t stream);
 int cudashim_next_launch_faults(void);
 void cudashim_raise_async(int code);
+int cudashim_submit(cudaStream_t stream, shim_work_fn fn, const void *arg, size_t size);
 __attribute__((visibility("hidden"))) int cublasshim_workspace_ok(cublasHandle_t handle);
 
 enum handle_state { UNUSED = 0, ALIVE, DESTROYED };
@@ -81,6 +86,12 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
     pthread_mutex_unlock(&lock);
     cudashim_release(HANDLE_WORKSPACE);
     return CUBLAS_STATUS_ALLOC_FAILED;
+}
+
+/* For cublas_blas.c: the handle's stream (NULL when the handle is not alive). */
+__attribute__((visibility("hidden"))) cudaStream_t cublasshim_stream(cublasHandle_t handle) {
+    struct cublasContext *h = alive(handle);
+    return h ? h->stream : NULL;
 }
 
 /* For cublas_blas.c: the handle's pointer mode, or -1 when the handle is not alive. */
@@ -240,53 +251,51 @@ static const void *member(const struct operand *op, int64_t b, size_t bytes) {
     return (bytes == 0 || cudashim_is_device_range(m, bytes)) ? m : NULL;
 }
 
-/* Reads a scalar per the pointer mode; returns 0 when a device-mode scalar is unreachable. */
-static int scalar(const struct cublasContext *h, const void *p, int type, double *out) {
-    if (h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE && !cudashim_is_device_range(p, element_size(type))) return 0;
-    *out = load_element(type, p, 0);
-    return 1;
-}
-
 static double at(const void *m, int type, int op, int64_t ld, int64_t row, int64_t col) {
     return op == CUBLAS_OP_N ? load_element(type, m, (size_t)(col * ld + row)) : load_element(type, m, (size_t)(row * ld + col));
 }
 
-/* compute < 0: a typed GEMM (no type combination to check). */
-static cublasStatus_t gemm_core(const char *name, cublasHandle_t handle, int transa, int transb, int64_t m, int64_t n,
-                                int64_t k, const void *alpha, const void *beta, int scale, struct operand A,
-                                struct operand B, struct operand C, int64_t batch, int compute) {
-    struct cublasContext *h = alive(handle);
-    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    int ok_a = transa == CUBLAS_OP_N || transa == CUBLAS_OP_T || transa == CUBLAS_OP_C;
-    int ok_b = transb == CUBLAS_OP_N || transb == CUBLAS_OP_T || transb == CUBLAS_OP_C;
-    if (m < 0 || n < 0 || k < 0 || batch < 0 || !ok_a || !ok_b) return CUBLAS_STATUS_INVALID_VALUE;
+/* A queued GEMM: everything the kernel needs, copied at the launch. */
+struct gemm_work {
+    int transa, transb;
+    int64_t m, n, k;
+    int scale;
+    struct operand A, B, C;
+    int64_t batch;
+    int compute, pointer_mode;
+    const void *alpha, *beta; /* device-mode scalars: read when the kernel runs */
+    double a_scale, b_scale;  /* host-mode scalars: read at the launch */
+    int faults;               /* CUDASHIM_ASYNC_FAULT picked this launch */
+    void *workspace;
+    size_t workspace_bytes;
+};
+
+/* A device-mode scalar, read by the kernel; 0 when it is unreachable. */
+static int scalar_at(const void *p, int type, double *out) {
+    if (!cudashim_is_device_range(p, element_size(type))) return 0;
+    *out = load_element(type, p, 0);
+    return 1;
+}
+
+/* The kernel, on the stand-in GPU: 0, or the fault that breaks the context. */
+static int run_gemm(void *arg) {
+    const struct gemm_work *w = arg;
+    int transa = w->transa, transb = w->transb, scale = w->scale, compute = w->compute;
+    int64_t m = w->m, n = w->n, k = w->k, batch = w->batch;
+    struct operand A = w->A, B = w->B, C = w->C;
     int64_t a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
     int64_t b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
-    if (A.ld < max1(a_rows) || B.ld < max1(b_rows) || C.ld < max1(m) || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
-    if (compute >= 0 && (A.type != B.type || !supported_combination(compute, A.type, C.type) || scale_type_of(compute) < 0))
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    int injected = cudashim_inject(name);
-    if (injected) return injected;
-    if (cudashim_sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
-    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
-
-    /* From here on this is the "kernel": it reports problems asynchronously. */
-    if (cudashim_next_launch_faults()) {
-        cudashim_raise_async(cudaErrorIllegalAddress);
-        return CUBLAS_STATUS_SUCCESS;
-    }
-    double a_scale, b_scale;
-    if (!cublasshim_workspace_ok(handle) || !scalar(h, alpha, scale, &a_scale) || !scalar(h, beta, scale, &b_scale)) {
-        cudashim_raise_async(cudaErrorIllegalAddress);
-        return CUBLAS_STATUS_SUCCESS;
-    }
+    double a_scale = w->a_scale, b_scale = w->b_scale;
+    if (w->faults || (w->workspace_bytes && !cudashim_is_device_range(w->workspace, w->workspace_bytes))) return cudaErrorIllegalAddress;
+    if (w->pointer_mode == CUBLAS_POINTER_MODE_DEVICE &&
+        !(scalar_at(w->alpha, scale, &a_scale) && scalar_at(w->beta, scale, &b_scale)))
+        return cudaErrorIllegalAddress;
     size_t a_bytes = k ? extent(a_rows, a_cols, A.ld, element_size(A.type)) : 0;
     size_t b_bytes = k ? extent(b_rows, b_cols, B.ld, element_size(B.type)) : 0;
     size_t c_bytes = extent(m, n, C.ld, element_size(C.type));
     for (int64_t bi = 0; bi < batch; bi++) { /* every member reachable, or nothing is computed */
         if ((a_bytes && !member(&A, bi, a_bytes)) || (b_bytes && !member(&B, bi, b_bytes)) || !member(&C, bi, c_bytes)) {
-            cudashim_raise_async(cudaErrorIllegalAddress);
-            return CUBLAS_STATUS_SUCCESS;
+            return cudaErrorIllegalAddress;
         }
     }
     int half_accumulation = compute == CUBLAS_COMPUTE_16F || compute == CUBLAS_COMPUTE_16F_PEDANTIC ||
@@ -310,7 +319,37 @@ static cublasStatus_t gemm_core(const char *name, cublasHandle_t handle, int tra
             }
         }
     }
-    return CUBLAS_STATUS_SUCCESS;
+    return 0;
+}
+
+/* compute < 0: a typed GEMM (no type combination to check). */
+static cublasStatus_t gemm_core(const char *name, cublasHandle_t handle, int transa, int transb, int64_t m, int64_t n,
+                                int64_t k, const void *alpha, const void *beta, int scale, struct operand A,
+                                struct operand B, struct operand C, int64_t batch, int compute) {
+    struct cublasContext *h = alive(handle);
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    int ok_a = transa == CUBLAS_OP_N || transa == CUBLAS_OP_T || transa == CUBLAS_OP_C;
+    int ok_b = transb == CUBLAS_OP_N || transb == CUBLAS_OP_T || transb == CUBLAS_OP_C;
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || !ok_a || !ok_b) return CUBLAS_STATUS_INVALID_VALUE;
+    int64_t a_rows = transa == CUBLAS_OP_N ? m : k, b_rows = transb == CUBLAS_OP_N ? k : n;
+    if (A.ld < max1(a_rows) || B.ld < max1(b_rows) || C.ld < max1(m) || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+    if (compute >= 0 && (A.type != B.type || !supported_combination(compute, A.type, C.type) || scale_type_of(compute) < 0))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    int injected = cudashim_inject(name);
+    if (injected) return injected;
+    if (cudashim_sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+
+    /* From here on this is the "kernel", queued: it reports problems when it runs. */
+    struct gemm_work w = {transa, transb, m, n, k, scale, A, B, C, batch, compute, h->pointer_mode, alpha, beta, 0, 0,
+                          cudashim_next_launch_faults(), h->workspace, h->workspace_bytes};
+    /* Host-mode scalars: read now, as cuBLAS does (the caller's variables may be gone later). */
+    if (h->pointer_mode == CUBLAS_POINTER_MODE_HOST) {
+        w.a_scale = load_element(scale, alpha, 0);
+        w.b_scale = load_element(scale, beta, 0);
+    }
+    int status = cudashim_submit(h->stream, run_gemm, &w, sizeof w);
+    return status ? CUBLAS_STATUS_EXECUTION_FAILED : CUBLAS_STATUS_SUCCESS;
 }
 
 #define PLAIN(p, t, l) ((struct operand){(p), (t), (l), 0, 0})

@@ -1,7 +1,8 @@
 /* Stand-in libcublasLt.so.12: handles, layout / matmul / preference descriptors with their
  * attributes, a one-answer heuristic, and cublasLtMatmul with the bias, ReLU and GELU
  * epilogues, computed on the CPU. Like NVIDIA's, layouts are not validated when created, only
- * when a matmul uses them. An unreachable operand faults asynchronously, as in cublas.c. */
+ * when a matmul uses them. The matmul is checked at the call and its kernel queued on the
+ * stream argument; an unreachable operand faults when it runs, as in cublas.c. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "elements.h"
+#include "engine.h"
 #include "include/cublasLt.h"
 
 int cudashim_inject(const char *function);
@@ -17,6 +19,7 @@ int cudashim_sticky_error(void);
 int cudashim_is_device_range(const void *ptr, size_t bytes);
 int cudashim_next_launch_faults(void);
 void cudashim_raise_async(int code);
+int cudashim_submit(cudaStream_t stream, shim_work_fn fn, const void *arg, size_t size);
 
 #define LAYOUT_MAGIC 0x4c41594fu
 #define DESC_MAGIC 0x44455343u
@@ -308,42 +311,33 @@ static const void *batch_member(const void *p, const struct layout *l, int32_t b
     return (const char *)p + (ptrdiff_t)(b * l->stride) * (ptrdiff_t)element_size((int)l->type);
 }
 
-cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
-                              const void *A, cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
-                              const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
-                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo, void *workspace,
-                              size_t workspaceSizeInBytes, cudaStream_t stream) {
-    (void)algo;
-    (void)stream;
-    if (!alive(lightHandle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    const struct desc *d = as_desc(computeDesc);
-    const struct layout *a = as_layout(Adesc), *b = as_layout(Bdesc), *c = as_layout(Cdesc), *dd = as_layout(Ddesc);
-    cublasStatus_t st = validate(d, a, b, c, dd);
-    if (st) return st;
-    if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
-    int injected = cudashim_inject("cublasLtMatmul");
-    if (injected) return injected;
-    if (cudashim_sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
-    uint64_t m = dd->rows, n = dd->cols, k = d->transa == CUBLAS_OP_N ? a->cols : a->rows;
-    if (m == 0 || n == 0 || dd->batch == 0) return CUBLAS_STATUS_SUCCESS;
+/* A queued matmul: the descriptor and layouts as they were at the launch, host scalars read. */
+struct matmul_work {
+    struct desc d;
+    struct layout a, b, c, dd;
+    const void *A, *B, *C, *alpha, *beta;
+    void *D, *workspace;
+    size_t workspace_bytes;
+    uint64_t m, n, k;
+    double al, be;
+    int faults;
+};
 
-    /* The "kernel". */
-    if (cudashim_next_launch_faults()) {
-        cudashim_raise_async(cudaErrorIllegalAddress);
-        return CUBLAS_STATUS_SUCCESS;
-    }
+static int run_matmul(void *arg) {
+    struct matmul_work *w = arg;
+    const struct desc *d = &w->d;
+    const struct layout *a = &w->a, *b = &w->b, *c = &w->c, *dd = &w->dd;
+    const void *A = w->A, *B = w->B, *C = w->C;
+    void *D = w->D;
+    uint64_t m = w->m, n = w->n, k = w->k;
+    if (w->faults) return cudaErrorIllegalAddress;
     int scale = d->scale, device_scalars = d->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
-    if (device_scalars && !(cudashim_is_device_range(alpha, element_size(scale)) && cudashim_is_device_range(beta, element_size(scale)))) {
-        cudashim_raise_async(cudaErrorIllegalAddress);
-        return CUBLAS_STATUS_SUCCESS;
-    }
-    double al = load_element(scale, alpha, 0), be = load_element(scale, beta, 0);
+    if (device_scalars && !(cudashim_is_device_range(w->alpha, element_size(scale)) && cudashim_is_device_range(w->beta, element_size(scale))))
+        return cudaErrorIllegalAddress;
+    double al = device_scalars ? load_element(scale, w->alpha, 0) : w->al, be = device_scalars ? load_element(scale, w->beta, 0) : w->be;
     int bias_type = d->bias_type >= 0 ? d->bias_type : (int)dd->type;
     int has_bias = (d->epilogue & CUBLASLT_EPILOGUE_BIAS) != 0;
-    if (workspaceSizeInBytes > 0 && !cudashim_is_device_range(workspace, workspaceSizeInBytes)) {
-        cudashim_raise_async(cudaErrorIllegalAddress);
-        return CUBLAS_STATUS_SUCCESS;
-    }
+    if (w->workspace_bytes > 0 && !cudashim_is_device_range(w->workspace, w->workspace_bytes)) return cudaErrorIllegalAddress;
     for (int32_t bi = 0; bi < dd->batch; bi++) {
         int ok = (k == 0 || (cudashim_is_device_range(batch_member(A, a, bi), layout_bytes(a)) &&
                              cudashim_is_device_range(batch_member(B, b, bi), layout_bytes(b)))) &&
@@ -351,10 +345,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                  cudashim_is_device_range(batch_member(D, dd, bi), layout_bytes(dd)) &&
                  (!has_bias || cudashim_is_device_range((const char *)d->bias + (size_t)(bi * d->bias_stride) * element_size(bias_type),
                                                         m * element_size(bias_type)));
-        if (!ok) {
-            cudashim_raise_async(cudaErrorIllegalAddress);
-            return CUBLAS_STATUS_SUCCESS;
-        }
+        if (!ok) return cudaErrorIllegalAddress;
     }
     for (int32_t bi = 0; bi < dd->batch; bi++) {
         const void *pa = batch_member(A, a, bi), *pb = batch_member(B, b, bi), *pc = batch_member(C, c, bi);
@@ -373,5 +364,33 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
             }
         }
     }
-    return CUBLAS_STATUS_SUCCESS;
+    return 0;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
+                              const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo, void *workspace,
+                              size_t workspaceSizeInBytes, cudaStream_t stream) {
+    (void)algo;
+    if (!alive(lightHandle)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    const struct desc *d = as_desc(computeDesc);
+    const struct layout *a = as_layout(Adesc), *b = as_layout(Bdesc), *c = as_layout(Cdesc), *dd = as_layout(Ddesc);
+    cublasStatus_t st = validate(d, a, b, c, dd);
+    if (st) return st;
+    if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+    int injected = cudashim_inject("cublasLtMatmul");
+    if (injected) return injected;
+    if (cudashim_sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
+    uint64_t m = dd->rows, n = dd->cols, k = d->transa == CUBLAS_OP_N ? a->cols : a->rows;
+    if (m == 0 || n == 0 || dd->batch == 0) return CUBLAS_STATUS_SUCCESS;
+
+    /* The "kernel", queued on `stream`. */
+    struct matmul_work w = {*d, *a, *b, *c, *dd, A, B, C, alpha, beta, D, workspace, workspaceSizeInBytes, m, n, k,
+                            0, 0, cudashim_next_launch_faults()};
+    if (d->pointer_mode != CUBLAS_POINTER_MODE_DEVICE) {
+        w.al = load_element(d->scale, alpha, 0);
+        w.be = load_element(d->scale, beta, 0);
+    }
+    return cudashim_submit(stream, run_matmul, &w, sizeof w) ? CUBLAS_STATUS_EXECUTION_FAILED : CUBLAS_STATUS_SUCCESS;
 }

@@ -4,8 +4,8 @@
  * rules. Linked into the same libcublas.so as cublas.c.
  *
  * As there, the "kernel" part reports problems asynchronously: an operand outside every live
- * allocation is not touched, the call returns SUCCESS, and cudaErrorIllegalAddress appears at
- * the next synchronisation. One macro per family serves the four types (S, D, C, Z); C99
+ * allocation is not touched, the call returns SUCCESS, and cudaErrorIllegalAddress breaks the
+ * context (under CUDASHIM_SYNC=1: from the next synchronisation on). One macro per family serves the four types (S, D, C, Z); C99
  * complex arithmetic does the complex ones, through cuComplex's identical layout. */
 #include <complex.h>
 #include <math.h>
@@ -23,6 +23,8 @@ int cudashim_next_launch_faults(void);
 void cudashim_raise_async(int code);
 __attribute__((visibility("hidden"))) int cublasshim_pointer_mode(cublasHandle_t handle);
 __attribute__((visibility("hidden"))) int cublasshim_workspace_ok(cublasHandle_t handle);
+__attribute__((visibility("hidden"))) cudaStream_t cublasshim_stream(cublasHandle_t handle);
+void cudashim_drain(cudaStream_t stream);
 
 typedef float _Complex c32;
 typedef double _Complex c64;
@@ -72,11 +74,16 @@ static int scalar_ok(cublasHandle_t handle, const void *p, size_t bytes) {
 }
 
 /* The common start of every "kernel": injected failures, an earlier sticky error, an injected
- * asynchronous fault. Returns -1 to go on, else the status to return. */
+ * asynchronous fault. Returns -1 to go on, else the status to return. The kernel then runs
+ * here, on the calling thread, once the handle's stream ran its earlier work (in stream order,
+ * not asynchronously: see cublas.c); a fault it finds is queued on that stream, and breaks the
+ * context when the worker reaches it. */
 static int kernel_start(const char *name, cublasHandle_t handle) {
     int injected = cudashim_inject(name);
     if (injected) return injected;
     if (cudashim_sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
+    cudashim_drain(cublasshim_stream(handle));
+    if (cudashim_sticky_error()) return CUBLAS_STATUS_SUCCESS; /* an earlier kernel faulted: this one never runs */
     if (cudashim_next_launch_faults() || !cublasshim_workspace_ok(handle)) {
         cudashim_raise_async(cudaErrorIllegalAddress);
         return CUBLAS_STATUS_SUCCESS;

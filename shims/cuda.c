@@ -3,7 +3,13 @@
  * virtual memory, and the entry points (cuGetProcAddress) the runtime finds all of it with.
  *   CUDASHIM_DRIVER_VERSION=N   what cuDriverGetVersion reports (default 12090)
  *   CUDASHIM_DEVICE_COUNT=N     how many devices there are (default 1; 0: cuInit says no device)
- *   CUDASHIM_COMPUTE_CAPABILITY=M.N  every device's compute capability (default 9.0) */
+ *   CUDASHIM_COMPUTE_CAPABILITY=M.N  every device's compute capability (default 9.0)
+ * Device work (kernels, memsets, asynchronous copies, stream memory operations, event records)
+ * goes to the stand-in GPU in engine.c, which runs it on a worker thread after the call
+ * returned; its knobs (CUDASHIM_SYNC, CUDASHIM_WORKER_DELAY_US, CUDASHIM_WORKER_HOLD,
+ * CUDASHIM_COUNT_BLOCKING) are listed there. Once a fault has broken the context, the driver's
+ * memory, copy, stream, event and launch calls return its sticky error (not under
+ * CUDASHIM_SYNC=1, where the driver never saw it). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -13,7 +19,20 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "include/cuda.h"
+
+/* The context's sticky error, for the calls a broken context refuses. */
+#define STICKY()                                                              \
+    do {                                                                      \
+        int sticky_ = cudashim_engine_is_sync() ? 0 : cudashim_engine_error(); \
+        if (sticky_) return sticky_;                                          \
+    } while (0)
+
+/* A call that blocks its thread until the stream's work (all: the device's) ran: counted;
+ * under CUDASHIM_SYNC=1 everything already ran and the driver reports nothing (as before). */
+#define block_on(stream, per_thread, who) cudashim_engine_block((stream), (per_thread), 0, (who))
+#define block_all(who) cudashim_engine_block(NULL, 0, 1, (who))
 
 /* CUDASHIM_COUNT_DRIVER_CALLS=FILE: the driver functions the guard itself calls count their calls. */
 #define COUNT_CALLS_VARIABLE "CUDASHIM_COUNT_DRIVER_CALLS"
@@ -169,6 +188,7 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
 }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    STICKY();
     if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mem_lock);
     int over = bytesize > memory_total - bytes_in_use;
@@ -190,8 +210,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
 #define RANGE_IPC 2      /* opened from an IPC handle; closed, not freed */
 #define RANGE_EXTERNAL 3 /* a buffer of imported memory; freed with cuMemFree, stays mapped */
 
-CUresult cuMemFree_v2(CUdeviceptr dptr) {
-    if (!dptr) return CUDA_SUCCESS;
+/* Frees now: the caller made sure no queued work still uses the memory. */
+static CUresult free_device(CUdeviceptr dptr) {
     pthread_mutex_lock(&mem_lock);
     int found = untrack((uintptr_t)dptr, 0);
     int external = !found && untrack((uintptr_t)dptr, RANGE_EXTERNAL);
@@ -199,6 +219,28 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
     if (!found && !external) return CUDA_ERROR_INVALID_VALUE;
     if (found) free((void *)(uintptr_t)dptr);
     return CUDA_SUCCESS;
+}
+
+/* As on a GPU, freeing synchronises with the device first (work queued before it may still
+ * use the memory): a host-blocking call. */
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    STICKY();
+    if (!dptr) return CUDA_SUCCESS;
+    int code = block_all("cuMemFree_v2");
+    return code ? code : free_device(dptr);
+}
+
+static int live_allocation(CUdeviceptr dptr) {
+    pthread_mutex_lock(&mem_lock);
+    const struct range *r = range_at((uintptr_t)dptr);
+    int ok = r && r->base == dptr && (r->kind == 0 || r->kind == 3);
+    pthread_mutex_unlock(&mem_lock);
+    return ok;
+}
+
+static int run_free(void *arg) {
+    free_device(*(CUdeviceptr *)arg);
+    return 0;
 }
 
 /* The driver's other allocators: the same device memory as cuMemAlloc_v2 (streams and pools
@@ -231,22 +273,140 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, void *
     return cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream);
 }
 
-CUresult cuMemFreeAsync(CUdeviceptr dptr, void *stream) {
-    (void)stream;
-    return cuMemFree_v2(dptr);
+/* Stream-ordered: the memory goes back once the stream's earlier work ran. */
+static CUresult free_async(CUdeviceptr dptr, void *stream, int per_thread) {
+    STICKY();
+    if (!dptr) return CUDA_SUCCESS;
+    if (!live_allocation(dptr)) return CUDA_ERROR_INVALID_VALUE;
+    return cudashim_engine_submit(stream, per_thread, run_free, NULL, &dptr, sizeof dptr);
 }
 
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, void *stream) { return cuMemFreeAsync(dptr, stream); }
+CUresult cuMemFreeAsync(CUdeviceptr dptr, void *stream) { return free_async(dptr, stream, 0); }
 
-/* Pinned host memory: host memory, never device memory. */
-CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) {
-    if (!pp) return CUDA_ERROR_INVALID_VALUE;
-    *pp = aligned_alloc(256, (bytesize + 255) & ~(size_t)255);
-    return *pp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, void *stream) { return free_async(dptr, stream, 1); }
+
+/* ---- pinned host memory: host memory, never device memory (cudashim_driver_is_device_range
+ * says no), tracked apart so that copies into it can be asynchronous and stream memory
+ * operations can write it. With unified addressing every pinned allocation is mapped and its
+ * device pointer is its host pointer (cuMemHostGetDevicePointer_v2). ---- */
+#define PINNED_REGISTERED 0x100 /* cuMemHostRegister'd: the program's memory, not freed here */
+
+struct pinned {
+    uintptr_t base;
+    size_t size;
+    unsigned int flags;
+};
+static struct pinned *pinned;
+static size_t pinned_count, pinned_cap;
+
+static int track_pinned(void *p, size_t size, unsigned int flags) {
+    pthread_mutex_lock(&mem_lock);
+    int ok = 1;
+    if (pinned_count == pinned_cap) {
+        size_t cap = pinned_cap ? pinned_cap * 2 : 64;
+        struct pinned *grown = realloc(pinned, cap * sizeof *grown);
+        if (grown) pinned = grown, pinned_cap = cap;
+        else ok = 0;
+    }
+    if (ok) pinned[pinned_count++] = (struct pinned){(uintptr_t)p, size, flags};
+    pthread_mutex_unlock(&mem_lock);
+    return ok;
 }
 
+/* Removes the pinned range starting at p; its flags, or -1 when there is none. */
+static long untrack_pinned(const void *p) {
+    long flags = -1;
+    pthread_mutex_lock(&mem_lock);
+    for (size_t i = 0; i < pinned_count; i++) {
+        if (pinned[i].base == (uintptr_t)p) {
+            flags = pinned[i].flags;
+            pinned[i] = pinned[--pinned_count];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return flags;
+}
+
+/* 1 when [ptr, ptr + bytes) lies inside one pinned range (private, for the runtime too). */
+int cudashim_driver_is_pinned(const void *ptr, size_t bytes) {
+    uintptr_t p = (uintptr_t)ptr;
+    int inside = 0;
+    pthread_mutex_lock(&mem_lock);
+    for (size_t i = 0; i < pinned_count && !inside; i++)
+        inside = p >= pinned[i].base && p - pinned[i].base <= pinned[i].size && bytes <= pinned[i].size - (p - pinned[i].base);
+    pthread_mutex_unlock(&mem_lock);
+    return inside;
+}
+
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
+    STICKY();
+    if (!pp || flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t rounded = (bytesize + 255) & ~(size_t)255;
+    void *p = aligned_alloc(256, rounded ? rounded : 256);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(p, 0, rounded ? rounded : 256);
+    if (!track_pinned(p, bytesize, flags)) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { return cuMemHostAlloc(pp, bytesize, 0); }
+
+/* Private: frees pinned memory now (the runtime synchronised first); -1 when it was not. */
+int cudashim_driver_free_pinned(void *p) {
+    long flags = untrack_pinned(p);
+    if (flags >= 0 && (flags & PINNED_REGISTERED)) return -1;
+    free(p); /* as before, also memory the stand-in did not pin */
+    return flags >= 0 ? 0 : -1;
+}
+
+/* Pinned memory is freed once the device is done with it: a host-blocking call. */
 CUresult cuMemFreeHost(void *p) {
-    free(p);
+    STICKY();
+    if (!p) return CUDA_SUCCESS;
+    int code = block_all("cuMemFreeHost");
+    if (code) return code;
+    cudashim_driver_free_pinned(p);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int flags) {
+    STICKY();
+    if (!pdptr || flags != 0 || !cudashim_driver_is_pinned(p, 1)) return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = (CUdeviceptr)(uintptr_t)p; /* unified addressing: the same address */
+    return CUDA_SUCCESS;
+}
+
+#define CU_MEMHOSTREGISTER_PORTABLE 0x1
+#define CU_MEMHOSTREGISTER_DEVICEMAP 0x2
+#define CU_MEMHOSTREGISTER_IOMEMORY 0x4
+#define CU_MEMHOSTREGISTER_READ_ONLY 0x8
+#define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
+#define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
+
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags) {
+    STICKY();
+    if (!p || !bytesize || flags & ~0xfu) return CUDA_ERROR_INVALID_VALUE;
+    if (cudashim_driver_is_pinned(p, 1)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    return track_pinned(p, bytesize, flags | PINNED_REGISTERED) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuMemHostUnregister(void *p) {
+    STICKY();
+    int registered = 0;
+    pthread_mutex_lock(&mem_lock);
+    for (size_t i = 0; i < pinned_count; i++)
+        if (pinned[i].base == (uintptr_t)p) registered = (pinned[i].flags & PINNED_REGISTERED) != 0;
+    pthread_mutex_unlock(&mem_lock);
+    if (!registered) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    int code = block_all("cuMemHostUnregister"); /* the device may still be writing it */
+    if (code) return code;
+    untrack_pinned(p);
     return CUDA_SUCCESS;
 }
 
@@ -355,16 +515,79 @@ CUresult cuDestroyExternalMemory(CUexternalMemory mem) {
     return CUDA_SUCCESS;
 }
 
+/* Synchronous copies wait for the legacy stream's work (and what orders with it) first: host-
+ * blocking calls. */
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
+    STICKY();
     if (!cudashim_driver_is_device_range((const void *)(uintptr_t)dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    int code = block_on(NULL, 0, "cuMemcpyHtoD_v2");
+    if (code) return code;
     memcpy((void *)(uintptr_t)dst, src, bytes);
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
+    STICKY();
     if (!cudashim_driver_is_device_range((const void *)(uintptr_t)src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    int code = block_on(NULL, 0, "cuMemcpyDtoH_v2");
+    if (code) return code;
     memcpy(dst, (const void *)(uintptr_t)src, bytes);
     return CUDA_SUCCESS;
+}
+
+/* A copy the worker makes; `staged`: the source bytes follow (a pageable source, copied at
+ * the call as CUDA stages it). */
+struct copy_work {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    int staged;
+};
+
+static int run_copy(void *arg) {
+    struct copy_work *c = arg;
+    memmove(c->dst, c->staged ? (const void *)(c + 1) : c->src, c->bytes);
+    return 0;
+}
+
+/* Private, for the runtime too: an asynchronous copy on `stream` as CUDA documents it. Into
+ * pageable host memory it returns only once done (a host-blocking call named `who`); from
+ * pageable host memory the bytes are staged at the call; otherwise it is queued. */
+int cudashim_driver_copy_async(void *dst, const void *src, size_t bytes, int dst_host, int src_host, const void *stream,
+                               int per_thread, const char *who) {
+    int dst_pageable = dst_host && !cudashim_driver_is_pinned(dst, bytes);
+    int src_pageable = src_host && !cudashim_driver_is_pinned(src, bytes);
+    if (dst_pageable) {
+        int code = block_on(stream, per_thread, who);
+        if (code) return code;
+        memmove(dst, src, bytes);
+        return 0;
+    }
+    if (src_pageable && !cudashim_engine_is_sync()) {
+        struct copy_work *c = malloc(sizeof *c + bytes);
+        if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+        *c = (struct copy_work){dst, NULL, bytes, 1};
+        memcpy(c + 1, src, bytes);
+        int code = cudashim_engine_submit(stream, per_thread, run_copy, NULL, c, sizeof *c + bytes);
+        free(c);
+        return code;
+    }
+    struct copy_work c = {dst, src, bytes, 0};
+    return cudashim_engine_submit(stream, per_thread, run_copy, NULL, &c, sizeof c);
+}
+
+static CUresult htod_async(CUdeviceptr dst, const void *src, size_t bytes, void *stream, int per_thread) {
+    STICKY();
+    if (!cudashim_driver_is_device_range((const void *)(uintptr_t)dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    return cudashim_driver_copy_async((void *)(uintptr_t)dst, src, bytes, 0, 1, stream, per_thread, "cuMemcpyHtoDAsync_v2");
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream) {
+    return htod_async(dst, src, bytes, stream, 0);
+}
+
+CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t bytes, void *stream) {
+    return htod_async(dst, src, bytes, stream, 1);
 }
 
 /* ---- virtual memory: reserve addresses, create physical memory, map it, unmap, release ---- */
@@ -460,7 +683,9 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
  *   CUDASHIM_WRONG_KERNEL=1    the kernel's answer is wrong (NaN and Inf counts swapped): a
  *                              miscompiled kernel, for the guard's self-test to catch
  *   CUDASHIM_FAIL_MEMSET=1     cuMemsetD8Async fails (CUDA_ERROR_INVALID_VALUE): a driver call
- *                              of the scan that fails, for the guard to stop there */
+ *                              of the scan that fails, for the guard to stop there
+ *   CUDASHIM_SM_COUNT=N        the device's multiprocessors (default 4), which size the scan's grid
+ *   CUDASHIM_LAUNCH_LOG=FILE   one line per scan launch: "KERNEL gx gy bx" */
 int cudashim_run_nonfinite(void **params, unsigned int grid, unsigned int block);
 int cudashim_run_nonfinite_many(void **params, unsigned int grid_x, unsigned int grid_y, unsigned int block);
 
@@ -476,7 +701,6 @@ struct scan_jobs {
 };
 
 #define CUDA_ERROR_INVALID_IMAGE 200
-#define CUDA_ERROR_ILLEGAL_ADDRESS 700
 #define NONFINITE_ENTRY ".entry cublasguard_nonfinite("
 
 static int context_token, module_token, function_token, many_token;
@@ -511,9 +735,47 @@ CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
 
 static size_t kind_size(unsigned int kind) { return kind == 1 ? 8 : kind == 2 || kind == 14 ? 2 : kind == 28 || kind == 29 ? 1 : 4; }
 
+struct many_work {
+    struct scan_jobs jobs;
+    unsigned long long out;
+    unsigned int gx, gy, bx;
+};
+
+static int run_many(void *arg) {
+    struct many_work *w = arg;
+    void *params[2] = {&w->jobs, &w->out};
+    cudashim_run_nonfinite_many(params, w->gx, w->gy, w->bx); /* its arguments were checked at launch */
+    if (env_int("CUDASHIM_WRONG_KERNEL", 0)) {
+        for (unsigned int j = 0; j < w->jobs.count; j++) {
+            unsigned long long *result = (unsigned long long *)(uintptr_t)w->out + 3 * j, nan = result[0];
+            result[0] = result[1];
+            result[1] = nan;
+        }
+    }
+    return 0;
+}
+
+struct single_work {
+    unsigned long long data, rows, cols, ld;
+    unsigned int kind, grid, block;
+    unsigned long long out;
+};
+
+static int run_single(void *arg) {
+    struct single_work *w = arg;
+    void *params[6] = {&w->data, &w->rows, &w->cols, &w->ld, &w->kind, &w->out};
+    cudashim_run_nonfinite(params, w->grid, w->block);
+    if (env_int("CUDASHIM_WRONG_KERNEL", 0)) {
+        unsigned long long *result = (unsigned long long *)(uintptr_t)w->out, nan = result[0];
+        result[0] = result[1];
+        result[1] = nan;
+    }
+    return 0;
+}
+
 /* Every member of every job must be device memory, as the kernel would fault otherwise. */
 static CUresult launch_many(unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
-                            unsigned int bz, void **params, void **extra) {
+                            unsigned int bz, void **params, void **extra, void *stream, int per_thread) {
     if (!params || extra || gz != 1 || by != 1 || bz != 1 || !gx || !gy || !bx || bx > 1024) return CUDA_ERROR_INVALID_VALUE;
     const struct scan_jobs *jobs = (const struct scan_jobs *)params[0];
     unsigned long long out = *(unsigned long long *)params[1];
@@ -532,15 +794,29 @@ static CUresult launch_many(unsigned int gx, unsigned int gy, unsigned int gz, u
         }
     }
     __atomic_add_fetch(&driver_launches, 1, __ATOMIC_RELAXED);
-    if (cudashim_run_nonfinite_many(params, gx, gy, bx)) return CUDA_ERROR_INVALID_VALUE;
-    if (env_int("CUDASHIM_WRONG_KERNEL", 0)) {
-        for (unsigned int j = 0; j < jobs->count; j++) {
-            unsigned long long *result = (unsigned long long *)(uintptr_t)out + 3 * j, nan = result[0];
-            result[0] = result[1];
-            result[1] = nan;
-        }
-    }
-    return CUDA_SUCCESS;
+    /* As CUDA: the parameters are copied at the launch, the kernel runs later. */
+    struct many_work w = {*jobs, out, gx, gy, bx};
+    return cudashim_engine_submit(stream, per_thread, run_many, NULL, &w, sizeof w);
+}
+
+static CUresult launch(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+                       unsigned int bz, void *stream, int per_thread, void **params, void **extra) {
+    STICKY();
+    if (f == &many_token) return launch_many(gx, gy, gz, bx, by, bz, params, extra, stream, per_thread);
+    if (f != &function_token || !params || extra || gy != 1 || gz != 1 || by != 1 || bz != 1 || !gx || !bx || bx > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* The kernel reads rows x cols elements at ld and writes 24 bytes: both must be device memory. */
+    struct single_work w = {*(unsigned long long *)params[0], *(unsigned long long *)params[1],
+                            *(unsigned long long *)params[2], *(unsigned long long *)params[3],
+                            *(unsigned int *)params[4], gx, bx, *(unsigned long long *)params[5]};
+    size_t size = kind_size(w.kind);
+    size_t extent = w.rows && w.cols ? ((w.cols - 1) * w.ld + w.rows) * size : 0;
+    if ((extent && !cudashim_driver_is_device_range((const void *)(uintptr_t)w.data, extent)) ||
+        !cudashim_driver_is_device_range((const void *)(uintptr_t)w.out, 24))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    __atomic_add_fetch(&driver_launches, 1, __ATOMIC_RELAXED);
+    /* As CUDA: the parameters are copied at the launch, the kernel runs later. */
+    return cudashim_engine_submit(stream, per_thread, run_single, NULL, &w, sizeof w);
 }
 
 /* CUDASHIM_LAUNCH_LOG=FILE: one line per scan launch, "KERNEL gx gy bx", for tests of the grid. */
@@ -564,88 +840,316 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
                         unsigned int bz, unsigned int shared, void *stream, void **params, void **extra) {
     count_call(__func__);
     log_launch(f, gx, gy, bx);
-    (void)shared, (void)stream;
-    if (f == &many_token) return launch_many(gx, gy, gz, bx, by, bz, params, extra);
-    if (f != &function_token || !params || extra || gy != 1 || gz != 1 || by != 1 || bz != 1 || !gx || !bx || bx > 1024)
-        return CUDA_ERROR_INVALID_VALUE;
-    /* The kernel reads rows x cols elements at ld and writes 24 bytes: both must be device memory. */
-    unsigned long long data = *(unsigned long long *)params[0], rows = *(unsigned long long *)params[1];
-    unsigned long long cols = *(unsigned long long *)params[2], ld = *(unsigned long long *)params[3];
-    unsigned int kind = *(unsigned int *)params[4];
-    unsigned long long out = *(unsigned long long *)params[5];
-    size_t size = kind_size(kind);
-    size_t extent = rows && cols ? ((cols - 1) * ld + rows) * size : 0;
-    if ((extent && !cudashim_driver_is_device_range((const void *)(uintptr_t)data, extent)) ||
-        !cudashim_driver_is_device_range((const void *)(uintptr_t)out, 24))
-        return CUDA_ERROR_ILLEGAL_ADDRESS;
-    __atomic_add_fetch(&driver_launches, 1, __ATOMIC_RELAXED);
-    if (cudashim_run_nonfinite(params, gx, bx)) return CUDA_ERROR_INVALID_VALUE;
-    if (env_int("CUDASHIM_WRONG_KERNEL", 0)) {
-        unsigned long long *result = (unsigned long long *)(uintptr_t)out, nan = result[0];
-        result[0] = result[1];
-        result[1] = nan;
-    }
-    return CUDA_SUCCESS;
+    (void)shared;
+    return launch(f, gx, gy, gz, bx, by, bz, stream, 0, params, extra);
 }
 
-CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, void *stream) {
-    count_call(__func__);
-    (void)stream;
+CUresult cuLaunchKernel_ptsz(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+                             unsigned int bz, unsigned int shared, void *stream, void **params, void **extra) {
+    count_call("cuLaunchKernel");
+    log_launch(f, gx, gy, bx);
+    (void)shared;
+    return launch(f, gx, gy, gz, bx, by, bz, stream, 1, params, extra);
+}
+
+struct memset_work {
+    void *dst;
+    size_t count;
+    unsigned char value;
+};
+
+static int run_memset(void *arg) {
+    struct memset_work *m = arg;
+    memset(m->dst, m->value, m->count);
+    return 0;
+}
+
+static CUresult memset_async(CUdeviceptr dst, unsigned char value, size_t count, void *stream, int per_thread) {
+    STICKY();
     const char *fail = getenv("CUDASHIM_FAIL_MEMSET");
     if (fail && *fail && *fail != '0') return CUDA_ERROR_INVALID_VALUE;
     if (!cudashim_driver_is_device_range((const void *)(uintptr_t)dst, count)) return CUDA_ERROR_INVALID_VALUE;
-    memset((void *)(uintptr_t)dst, value, count);
+    struct memset_work m = {(void *)(uintptr_t)dst, count, value};
+    return cudashim_engine_submit(stream, per_thread, run_memset, NULL, &m, sizeof m);
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, CUstream stream) {
+    count_call(__func__);
+    return memset_async(dst, value, count, stream, 0);
+}
+
+CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char value, size_t count, void *stream) {
+    count_call("cuMemsetD8Async");
+    return memset_async(dst, value, count, stream, 1);
+}
+
+static CUresult dtoh_async(void *dst, CUdeviceptr src, size_t bytes, void *stream, int per_thread) {
+    STICKY();
+    if (!cudashim_driver_is_device_range((const void *)(uintptr_t)src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    return cudashim_driver_copy_async(dst, (const void *)(uintptr_t)src, bytes, 1, 0, stream, per_thread, "cuMemcpyDtoHAsync_v2");
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+    count_call(__func__);
+    return dtoh_async(dst, src, bytes, stream, 0);
+}
+
+CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t bytes, void *stream) {
+    count_call("cuMemcpyDtoHAsync_v2");
+    return dtoh_async(dst, src, bytes, stream, 1);
+}
+
+/* ---- streams, events, synchronisation ---- */
+
+static char stream_tokens[256]; /* a driver-created stream is one of these addresses */
+static int stream_live[256];
+
+CUresult cuStreamCreate(CUstream *stream, unsigned int flags) {
+    STICKY();
+    if (!stream || flags > CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    for (int i = 0; i < 256; i++) {
+        if (!stream_live[i]) {
+            stream_live[i] = 1;
+            pthread_mutex_unlock(&mem_lock);
+            *stream = (CUstream)&stream_tokens[i];
+            cudashim_engine_stream_created(*stream, flags);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuStreamDestroy_v2(CUstream stream) {
+    char *s = (char *)stream;
+    if (s < stream_tokens || s >= stream_tokens + 256 || !stream_live[s - stream_tokens]) return CUDA_ERROR_INVALID_HANDLE;
+    stream_live[s - stream_tokens] = 0; /* its queued work still runs, as CUDA's does */
+    cudashim_engine_stream_destroyed(stream);
     return CUDA_SUCCESS;
 }
 
-CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, void *stream) {
+CUresult cuStreamSynchronize(CUstream stream) {
     count_call(__func__);
-    (void)stream;
-    return cuMemcpyDtoH_v2(dst, src, bytes);
+    STICKY();
+    return block_on(stream, 0, "cuStreamSynchronize");
 }
 
-CUresult cuStreamSynchronize(void *stream) {
+CUresult cuStreamSynchronize_ptsz(void *stream) {
+    count_call("cuStreamSynchronize");
+    STICKY();
+    return block_on(stream, 1, "cuStreamSynchronize");
+}
+
+CUresult cuStreamQuery(CUstream stream) {
+    STICKY();
+    return cudashim_engine_is_sync() ? CUDA_SUCCESS : cudashim_engine_query_stream(stream, 0);
+}
+
+CUresult cuStreamQuery_ptsz(void *stream) {
+    STICKY();
+    return cudashim_engine_is_sync() ? CUDA_SUCCESS : cudashim_engine_query_stream(stream, 1);
+}
+
+CUresult cuCtxSynchronize(void) {
+    STICKY();
+    return block_all("cuCtxSynchronize");
+}
+
+CUresult cuEventCreate(CUevent *event, unsigned int flags) {
+    STICKY();
+    return cudashim_engine_event_create((void **)event, flags) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy_v2(CUevent event) { return cudashim_engine_event_destroy(event); }
+
+CUresult cuEventRecord(CUevent event, CUstream stream) {
+    STICKY();
+    return cudashim_engine_event_record(event, stream, 0);
+}
+
+CUresult cuEventRecord_ptsz(void *event, void *stream) {
+    STICKY();
+    return cudashim_engine_event_record(event, stream, 1);
+}
+
+CUresult cuEventQuery(CUevent event) {
+    STICKY();
+    return cudashim_engine_event_query(event);
+}
+
+CUresult cuEventSynchronize(CUevent event) {
+    STICKY();
+    int code = cudashim_engine_event_synchronize(event, "cuEventSynchronize");
+    return cudashim_engine_is_sync() && code != CUDA_ERROR_INVALID_HANDLE ? CUDA_SUCCESS : code;
+}
+
+CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
+    STICKY();
+    return cudashim_engine_event_elapsed(ms, start, end);
+}
+
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+    STICKY();
+    if (flags > 1) return CUDA_ERROR_INVALID_VALUE;
+    return cudashim_engine_stream_wait_event(stream, 0, event);
+}
+
+CUresult cuStreamWaitEvent_ptsz(void *stream, void *event, unsigned int flags) {
+    STICKY();
+    if (flags > 1) return CUDA_ERROR_INVALID_VALUE;
+    return cudashim_engine_stream_wait_event(stream, 1, event);
+}
+
+/* ---- stream memory operations (the _v2 API, on by default since CUDA 12) ----
+ * Targets are device pointers: device memory, or pinned host memory through its device
+ * pointer (the same address here). A write lands once the stream's earlier work ran; by default
+ * with a fence before it (a release store here: a host thread that reads the word with acquire
+ * sees everything the earlier work wrote). CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER is "not
+ * supported in the v2 API" (NVIDIA's header): refused. */
+#define CU_STREAM_WAIT_VALUE_FLUSH (1 << 30)
+
+static int memop_target(CUdeviceptr addr, size_t bytes) {
+    const void *p = (const void *)(uintptr_t)addr;
+    return addr % bytes == 0 && (cudashim_driver_is_device_range(p, bytes) || cudashim_driver_is_pinned(p, bytes));
+}
+
+struct memop_work {
+    CUdeviceptr addr;
+    unsigned long long value;
+    unsigned int flags;
+    int wide; /* 64-bit */
+};
+
+static int run_write_value(void *arg) {
+    struct memop_work *w = arg;
+    if (w->wide) __atomic_store_n((unsigned long long *)(uintptr_t)w->addr, w->value, __ATOMIC_RELEASE);
+    else __atomic_store_n((unsigned int *)(uintptr_t)w->addr, (unsigned int)w->value, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static int value_met(void *arg) {
+    struct memop_work *w = arg;
+    unsigned long long v = w->wide ? __atomic_load_n((unsigned long long *)(uintptr_t)w->addr, __ATOMIC_ACQUIRE)
+                                   : __atomic_load_n((unsigned int *)(uintptr_t)w->addr, __ATOMIC_ACQUIRE);
+    unsigned long long want = w->value;
+    switch (w->flags & 0x3) {
+    case CU_STREAM_WAIT_VALUE_GEQ: return w->wide ? (long long)(v - want) >= 0 : (int)((unsigned int)v - (unsigned int)want) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ: return v == want;
+    case CU_STREAM_WAIT_VALUE_AND: return (v & want) != 0;
+    default: return w->wide ? ~(v | want) != 0 : (unsigned int)~(v | want) != 0;
+    }
+}
+
+static CUresult write_value(void *stream, int per_thread, CUdeviceptr addr, unsigned long long value, unsigned int flags, int wide) {
+    STICKY();
+    if (flags & CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER || flags) return CUDA_ERROR_INVALID_VALUE;
+    if (!memop_target(addr, wide ? 8 : 4)) return CUDA_ERROR_INVALID_VALUE;
+    struct memop_work w = {addr, value, flags, wide};
+    return cudashim_engine_submit(stream, per_thread, run_write_value, NULL, &w, sizeof w);
+}
+
+static CUresult wait_value(void *stream, int per_thread, CUdeviceptr addr, unsigned long long value, unsigned int flags, int wide) {
+    STICKY();
+    if (flags & ~(0x3u | CU_STREAM_WAIT_VALUE_FLUSH)) return CUDA_ERROR_INVALID_VALUE;
+    if (!memop_target(addr, wide ? 8 : 4)) return CUDA_ERROR_INVALID_VALUE;
+    struct memop_work w = {addr, value, flags, wide};
+    return cudashim_engine_submit(stream, per_thread, NULL, value_met, &w, sizeof w);
+}
+
+CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, unsigned int value, unsigned int flags) {
     count_call(__func__);
-    (void)stream; /* everything already ran, in order */
-    return CUDA_SUCCESS;
+    return write_value(stream, 0, addr, value, flags, 0);
+}
+
+CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, unsigned long long value, unsigned int flags) {
+    count_call(__func__);
+    return write_value(stream, 0, addr, value, flags, 1);
+}
+
+CUresult cuStreamWriteValue32_v2_ptsz(void *stream, CUdeviceptr addr, unsigned int value, unsigned int flags) {
+    count_call("cuStreamWriteValue32_v2");
+    return write_value(stream, 1, addr, value, flags, 0);
+}
+
+CUresult cuStreamWriteValue64_v2_ptsz(void *stream, CUdeviceptr addr, unsigned long long value, unsigned int flags) {
+    count_call("cuStreamWriteValue64_v2");
+    return write_value(stream, 1, addr, value, flags, 1);
+}
+
+CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, unsigned int value, unsigned int flags) {
+    return wait_value(stream, 0, addr, value, flags, 0);
+}
+
+CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, unsigned long long value, unsigned int flags) {
+    return wait_value(stream, 0, addr, value, flags, 1);
+}
+
+CUresult cuStreamWaitValue32_v2_ptsz(void *stream, CUdeviceptr addr, unsigned int value, unsigned int flags) {
+    return wait_value(stream, 1, addr, value, flags, 0);
+}
+
+CUresult cuStreamWaitValue64_v2_ptsz(void *stream, CUdeviceptr addr, unsigned long long value, unsigned int flags) {
+    return wait_value(stream, 1, addr, value, flags, 1);
 }
 
 /* ---- entry points: how the runtime, and programs with a static runtime, find the above ---- */
-#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (1 << 1)
 
-static const struct { const char *name; void *fn; int since; } procs[] = {
-    {"cuInit", (void *)cuInit, 2000},
-    {"cuDriverGetVersion", (void *)cuDriverGetVersion, 2020},
-    {"cuDeviceGetCount", (void *)cuDeviceGetCount, 2000},
-    {"cuDeviceGet", (void *)cuDeviceGet, 2000},
-    {"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute, 2000},
-    {"cuMemAlloc", (void *)cuMemAlloc_v2, 3020},
-    {"cuMemFree", (void *)cuMemFree_v2, 3020},
-    {"cuMemGetInfo", (void *)cuMemGetInfo_v2, 3020},
-    {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, 3020},
-    {"cuMemcpyDtoH", (void *)cuMemcpyDtoH_v2, 3020},
-    {"cuMemGetAllocationGranularity", (void *)cuMemGetAllocationGranularity, 10020},
-    {"cuMemAddressReserve", (void *)cuMemAddressReserve, 10020},
-    {"cuMemAddressFree", (void *)cuMemAddressFree, 10020},
-    {"cuMemCreate", (void *)cuMemCreate, 10020},
-    {"cuMemRelease", (void *)cuMemRelease, 10020},
-    {"cuMemMap", (void *)cuMemMap, 10020},
-    {"cuMemSetAccess", (void *)cuMemSetAccess, 10020},
-    {"cuMemUnmap", (void *)cuMemUnmap, 10020},
-    {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2, 3020},
-    {"cuMemAllocManaged", (void *)cuMemAllocManaged, 6000},
-    {"cuMemAllocPitch", (void *)cuMemAllocPitch_v2, 3020},
-    {"cuMemAllocAsync", (void *)cuMemAllocAsync, 11020},
-    {"cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync, 11020},
-    {"cuMemFreeAsync", (void *)cuMemFreeAsync, 11020},
-    {"cuMemAllocHost", (void *)cuMemAllocHost_v2, 3020},
-    {"cuMemFreeHost", (void *)cuMemFreeHost, 2000},
-    {"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle, 4010},
-    {"cuIpcOpenMemHandle", (void *)cuIpcOpenMemHandle_v2, 11000},
-    {"cuIpcCloseMemHandle", (void *)cuIpcCloseMemHandle, 4010},
-    {"cuImportExternalMemory", (void *)cuImportExternalMemory, 10000},
-    {"cuExternalMemoryGetMappedBuffer", (void *)cuExternalMemoryGetMappedBuffer, 10000},
-    {"cuDestroyExternalMemory", (void *)cuDestroyExternalMemory, 10000},
+/* `ptsz`: the per-thread default stream's variant, for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM. */
+static const struct { const char *name; void *fn; int since; void *ptsz; } procs[] = {
+    {"cuInit", (void *)cuInit, 2000, NULL},
+    {"cuDriverGetVersion", (void *)cuDriverGetVersion, 2020, NULL},
+    {"cuDeviceGetCount", (void *)cuDeviceGetCount, 2000, NULL},
+    {"cuDeviceGet", (void *)cuDeviceGet, 2000, NULL},
+    {"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute, 2000, NULL},
+    {"cuMemAlloc", (void *)cuMemAlloc_v2, 3020, NULL},
+    {"cuMemFree", (void *)cuMemFree_v2, 3020, NULL},
+    {"cuMemGetInfo", (void *)cuMemGetInfo_v2, 3020, NULL},
+    {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, 3020, NULL},
+    {"cuMemcpyDtoH", (void *)cuMemcpyDtoH_v2, 3020, NULL},
+    {"cuMemGetAllocationGranularity", (void *)cuMemGetAllocationGranularity, 10020, NULL},
+    {"cuMemAddressReserve", (void *)cuMemAddressReserve, 10020, NULL},
+    {"cuMemAddressFree", (void *)cuMemAddressFree, 10020, NULL},
+    {"cuMemCreate", (void *)cuMemCreate, 10020, NULL},
+    {"cuMemRelease", (void *)cuMemRelease, 10020, NULL},
+    {"cuMemMap", (void *)cuMemMap, 10020, NULL},
+    {"cuMemSetAccess", (void *)cuMemSetAccess, 10020, NULL},
+    {"cuMemUnmap", (void *)cuMemUnmap, 10020, NULL},
+    {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2, 3020, NULL},
+    {"cuMemAllocManaged", (void *)cuMemAllocManaged, 6000, NULL},
+    {"cuMemAllocPitch", (void *)cuMemAllocPitch_v2, 3020, NULL},
+    {"cuMemAllocAsync", (void *)cuMemAllocAsync, 11020, NULL},
+    {"cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync, 11020, NULL},
+    {"cuMemFreeAsync", (void *)cuMemFreeAsync, 11020, NULL},
+    {"cuMemAllocHost", (void *)cuMemAllocHost_v2, 3020, NULL},
+    {"cuMemFreeHost", (void *)cuMemFreeHost, 2000, NULL},
+    {"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle, 4010, NULL},
+    {"cuIpcOpenMemHandle", (void *)cuIpcOpenMemHandle_v2, 11000, NULL},
+    {"cuIpcCloseMemHandle", (void *)cuIpcCloseMemHandle, 4010, NULL},
+    {"cuImportExternalMemory", (void *)cuImportExternalMemory, 10000, NULL},
+    {"cuExternalMemoryGetMappedBuffer", (void *)cuExternalMemoryGetMappedBuffer, 10000, NULL},
+    {"cuDestroyExternalMemory", (void *)cuDestroyExternalMemory, 10000, NULL},
+    {"cuCtxSynchronize", (void *)cuCtxSynchronize, 2000, NULL},
+    {"cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync_v2, 3020, (void *)cuMemcpyHtoDAsync_v2_ptsz},
+    {"cuStreamCreate", (void *)cuStreamCreate, 2000, NULL},
+    {"cuStreamDestroy", (void *)cuStreamDestroy_v2, 4000, NULL},
+    {"cuStreamSynchronize", (void *)cuStreamSynchronize, 2000, (void *)cuStreamSynchronize_ptsz},
+    {"cuStreamQuery", (void *)cuStreamQuery, 2000, (void *)cuStreamQuery_ptsz},
+    {"cuStreamWaitEvent", (void *)cuStreamWaitEvent, 3020, (void *)cuStreamWaitEvent_ptsz},
+    {"cuEventCreate", (void *)cuEventCreate, 2000, NULL},
+    {"cuEventDestroy", (void *)cuEventDestroy_v2, 4000, NULL},
+    {"cuEventRecord", (void *)cuEventRecord, 2000, (void *)cuEventRecord_ptsz},
+    {"cuEventQuery", (void *)cuEventQuery, 2000, NULL},
+    {"cuEventSynchronize", (void *)cuEventSynchronize, 2000, NULL},
+    {"cuEventElapsedTime", (void *)cuEventElapsedTime, 2000, NULL},
+    {"cuStreamWriteValue32", (void *)cuStreamWriteValue32_v2, 11070, (void *)cuStreamWriteValue32_v2_ptsz},
+    {"cuStreamWriteValue64", (void *)cuStreamWriteValue64_v2, 11070, (void *)cuStreamWriteValue64_v2_ptsz},
+    {"cuStreamWaitValue32", (void *)cuStreamWaitValue32_v2, 11070, (void *)cuStreamWaitValue32_v2_ptsz},
+    {"cuStreamWaitValue64", (void *)cuStreamWaitValue64_v2, 11070, (void *)cuStreamWaitValue64_v2_ptsz},
+    {"cuMemHostAlloc", (void *)cuMemHostAlloc, 2020, NULL},
+    {"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer_v2, 3020, NULL},
+    {"cuMemHostRegister", (void *)cuMemHostRegister_v2, 6050, NULL},
+    {"cuMemHostUnregister", (void *)cuMemHostUnregister, 4000, NULL},
 };
 
 /* As NVIDIA's: the newest variant of `symbol` that `cudaVersion` knows (the stand-in has one,
@@ -653,7 +1157,6 @@ static const struct { const char *name; void *fn; int since; } procs[] = {
  * does not have, and gets "version not sufficient". */
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus) {
-    (void)flags;
     if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
     for (size_t i = 0; i < sizeof procs / sizeof *procs; i++) {
@@ -662,7 +1165,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
             if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
             return CUDA_ERROR_NOT_FOUND;
         }
-        *pfn = procs[i].fn;
+        *pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && procs[i].ptsz ? procs[i].ptsz : procs[i].fn;
         if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
         return CUDA_SUCCESS;
     }

@@ -8,8 +8,15 @@
  *   CUDASHIM_NO_DRIVER=1          behave as if libcuda.so.1 were missing
  *   CUDASHIM_MEM_TOTAL=BYTES      device memory size (default 16 GiB; read by the driver)
  *   CUDASHIM_FAIL=fn:N:status,... the Nth call of fn returns status (N counts from 1)
- *   CUDASHIM_ASYNC_FAULT=N        the Nth GEMM "kernel" faults asynchronously (700)
- * The driver's own knobs live in cuda.c. */
+ *   CUDASHIM_ASYNC_FAULT=N        the Nth GEMM "kernel" faults asynchronously (700) when it runs
+ * The driver's own knobs live in cuda.c; those of the stand-in GPU (CUDASHIM_SYNC,
+ * CUDASHIM_WORKER_DELAY_US, CUDASHIM_WORKER_HOLD, CUDASHIM_COUNT_BLOCKING) in engine.c, which
+ * runs the device work queued here (memsets, asynchronous copies, event records) and by the
+ * stand-in cuBLAS (GEMMs) on a worker thread, in stream order.
+ *
+ * Runtime kernels (cudaLaunchKernel's host functions) run on the launching thread once their
+ * stream's earlier work ran: the stand-in cannot copy their arguments (it has no parameter
+ * sizes) and tests use them to act on the launching thread (cancellation, pthread_exit). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -18,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "include/cuda_runtime_api.h"
 
 #define SHIM_RUNTIME_VERSION 12090
@@ -50,6 +58,30 @@ static get_proc_fn drv_get_proc;
 static int (*drv_is_device_range)(const void *, size_t);
 static int (*drv_reserve)(size_t);
 static void (*drv_release)(size_t);
+static int (*drv_is_pinned)(const void *, size_t);
+static int (*drv_free_pinned)(void *);
+static int (*drv_copy_async)(void *, const void *, size_t, int, int, const void *, int, const char *);
+/* The stand-in GPU's interface (engine.h), found in the driver; NULL without one. */
+static struct {
+    int (*submit)(const void *, int, shim_work_fn, shim_ready_fn, const void *, size_t);
+    int (*wait_stream)(const void *, int, const char *);
+    int (*wait_all)(const char *);
+    int (*query_stream)(const void *, int);
+    int (*error)(void);
+    void (*poison)(int);
+    void (*raise)(int);
+    int (*is_sync)(void);
+    void (*stream_created)(const void *, unsigned int);
+    void (*stream_destroyed)(const void *);
+    void (*count_gemm)(void);
+    int (*event_create)(void **, unsigned int);
+    int (*event_destroy)(void *);
+    int (*event_record)(void *, const void *, int);
+    int (*event_query)(void *);
+    int (*event_synchronize)(void *, const char *);
+    int (*event_elapsed)(float *, void *, void *);
+    int (*stream_wait_event)(const void *, int, void *);
+} gpu;
 static struct stream streams[MAX_STREAMS];
 static struct fail_rule rules[MAX_RULES];
 static int rule_count;
@@ -68,6 +100,7 @@ static int started;        /* the runtime initialised in this process */
 #include "counting.h"
 
 static int forked_child;   /* forked after the runtime started: CUDA is unusable here */
+static void *driver_fn(const char *name);
 
 /* As NVIDIA's runtime: a CUDA context does not survive fork(), and every runtime call in the
  * child of a process that initialised CUDA fails with cudaErrorInitializationError (3). The
@@ -149,16 +182,47 @@ static void initialise(void) {
     drv_is_device_range = (int (*)(const void *, size_t))dlsym(cuda, "cudashim_driver_is_device_range");
     drv_reserve = (int (*)(size_t))dlsym(cuda, "cudashim_driver_reserve");
     drv_release = (void (*)(size_t))dlsym(cuda, "cudashim_driver_release");
+    drv_is_pinned = (int (*)(const void *, size_t))dlsym(cuda, "cudashim_driver_is_pinned");
+    drv_free_pinned = (int (*)(void *))dlsym(cuda, "cudashim_driver_free_pinned");
+    drv_copy_async = (int (*)(void *, const void *, size_t, int, int, const void *, int, const char *))dlsym(cuda, "cudashim_driver_copy_async");
+#define GPU_FN(field, name) *(void **)&gpu.field = dlsym(cuda, name)
+    GPU_FN(submit, "cudashim_engine_submit");
+    GPU_FN(wait_stream, "cudashim_engine_wait_stream");
+    GPU_FN(wait_all, "cudashim_engine_wait_all");
+    GPU_FN(query_stream, "cudashim_engine_query_stream");
+    GPU_FN(error, "cudashim_engine_error");
+    GPU_FN(poison, "cudashim_engine_poison");
+    GPU_FN(raise, "cudashim_engine_raise");
+    GPU_FN(is_sync, "cudashim_engine_is_sync");
+    GPU_FN(stream_created, "cudashim_engine_stream_created");
+    GPU_FN(stream_destroyed, "cudashim_engine_stream_destroyed");
+    GPU_FN(count_gemm, "cudashim_engine_count_gemm");
+    GPU_FN(event_create, "cudashim_engine_event_create");
+    GPU_FN(event_destroy, "cudashim_engine_event_destroy");
+    GPU_FN(event_record, "cudashim_engine_event_record");
+    GPU_FN(event_query, "cudashim_engine_event_query");
+    GPU_FN(event_synchronize, "cudashim_engine_event_synchronize");
+    GPU_FN(event_elapsed, "cudashim_engine_event_elapsed");
+    GPU_FN(stream_wait_event, "cudashim_engine_stream_wait_event");
+#undef GPU_FN
     int status = 0;
     if (!drv_get_proc || drv_get_proc("cuMemAlloc", (void **)&drv_mem_alloc, SHIM_RUNTIME_VERSION, 0, &status) ||
         drv_get_proc("cuMemFree", (void **)&drv_mem_free, SHIM_RUNTIME_VERSION, 0, &status) ||
         drv_get_proc("cuMemGetInfo", (void **)&drv_mem_get_info, SHIM_RUNTIME_VERSION, 0, &status) ||
-        !drv_is_device_range || !drv_reserve || !drv_release) {
+        !drv_is_device_range || !drv_reserve || !drv_release || !drv_is_pinned || !drv_free_pinned || !drv_copy_async ||
+        !gpu.submit || !gpu.stream_wait_event) {
         driver_error = cudaErrorInsufficientDriver;
         return;
     }
     int count = 0;
     if (init(0) != 0 || get_count(&count) != 0 || count == 0) driver_error = cudaErrorNoDevice;
+}
+
+/* The context's sticky error: the stand-in GPU's (a fault that ran, an injected sticky code),
+ * or the runtime's own where there is no driver. */
+static int context_error(void) {
+    int code = gpu.error ? gpu.error() : 0;
+    return code ? code : sticky_error;
 }
 
 static int fail(int code) {
@@ -167,6 +231,7 @@ static int fail(int code) {
         pthread_mutex_lock(&lock);
         if (!sticky_error) sticky_error = code;
         pthread_mutex_unlock(&lock);
+        if (gpu.poison) gpu.poison(code);
     }
     return code;
 }
@@ -178,7 +243,7 @@ static int fail(int code) {
         pthread_once(&init_once, initialise);                \
         if (forked_child) return fail(cudaErrorInitializationError); \
         if (driver_error) return fail(driver_error);         \
-        if (sticky_error) return fail(sticky_error);         \
+        if (context_error()) return fail(context_error());   \
     } while (0)
 
 #define INJECT(name)                                         \
@@ -205,7 +270,27 @@ int cudashim_driver_error(void) {
     return forked_child ? cudaErrorInitializationError : driver_error;
 }
 
-int cudashim_sticky_error(void) { return sticky_error; }
+int cudashim_sticky_error(void) { return context_error(); }
+
+/* For the stand-in cuBLAS: device work on `stream` (engine.h's submit). */
+int cudashim_submit(cudaStream_t stream, shim_work_fn fn, const void *arg, size_t size) {
+    pthread_once(&init_once, initialise);
+    if (!gpu.submit) return fn((void *)arg) ? (cudashim_raise_async(cudaErrorIllegalAddress), 0) : 0;
+    return gpu.submit(stream, 0, fn, NULL, arg, size);
+}
+
+/* The stream of the kernel this thread runs itself (runtime kernels, the BLAS family). */
+static __thread cudaStream_t running_on;
+
+/* Waits, without it counting as the program's, until `stream`'s earlier work ran: for work
+ * the stand-in runs on the calling thread (runtime kernels, the BLAS family). */
+void cudashim_drain(cudaStream_t stream) {
+    pthread_once(&init_once, initialise);
+    running_on = stream;
+    if (gpu.wait_stream && !gpu.is_sync()) gpu.wait_stream(stream, 0, NULL);
+}
+
+static int run_fault(void *arg) { return *(int *)arg; }
 
 /* Device memory the stand-in libraries take for themselves (cuBLAS's workspace): 1 when the
  * memory limit allows it. Not an allocation the program can see. */
@@ -237,11 +322,24 @@ int cudashim_next_launch_faults(void) {
     pthread_mutex_lock(&lock);
     long n = ++gemm_launches;
     pthread_mutex_unlock(&lock);
+    if (gpu.count_gemm) gpu.count_gemm();
     return async_fault_at > 0 && n == async_fault_at;
 }
 
-/* A kernel faulted: the error surfaces at the next synchronisation, then sticks. */
+/* A kernel the calling thread runs itself faulted: the context breaks once the worker reaches
+ * the fault in the kernel's stream (under CUDASHIM_SYNC=1: at the next synchronisation, as
+ * before). */
 void cudashim_raise_async(int code) {
+    /* As on a GPU, the fault is found after the launch returned: queued on the kernel's stream,
+     * it breaks the context when the worker reaches it. */
+    if (gpu.submit && !gpu.is_sync()) {
+        gpu.submit(running_on, 0, run_fault, NULL, &code, sizeof code);
+        return;
+    }
+    if (gpu.raise) {
+        gpu.raise(code);
+        return;
+    }
     pthread_mutex_lock(&lock);
     if (!pending_fault) pending_fault = code;
     pthread_mutex_unlock(&lock);
@@ -255,6 +353,7 @@ static cudaError_t launch(const void *func, dim3 grid, dim3 block, void **args, 
     if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
     if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || block.x * block.y * block.z > 1024)
         return fail(cudaErrorInvalidConfiguration);
+    cudashim_drain(stream); /* in stream order, on this thread (see the header) */
     ((void (*)(void **))func)(args);
     return cudaSuccess;
 }
@@ -408,24 +507,58 @@ cudaError_t cudaMallocFromPoolAsync(void **devPtr, size_t size, void *pool, cuda
     return allocate(devPtr, size);
 }
 
-/* Pinned host memory: host memory, never device memory. */
+/* Pinned host memory: host memory, never device memory; the driver's (cuMemHostAlloc), so
+ * that copies into it are asynchronous and its device pointer (the same address: unified
+ * addressing) is a target for stream memory operations. */
+static cudaError_t host_alloc(void **ptr, size_t size, unsigned int flags) {
+    if (!ptr || flags > 0xf) return fail(cudaErrorInvalidValue);
+    int (*alloc)(void **, size_t, unsigned int) = driver_fn("cuMemHostAlloc");
+    return alloc && !alloc(ptr, size, flags & 0x7) ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
 cudaError_t cudaMallocHost(void **ptr, size_t size) {
     count_call(__func__);
     ENTER();
-    if (!ptr) return fail(cudaErrorInvalidValue);
-    *ptr = aligned_alloc(256, (size + 255) & ~(size_t)255);
-    return *ptr ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+    return host_alloc(ptr, size, 0);
 }
 
 cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags) {
-    (void)flags;
-    return cudaMallocHost(ptr, size);
+    count_call(__func__);
+    ENTER();
+    return host_alloc(ptr, size, flags); /* cudaHostAllocPortable 1, Mapped 2, WriteCombined 4 */
 }
 
+/* Waits for the device first (it may still be writing the memory): a host-blocking call. */
 cudaError_t cudaFreeHost(void *ptr) {
     count_call(__func__);
-    free(ptr);
+    if (!ptr) return cudaSuccess;
+    if (gpu.wait_all && !forked_child) gpu.wait_all("cudaFreeHost");
+    if (drv_free_pinned) drv_free_pinned(ptr);
+    else free(ptr);
     return cudaSuccess;
+}
+
+cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags) {
+    count_call(__func__);
+    ENTER();
+    int (*get)(unsigned long long *, void *, unsigned int) = driver_fn("cuMemHostGetDevicePointer");
+    return pDevice && get && !get((unsigned long long *)pDevice, pHost, flags) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
+    count_call(__func__);
+    ENTER();
+    int (*reg)(void *, size_t, unsigned int) = driver_fn("cuMemHostRegister");
+    int status = reg ? reg(ptr, size, flags) : 1;
+    return status ? fail(status == 712 ? 712 : cudaErrorInvalidValue) : cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void *ptr) {
+    count_call(__func__);
+    ENTER();
+    int (*unreg)(void *) = driver_fn("cuMemHostUnregister");
+    int status = unreg ? unreg(ptr) : 1;
+    return status ? fail(status == 713 ? 713 : cudaErrorInvalidValue) : cudaSuccess;
 }
 
 cudaError_t cudaFree(void *devPtr) {
@@ -435,12 +568,15 @@ cudaError_t cudaFree(void *devPtr) {
     return release(devPtr);
 }
 
+/* Stream-ordered: the memory goes back once the stream's earlier work ran. */
 cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) {
     count_call(__func__);
     ENTER();
     INJECT("cudaFreeAsync");
     if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
-    return release(devPtr);
+    int (*free_async)(unsigned long long, void *) = driver_fn("cuMemFreeAsync");
+    if (!free_async) return release(devPtr);
+    return free_async((unsigned long long)(uintptr_t)devPtr, stream) ? fail(cudaErrorInvalidValue) : cudaSuccess;
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
@@ -462,9 +598,11 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, c
     return cudaSuccess;
 }
 
-/* The pending kernel fault, if any, becomes sticky: what a synchronisation reports. */
-static int settle(void) {
-    pthread_mutex_lock(&lock);
+/* A synchronisation: waits for `stream`'s work (all: the device's), then reports the sticky
+ * error; a host-blocking call named `who`. */
+static int settle_on(cudaStream_t stream, int all, const char *who) {
+    if (gpu.wait_all) return all ? gpu.wait_all(who) : gpu.wait_stream(stream, 0, who);
+    pthread_mutex_lock(&lock); /* no driver: nothing ran anywhere */
     if (pending_fault && !sticky_error) sticky_error = pending_fault;
     pending_fault = 0;
     int code = sticky_error;
@@ -472,7 +610,9 @@ static int settle(void) {
     return code;
 }
 
-static cudaError_t copy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+/* Checks a copy; `dst_host`/`src_host` say which sides are host memory. */
+static cudaError_t check_copy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, int *dst_host,
+                              int *src_host) {
     if (count == 0) return cudaSuccess;
     if (!dst || !src) return fail(cudaErrorInvalidValue);
     int dst_device, src_device;
@@ -490,6 +630,16 @@ static cudaError_t copy(void *dst, const void *src, size_t count, enum cudaMemcp
     if ((dst_device && !cudashim_is_device_range(dst, count)) ||
         (src_device && !cudashim_is_device_range(src, count)))
         return fail(cudaErrorInvalidValue);
+    *dst_host = !dst_device;
+    *src_host = !src_device;
+    return cudaSuccess;
+}
+
+static cudaError_t copy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+    int dst_host, src_host;
+    if (count == 0) return cudaSuccess;
+    cudaError_t checked = check_copy(dst, src, count, kind, &dst_host, &src_host);
+    if (checked) return checked;
     memmove(dst, src, count);
     return cudaSuccess;
 }
@@ -498,7 +648,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
     count_call(__func__);
     ENTER();
     INJECT("cudaMemcpy");
-    int async = settle(); /* cudaMemcpy synchronises with the device */
+    /* cudaMemcpy waits for the legacy stream's work, which waits for the blocking streams'. */
+    int async = settle_on(NULL, 0, "cudaMemcpy");
     if (async) return fail(async);
     return copy(dst, src, count, kind);
 }
@@ -509,7 +660,25 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     ENTER();
     INJECT("cudaMemcpyAsync");
     if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
-    return copy(dst, src, count, kind);
+    if (count == 0) return cudaSuccess;
+    int dst_host, src_host;
+    cudaError_t checked = check_copy(dst, src, count, kind, &dst_host, &src_host);
+    if (checked) return checked;
+    /* Into pageable memory it returns once done (a host-blocking call); else it is queued. */
+    int status = drv_copy_async(dst, src, count, dst_host, src_host, stream, 0, "cudaMemcpyAsync");
+    return status ? fail(status) : cudaSuccess;
+}
+
+struct memset_work {
+    void *dst;
+    size_t count;
+    int value;
+};
+
+static int run_memset(void *arg) {
+    struct memset_work *m = arg;
+    memset(m->dst, m->value, m->count);
+    return 0;
 }
 
 cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
@@ -517,22 +686,24 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
     ENTER();
     if (count == 0) return cudaSuccess;
     if (!devPtr || !cudashim_is_device_range(devPtr, count)) return fail(cudaErrorInvalidValue);
-    memset(devPtr, value, count);
-    return cudaSuccess;
+    /* Asynchronous to the host, on the legacy stream (device memory is never pinned). */
+    struct memset_work m = {devPtr, count, value};
+    int status = gpu.submit(NULL, 0, run_memset, NULL, &m, sizeof m);
+    return status ? fail(status) : cudaSuccess;
 }
 
 /* ---- errors ---- */
 
 cudaError_t cudaGetLastError(void) {
     count_call(__func__);
-    if (sticky_error) return sticky_error;
+    if (context_error()) return context_error();
     int code = last_error;
     last_error = cudaSuccess;
     return code;
 }
 
 cudaError_t cudaPeekAtLastError(void) {
-    count_call(__func__); return sticky_error ? sticky_error : last_error; }
+    count_call(__func__); return context_error() ? context_error() : last_error; }
 
 const char *cudaGetErrorName(cudaError_t error) {
     switch (error) {
@@ -544,6 +715,7 @@ const char *cudaGetErrorName(cudaError_t error) {
     case 100: return "cudaErrorNoDevice";
     case 101: return "cudaErrorInvalidDevice";
     case 400: return "cudaErrorInvalidResourceHandle";
+    case 600: return "cudaErrorNotReady";
     case 700: return "cudaErrorIllegalAddress";
     case 719: return "cudaErrorLaunchFailure";
     case 900: return "cudaErrorStreamCaptureUnsupported";
@@ -559,6 +731,7 @@ const char *cudaGetErrorString(cudaError_t error) {
     case 2: return "out of memory";
     case 35: return "CUDA driver version is insufficient for CUDA runtime version";
     case 100: return "no CUDA-capable device is detected";
+    case 600: return "device not ready";
     case 700: return "an illegal memory access was encountered";
     case 719: return "unspecified launch failure";
     case 900: return "operation not permitted when stream is capturing";
@@ -571,14 +744,14 @@ const char *cudaGetErrorString(cudaError_t error) {
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
     count_call(__func__);
     ENTER();
-    (void)flags;
-    if (!stream) return fail(cudaErrorInvalidValue);
+    if (!stream || flags > cudaStreamNonBlocking) return fail(cudaErrorInvalidValue);
     pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_STREAMS; i++) {
         if (!streams[i].live) {
             streams[i] = (struct stream){1, cudaStreamCaptureStatusNone};
             pthread_mutex_unlock(&lock);
             *stream = (cudaStream_t)&streams[i];
+            gpu.stream_created(*stream, flags); /* non-blocking: no ordering with the legacy stream */
             return cudaSuccess;
         }
     }
@@ -595,7 +768,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     if (stream == NULL || !cudashim_stream_valid(stream) || stream == cudaStreamLegacy ||
         stream == cudaStreamPerThread)
         return fail(cudaErrorInvalidResourceHandle);
-    ((struct stream *)stream)->live = 0;
+    ((struct stream *)stream)->live = 0; /* its queued work still runs, as CUDA's does */
+    gpu.stream_destroyed(stream);
     return cudaSuccess;
 }
 
@@ -614,7 +788,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
         s->capture = cudaStreamCaptureStatusInvalidated; /* as CUDA does: the capture is lost */
         return fail(cudaErrorStreamCaptureUnsupported);
     }
-    int async = settle();
+    int async = settle_on(stream, 0, "cudaStreamSynchronize");
     return async ? fail(async) : cudaSuccess;
 }
 
@@ -622,8 +796,73 @@ cudaError_t cudaDeviceSynchronize(void) {
     count_call(__func__);
     ENTER();
     INJECT("cudaDeviceSynchronize");
-    int async = settle();
+    int async = settle_on(NULL, 1, "cudaDeviceSynchronize");
     return async ? fail(async) : cudaSuccess;
+}
+
+/* Never blocks: cudaErrorNotReady (600, not an error the thread keeps) while work is queued. */
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+    count_call(__func__);
+    ENTER();
+    if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
+    struct stream *s = user_stream(stream);
+    if (s && s->capture == cudaStreamCaptureStatusActive) return fail(cudaErrorStreamCaptureUnsupported);
+    int code = gpu.is_sync() ? 0 : gpu.query_stream(stream, 0);
+    return code == 600 ? code : code ? fail(code) : cudaSuccess;
+}
+
+/* ---- events (the stand-in GPU's, shared with the driver's CUevent) ---- */
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
+    count_call(__func__);
+    ENTER();
+    return gpu.event_create((void **)event, flags) ? fail(cudaErrorInvalidValue) : cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    count_call(__func__);
+    ENTER();
+    return gpu.event_destroy(event) ? fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    count_call(__func__);
+    ENTER();
+    if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
+    int code = gpu.event_record(event, stream, 0);
+    return code ? fail(code) : cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    count_call(__func__);
+    ENTER();
+    int code = gpu.event_query(event);
+    return code == 600 ? code : code ? fail(code) : cudaSuccess;
+}
+
+/* A host-blocking call: until the event's latest record ran. */
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    count_call(__func__);
+    ENTER();
+    int code = gpu.event_synchronize(event, "cudaEventSynchronize");
+    return code ? fail(code) : cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    count_call(__func__);
+    ENTER();
+    int code = gpu.event_elapsed(ms, start, end);
+    return code == 600 ? code : code ? fail(code) : cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+    count_call(__func__);
+    ENTER();
+    if (!cudashim_stream_valid(stream) || flags > 1) return fail(cudaErrorInvalidValue);
+    int code = gpu.stream_wait_event(stream, 0, event);
+    return code ? fail(code) : cudaSuccess;
 }
 
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status) {

@@ -71,6 +71,55 @@ typedef struct {
 CUresult cuImportExternalMemory(CUexternalMemory *out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *desc);
 CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *dptr, CUexternalMemory mem, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *desc);
 CUresult cuDestroyExternalMemory(CUexternalMemory mem);
+/* Streams, events, synchronisation, stream memory operations, pinned memory. */
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+#define CU_STREAM_DEFAULT 0x0
+#define CU_STREAM_NON_BLOCKING 0x1
+#define CUDA_ERROR_INVALID_HANDLE 400
+#define CUDA_ERROR_NOT_READY 600
+#define CUDA_ERROR_ILLEGAL_ADDRESS 700
+#define CU_EVENT_DEFAULT 0x0
+#define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_STREAM_WRITE_VALUE_DEFAULT 0x0
+#define CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER 0x1
+#define CU_STREAM_WAIT_VALUE_GEQ 0x0
+#define CU_STREAM_WAIT_VALUE_EQ 0x1
+#define CU_STREAM_WAIT_VALUE_AND 0x2
+#define CU_STREAM_WAIT_VALUE_NOR 0x3
+#define CU_MEMHOSTALLOC_PORTABLE 0x1
+#define CU_MEMHOSTALLOC_DEVICEMAP 0x2
+#define CU_MEMHOSTALLOC_WRITECOMBINED 0x4
+#define CU_GET_PROC_ADDRESS_DEFAULT 0x0
+#define CU_GET_PROC_ADDRESS_LEGACY_STREAM 0x1
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 0x2
+CUresult cuStreamCreate(CUstream *stream, unsigned int flags);
+CUresult cuStreamDestroy_v2(CUstream stream);
+CUresult cuStreamSynchronize(CUstream stream);
+CUresult cuStreamQuery(CUstream stream);
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags);
+CUresult cuCtxSynchronize(void);
+CUresult cuEventCreate(CUevent *event, unsigned int flags);
+CUresult cuEventDestroy_v2(CUevent event);
+CUresult cuEventRecord(CUevent event, CUstream stream);
+CUresult cuEventQuery(CUevent event);
+CUresult cuEventSynchronize(CUevent event);
+CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end);
+CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, unsigned int value, unsigned int flags);
+CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, unsigned int value, unsigned int flags);
+CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags);
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
+CUresult cuMemFreeHost(void *p);
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int flags);
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags);
+CUresult cuMemHostUnregister(void *p);
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, CUstream stream);
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream);
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, CUstream stream);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);

@@ -6,6 +6,7 @@
 
 mod common;
 
+mod async_standin;
 mod blas_family;
 mod cli;
 mod device_scan;

@@ -1,0 +1,509 @@
+/* The stand-in GPU, linked into libcuda.so.1: device work (GEMMs, scan kernels, memsets,
+ * asynchronous copies, stream memory operations, event records) is queued per stream and run
+ * by one worker thread after the launching call has returned, as a GPU runs it.
+ *
+ * Ordering model. Every item carries its stream's identity and class. One worker runs one item
+ * at a time: the oldest item that may start, where an item may start when no earlier item
+ * (in submission order) is still queued on its own stream; an item on the legacy default stream
+ * also waits for every earlier item on a blocking stream, and an item on a blocking stream for
+ * every earlier legacy-stream item (CUDA's "legacy stream" rule); a non-blocking stream
+ * (cudaStreamNonBlocking, CU_STREAM_NON_BLOCKING) orders only with itself. The per-thread
+ * default stream (cudaStreamPerThread, the _ptsz entry points) is a blocking stream, as
+ * NVIDIA's stream-sync-behavior page says ("not a non-blocking stream and will synchronize
+ * with the legacy default stream"). Waits on events and on memory values (cuStreamWaitValue*)
+ * hold their item, and only that stream, until they are met. One worker means no two items
+ * ever overlap: stricter than a GPU, never looser, except that an item blocked on a wait does
+ * not hold other streams back.
+ *
+ * Faults. An item that returns an error breaks the context when it runs: the error is sticky
+ * from then on (every runtime and driver call returns it) and every item still queued, on any
+ * stream, is dropped without running. Synchronisations wait for their work to run or be
+ * dropped, then report the sticky error.
+ *
+ * Host-blocking calls. Every call that blocks the calling thread until device work has run
+ * counts one "host_blocking" (and one under its own name) in the file CUDASHIM_COUNT_BLOCKING
+ * names, written at exit with "gemms N" (GEMM-family launches), so a test can compute blocking
+ * calls per GEMM.
+ *
+ * Knobs (read once):
+ *   CUDASHIM_SYNC=1               run all work at the launching call, as the stand-in did before:
+ *                                 a fault is pending until the next synchronisation
+ *   CUDASHIM_WORKER_DELAY_US=N    the worker sleeps N microseconds before each item
+ *   CUDASHIM_WORKER_HOLD=1        the worker starts held: it runs nothing until the program
+ *                                 calls cudashim_worker_hold(0) (a gate for the stand-in's tests)
+ *   CUDASHIM_COUNT_BLOCKING=FILE  the host-blocking counter's file (see above)
+ *
+ * fork(): the child has no worker and empty queues; its first submission starts a worker. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+
+#define COUNT_CALLS_VARIABLE "CUDASHIM_COUNT_BLOCKING"
+static const char HOST_BLOCKING[] = "host_blocking";
+static const char GEMMS[] = "gemms";
+/* Both lines are in the file even when 0. */
+#define COUNT_ALWAYS_LISTED HOST_BLOCKING, GEMMS
+#include "counting.h"
+
+enum stream_class { LEGACY, BLOCKING, INDEPENDENT };
+
+struct item {
+    struct item *next;
+    unsigned long long seq;
+    const void *key; /* the stream's identity */
+    int cls;
+    int running;
+    shim_work_fn fn;
+    shim_ready_fn ready;
+    max_align_t arg[]; /* the launch's copy of the argument */
+};
+
+static pthread_mutex_t elock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER; /* the worker waits here */
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER; /* synchronising threads wait here */
+static struct item *head, **tail = &head;
+static unsigned long long next_seq = 1;
+static int worker_running;
+static int context_error; /* sticky, once set */
+static int pending_fault; /* CUDASHIM_SYNC=1 only: a fault the next synchronisation reports */
+static int held;
+static int sync_mode;
+static long delay_us;
+
+static __thread char per_thread_stream; /* its address is the thread's default stream */
+
+#define MAX_STREAMS 1024
+static struct { const void *handle; unsigned int flags; } streams[MAX_STREAMS];
+
+static void after_fork_in_child(void) {
+    pthread_mutex_init(&elock, NULL);
+    pthread_cond_init(&work_cv, NULL);
+    pthread_cond_init(&done_cv, NULL);
+    head = NULL; /* the parent's items are the parent's: leaked here, never run */
+    tail = &head;
+    worker_running = 0;
+}
+
+static void before_fork(void) { pthread_mutex_lock(&elock); }
+static void after_fork_in_parent(void) { pthread_mutex_unlock(&elock); }
+
+static long env_long(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? atol(v) : 0;
+}
+
+__attribute__((constructor)) static void start_engine(void) {
+    sync_mode = env_long("CUDASHIM_SYNC") != 0;
+    delay_us = env_long("CUDASHIM_WORKER_DELAY_US");
+    held = env_long("CUDASHIM_WORKER_HOLD") != 0;
+    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+}
+
+static void resolve(const void *stream, int per_thread, const void **key, int *cls) {
+    uintptr_t s = (uintptr_t)stream;
+    if (s == 0 && per_thread) s = 2;
+    if (s == 0 || s == 1) { /* NULL, cudaStreamLegacy, CU_STREAM_LEGACY */
+        *key = (const void *)1;
+        *cls = LEGACY;
+    } else if (s == 2) { /* cudaStreamPerThread, CU_STREAM_PER_THREAD */
+        *key = &per_thread_stream;
+        *cls = BLOCKING;
+    } else {
+        *key = stream;
+        *cls = BLOCKING;
+        for (int i = 0; i < MAX_STREAMS; i++)
+            if (streams[i].handle == stream) *cls = (streams[i].flags & 1) ? INDEPENDENT : BLOCKING;
+    }
+}
+
+/* Under elock: whether `it` orders after `earlier`. */
+static int orders_after(const struct item *it, const struct item *earlier) {
+    return earlier->key == it->key || (it->cls == LEGACY && earlier->cls == BLOCKING) ||
+           (it->cls == BLOCKING && earlier->cls == LEGACY);
+}
+
+static int may_start(struct item *it) {
+    for (struct item *j = head; j != it; j = j->next)
+        if (orders_after(it, j)) return 0;
+    return !it->ready || it->ready(it->arg);
+}
+
+/* Under elock: the context broke, so nothing queued will run (an item running now finishes). */
+static void drop_queued(void) {
+    struct item **p = &head;
+    while (*p) {
+        struct item *it = *p;
+        if (it->running) {
+            p = &it->next;
+            continue;
+        }
+        *p = it->next;
+        free(it);
+    }
+    tail = p;
+    pthread_cond_broadcast(&done_cv);
+}
+
+static void unlink_item(struct item *it) {
+    struct item **p = &head;
+    while (*p != it) p = &(*p)->next;
+    *p = it->next;
+    if (!*p) tail = p;
+}
+
+static void *worker(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&elock);
+    for (;;) {
+        struct item *pick = NULL;
+        int waiting = 0; /* an item waits on memory: look again soon, nobody will signal */
+        if (context_error) drop_queued();
+        if (!held) {
+            for (struct item *it = head; it; it = it->next) {
+                if (it->running) continue;
+                if (may_start(it)) {
+                    pick = it;
+                    break;
+                }
+                if (it->ready) waiting = 1;
+            }
+        }
+        if (!pick) {
+            if (waiting) {
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_nsec += 200000;
+                if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+                pthread_cond_timedwait(&work_cv, &elock, &until);
+            } else {
+                pthread_cond_wait(&work_cv, &elock);
+            }
+            continue;
+        }
+        pick->running = 1;
+        pthread_mutex_unlock(&elock);
+        if (delay_us > 0) usleep((useconds_t)delay_us);
+        int code = pick->fn ? pick->fn(pick->arg) : 0;
+        pthread_mutex_lock(&elock);
+        unlink_item(pick);
+        free(pick);
+        if (code && !context_error) context_error = code;
+        pthread_cond_broadcast(&done_cv);
+    }
+    return NULL;
+}
+
+struct event;
+static void stamp_record(struct event *ev, struct item *it);
+static void record_now(struct event *ev, void *arg, unsigned long long seq);
+
+/* `record`: an event this item records (its seq is set under the lock, so a record's seq is
+ * always its own item's). */
+static int submit(const void *stream, int per_thread, shim_work_fn fn, shim_ready_fn ready, const void *arg,
+                  size_t size, struct event *record) {
+    if (sync_mode) {
+        if (context_error) return context_error;
+        max_align_t copy[size / sizeof(max_align_t) + 1];
+        memcpy(copy, arg, size);
+        if (record) {
+            pthread_mutex_lock(&elock);
+            record_now(record, (void *)copy, next_seq++);
+            pthread_mutex_unlock(&elock);
+        }
+        /* All earlier work already ran: a wait is met or never will be. */
+        int code = fn ? fn(copy) : 0;
+        pthread_mutex_lock(&elock);
+        if (code && !pending_fault) pending_fault = code;
+        pthread_mutex_unlock(&elock);
+        return 0;
+    }
+    struct item *it = malloc(sizeof *it + size);
+    if (!it) return 2; /* out of memory */
+    it->next = NULL;
+    it->running = 0;
+    it->fn = fn;
+    it->ready = ready;
+    memcpy(it->arg, arg, size);
+    pthread_mutex_lock(&elock);
+    if (context_error) {
+        int code = context_error;
+        pthread_mutex_unlock(&elock);
+        free(it);
+        return code;
+    }
+    resolve(stream, per_thread, &it->key, &it->cls);
+    it->seq = next_seq++;
+    if (record) stamp_record(record, it);
+    *tail = it;
+    tail = &it->next;
+    if (!worker_running) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, worker, NULL) == 0) worker_running = 1;
+        pthread_attr_destroy(&attr);
+    }
+    pthread_cond_signal(&work_cv);
+    pthread_mutex_unlock(&elock);
+    return 0;
+}
+
+int cudashim_engine_submit(const void *stream, int per_thread, shim_work_fn fn, shim_ready_fn ready, const void *arg,
+                           size_t size) {
+    return submit(stream, per_thread, fn, ready, arg, size, NULL);
+}
+
+/* Under elock: the error a synchronisation reports; under CUDASHIM_SYNC=1 the pending fault
+ * becomes sticky here, as the stand-in always did. */
+static int settle(void) {
+    if (pending_fault && !context_error) context_error = pending_fault;
+    pending_fault = 0;
+    return context_error;
+}
+
+static void count_blocking(const char *who) {
+    if (!who) return;
+    count_call(HOST_BLOCKING);
+    count_call(who);
+}
+
+int cudashim_engine_wait_stream(const void *stream, int per_thread, const char *who) {
+    count_blocking(who);
+    const void *key;
+    int cls;
+    resolve(stream, per_thread, &key, &cls);
+    pthread_mutex_lock(&elock);
+    for (;;) {
+        int outstanding = 0;
+        for (struct item *it = head; it && !outstanding; it = it->next)
+            /* The legacy stream's synchronisation waits for everything that orders with it. */
+            outstanding = cls == LEGACY ? it->cls != INDEPENDENT : it->key == key;
+        if (!outstanding) break;
+        pthread_cond_wait(&done_cv, &elock);
+    }
+    int code = settle();
+    pthread_mutex_unlock(&elock);
+    return code;
+}
+
+int cudashim_engine_wait_all(const char *who) {
+    count_blocking(who);
+    pthread_mutex_lock(&elock);
+    while (head) pthread_cond_wait(&done_cv, &elock);
+    int code = settle();
+    pthread_mutex_unlock(&elock);
+    return code;
+}
+
+int cudashim_engine_block(const void *stream, int per_thread, int all, const char *who) {
+    if (sync_mode) {
+        count_blocking(who);
+        return 0;
+    }
+    int code = all ? cudashim_engine_wait_all(who) : cudashim_engine_wait_stream(stream, per_thread, who);
+    return code;
+}
+
+int cudashim_engine_query_stream(const void *stream, int per_thread) {
+    const void *key;
+    int cls;
+    resolve(stream, per_thread, &key, &cls);
+    pthread_mutex_lock(&elock);
+    int code = context_error;
+    for (struct item *it = head; it && !code; it = it->next)
+        if (it->key == key) code = 600; /* cudaErrorNotReady, CUDA_ERROR_NOT_READY */
+    pthread_mutex_unlock(&elock);
+    return code;
+}
+
+int cudashim_engine_error(void) { return __atomic_load_n(&context_error, __ATOMIC_ACQUIRE); }
+
+void cudashim_engine_poison(int code) {
+    pthread_mutex_lock(&elock);
+    if (!context_error) context_error = code;
+    pthread_cond_broadcast(&work_cv);
+    pthread_cond_broadcast(&done_cv);
+    pthread_mutex_unlock(&elock);
+}
+
+void cudashim_engine_raise(int code) {
+    if (!sync_mode) {
+        cudashim_engine_poison(code);
+        return;
+    }
+    pthread_mutex_lock(&elock);
+    if (!pending_fault) pending_fault = code;
+    pthread_mutex_unlock(&elock);
+}
+
+int cudashim_engine_is_sync(void) { return sync_mode; }
+
+void cudashim_engine_stream_created(const void *stream, unsigned int flags) {
+    pthread_mutex_lock(&elock);
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (!streams[i].handle || streams[i].handle == stream) {
+            streams[i].handle = stream;
+            streams[i].flags = flags;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&elock);
+}
+
+void cudashim_engine_stream_destroyed(const void *stream) {
+    pthread_mutex_lock(&elock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (streams[i].handle == stream) streams[i].flags = 0; /* kept: queued work still names it */
+    pthread_mutex_unlock(&elock);
+}
+
+void cudashim_engine_count_gemm(void) { count_call(GEMMS); }
+
+void cudashim_worker_hold(int hold) {
+    pthread_mutex_lock(&elock);
+    held = hold;
+    pthread_cond_broadcast(&work_cv);
+    pthread_mutex_unlock(&elock);
+}
+
+/* ---- events ---- */
+#define EVENT_MAGIC 0x45564e54u
+#define MAX_EVENTS 4096
+#define EVENT_DISABLE_TIMING 0x2 /* cudaEventDisableTiming, CU_EVENT_DISABLE_TIMING */
+
+struct event {
+    unsigned int magic;
+    unsigned int flags;
+    unsigned long long record_seq; /* the latest record's item; 0: never recorded */
+    int done;                      /* that record ran */
+    struct timespec when;
+};
+
+/* A static pool: a record still queued for a destroyed event finds the slot, never freed memory. */
+static struct event events[MAX_EVENTS];
+
+static struct event *live_event(void *e) {
+    uintptr_t p = (uintptr_t)e, first = (uintptr_t)&events[0];
+    if (p < first || p >= first + sizeof events || (p - first) % sizeof(struct event)) return NULL;
+    struct event *ev = e;
+    return ev->magic == EVENT_MAGIC ? ev : NULL;
+}
+
+int cudashim_engine_event_create(void **event, unsigned int flags) {
+    if (!event || flags > 0xf) return 1;
+    pthread_mutex_lock(&elock);
+    for (int i = 0; i < MAX_EVENTS; i++) {
+        if (events[i].magic != EVENT_MAGIC) {
+            events[i] = (struct event){EVENT_MAGIC, flags, 0, 0, {0, 0}};
+            *event = &events[i];
+            pthread_mutex_unlock(&elock);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&elock);
+    return 2;
+}
+
+int cudashim_engine_event_destroy(void *event) {
+    pthread_mutex_lock(&elock);
+    struct event *ev = live_event(event);
+    if (ev) ev->magic = 0;
+    pthread_mutex_unlock(&elock);
+    return ev ? 0 : 400;
+}
+
+struct record_arg {
+    struct event *ev;
+    unsigned long long seq;
+};
+
+static int run_record(void *arg) {
+    struct record_arg *r = arg;
+    pthread_mutex_lock(&elock);
+    if (r->ev->magic == EVENT_MAGIC && r->ev->record_seq == r->seq) {
+        clock_gettime(CLOCK_MONOTONIC, &r->ev->when);
+        r->ev->done = 1;
+    }
+    pthread_mutex_unlock(&elock);
+    return 0;
+}
+
+/* Under elock: the event's latest record is this item. */
+static void record_now(struct event *ev, void *arg, unsigned long long seq) {
+    ev->record_seq = seq;
+    ev->done = 0;
+    ((struct record_arg *)arg)->seq = seq;
+}
+
+static void stamp_record(struct event *ev, struct item *it) { record_now(ev, it->arg, it->seq); }
+
+int cudashim_engine_event_record(void *event, const void *stream, int per_thread) {
+    pthread_mutex_lock(&elock);
+    struct event *ev = live_event(event);
+    pthread_mutex_unlock(&elock);
+    if (!ev) return 400;
+    struct record_arg r = {ev, 0}; /* seq: set by submit */
+    return submit(stream, per_thread, run_record, NULL, &r, sizeof r, ev);
+}
+
+int cudashim_engine_event_query(void *event) {
+    pthread_mutex_lock(&elock);
+    struct event *ev = live_event(event);
+    int code = !ev ? 400 : context_error ? context_error : (ev->record_seq && !ev->done) ? 600 : 0;
+    pthread_mutex_unlock(&elock);
+    return code;
+}
+
+int cudashim_engine_event_synchronize(void *event, const char *who) {
+    pthread_mutex_lock(&elock);
+    struct event *ev = live_event(event);
+    if (!ev) {
+        pthread_mutex_unlock(&elock);
+        return 400;
+    }
+    pthread_mutex_unlock(&elock);
+    count_blocking(who);
+    pthread_mutex_lock(&elock);
+    while (ev->magic == EVENT_MAGIC && ev->record_seq && !ev->done && !context_error) pthread_cond_wait(&done_cv, &elock);
+    int code = settle();
+    pthread_mutex_unlock(&elock);
+    return code;
+}
+
+int cudashim_engine_event_elapsed(float *ms, void *start, void *end) {
+    pthread_mutex_lock(&elock);
+    struct event *a = live_event(start), *b = live_event(end);
+    int code = 0;
+    if (!ms) code = 1;
+    else if (!a || !b || !a->record_seq || !b->record_seq || ((a->flags | b->flags) & EVENT_DISABLE_TIMING)) code = 400;
+    else if (context_error) code = context_error;
+    else if (!a->done || !b->done) code = 600;
+    else *ms = (float)((double)(b->when.tv_sec - a->when.tv_sec) * 1e3 + (double)(b->when.tv_nsec - a->when.tv_nsec) / 1e6);
+    pthread_mutex_unlock(&elock);
+    return code;
+}
+
+/* Under elock (the worker asks): the awaited record ran, or a later record replaced it. */
+static int record_ran(void *arg) {
+    struct record_arg *r = arg;
+    return r->ev->magic != EVENT_MAGIC || r->ev->record_seq != r->seq || r->ev->done;
+}
+
+int cudashim_engine_stream_wait_event(const void *stream, int per_thread, void *event) {
+    pthread_mutex_lock(&elock);
+    struct event *ev = live_event(event);
+    struct record_arg r = {ev, ev ? ev->record_seq : 0};
+    int pending = ev && ev->record_seq && !ev->done;
+    pthread_mutex_unlock(&elock);
+    if (!ev) return 400;
+    if (!pending || sync_mode) return context_error; /* never recorded, or already ran: no wait */
+    return cudashim_engine_submit(stream, per_thread, NULL, record_ran, &r, sizeof r);
+}

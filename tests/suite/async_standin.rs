@@ -1,0 +1,150 @@
+//! The asynchronous stand-in GPU (shims/engine.c): work runs on a worker thread after its
+//! launch returned, in stream order; a fault breaks the context when it runs; stream memory
+//! operations land in mapped pinned memory; CUDASHIM_SYNC=1 restores the synchronous model; the
+//! host-blocking counter pins how often the guard blocks the host per GEMM. The programs run
+//! with the worker held (CUDASHIM_WORKER_HOLD=1) until they open its gate: ordering by a gate,
+//! never by a sleep.
+
+use crate::common;
+
+use common::*;
+use std::collections::BTreeMap;
+
+/// Runs tests/c/async_standin.c in `mode`, unguarded, and returns its "name value" lines.
+fn observe(mode: &str, env: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let program = build_c("async_standin", &["async_standin.c"], false);
+    let args = [mode];
+    let run = run(Launch { env, guarded: false, ..Launch::new(&program, &args) });
+    assert_eq!(run.code(), Some(0), "{}{}", run.stdout(), run.stderr());
+    run.stdout().lines().filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_string(), v.to_string()))).collect()
+}
+
+fn held(mode: &str, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut env = vec![("CUDASHIM_WORKER_HOLD", "1")];
+    env.extend_from_slice(extra);
+    observe(mode, &env)
+}
+
+fn says(seen: &BTreeMap<String, String>, name: &str, value: &str) {
+    assert_eq!(seen.get(name).map(String::as_str), Some(value), "{name}: {seen:#?}");
+}
+
+#[test]
+fn a_gemm_has_not_run_when_its_launch_returns_but_has_after_a_stream_synchronisation() {
+    let seen = held("late", &[]);
+    says(&seen, "gemm", "0");
+    says(&seen, "at_return", "0");
+    says(&seen, "query_outstanding", "600");
+    says(&seen, "sync", "0");
+    says(&seen, "after_sync", "4");
+    says(&seen, "query_done", "0");
+}
+
+#[test]
+fn cudashim_sync_runs_the_gemm_at_its_launch_as_the_stand_in_did_before() {
+    let seen = held("late", &[("CUDASHIM_SYNC", "1")]);
+    says(&seen, "at_return", "4");
+    says(&seen, "query_outstanding", "0");
+    says(&seen, "after_sync", "4");
+}
+
+#[test]
+fn a_fault_reaches_unrelated_calls_only_once_it_has_run_and_then_sticks() {
+    let seen = held("fault", &[("CUDASHIM_ASYNC_FAULT", "1")]);
+    says(&seen, "gemm", "0");
+    says(&seen, "unrelated_before", "0");
+    says(&seen, "malloc_before", "0");
+    says(&seen, "sync", "700");
+    says(&seen, "malloc_after", "700");
+    says(&seen, "unrelated_after", "700");
+}
+
+#[test]
+fn under_cudashim_sync_a_fault_waits_for_the_next_synchronisation_as_before() {
+    let seen = held("fault", &[("CUDASHIM_ASYNC_FAULT", "1"), ("CUDASHIM_SYNC", "1")]);
+    says(&seen, "unrelated_before", "0");
+    says(&seen, "sync", "700");
+    says(&seen, "malloc_after", "700");
+}
+
+#[test]
+fn a_stream_write_lands_in_mapped_pinned_memory_after_the_work_before_it() {
+    let seen = held("writevalue", &[]);
+    says(&seen, "host_alloc", "0");
+    says(&seen, "device_pointer", "0");
+    says(&seen, "same_address", "1");
+    says(&seen, "write", "0");
+    says(&seen, "refused_no_barrier", "1");
+    says(&seen, "word_at_return", "0");
+    says(&seen, "word_seen", "7");
+    says(&seen, "c_when_word_landed", "4");
+    says(&seen, "sync", "0");
+}
+
+#[test]
+fn a_stream_write_after_a_fault_on_its_stream_never_lands() {
+    let seen = held("writevalue", &[("CUDASHIM_ASYNC_FAULT", "1")]);
+    says(&seen, "write", "0");
+    says(&seen, "word_seen", "0");
+    says(&seen, "c_when_word_landed", "0");
+    says(&seen, "sync", "700");
+    says(&seen, "word_after_sync", "0");
+}
+
+#[test]
+fn events_complete_in_stream_order_and_time_what_ran_between_them() {
+    let seen = held("events", &[]);
+    says(&seen, "query_unrecorded", "0");
+    says(&seen, "query_outstanding", "600");
+    says(&seen, "elapsed_outstanding", "600");
+    says(&seen, "event_sync", "0");
+    says(&seen, "c_after_event_sync", "4");
+    says(&seen, "query_done", "0");
+    says(&seen, "elapsed", "0");
+    says(&seen, "elapsed_nonnegative", "1");
+    says(&seen, "elapsed_untimed", "400");
+    says(&seen, "destroy", "0");
+    says(&seen, "destroy_again", "400");
+}
+
+/// The stand-in's host-blocking counter for one run of the clean scenario: the
+/// "host_blocking" and "gemms" lines of CUDASHIM_COUNT_BLOCKING's file.
+fn blocking(guarded: bool, env: &[(&str, &str)]) -> (u64, u64) {
+    let dir = temp_dir("blocking");
+    let file = dir.join("blocking.txt").display().to_string();
+    let mut env = env.to_vec();
+    env.push(("CUDASHIM_COUNT_BLOCKING", file.as_str()));
+    let program = scenarios();
+    let run = run(Launch { env: &env, guarded, ..Launch::new(&program, &["clean"]) });
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let counts: BTreeMap<String, u64> =
+        std::fs::read_to_string(&file).expect("counts").lines().filter_map(|l| l.split_once(' ').map(|(k, n)| (k.to_string(), n.parse().unwrap()))).collect();
+    (counts["host_blocking"], counts["gemms"])
+}
+
+/// Host-blocking calls the guard adds per GEMM (guarded minus bare, over the GEMMs).
+fn added_per_gemm(env: &[(&str, &str)]) -> (u64, u64) {
+    let (bare, gemms) = blocking(false, env);
+    let (guarded, guarded_gemms) = blocking(true, env);
+    assert_eq!(gemms, guarded_gemms, "the guard runs the program's GEMMs, no more, no fewer");
+    assert!(gemms > 0 && guarded >= bare);
+    let added = guarded - bare;
+    assert_eq!(added % gemms, 0, "{added} host-blocking calls over {gemms} GEMMs");
+    (added / gemms, gemms)
+}
+
+#[test]
+fn the_host_blocking_counter_pins_what_todays_gemm_mode_costs_per_gemm() {
+    let host = added_per_gemm(&[("CUBLASGUARD_DEVICE_SCAN", "off")]);
+    let device = added_per_gemm(&[("CUBLASGUARD_DEVICE_SCAN", "on")]);
+    let unchecked = added_per_gemm(&[("CUBLASGUARD_CHECKS", "none"), ("CUBLASGUARD_DEVICE_SCAN", "off")]);
+    assert_eq!((host.0, device.0, unchecked.0), (HOST_SCAN, DEVICE_SCAN, NO_CHECKS), "per GEMM: host scan, device scan, CUBLASGUARD_CHECKS=none");
+}
+
+// Measured on the clean scenario (2 GEMMs), guarded minus bare. Host scan: 11
+// cudaStreamSynchronize and 7 cudaMemcpyAsync into pageable memory over the 2 GEMMs. Device
+// scan: 4 cudaStreamSynchronize, 11 cuMemcpyDtoHAsync_v2 into pageable memory, and the kernel's
+// one-time self-test (7 cuMemcpyHtoD_v2, 2 cuMemFree_v2), shared by the 2 GEMMs.
+const HOST_SCAN: u64 = 9;
+const DEVICE_SCAN: u64 = 12;
+const NO_CHECKS: u64 = 0;
