@@ -3,7 +3,10 @@
  * symbol). The second faults (an illegal address, as an out-of-range gather does), which shows
  * at the next synchronisation: the GEMM that follows.
  *   launches            the three, then a GEMM
- *   launches many N     N clean launches; prints the mean ns per launch */
+ *   launches many N     N clean launches; prints the mean ns per launch
+ *   launches fast       as the first, but the gather's fault breaks the context before its
+ *                       launch returns (a GPU that reports it that quickly) */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +18,19 @@
 /* Distinct bodies, so the compiler cannot fold them into one function. */
 static volatile int touched;
 static void fill(void **args) { touched = *(int *)args[1]; }
-static void gather(void **args) { (void)args; cudashim_raise_async(700); }
+static int fault_at_once;
+static void gather(void **args) {
+    (void)args;
+    if (!fault_at_once) {
+        cudashim_raise_async(700);
+        return;
+    }
+    /* The stand-in driver's engine: the context breaks now, not when the worker gets there. */
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void (*poison)(int) = driver ? (void (*)(int))dlsym(driver, "cudashim_engine_poison") : NULL;
+    if (!poison) abort(); /* the test would pass for the wrong reason */
+    poison(700);
+}
 static void scale(void **args) { touched = 2 * *(int *)args[1]; }
 
 static double now(void) {
@@ -32,6 +47,7 @@ int main(int argc, char **argv) {
     cudaMalloc((void **)&a, 64);
     void *args[] = {&a, &n};
     dim3 grid = {4, 1, 1}, wide = {8, 1, 1}, block = {256, 1, 1};
+    fault_at_once = argc > 1 && !strcmp(argv[1], "fast");
     if (argc > 2 && !strcmp(argv[1], "many")) {
         long count = atol(argv[2]);
         double start = now();

@@ -53,6 +53,21 @@ fn launch_blocking_mode_pins_the_error_to_the_launch_that_caused_it() {
 }
 
 #[test]
+fn launch_blocking_mode_pins_a_fault_that_broke_the_context_before_the_guard_asked_about_the_stream() {
+    // The guard asks whether the stream is capturing before it synchronises; when the kernel's
+    // fault has already broken the context, that question fails with the fault: still this
+    // launch's, not left for the GEMM to find.
+    let run = launches(&["fast"], &[("CUBLASGUARD_SYNC", "launches")]);
+    let t = run.trace();
+    let f = t.faults.iter().find(|f| f.api == "cudaLaunchKernel").unwrap_or_else(|| panic!("the launch's fault: {:#?}", t.faults));
+    assert_eq!(f.kind, FaultKind::AsyncError);
+    assert_eq!(f.args["kernel"], "gather(float const*, long const*, float*, int)");
+    let e = f.error.as_ref().expect("the error");
+    assert_eq!((e.code, e.call.as_str()), (700, "cudaStreamIsCapturing"));
+    assert!(f.message.contains("asked whether its stream was capturing"), "{}", f.message);
+}
+
+#[test]
 fn a_hundred_thousand_clean_launches_are_all_counted_without_a_fault() {
     let run = launches(&["many", "100000"], &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());

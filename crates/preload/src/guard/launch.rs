@@ -111,10 +111,18 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
         call.report(fault);
         return status;
     }
-    if !s.config.sync_launches || call.device.is_capturing(stream) != Ok(false) {
+    if !s.config.sync_launches {
         return status;
     }
-    match call.device.synchronize(stream) {
+    // The capture query comes first (a synchronisation would break a capture); it fails with
+    // the sticky error itself when the kernel's fault already broke the context, and that is
+    // this launch's fault as surely as a synchronisation's answer would be.
+    let (pending, surfaced_at, how) = match call.device.is_capturing(stream) {
+        Ok(false) => (call.device.synchronize(stream), "cudaStreamSynchronize", "synchronised"),
+        Err(code) if cuda::cuda_error_is_sticky(code) => (code, "cudaStreamIsCapturing", "asked whether its stream was capturing"),
+        Ok(true) | Err(_) => return status,
+    };
+    match pending {
         0 => s.note_clean_sync(call.seq),
         code if s.known_error().map(|k| k.code) == Some(code) => {}
         code => {
@@ -123,7 +131,7 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
             let mut finding = Finding::new(
                 FaultKind::AsyncError,
                 format!(
-                    "{} ({code}) surfaced when the guard synchronised right after this launch of {name} (grid {}x{}x{}, block \
+                    "{} ({code}) surfaced when the guard {how} right after this launch of {name} (grid {}x{}x{}, block \
                      {}x{}x{}): this kernel faulted (CUBLASGUARD_SYNC=launches)",
                     cuda::cuda_error_name(code),
                     grid.x,
@@ -134,7 +142,7 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
                     block.z
                 ),
             );
-            finding.error = Some((code, "cudaStreamSynchronize"));
+            finding.error = Some((code, surfaced_at));
             let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
             launch_args(&mut fault, name, func, grid, block, shared, stream);
             call.report(fault);
