@@ -11,6 +11,7 @@ mod cli;
 mod device_scan;
 mod doctor;
 mod dumps;
+mod examples;
 mod first_hour;
 mod fuzz_validator;
 mod gemm_family;
