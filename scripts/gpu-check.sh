@@ -175,7 +175,7 @@ elif [ -n "$python" ]; then
     fi
     say "gpt.py on the CPU, tiny shapes (dry run: the script and its options work)"
     if timeout "$limit" "$python" examples/gpt.py --device cpu --steps 2 "${gpt_tiny[@]}" --quiet --anomaly --time >"$out/gpt-dry.log" 2>&1 &&
-        [ "$(tail -1 "$out/gpt-dry.log")" = done ]; then
+        [ "$(tail -1 "$out/gpt-dry.log")" = "done" ]; then
         row "gpt.py (dry run, CPU)" PASS "$(tail -2 "$out/gpt-dry.log" | paste -sd ' ')"
     else
         row "gpt.py (dry run, CPU)" FAIL "see $out/gpt-dry.log"
