@@ -12,6 +12,7 @@ mod cli;
 mod device_scan;
 mod doctor;
 mod dumps;
+mod examples;
 mod first_hour;
 mod fuzz_validator;
 mod gemm_family;

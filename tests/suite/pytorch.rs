@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let cache = cache_dir();
     let venv = cache.join("torch-venv");
     if venv.join(".complete").exists() {
@@ -41,7 +41,7 @@ fn run_with_limit(mut cmd: Command, limit: Duration) -> Output {
     }
 }
 
-fn python_run(python: &PathBuf, args: &[&str], guard: Option<&std::path::Path>) -> Output {
+pub(crate) fn python_run(python: &PathBuf, args: &[&str], guard: Option<&std::path::Path>) -> Output {
     let mut cmd = Command::new(python);
     cmd.args(args).env_remove("LD_PRELOAD").env_remove("CUBLASGUARD_TRACE").env("PYTHONWARNINGS", "ignore");
     if let Some(trace) = guard {
