@@ -141,8 +141,15 @@ fn asynchronous_fault_is_pinned_to_the_call_that_caused_it() {
     let program = scenarios();
     let env = [("CUDASHIM_ASYNC_FAULT", "2")];
     let bare = run(Launch { env: &env, guarded: false, ..Launch::new(&program, &["async"]) });
-    // Unguarded, the fault surfaces late, at the copy after the third GEMM.
-    assert!(bare.stdout().contains("sgemm status=0\nsgemm status=0\nsgemm status=0\nC copy=700"), "{}", bare.stdout());
+    // Unguarded, the fault surfaces late: the faulting GEMM itself returns success, and the
+    // error shows at a later call, the third GEMM or the copy after it, as the (asynchronous)
+    // stand-in GPU gets to it.
+    let out = bare.stdout();
+    assert!(
+        out.contains("sgemm status=0\nsgemm status=0\nsgemm status=0\nC copy=700")
+            || out.contains("sgemm status=0\nsgemm status=0\nsgemm status=13\nC copy=700"),
+        "{out}"
+    );
     let guarded = run(Launch { env: &env, ..Launch::new(&program, &["async"]) });
     // Guarded, it surfaces where CUDA_LAUNCH_BLOCKING=1 would put it: the guard synchronised
     // right after the faulting GEMM, so the (sticky) error is visible to the very next call.
