@@ -4,6 +4,9 @@
  * at the next synchronisation: the GEMM that follows.
  *   launches            the three, then a GEMM
  *   launches many N     N clean launches; prints the mean ns per launch
+ *   launches sync KIND  fill and gather, then the program's own synchronisation, where the
+ *                       fault surfaces: KIND is device, stream or copy; or (malloc) scale,
+ *                       whose launch waits for the gather to have run, then a cudaMalloc
  *   launches fast       as the first, but the gather's fault breaks the context before its
  *                       launch returns (a GPU that reports it that quickly) */
 #include <dlfcn.h>
@@ -55,15 +58,28 @@ int main(int argc, char **argv) {
         printf("%.1f\n", (now() - start) / count);
         return cudaDeviceSynchronize();
     }
+    if (argc > 2 && !strcmp(argv[1], "sync")) {
+        printf("fill=%d\n", cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL));
+        printf("gather=%d\n", cudaLaunchKernel((const void *)gather, wide, block, args, 0, NULL));
+        float back[4];
+        void *more = NULL;
+        int status = !strcmp(argv[2], "device")   ? cudaDeviceSynchronize()
+                     : !strcmp(argv[2], "stream") ? cudaStreamSynchronize(NULL)
+                     : !strcmp(argv[2], "copy")   ? cudaMemcpy(back, a, sizeof back, cudaMemcpyDeviceToHost)
+                                                  : (cudaLaunchKernel((const void *)scale, grid, block, args, 0, NULL), cudaMalloc(&more, 64));
+        printf("%s sync=%d\n", argv[2], status);
+        return 0;
+    }
     cublasHandle_t h;
     printf("cublasCreate=%d\n", cublasCreate(&h));
-    printf("fill=%d\n", cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL));
-    printf("gather=%d\n", cudaLaunchKernel((const void *)gather, wide, block, args, 0, NULL));
-    printf("scale=%d\n", cudaLaunchKernel((const void *)scale, grid, block, args, 0, NULL));
+    /* The GEMM's operand is ready before the launches: the GEMM is the first call after them. */
     float host[4] = {1, 2, 3, 4};
     float *b;
     cudaMalloc((void **)&b, 64);
     cudaMemcpy(b, host, sizeof host, cudaMemcpyHostToDevice);
+    printf("fill=%d\n", cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL));
+    printf("gather=%d\n", cudaLaunchKernel((const void *)gather, wide, block, args, 0, NULL));
+    printf("scale=%d\n", cudaLaunchKernel((const void *)scale, grid, block, args, 0, NULL));
     const float one = 1, zero = 0;
     printf("sgemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, b, 2, b, 2, &zero, b + 8, 2));
     return 0;

@@ -68,13 +68,48 @@ fn launch_blocking_mode_pins_a_fault_that_broke_the_context_before_the_guard_ask
 }
 
 #[test]
+fn a_fault_that_surfaces_at_the_programs_own_synchronisation_is_recorded_there_with_the_kernels_in_flight() {
+    let program = build_c("launches", &["launches.c"], false);
+    for (kind, api, surfaced) in [
+        ("device", "cudaDeviceSynchronize", "surfaced at the program's own cudaDeviceSynchronize"),
+        ("stream", "cudaStreamSynchronize", "surfaced at the program's own cudaStreamSynchronize"),
+        ("copy", "cudaMemcpy", "surfaced at the program's own cudaMemcpy"),
+        ("malloc", "cudaMalloc", "surfaced at cudaMalloc"),
+    ] {
+        let bare = run(Launch { guarded: false, ..Launch::new(&program, &["sync", kind]) });
+        let guarded = launches(&["sync", kind], &[]);
+        // The program sees its error exactly as without the guard.
+        assert_eq!(guarded.stdout(), bare.stdout(), "{kind}");
+        assert!(guarded.stdout().contains(&format!("{kind} sync=700")), "{kind}: {}", guarded.stdout());
+        let t = guarded.trace();
+        let f = only_fault(&t);
+        assert_eq!((f.kind, f.api.as_str()), (FaultKind::AsyncError, api), "{kind}: {:#?}", t.faults);
+        assert!(f.message.contains(surfaced), "{}", f.message);
+        assert_eq!(f.error.as_ref().map(|e| (e.code, e.call.as_str())), Some((700, api)));
+        let names: Vec<&str> = f.suspects.iter().map(|s| s.kernel.as_str()).take(2).collect();
+        assert_eq!(names, ["fill(float*, int)", "gather(float const*, long const*, float*, int)"], "{kind}");
+        assert!(t.recent_calls.iter().any(|c| c.api == api && c.status == 700), "the call is recorded");
+    }
+}
+
+#[test]
+fn a_clean_synchronisation_is_recorded_and_no_fault() {
+    let run = launches(&["many", "3"], &[]);
+    let t = run.trace();
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+    let sync = t.recent_calls.iter().find(|c| c.api == "cudaDeviceSynchronize").expect("recorded");
+    assert_eq!(sync.status, 0);
+}
+
+#[test]
 fn a_hundred_thousand_clean_launches_are_all_counted_without_a_fault() {
     let run = launches(&["many", "100000"], &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let t = run.trace();
     assert_eq!(t.summary.calls.get("cudaLaunchKernel"), Some(&100_000));
     assert!(t.faults.is_empty(), "{:#?}", t.faults);
-    assert_eq!(t.recent_calls.last().map(|c| c.args["kernel"].to_json()), Some(serde_json::json!("fill(float*, int)")));
+    let last_launch = t.recent_calls.iter().rev().find(|c| c.api == "cudaLaunchKernel");
+    assert_eq!(last_launch.map(|c| c.args["kernel"].to_json()), Some(serde_json::json!("fill(float*, int)")));
 }
 
 #[test]

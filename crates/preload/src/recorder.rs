@@ -65,6 +65,13 @@ pub enum CallArgs {
         ptr: u64,
         size: u64,
     },
+    /// What a synchronisation waits for: a stream, or an event.
+    Stream {
+        stream: u64,
+    },
+    Event {
+        event: u64,
+    },
 }
 
 /// Which arguments a `CallArgs::Blas` holds, in order.
@@ -213,6 +220,8 @@ impl CallArgs {
                 f("ptr", ArgValue::Address(ptr));
                 f("size", ArgValue::Int(size.min(i64::MAX as u64) as i64));
             }
+            Self::Stream { stream } => f("stream", ArgValue::Address(stream)),
+            Self::Event { event } => f("event", ArgValue::Address(event)),
             Self::Workspace { handle, ptr, bytes } => {
                 f("handle", ArgValue::Address(handle));
                 f("workspace", ArgValue::Address(ptr));
@@ -291,6 +300,8 @@ impl RecordedCall {
             }
             CallArgs::Workspace { handle, ptr, bytes } => (7, [handle, ptr, bytes, 0, 0, 0, 0]),
             CallArgs::Range { ptr, size } => (8, [ptr, size, 0, 0, 0, 0, 0]),
+            CallArgs::Stream { stream } => (9, [stream, 0, 0, 0, 0, 0, 0]),
+            CallArgs::Event { event } => (10, [event, 0, 0, 0, 0, 0, 0]),
         };
         w[3] = self.hook as u64 | tag << 16 | (self.scanned as u64) << 32;
         w[4..11].copy_from_slice(&payload);
@@ -338,6 +349,8 @@ impl RecordedCall {
             }
             7 => CallArgs::Workspace { handle: w[4], ptr: w[5], bytes: w[6] },
             8 => CallArgs::Range { ptr: w[4], size: w[5] },
+            9 => CallArgs::Stream { stream: w[4] },
+            10 => CallArgs::Event { event: w[4] },
             _ => return None,
         };
         Some(Self {
@@ -485,6 +498,8 @@ mod tests {
             CallArgs::Pointer { ptr: 0x7f00_0000_1000, stream: Some(0) },
             CallArgs::Pointer { ptr: 0, stream: None },
             CallArgs::Handle { handle: 0x55, value: -3 },
+            CallArgs::Stream { stream: 0x7f00_0000_2000 },
+            CallArgs::Event { event: 0x99 },
             CallArgs::Launch { func: 0x4011a0, grid: [1024, 2, 1], block: [256, 1, 1], shared: 4096, stream: 0x9 },
             CallArgs::Blas { form: BlasForm::Trsm, enums: [1, -1, 2, 9], ints: [i32::MIN, 3, i32::MAX, 4, 0, 0, 0, 0] },
             CallArgs::Blas { form: BlasForm::Gels, enums: [0, 0, 0, 0], ints: [4, 2, 1, 4, 4, 8, 0, 0] },

@@ -16,7 +16,7 @@ use crate::ffi::intercept::real::{Library, RealSymbol};
 use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, ReentryOn};
 use crate::guard::launch::{self, Dim3, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
-use crate::guard::{blas, gemm, handles, lt, memory, Call, OnThread, Outlet};
+use crate::guard::{blas, gemm, handles, lt, memory, sync, Call, OnThread, Outlet};
 use crate::recorder::{CallArgs, RecordedCall};
 use crate::session::{Recorded, Session};
 
@@ -511,6 +511,15 @@ hook_table! {
     Driver fn cuIpcCloseMemHandle(dptr: *mut c_void) -> c_int => memory::ipc_close;
     Driver fn cuExternalMemoryGetMappedBuffer(dptr: *mut *mut c_void, memory: P, desc: *const ExternalBufferDesc) -> c_int => memory::external_buffer;
     Cudart fn cudaGetDeviceCount(count: *mut c_int) -> c_int => memory::get_device_count;
+    Cudart fn cudaStreamSynchronize(stream: Stream) -> c_int => sync::stream_synchronize;
+    Cudart fn cudaDeviceSynchronize() -> c_int => sync::device_synchronize;
+    Cudart fn cudaEventSynchronize(event: *mut c_void) -> c_int => sync::event_synchronize;
+    Cudart fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: c_int) -> c_int => sync::memcpy;
+    Driver fn cuStreamSynchronize(stream: Stream) -> c_int => sync::stream_synchronize;
+    Driver fn cuCtxSynchronize() -> c_int => sync::device_synchronize;
+    Driver fn cuEventSynchronize(event: *mut c_void) -> c_int => sync::event_synchronize;
+    Driver fn cuMemcpyDtoH_v2(dst: u64, src: u64, count: usize) -> c_int => sync::driver_copy;
+    Driver fn cuMemcpyHtoD_v2(dst: u64, src: u64, count: usize) -> c_int => sync::driver_copy;
     Cudart fn cudaLaunchKernel(func: P, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Stream) -> c_int => launch::launch_kernel;
     Cudart fn cudaLaunchCooperativeKernel(func: P, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Stream) -> c_int => launch::launch_kernel;
     Cudart fn cudaLaunchKernelExC(config: *const LaunchConfig, func: P, args: *mut *mut c_void) -> c_int => launch::launch_kernel_ex;
