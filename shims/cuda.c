@@ -715,6 +715,14 @@ CUresult cuCtxGetCurrent(void **ctx) {
     return CUDA_SUCCESS;
 }
 
+/* CUDA 12's unique context id: never reused, unlike a context's address. */
+CUresult cuCtxGetId(void *ctx, unsigned long long *id) {
+    count_call(__func__);
+    if (!id || (ctx && ctx != &context_token)) return CUDA_ERROR_INVALID_VALUE;
+    *id = 1;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuModuleLoadData(void **module, const void *image) {
     count_call(__func__);
     if (!module || !image) return CUDA_ERROR_INVALID_VALUE;

@@ -485,6 +485,8 @@ mod tests {
             python_stack_note: None,
             thread_name: None,
             suspects: Vec::new(),
+            found_at_seq: None,
+            breadcrumbs: Vec::new(),
             dump: None,
             dump_note: None,
         }

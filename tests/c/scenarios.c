@@ -117,6 +117,12 @@ int main(int argc, char **argv) {
         gemm(da, db, &zero, dc); /* CUDASHIM_ASYNC_FAULT=2 makes this kernel fault */
         gemm(db, da, &zero, dc); /* the error would surface here, or at the copy */
         print_result("C", dc, N * N);
+    } else if (!strcmp(s, "async_exit")) {
+        gemm(da, db, &zero, dc); /* fine */
+        gemm(da, db, &zero, dc); /* CUDASHIM_ASYNC_FAULT=2: faults, and nothing waits for it */
+        printf("exiting\n");
+        fflush(stdout);
+        exit(0);
     } else if (!strcmp(s, "api_error")) {
         gemm(da, db, &zero, dc); /* CUDASHIM_FAIL=cublasSgemm_v2:1:14 */
     } else if (!strcmp(s, "alloc")) {

@@ -107,25 +107,10 @@ fn events_complete_in_stream_order_and_time_what_ran_between_them() {
     says(&seen, "destroy_again", "400");
 }
 
-/// The stand-in's host-blocking counter for one run of the clean scenario: the
-/// "host_blocking" and "gemms" lines of CUDASHIM_COUNT_BLOCKING's file.
-fn blocking(guarded: bool, env: &[(&str, &str)]) -> (u64, u64) {
-    let dir = temp_dir("blocking");
-    let file = dir.join("blocking.txt").display().to_string();
-    let mut env = env.to_vec();
-    env.push(("CUDASHIM_COUNT_BLOCKING", file.as_str()));
-    let program = scenarios();
-    let run = run(Launch { env: &env, guarded, ..Launch::new(&program, &["clean"]) });
-    assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let counts: BTreeMap<String, u64> =
-        std::fs::read_to_string(&file).expect("counts").lines().filter_map(|l| l.split_once(' ').map(|(k, n)| (k.to_string(), n.parse().unwrap()))).collect();
-    (counts["host_blocking"], counts["gemms"])
-}
-
 /// Host-blocking calls the guard adds per GEMM (guarded minus bare, over the GEMMs).
 fn added_per_gemm(env: &[(&str, &str)]) -> (u64, u64) {
-    let (bare, gemms) = blocking(false, env);
-    let (guarded, guarded_gemms) = blocking(true, env);
+    let (bare, gemms) = host_blocking("clean", false, env);
+    let (guarded, guarded_gemms) = host_blocking("clean", true, env);
     assert_eq!(gemms, guarded_gemms, "the guard runs the program's GEMMs, no more, no fewer");
     assert!(gemms > 0 && guarded >= bare);
     let added = guarded - bare;

@@ -8,6 +8,7 @@ mod common;
 
 mod async_standin;
 mod blas_family;
+mod breadcrumbs;
 mod cli;
 mod device_scan;
 mod doctor;

@@ -121,9 +121,8 @@ pub struct Config {
     /// CUBLASGUARD_EXIT_SUMMARY=0: no "N fault(s) in M intercepted call(s)" line at exit
     /// (`cublasguard run` sets it: its own summary covers every process of the run).
     pub exit_summary: bool,
-    /// CUBLASGUARD_SYNC=launches: synchronise after every kernel launch too, like
-    /// CUDA_LAUNCH_BLOCKING=1, and pin an asynchronous error to the launch that caused it.
-    pub sync_launches: bool,
+    /// CUBLASGUARD_SYNC: how the guard pins an asynchronous error to its call.
+    pub sync: SyncMode,
     /// CUBLASGUARD_IGNORE: faults that match a rule are counted, not stored.
     pub ignore: Vec<crate::ignore::IgnoreRule>,
     /// CUBLASGUARD_DUMP: the folder operand dumps of faulting matrix multiplies go to.
@@ -132,6 +131,48 @@ pub struct Config {
     pub dump_max: u32,
     /// CUBLASGUARD_DUMP_BYTES: bytes of operands per dump.
     pub dump_bytes: u64,
+}
+
+/// CUBLASGUARD_SYNC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    /// No synchronisation in a guarded call: a stream-ordered breadcrumb (the call's number,
+    /// written into mapped host memory) after each guarded call says which calls completed, and
+    /// an error that surfaces later is recorded on the first call whose breadcrumb never landed.
+    Deferred,
+    /// The stream is synchronised before and after each guarded call.
+    Gemm,
+    /// As `Gemm`, and after every kernel launch too, like CUDA_LAUNCH_BLOCKING=1.
+    Launches,
+}
+
+impl SyncMode {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "deferred" => Ok(Self::Deferred),
+            "gemm" => Ok(Self::Gemm),
+            "launches" => Ok(Self::Launches),
+            _ => Err("not deferred, gemm or launches".into()),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Deferred => "deferred",
+            Self::Gemm => "gemm",
+            Self::Launches => "launches",
+        }
+    }
+
+    /// Whether a guarded call synchronises its stream (before and after it).
+    pub fn synchronises_calls(self) -> bool {
+        !matches!(self, Self::Deferred)
+    }
+
+    /// Whether every kernel launch is synchronised too.
+    pub fn synchronises_launches(self) -> bool {
+        matches!(self, Self::Launches)
+    }
 }
 
 /// CUBLASGUARD_DEVICE_SCAN.
@@ -165,7 +206,7 @@ impl Default for Config {
             device_scan: DeviceScan::Auto,
             quiet: false,
             exit_summary: true,
-            sync_launches: false,
+            sync: SyncMode::Gemm,
             ignore: Vec::new(),
             dump_dir: None,
             dump_max: DEFAULT_DUMP_MAX,
@@ -258,10 +299,9 @@ impl Config {
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_SYNC") {
-            match v.trim() {
-                "gemm" => config.sync_launches = false,
-                "launches" => config.sync_launches = true,
-                _ => reject("CUBLASGUARD_SYNC", &v, "not gemm or launches".into(), "gemm"),
+            match SyncMode::parse(&v) {
+                Ok(mode) => config.sync = mode,
+                Err(why) => reject("CUBLASGUARD_SYNC", &v, why, Self::default().sync.name()),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_DUMP") {

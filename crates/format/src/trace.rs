@@ -280,6 +280,14 @@ pub struct Fault {
     /// oldest first (one of them faulted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suspects: Vec<Suspect>,
+    /// A fault found after its call returned (CUBLASGUARD_SYNC=deferred): the call at which it
+    /// was found (an asynchronous error surfaced there, or a scan's verdict was harvested).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_at_seq: Option<u64>,
+    /// An asynchronous error under CUBLASGUARD_SYNC=deferred: how far each stream the guard
+    /// left breadcrumbs on had got when the error surfaced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub breadcrumbs: Vec<StreamProgress>,
     /// The operand dump written for this fault (`CUBLASGUARD_DUMP`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dump: Option<String>,
@@ -295,6 +303,23 @@ pub struct Suspect {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub stream: String,
+}
+
+/// One stream's breadcrumbs when an asynchronous error surfaced: the last guarded call whose
+/// breadcrumb landed (it and everything before it on the stream completed), and the first that
+/// did not (it, or a kernel launched on the stream after the last landed one, faulted).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StreamProgress {
+    pub stream: String,
+    pub context: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_landed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_unfinished: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_unfinished_api: Option<String>,
+    /// Guarded calls issued on the stream whose breadcrumbs had not landed.
+    pub unfinished: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -1018,6 +1043,8 @@ pub fn sample_fault(seq: u64) -> Fault {
         python_stack_note: None,
         thread_name: None,
         suspects: vec![],
+        found_at_seq: None,
+        breadcrumbs: vec![],
         dump: None,
         dump_note: None,
     }

@@ -202,3 +202,18 @@ pub fn dynamic_symbols(file: &std::path::Path, undefined: bool) -> Vec<String> {
     assert!(out.status.success(), "nm {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_whitespace().last()).map(|s| s.split('@').next().unwrap_or(s).to_string()).collect()
 }
+
+/// The stand-in's host-blocking counter for one run of scenarios.c's `scenario`: the
+/// "host_blocking" and "gemms" lines of CUDASHIM_COUNT_BLOCKING's file.
+pub fn host_blocking(scenario: &str, guarded: bool, env: &[(&str, &str)]) -> (u64, u64) {
+    let dir = temp_dir("blocking");
+    let file = dir.join("blocking.txt").display().to_string();
+    let mut env = env.to_vec();
+    env.push(("CUDASHIM_COUNT_BLOCKING", file.as_str()));
+    let program = scenarios();
+    let run = run(Launch { env: &env, guarded, ..Launch::new(&program, &[scenario]) });
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let text = std::fs::read_to_string(&file).expect("counts");
+    let get = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok()).unwrap_or(0);
+    (get("host_blocking "), get("gemms "))
+}

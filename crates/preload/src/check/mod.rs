@@ -108,6 +108,12 @@ pub trait Device {
     fn address_range(&self, _ptr: u64) -> Option<(u64, u64)> {
         None
     }
+    /// Enqueues on `stream` the breadcrumb of call `seq` to hooked function `hook`
+    /// (CUBLASGUARD_SYNC=deferred): its number lands in host memory once the work before it on
+    /// the stream completed. False when none could be enqueued.
+    fn breadcrumb(&self, _stream: u64, _seq: u64, _hook: u16) -> bool {
+        false
+    }
     /// Runs `body` with this thread's scan buffer, reused from scan to scan.
     fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
         body(&mut Vec::new())

@@ -18,6 +18,11 @@ pub struct ModelDevice {
     pub probe: RefCell<DriverProbe>,
     /// How often the free/total memory was asked for.
     pub memory_queries: Cell<u32>,
+    /// Whether breadcrumbs can be enqueued, and the (stream, seq) of those that were.
+    pub breadcrumbs_work: Cell<bool>,
+    pub breadcrumbs: RefCell<Vec<(u64, u64)>>,
+    /// How many synchronisations were asked for.
+    pub synchronisations: Cell<u32>,
 }
 
 impl ModelDevice {
@@ -49,6 +54,7 @@ impl Device for ModelDevice {
         true
     }
     fn synchronize(&self, _stream: u64) -> i32 {
+        self.synchronisations.set(self.synchronisations.get() + 1);
         let mut errors = self.sync_errors.borrow_mut();
         if errors.is_empty() {
             0
@@ -58,6 +64,12 @@ impl Device for ModelDevice {
     }
     fn is_capturing(&self, _stream: u64) -> Result<bool, i32> {
         Ok(false)
+    }
+    fn breadcrumb(&self, stream: u64, seq: u64, _hook: u16) -> bool {
+        if self.breadcrumbs_work.get() {
+            self.breadcrumbs.borrow_mut().push((stream, seq));
+        }
+        self.breadcrumbs_work.get()
     }
     fn memory_info(&self) -> Option<(u64, u64)> {
         self.memory_queries.set(self.memory_queries.get() + 1);

@@ -111,7 +111,7 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
         call.report(fault);
         return status;
     }
-    if !s.config.sync_launches {
+    if !s.config.sync.synchronises_launches() {
         return status;
     }
     // The capture query comes first (a synchronisation would break a capture); it fails with

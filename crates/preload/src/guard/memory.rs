@@ -45,7 +45,7 @@ fn allocate_sized(call: &Call<'_, c_int>, out: *mut *mut c_void, size: impl Fn()
 /// memory, the CUDA error otherwise.
 fn report_failure(call: &Call<'_, c_int>, status: c_int, size: usize, stream: Option<u64>) {
     let args = CallArgs::Size { size: size as u64, stream };
-    if super::sync::reveals_unattributed(call, status, call.api(), args, stream) {
+    if super::attribution::surfaced(call, status, call.api(), args, stream) {
         return;
     }
     if cuda::cuda_error_is_init_failure(status) {
@@ -85,7 +85,7 @@ fn release(call: &Call<'_, c_int>, ptr: *mut c_void, stream: Option<Stream>) -> 
     if status == cuda::CUDA_SUCCESS {
         return status;
     }
-    if super::sync::reveals_unattributed(call, status, call.api(), CallArgs::Pointer { ptr: base, stream }, stream) {
+    if super::attribution::surfaced(call, status, call.api(), CallArgs::Pointer { ptr: base, stream }, stream) {
         return status;
     }
     if cuda::cuda_error_is_init_failure(status) {

@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub(crate) mod attribution;
 pub(crate) mod blas;
 pub(crate) mod dump;
 pub(crate) mod gemm;
@@ -203,6 +204,8 @@ impl<'a, R: Copy> Call<'a, R> {
             python_stack_note: None,
             thread_name: None,
             suspects: Vec::new(),
+            found_at_seq: None,
+            breadcrumbs: Vec::new(),
             dump: None,
             dump_note: None,
         }

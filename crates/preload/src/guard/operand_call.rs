@@ -72,7 +72,8 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
     }
     let matmul = &*matmul;
     s.note_matmul(call.seq);
-    let known = ran.map_or_else(|| s.known_error(), |(_, known)| known);
+    let known_at_entry = ran.map_or_else(|| s.known_error(), |(_, known)| known);
+    let deferred = !s.config.sync.synchronises_calls();
     let mut checks = s.config.checks;
     // A call site: the function and its first three dimensions.
     let (d0, d1, d2) = match record {
@@ -84,8 +85,16 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
     let scan_started = if checks.nan { call.outlet.now_ns() } else { 0 };
     checks.nan = checks.nan && s.should_scan(site, scan_started);
     let body = |buf: &mut Vec<u8>| {
+        let mut known = known_at_entry;
         let mut check = OperandCallCheck::new(matmul, handle);
+        check.deferred = deferred;
         check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, buf);
+        if let Some(code) = check.surfaced {
+            // An earlier call's fault, found here without a synchronisation: blamed on the call
+            // whose breadcrumb never landed (this one only fails because the context is gone).
+            super::attribution::surfaced(call, code, &format!("the guard's check before {}", call.api()), record, Some(check.stream()));
+            known = s.known_error();
+        }
         // A fault found before the call is on disk before the call runs: a call with bad
         // pointers may well crash the process inside the library.
         let early = check.finding.is_some();
@@ -100,6 +109,9 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             (None, Some(status)) => (status, false),
             (None, None) => (call.forward(), true),
         };
+        if deferred && check.awaits_completion(forwarded, checks) {
+            check.breadcrumb_left = call.device.breadcrumb(check.stream(), call.seq, call.hook.index() as u16);
+        }
         if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, call.device, buf) {
             s.note_error(code, call.seq);
         }
@@ -556,6 +568,27 @@ mod tests {
         assert!(d.tensors.contains_key("C_out"));
         assert_eq!((d.meta["alpha"][0].as_f64(), d.meta["beta"][0].as_f64()), (Some(1.0), Some(0.0)));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn under_deferred_a_call_leaves_a_breadcrumb_instead_of_synchronising_and_synchronises_when_it_cannot() {
+        for works in [true, false] {
+            let mut s = setup(OnFault::Continue, 1.0);
+            s.session.config.sync = crate::config::SyncMode::Deferred;
+            s.session.config.checks = crate::config::Checks::parse("args,bounds,sync").unwrap();
+            s.device.breadcrumbs_work.set(works);
+            let calls = Cell::new(0);
+            assert_eq!(sgemm(&s, A, 2, 0, &calls), 0);
+            let crumbs = s.device.breadcrumbs.borrow().len();
+            assert_eq!((crumbs, s.device.synchronisations.get()), if works { (1, 0) } else { (0, 1) }, "breadcrumbs work: {works}");
+            assert!(faults(&s).is_empty());
+        }
+        // gemm mode: before and after, no breadcrumb.
+        let mut s = setup(OnFault::Continue, 1.0);
+        s.session.config.checks = crate::config::Checks::parse("args,bounds,sync").unwrap();
+        s.device.breadcrumbs_work.set(true);
+        sgemm(&s, A, 2, 0, &Cell::new(0));
+        assert_eq!((s.device.breadcrumbs.borrow().len(), s.device.synchronisations.get()), (0, 2));
     }
 
     #[test]

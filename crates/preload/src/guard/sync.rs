@@ -4,18 +4,15 @@
 //! asynchronous error surfaces when nothing synchronised before (a kernel of the program's
 //! own, or a call the guard did not synchronise around): PyTorch's `.item()` is a copy and a
 //! stream synchronisation, and "an illegal memory access was encountered" is raised there.
-//! Each is recorded; one that reveals a sticky error nobody has attributed yet is an
-//! `async_error` fault on this call, with the kernels launched since the device was last
-//! found clean as its suspects (issue 29, point 3: the breadcrumbs will narrow these to the
-//! call that did not complete).
+//! Each is recorded; one that reveals a sticky error nobody has attributed yet records it as
+//! an `async_error` (`attribution`: on the call whose breadcrumb never landed, else here).
 
 use std::ffi::{c_int, c_void};
 
 use super::Call;
-use crate::check::Finding;
 use crate::cuda;
 use crate::recorder::CallArgs;
-use crate::trace::{hex, FaultKind};
+use crate::trace::hex;
 
 /// What a synchronisation waits for.
 #[derive(Clone, Copy)]
@@ -77,35 +74,6 @@ fn synchronised(call: &Call<'_, c_int>, waits: Waits) -> c_int {
         Waits::Stream(stream) => Some(stream),
         _ => None,
     };
-    reveals_unattributed(call, status, &what, args, stream);
+    super::attribution::surfaced(call, status, &what, args, stream);
     status
-}
-
-/// The first hooked call to see a sticky error that no call has been blamed for yet (at a
-/// synchronisation, or any call that returns it: cudaMalloc, cudaFree, ...) records it as an
-/// `async_error`, with the kernels launched since the device was last found clean as suspects;
-/// later calls that see it again say "since ... at call #N". `where_` says where it surfaced.
-/// True when this call recorded it (the caller then reports nothing more).
-pub(crate) fn reveals_unattributed(call: &Call<'_, c_int>, status: c_int, where_: &str, args: CallArgs, stream: Option<u64>) -> bool {
-    let s = call.session;
-    if !cuda::cuda_error_is_sticky(status) || s.known_error().is_some() {
-        // Not the device's fault (a bad handle, an invalid copy), or already attributed.
-        return false;
-    }
-    s.note_error(status, call.seq);
-    let mut finding = Finding::new(
-        FaultKind::AsyncError,
-        format!(
-            "{} ({status}) surfaced at {where_}: work queued before it on the device faulted, and nothing had \
-             synchronised since it was launched (CUBLASGUARD_SYNC=launches pins it to its launch)",
-            cuda::cuda_error_name(status)
-        ),
-    );
-    finding.error = Some((status, call.api()));
-    let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
-    fault.args = args.to_args();
-    fault.stream = stream.map(hex);
-    fault.suspects = super::launch::suspects(call, call.seq);
-    call.report(fault);
-    true
 }

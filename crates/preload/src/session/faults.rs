@@ -115,11 +115,14 @@ impl FaultLog {
         };
         let mut faults = self.faults.lock();
         let stored = faults.len() < config.max_faults;
-        let index = stored.then_some(faults.len());
-        // Counted under the lock, with the push or the refusal: a snapshot taken under it, or
-        // a crash handler reading dropped before stored, never sees a fault half counted.
+        // In call order: a fault found after its call (CUBLASGUARD_SYNC=deferred) goes before
+        // the faults of later calls that were recorded first.
+        let at = faults.iter().rposition(|f| f.seq <= fault.seq).map_or(0, |i| i + 1);
+        let index = stored.then_some(at);
+        // Counted under the lock, with the insertion or the refusal: a snapshot taken under it,
+        // or a crash handler reading dropped before stored, never sees a fault half counted.
         if stored {
-            faults.push(fault);
+            faults.insert(at, fault);
             self.stored.fetch_add(1, Ordering::SeqCst);
         } else {
             self.dropped.fetch_add(1, Ordering::SeqCst);

@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod breadcrumbs;
 mod device_scan;
 mod facts;
 mod faults;
@@ -122,6 +123,9 @@ impl Inherited {
 pub struct Session {
     inherited: Inherited,
     pub device_scan: DeviceScanState,
+    /// CUBLASGUARD_SYNC=deferred: the breadcrumbs issued, and the pages they land in (a
+    /// forked child starts without: its parent's pages are not mapped for it).
+    pub breadcrumbs: breadcrumbs::Breadcrumbs,
     /// The last call at which a synchronisation by the guard found the device clean: launches
     /// before it did not fault.
     last_clean_sync: AtomicU64,
@@ -180,6 +184,7 @@ impl Session {
         let started = facts.identity().process.started_at_ns;
         Self {
             device_scan: DeviceScanState::default(),
+            breadcrumbs: breadcrumbs::Breadcrumbs::default(),
             last_clean_sync: AtomicU64::new(0),
             counts: CallCounts::new(inherited.hook_names, inherited.config.ignore.len()),
             faults: FaultLog::default(),

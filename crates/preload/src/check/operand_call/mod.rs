@@ -51,6 +51,13 @@ pub struct OperandCallCheck<'a> {
     /// A synchronisation by the guard found the device clean before the call, and after it.
     pub clean_before: bool,
     pub clean_after: bool,
+    /// CUBLASGUARD_SYNC=deferred: no synchronisation before the call; after it, one only
+    /// where no breadcrumb could be left (`breadcrumb_left`).
+    pub deferred: bool,
+    pub breadcrumb_left: bool,
+    /// A sticky error no call has been blamed for, seen before this call under `deferred`:
+    /// the guard attributes it (from the breadcrumbs) before the call runs.
+    pub surfaced: Option<i32>,
     pub(super) inputs_scanned_finite: bool,
     pub(super) beta_is_zero: Option<bool>,
     /// Operands from this index on were not checked against the allocations, and why: the
@@ -116,6 +123,9 @@ impl<'a> OperandCallCheck<'a> {
             pending_before: 0,
             clean_before: false,
             clean_after: false,
+            deferred: false,
+            breadcrumb_left: false,
+            surfaced: None,
             inputs_scanned_finite: false,
             beta_is_zero: None,
             unchecked: None,
@@ -172,6 +182,8 @@ impl<'a> OperandCallCheck<'a> {
         }
         let stream = check.stream();
         let pending = match device.is_capturing(stream) {
+            // A sticky error already there answers the capture query itself (below).
+            Ok(false) if check.deferred => 0,
             Ok(false) => device.synchronize(stream),
             // The query itself failed with a sticky error: the context is already lost, and
             // that error is the one pending (nothing to synchronise, nothing to copy).
@@ -185,10 +197,12 @@ impl<'a> OperandCallCheck<'a> {
                 return;
             }
         };
-        check.clean_before = pending == 0;
+        check.clean_before = pending == 0 && !check.deferred;
         if pending != 0 {
             check.pending_before = pending;
-            if known.map(|k| k.code) != Some(pending) {
+            if known.map(|k| k.code) != Some(pending) && check.deferred {
+                check.surfaced = Some(pending);
+            } else if known.map(|k| k.code) != Some(pending) {
                 let mut f = Finding::new(
                     FaultKind::AsyncError,
                     format!(
@@ -205,6 +219,12 @@ impl<'a> OperandCallCheck<'a> {
         if checks.nan {
             check.scan_inputs(allocations, device, buf, scan_bytes);
         }
+    }
+
+    /// Whether the call, having run (`forwarded`), is one whose completion the guard checks:
+    /// by a synchronisation right after it, or under `deferred` by a breadcrumb.
+    pub fn awaits_completion(&self, forwarded: bool, checks: Checks) -> bool {
+        forwarded && checks.sync && !self.capturing && !self.is_empty() && self.pending_before == 0 && self.call.argument_problem.is_none()
     }
 
     /// Nothing is read or written (a zero dimension or batch).
@@ -259,8 +279,7 @@ impl<'a> OperandCallCheck<'a> {
     ) -> Option<i32> {
         let empty = self.is_empty();
         let mut revealed = None;
-        let argument_refused = self.call.argument_problem.is_some();
-        if forwarded && checks.sync && !self.capturing && !empty && self.pending_before == 0 && !argument_refused {
+        if self.awaits_completion(forwarded, checks) && !self.breadcrumb_left {
             let code = device.synchronize(self.stream());
             self.clean_after = code == 0;
             if code != 0 && known.map(|k| k.code) != Some(code) {

@@ -55,6 +55,7 @@ type Ptr = *mut c_void;
 cuda_functions! {
     Cudart fn cudaMemcpyAsync(dst: Ptr, src: *const c_void, count: usize, kind: c_int, stream: Ptr) -> c_int;
     Cudart fn cudaStreamSynchronize(stream: Ptr) -> c_int;
+    Cudart fn cudaDeviceSynchronize() -> c_int;
     Cudart fn cudaStreamIsCapturing(stream: Ptr, status: *mut c_int) -> c_int;
     Cudart fn cudaPointerGetAttributes(attributes: *mut PointerAttributes, ptr: *const c_void) -> c_int;
     Cudart fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int;
@@ -84,4 +85,8 @@ cuda_functions! {
     Driver fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, bytes: usize) -> c_int;
     Driver fn cuMemFree_v2(dptr: u64) -> c_int;
     Driver fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usize, dptr: u64) -> c_int;
+    Driver fn cuCtxGetId(ctx: Ptr, id: *mut u64) -> c_int;
+    Driver fn cuMemHostRegister_v2(host: Ptr, bytes: usize, flags: c_uint) -> c_int;
+    Driver fn cuMemHostGetDevicePointer_v2(dptr: *mut u64, host: Ptr, flags: c_uint) -> c_int;
+    Driver fn cuStreamWriteValue64_v2(stream: Ptr, addr: u64, value: u64, flags: c_uint) -> c_int;
 }

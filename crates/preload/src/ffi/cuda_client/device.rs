@@ -185,6 +185,10 @@ impl Device for RealDevice<'_> {
         address_range(ptr)
     }
 
+    fn breadcrumb(&self, stream: u64, seq: u64, hook: u16) -> bool {
+        crate::ffi::cuda_client::breadcrumbs::drop_breadcrumb(&self.session.breadcrumbs, stream, seq, hook)
+    }
+
     fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
         crate::ffi::host::thread::with_scan_buffer(body)
     }

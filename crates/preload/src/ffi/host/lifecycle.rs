@@ -33,7 +33,12 @@ impl Outlet for RealOutlet {
             say(line);
         }
         if let Some(index) = recorded.index {
-            session.with_fault(index, |fault| crash::publish_fault(index, fault));
+            // A fault found after its call went in before later calls' faults: their slots
+            // move up one (appended, the loop renders the one fault).
+            let mut at = index;
+            while session.with_fault(at, |fault| crash::publish_fault(at, fault)).is_some() {
+                at += 1;
+            }
         }
         if recorded.rewrite {
             write_trace(session);
@@ -317,6 +322,28 @@ fn at_exit(status: i32) {
     if !WRITE_FAILED.load(Ordering::Relaxed) && s.config.exit_summary && (s.fault_count() > 0 || !s.config.quiet) {
         say(&format!("cublasguard: {} fault(s) in {} intercepted call(s); trace: {}", s.fault_count(), s.total_calls(), s.trace_path()));
     }
+}
+
+/// CUBLASGUARD_SYNC=deferred, at exit, before the runtime's teardown: work the program never
+/// waited for may still be running, or have faulted with nobody asking. When a breadcrumb is
+/// still out and no error has been attributed, the device is synchronised once and an error it
+/// reports is attributed from the breadcrumbs, as at any call.
+pub(crate) fn check_breadcrumbs_at_exit() {
+    let Some(_inside) = crate::ffi::intercept::reentry::Reentry::enter() else { return };
+    let Some(s) = current() else { return };
+    if DISABLED.load(Ordering::Relaxed) || s.known_error().is_some() || s.breadcrumbs.progress().iter().all(|p| p.unfinished == 0) {
+        return;
+    }
+    let code = crate::ffi::cuda_client::breadcrumbs::synchronise_device();
+    if !crate::cuda::cuda_error_is_sticky(code) {
+        return;
+    }
+    let _ = crate::ffi::host::thread::PER_THREAD.try_with(|t| {
+        let device = crate::ffi::cuda_client::device::RealDevice::new(s, t);
+        let forward = || code;
+        let call = crate::guard::Call::uncounted(s, crate::Hook::cudaDeviceSynchronize, &device, &RealOutlet, &forward, &t.memo);
+        crate::guard::attribution::surfaced(&call, code, "exit (the guard's one synchronisation there)", crate::recorder::CallArgs::None, None);
+    });
 }
 
 #[cfg_attr(test, allow(dead_code))]

@@ -228,6 +228,9 @@ impl Device for DeferringDevice<'_> {
     fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
         self.0.with_scan_buffer(body)
     }
+    fn breadcrumb(&self, stream: u64, seq: u64, hook: u16) -> bool {
+        self.0.breadcrumb(stream, seq, hook)
+    }
 }
 
 impl Hook {

@@ -1,0 +1,129 @@
+//! Who gets the blame for a sticky CUDA error nobody has been blamed for yet, when it
+//! surfaces at a call that did not cause it (a synchronisation of the program's, a cudaMalloc,
+//! the next guarded call). Under CUBLASGUARD_SYNC=deferred the breadcrumbs decide: when one
+//! stream has guarded calls whose breadcrumbs never landed, the first of them is the call that
+//! faulted (or the first after the kernel that did), and the fault is recorded on it. Where
+//! several streams had calls in flight, or none did, the fault stays on the call where it
+//! surfaced, with each stream's progress as evidence: the guard never guesses.
+
+use super::Call;
+use crate::check::Finding;
+use crate::cuda;
+use crate::recorder::{CallArgs, RecordedCall};
+use crate::session::breadcrumbs::{Issued, Progress};
+use crate::trace::{hex, FaultKind, StreamProgress};
+
+/// Records the unattributed sticky error `status` that this call saw (`where_`: how it
+/// surfaced, for the message; `args` and `stream`: this call's). True when it was recorded
+/// (then the caller reports nothing more about it); false when the error is not a sticky one
+/// or was attributed before.
+pub(crate) fn surfaced<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, args: CallArgs, stream: Option<u64>) -> bool {
+    let s = call.session;
+    if !cuda::cuda_error_is_sticky(status) || s.known_error().is_some() {
+        return false;
+    }
+    let progress = s.breadcrumbs.progress();
+    let behind: Vec<&Progress> = progress.iter().filter(|p| p.unfinished > 0).collect();
+    if let [only] = behind[..] {
+        if let Some(first) = only.first_unfinished {
+            blame_unfinished(call, status, where_, only, first, &progress);
+            return true;
+        }
+    }
+    s.note_error(status, call.seq);
+    let mut message = format!(
+        "{} ({status}) surfaced at {where_}: work queued before it on the device faulted, and nothing had \
+         synchronised since it was launched",
+        cuda::cuda_error_name(status)
+    );
+    match behind.len() {
+        _ if progress.is_empty() => message.push_str(" (CUBLASGUARD_SYNC=launches pins it to its launch)"),
+        0 => message.push_str(
+            "; every guarded call's breadcrumb had landed, so the fault is in work queued after the last of them \
+             (the suspects; CUBLASGUARD_SYNC=launches pins it to its launch)",
+        ),
+        1 => message.push_str(&format!(
+            "; stream {} was more guarded calls behind than the guard remembers, so its first unfinished call is not known",
+            hex(behind[0].stream)
+        )),
+        _ => {
+            let firsts: Vec<String> = behind
+                .iter()
+                .map(|p| match p.first_unfinished {
+                    Some(i) => format!("stream {} from #{} ({})", hex(p.stream), i.seq, s.hook_name(i.hook as usize)),
+                    None => format!("stream {} (further behind than the guard remembers)", hex(p.stream)),
+                })
+                .collect();
+            message.push_str(&format!(
+                "; several streams had guarded calls in flight ({}): the first unfinished call on any of them, or a \
+                 kernel before it on its stream, faulted",
+                firsts.join(", ")
+            ));
+        }
+    }
+    let mut finding = Finding::new(FaultKind::AsyncError, message);
+    finding.error = Some((status, call.api()));
+    let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
+    fault.args = args.to_args();
+    fault.stream = stream.map(hex);
+    fault.suspects = super::launch::suspects(call, call.seq);
+    fault.breadcrumbs = evidence(s, &progress);
+    if call.seq == 0 {
+        // Found at exit, after the last call: recorded as the exit's, numbered after it.
+        (fault.seq, fault.api) = (s.total_calls() + 1, "exit".to_string());
+    }
+    call.report(fault);
+    true
+}
+
+/// Records the error on `first`, the first call on `stream` whose breadcrumb never landed.
+fn blame_unfinished<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, stream: &Progress, first: Issued, progress: &[Progress]) {
+    let s = call.session;
+    s.note_error(status, first.seq);
+    let api = s.hook_name(first.hook as usize);
+    let recorded: Option<RecordedCall> = s.recorder.snapshot().into_iter().find(|c| c.seq == first.seq);
+    let landed = match stream.landed {
+        0 => "no breadcrumb on it had landed yet".to_string(),
+        seq => format!("the one of call #{seq} before it did"),
+    };
+    let mut finding = Finding::new(
+        FaultKind::AsyncError,
+        format!(
+            "{} ({status}) surfaced later, at {where_} (call #{}): this call's breadcrumb on stream {} never landed \
+             while {landed}, so the kernel this call launched faulted, or one launched on that stream between the \
+             two (the suspects, if any)",
+            cuda::cuda_error_name(status),
+            call.seq,
+            hex(stream.stream)
+        ),
+    );
+    finding.error = Some((status, call.api()));
+    let returned = recorded.map_or(0, |c| c.status);
+    let status_name = if api.starts_with("cublas") { cuda::cublas_status_name(returned) } else { cuda::cuda_error_name(returned) };
+    let mut fault = call.fault(finding, returned, status_name);
+    fault.seq = first.seq;
+    fault.api = api.to_string();
+    if let Some(c) = recorded {
+        fault.thread = c.thread;
+        fault.args = c.args.to_args();
+    }
+    fault.stream = Some(hex(stream.stream));
+    fault.found_at_seq = Some(call.seq);
+    fault.suspects = super::launch::suspects(call, first.seq).into_iter().filter(|k| k.seq > stream.landed).collect();
+    fault.breadcrumbs = evidence(s, progress);
+    call.report(fault);
+}
+
+fn evidence(s: &crate::session::Session, progress: &[Progress]) -> Vec<StreamProgress> {
+    progress
+        .iter()
+        .map(|p| StreamProgress {
+            stream: hex(p.stream),
+            context: hex(p.context),
+            last_landed: (p.landed != 0).then_some(p.landed),
+            first_unfinished: p.first_unfinished.map(|i| i.seq),
+            first_unfinished_api: p.first_unfinished.map(|i| s.hook_name(i.hook as usize).to_string()),
+            unfinished: p.unfinished,
+        })
+        .collect()
+}

@@ -1,0 +1,127 @@
+//! CUBLASGUARD_SYNC=deferred: a guarded call leaves a breadcrumb on its stream instead of
+//! synchronising, and an asynchronous error that surfaces later is recorded on the first call
+//! whose breadcrumb never landed. Run on the asynchronous stand-in (shims/engine.c), where a
+//! GEMM's kernel runs after its call returned and a fault drops the work queued after it.
+
+use crate::common;
+
+use common::*;
+use cublasguard_format::trace::{FaultKind, Trace};
+
+const DEFERRED: (&str, &str) = ("CUBLASGUARD_SYNC", "deferred");
+
+fn gemm_seqs(trace: &Trace) -> Vec<u64> {
+    trace.recent_calls.iter().filter(|c| c.api == "cublasSgemm_v2").map(|c| c.seq).collect()
+}
+
+/// The async scenario (three GEMMs, the second one's kernel faults, then a copy) in `mode`,
+/// with `checks`.
+fn async_fault(mode: &str, checks: &str) -> Run {
+    let program = scenarios();
+    let env = [("CUDASHIM_ASYNC_FAULT", "2"), ("CUBLASGUARD_SYNC", mode), ("CUBLASGUARD_CHECKS", checks)];
+    run(Launch { env: &env, ..Launch::new(&program, &["async"]) })
+}
+
+#[test]
+fn an_asynchronous_fault_at_the_second_gemm_is_recorded_on_it_in_every_mode_and_later_calls_are_not_blamed() {
+    for mode in ["deferred", "gemm", "launches"] {
+        for checks in ["all", "args,bounds,sync"] {
+            let run = async_fault(mode, checks);
+            let trace = run.trace();
+            let gemms = gemm_seqs(&trace);
+            let asynchronous = faults_of(&trace, FaultKind::AsyncError);
+            assert_eq!(asynchronous.len(), 1, "{mode}/{checks}: {:#?}", trace.faults);
+            let f = asynchronous[0];
+            assert_eq!((f.seq, f.api.as_str()), (gemms[1], "cublasSgemm_v2"), "{mode}/{checks}: {}", f.message);
+            assert_eq!(f.error.as_ref().map(|e| e.code), Some(700));
+            // Whatever fails later says since when the context has been gone, and is not blamed.
+            for later in trace.faults.iter().filter(|g| g.kind != FaultKind::AsyncError) {
+                assert!(later.seq > gemms[1], "{mode}/{checks}: {later:#?}");
+                assert!(later.message.contains(&format!("at call #{}", gemms[1])), "{mode}/{checks}: {}", later.message);
+            }
+            // Faults in call order.
+            assert!(trace.faults.windows(2).all(|w| w[0].seq <= w[1].seq), "{mode}/{checks}: {:?}", trace.faults.iter().map(|f| f.seq).collect::<Vec<_>>());
+            if mode == "deferred" {
+                let found = f.found_at_seq.expect("a fault found after its call says where");
+                assert!(found > gemms[1], "found at #{found}, after the GEMM #{}", gemms[1]);
+                assert!(f.message.contains("breadcrumb") && f.message.contains("never landed"), "{}", f.message);
+                let stream = f.breadcrumbs.iter().find(|p| p.first_unfinished == Some(gemms[1])).expect("its stream's progress");
+                assert_eq!(stream.last_landed, Some(gemms[0]), "the first GEMM completed: {:#?}", f.breadcrumbs);
+                assert_eq!(stream.first_unfinished_api.as_deref(), Some("cublasSgemm_v2"));
+            } else {
+                assert_eq!(f.found_at_seq, None);
+                assert!(f.breadcrumbs.is_empty());
+            }
+        }
+    }
+}
+
+/// The stand-in GPU sleeps before each piece of work (CUDASHIM_WORKER_DELAY_US), so it stays
+/// behind the host: the three GEMMs are queued, none run, when the program's copy blocks.
+const GPU_BEHIND: (&str, &str) = ("CUDASHIM_WORKER_DELAY_US", "20000");
+
+#[test]
+fn the_program_sees_its_errors_under_the_deferred_mode_where_it_would_without_the_guard() {
+    let program = scenarios();
+    let env = [("CUDASHIM_ASYNC_FAULT", "2"), GPU_BEHIND, DEFERRED, ("CUBLASGUARD_CHECKS", "args,bounds,sync")];
+    let bare = run(Launch { env: &env, guarded: false, ..Launch::new(&program, &["async"]) });
+    let lines = "sgemm status=0\nsgemm status=0\nsgemm status=0\nC copy=700";
+    assert!(bare.stdout().contains(lines), "{}", bare.stdout());
+    let guarded = run(Launch { env: &env, ..Launch::new(&program, &["async"]) });
+    assert!(guarded.stdout().contains(lines), "the guard did not make it surface earlier: {}", guarded.stdout());
+    assert_eq!(bare.code(), guarded.code());
+    // In gemm mode the guard's synchronisation after the second GEMM makes the third fail.
+    let env = [("CUDASHIM_ASYNC_FAULT", "2"), GPU_BEHIND, ("CUBLASGUARD_SYNC", "gemm"), ("CUBLASGUARD_CHECKS", "args,bounds,sync")];
+    let synchronising = run(Launch { env: &env, ..Launch::new(&program, &["async"]) });
+    assert!(synchronising.stdout().contains("sgemm status=0\nsgemm status=0\nsgemm status=13\nC copy=700"), "{}", synchronising.stdout());
+}
+
+#[test]
+fn with_the_gpu_behind_the_fault_surfaces_at_the_programs_own_copy_and_is_still_pinned_to_its_gemm() {
+    let program = scenarios();
+    let env = [("CUDASHIM_ASYNC_FAULT", "2"), GPU_BEHIND, DEFERRED, ("CUBLASGUARD_CHECKS", "args,bounds,sync")];
+    let run = run(Launch { env: &env, ..Launch::new(&program, &["async"]) });
+    assert!(run.stdout().contains("sgemm status=0\nsgemm status=0\nsgemm status=0\nC copy=700"), "{}", run.stdout());
+    let trace = run.trace();
+    let gemms = gemm_seqs(&trace);
+    let f = only_fault(&trace);
+    assert_eq!((f.kind, f.seq), (FaultKind::AsyncError, gemms[1]), "{}", f.message);
+    let copy = trace.recent_calls.iter().find(|c| c.api == "cudaMemcpy" && c.status == 700).expect("the copy that saw it");
+    assert_eq!(f.found_at_seq, Some(copy.seq));
+    assert!(f.message.contains("cudaMemcpy"), "{}", f.message);
+    let stream = &f.breadcrumbs[0];
+    assert_eq!((stream.last_landed, stream.first_unfinished, stream.unfinished), (Some(gemms[0]), Some(gemms[1]), 2), "{:#?}", f.breadcrumbs);
+}
+
+/// Host-blocking calls per GEMM on the clean scenario, guarded minus bare.
+fn blocking_per_gemm(env: &[(&str, &str)]) -> u64 {
+    let count = |guarded: bool| host_blocking("clean", guarded, env);
+    let ((bare, gemms), (guarded, _)) = (count(false), count(true));
+    assert!(gemms > 0 && guarded >= bare && (guarded - bare) % gemms == 0, "{bare} bare, {guarded} guarded, {gemms} GEMMs");
+    (guarded - bare) / gemms
+}
+
+#[test]
+fn a_guarded_gemm_blocks_the_host_no_more_under_deferred_without_the_scan_and_twice_in_gemm_mode() {
+    assert_eq!(blocking_per_gemm(&[DEFERRED, ("CUBLASGUARD_CHECKS", "args,bounds,sync")]), 0);
+    assert_eq!(blocking_per_gemm(&[("CUBLASGUARD_SYNC", "gemm"), ("CUBLASGUARD_CHECKS", "args,bounds,sync")]), 2);
+}
+
+#[test]
+fn a_fault_nothing_waited_for_is_found_at_exit_and_recorded_on_its_gemm() {
+    let program = scenarios();
+    let env = [("CUDASHIM_ASYNC_FAULT", "2"), GPU_BEHIND, DEFERRED];
+    let bare = run(Launch { env: &env, guarded: false, ..Launch::new(&program, &["async_exit"]) });
+    let guarded = run(Launch { env: &env, ..Launch::new(&program, &["async_exit"]) });
+    assert_eq!((bare.code(), guarded.code()), (Some(0), Some(0)), "{}", guarded.stderr());
+    let trace = guarded.trace();
+    let gemms = gemm_seqs(&trace);
+    let f = only_fault(&trace);
+    assert_eq!((f.kind, f.seq), (FaultKind::AsyncError, gemms[1]), "{}", f.message);
+    assert!(f.message.contains("at exit"), "{}", f.message);
+    assert_eq!(f.found_at_seq, Some(0), "found at no call: at exit");
+    // In gemm mode it is found at the GEMM itself.
+    let env = [("CUDASHIM_ASYNC_FAULT", "2"), GPU_BEHIND];
+    let gemm_mode = run(Launch { env: &env, ..Launch::new(&program, &["async_exit"]) }).trace();
+    assert_eq!((only_fault(&gemm_mode).seq, only_fault(&gemm_mode).found_at_seq), (gemm_seqs(&gemm_mode)[1], None));
+}
