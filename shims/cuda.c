@@ -1049,6 +1049,23 @@ static int value_met(void *arg) {
     }
 }
 
+/* cuGraphLaunch: an executable graph (the runtime's cudaGraphInstantiate's) runs as one piece
+ * of work on the stream; CUDASHIM_GRAPH_FAULT=N makes the Nth driver graph launch's work fault
+ * (the runtime counts its own cudaGraphLaunch calls). */
+static long driver_graph_launches;
+static int run_graph(void *arg) { return *(int *)arg; }
+
+static CUresult graph_launch(void *exec, void *stream, int per_thread) {
+    STICKY();
+    if (!exec) return CUDA_ERROR_INVALID_VALUE;
+    long n = __atomic_add_fetch(&driver_graph_launches, 1, __ATOMIC_RELAXED);
+    int code = env_int("CUDASHIM_GRAPH_FAULT", 0) == n ? 700 : 0;
+    return cudashim_engine_submit(stream, per_thread, run_graph, NULL, &code, sizeof code);
+}
+
+CUresult cuGraphLaunch(void *exec, CUstream stream) { return graph_launch(exec, stream, 0); }
+CUresult cuGraphLaunch_ptsz(void *exec, void *stream) { return graph_launch(exec, stream, 1); }
+
 static CUresult write_value(void *stream, int per_thread, CUdeviceptr addr, unsigned long long value, unsigned int flags, int wide) {
     STICKY();
     if (flags & CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER || flags) return CUDA_ERROR_INVALID_VALUE;

@@ -9,6 +9,7 @@
  *   CUDASHIM_MEM_TOTAL=BYTES      device memory size (default 16 GiB; read by the driver)
  *   CUDASHIM_FAIL=fn:N:status,... the Nth call of fn returns status (N counts from 1)
  *   CUDASHIM_ASYNC_FAULT=N        the Nth GEMM "kernel" faults asynchronously (700) when it runs
+ *   CUDASHIM_GRAPH_FAULT=N        the Nth graph launch's work faults (700) when it runs
  * The driver's own knobs live in cuda.c; those of the stand-in GPU (CUDASHIM_SYNC,
  * CUDASHIM_WORKER_DELAY_US, CUDASHIM_WORKER_HOLD, CUDASHIM_COUNT_BLOCKING) in engine.c, which
  * runs the device work queued here (memsets, asynchronous copies, event records) and by the
@@ -894,6 +895,38 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
     if (state != cudaStreamCaptureStatusActive) return fail(cudaErrorStreamCaptureInvalidated);
     *graph = (cudaGraph_t)s;
     return cudaSuccess;
+}
+
+/* Graphs: a captured graph is its stream's capture (nothing is recorded into it); an
+ * executable graph runs as one piece of work on the stream it is launched on, which faults
+ * for the launch CUDASHIM_GRAPH_FAULT names. */
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+    count_call(__func__);
+    ENTER();
+    if (!exec || !graph || flags) return fail(cudaErrorInvalidValue);
+    *exec = (cudaGraphExec_t)graph;
+    return cudaSuccess;
+}
+
+static long graph_launches;
+static int run_graph(void *arg) { return *(int *)arg; }
+
+/* Private: one graph launch's work on `stream` (the driver's cuGraphLaunch comes here too). */
+int cudashim_graph_launch(cudaStream_t stream, int per_thread) {
+    pthread_once(&init_once, initialise);
+    long n = __atomic_add_fetch(&graph_launches, 1, __ATOMIC_RELAXED);
+    const char *at = getenv("CUDASHIM_GRAPH_FAULT");
+    int code = at && *at && atol(at) == n ? cudaErrorIllegalAddress : 0;
+    if (!gpu.submit) return code ? (cudashim_raise_async(code), 0) : 0;
+    return gpu.submit(stream, per_thread, run_graph, NULL, &code, sizeof code);
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+    count_call(__func__);
+    ENTER();
+    if (!exec || !cudashim_stream_valid(stream)) return fail(cudaErrorInvalidValue);
+    int code = cudashim_graph_launch(stream, 0);
+    return code ? fail(code) : cudaSuccess;
 }
 
 /* ---- IPC and imported memory: the driver's, through its entry points ---- */

@@ -123,6 +123,21 @@ int main(int argc, char **argv) {
         printf("exiting\n");
         fflush(stdout);
         exit(0);
+    } else if (!strcmp(s, "graph")) {
+        /* A GEMM captured into a graph, launched three times (CUDASHIM_GRAPH_FAULT=2: the
+         * second launch's work faults), then the program's own copy. */
+        cudaStream_t st;
+        cudaGraph_t g;
+        cudaGraphExec_t exec;
+        cudaStreamCreate(&st);
+        cublasSetStream(handle, st);
+        cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
+        gemm(da, db, &zero, dc);
+        cudaStreamEndCapture(st, &g);
+        printf("instantiate=%d\n", cudaGraphInstantiate(&exec, g, 0));
+        for (int i = 0; i < 3; i++) printf("launch=%d\n", cudaGraphLaunch(exec, st));
+        cublasSetStream(handle, NULL);
+        print_result("C", dc, N * N);
     } else if (!strcmp(s, "api_error")) {
         gemm(da, db, &zero, dc); /* CUDASHIM_FAIL=cublasSgemm_v2:1:14 */
     } else if (!strcmp(s, "alloc")) {

@@ -125,3 +125,47 @@ fn a_fault_nothing_waited_for_is_found_at_exit_and_recorded_on_its_gemm() {
     let gemm_mode = run(Launch { env: &env, ..Launch::new(&program, &["async_exit"]) }).trace();
     assert_eq!((only_fault(&gemm_mode).seq, only_fault(&gemm_mode).found_at_seq), (gemm_seqs(&gemm_mode)[1], None));
 }
+
+#[test]
+fn with_launch_breadcrumbs_a_faulting_kernel_is_pinned_to_its_launch_without_synchronising() {
+    let program = build_c("launches", &["launches.c"], false);
+    let env = [DEFERRED, ("CUBLASGUARD_LAUNCH_BREADCRUMBS", "1"), ("CUBLASGUARD_CHECKS", "args,bounds,sync,launches")];
+    let t = run(Launch { env: &env, ..Launch::new(&program, &[]) }).trace();
+    let f = t.faults.iter().find(|f| f.kind == FaultKind::AsyncError).unwrap_or_else(|| panic!("{:#?}", t.faults));
+    assert_eq!(f.api, "cudaLaunchKernel", "{}", f.message);
+    assert_eq!(f.args["kernel"], "gather(float const*, long const*, float*, int)");
+    // The stand-in queues gather's fault behind its launch: it breaks the context either before
+    // the guard asks about the stream after the launch (then no breadcrumb could be left, and
+    // every earlier one landed) or after it (then gather's breadcrumb never lands). Gather
+    // either way, with fill's breadcrumb landed.
+    let launches: Vec<u64> = t.recent_calls.iter().filter(|c| c.api == "cudaLaunchKernel").map(|c| c.seq).collect();
+    assert_eq!(f.seq, launches[1], "{}", f.message);
+    assert!(f.message.contains("every breadcrumb issued before this call landed") || f.message.contains("never landed"), "{}", f.message);
+    assert_eq!(f.breadcrumbs.first().and_then(|p| p.last_landed), Some(launches[0]), "fill's breadcrumb landed: {:#?}", f.breadcrumbs);
+    // Without them the launch is only a suspect, of the GEMM's check where it surfaced.
+    let env = [DEFERRED, ("CUBLASGUARD_CHECKS", "args,bounds,sync,launches")];
+    let t = run(Launch { env: &env, ..Launch::new(&program, &[]) }).trace();
+    let f = t.faults.iter().find(|f| f.kind == FaultKind::AsyncError).unwrap_or_else(|| panic!("{:#?}", t.faults));
+    assert_eq!(f.api, "cublasSgemm_v2");
+    assert!(f.suspects.iter().any(|k| k.kernel.starts_with("gather")), "{:#?}", f.suspects);
+}
+
+#[test]
+fn a_fault_inside_a_graph_is_pinned_to_its_graph_launch_and_nothing_is_enqueued_while_capturing() {
+    let program = scenarios();
+    let env = [("CUDASHIM_GRAPH_FAULT", "2"), GPU_BEHIND, DEFERRED];
+    let run = run(Launch { env: &env, ..Launch::new(&program, &["graph"]) });
+    assert!(run.stdout().contains("launch=0\nlaunch=0\nlaunch=0\nC copy=700"), "{}", run.stdout());
+    let trace = run.trace();
+    let launches: Vec<u64> = trace.recent_calls.iter().filter(|c| c.api == "cudaGraphLaunch").map(|c| c.seq).collect();
+    assert_eq!(launches.len(), 3, "each graph launch is recorded");
+    let f = only_fault(&trace);
+    assert_eq!((f.kind, f.api.as_str(), f.seq), (FaultKind::AsyncError, "cudaGraphLaunch", launches[1]), "{}", f.message);
+    assert!(f.args.contains_key("graphExec"), "{:?}", f.args);
+    let stream = f.breadcrumbs.iter().find(|p| p.first_unfinished == Some(launches[1])).expect("the graph's stream");
+    assert_eq!(stream.last_landed, Some(launches[0]));
+    // The captured GEMM left no breadcrumb (its stream was capturing): the graph's stream has
+    // the launches' breadcrumbs only.
+    let gemm = trace.recent_calls.iter().find(|c| c.api == "cublasSgemm_v2").expect("the captured GEMM").seq;
+    assert!(f.breadcrumbs.iter().all(|p| p.last_landed != Some(gemm) && p.first_unfinished != Some(gemm)), "{:#?}", f.breadcrumbs);
+}

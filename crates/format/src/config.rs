@@ -123,6 +123,9 @@ pub struct Config {
     pub exit_summary: bool,
     /// CUBLASGUARD_SYNC: how the guard pins an asynchronous error to its call.
     pub sync: SyncMode,
+    /// CUBLASGUARD_LAUNCH_BREADCRUMBS=1 (with CUBLASGUARD_SYNC=deferred): a breadcrumb after
+    /// every recorded kernel launch too, which pins a faulting kernel without synchronising.
+    pub launch_breadcrumbs: bool,
     /// CUBLASGUARD_IGNORE: faults that match a rule are counted, not stored.
     pub ignore: Vec<crate::ignore::IgnoreRule>,
     /// CUBLASGUARD_DUMP: the folder operand dumps of faulting matrix multiplies go to.
@@ -207,6 +210,7 @@ impl Default for Config {
             quiet: false,
             exit_summary: true,
             sync: SyncMode::Gemm,
+            launch_breadcrumbs: false,
             ignore: Vec::new(),
             dump_dir: None,
             dump_max: DEFAULT_DUMP_MAX,
@@ -302,6 +306,13 @@ impl Config {
             match SyncMode::parse(&v) {
                 Ok(mode) => config.sync = mode,
                 Err(why) => reject("CUBLASGUARD_SYNC", &v, why, Self::default().sync.name()),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_LAUNCH_BREADCRUMBS") {
+            match v.trim() {
+                "1" | "on" | "yes" | "true" => config.launch_breadcrumbs = true,
+                "0" | "off" | "no" | "false" | "" => config.launch_breadcrumbs = false,
+                _ => reject("CUBLASGUARD_LAUNCH_BREADCRUMBS", &v, "not 1 or 0".into(), "0"),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_DUMP") {

@@ -72,6 +72,11 @@ pub enum CallArgs {
     Event {
         event: u64,
     },
+    /// A graph launch (cudaGraphLaunch, cuGraphLaunch): the executable graph and the stream.
+    Graph {
+        exec: u64,
+        stream: u64,
+    },
 }
 
 /// Which arguments a `CallArgs::Blas` holds, in order.
@@ -222,6 +227,10 @@ impl CallArgs {
             }
             Self::Stream { stream } => f("stream", ArgValue::Address(stream)),
             Self::Event { event } => f("event", ArgValue::Address(event)),
+            Self::Graph { exec, stream } => {
+                f("graphExec", ArgValue::Address(exec));
+                f("stream", ArgValue::Address(stream));
+            }
             Self::Workspace { handle, ptr, bytes } => {
                 f("handle", ArgValue::Address(handle));
                 f("workspace", ArgValue::Address(ptr));
@@ -302,6 +311,7 @@ impl RecordedCall {
             CallArgs::Range { ptr, size } => (8, [ptr, size, 0, 0, 0, 0, 0]),
             CallArgs::Stream { stream } => (9, [stream, 0, 0, 0, 0, 0, 0]),
             CallArgs::Event { event } => (10, [event, 0, 0, 0, 0, 0, 0]),
+            CallArgs::Graph { exec, stream } => (11, [exec, stream, 0, 0, 0, 0, 0]),
         };
         w[3] = self.hook as u64 | tag << 16 | (self.scanned as u64) << 32;
         w[4..11].copy_from_slice(&payload);
@@ -351,6 +361,7 @@ impl RecordedCall {
             8 => CallArgs::Range { ptr: w[4], size: w[5] },
             9 => CallArgs::Stream { stream: w[4] },
             10 => CallArgs::Event { event: w[4] },
+            11 => CallArgs::Graph { exec: w[4], stream: w[5] },
             _ => return None,
         };
         Some(Self {
@@ -500,6 +511,7 @@ mod tests {
             CallArgs::Handle { handle: 0x55, value: -3 },
             CallArgs::Stream { stream: 0x7f00_0000_2000 },
             CallArgs::Event { event: 0x99 },
+            CallArgs::Graph { exec: 0x7f00_0000_3000, stream: 0x2 },
             CallArgs::Launch { func: 0x4011a0, grid: [1024, 2, 1], block: [256, 1, 1], shared: 4096, stream: 0x9 },
             CallArgs::Blas { form: BlasForm::Trsm, enums: [1, -1, 2, 9], ints: [i32::MIN, 3, i32::MAX, 4, 0, 0, 0, 0] },
             CallArgs::Blas { form: BlasForm::Gels, enums: [0, 0, 0, 0], ints: [4, 2, 1, 4, 4, 8, 0, 0] },

@@ -18,6 +18,17 @@ use crate::trace::{hex, FaultKind, StreamProgress};
 /// (then the caller reports nothing more about it); false when the error is not a sticky one
 /// or was attributed before.
 pub(crate) fn surfaced<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, args: CallArgs, stream: Option<u64>) -> bool {
+    attribute(call, status, where_, args, stream, false)
+}
+
+/// As `surfaced`, for a call whose own work on `stream` is in flight and has no breadcrumb
+/// (the context broke before one could be left): when every breadcrumb issued before it
+/// landed, this call's work is the first unfinished, and the fault is this call's.
+pub(crate) fn surfaced_in_flight<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, args: CallArgs, stream: u64) -> bool {
+    attribute(call, status, where_, args, Some(stream), true)
+}
+
+fn attribute<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, args: CallArgs, stream: Option<u64>, in_flight: bool) -> bool {
     let s = call.session;
     if !cuda::cuda_error_is_sticky(status) || s.known_error().is_some() {
         return false;
@@ -31,6 +42,25 @@ pub(crate) fn surfaced<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, a
         }
     }
     s.note_error(status, call.seq);
+    if in_flight && behind.is_empty() {
+        let mut finding = Finding::new(
+            FaultKind::AsyncError,
+            format!(
+                "{} ({status}) surfaced at {where_}: every breadcrumb issued before this call landed, so the work \
+                 this call queued on stream {} is the first that did not complete: it faulted",
+                cuda::cuda_error_name(status),
+                stream.map_or_else(|| "?".to_string(), hex)
+            ),
+        );
+        finding.error = Some((status, call.api()));
+        let mut fault = call.fault(finding, 0, cuda::cuda_error_name(0));
+        fault.args = args.to_args();
+        fault.stream = stream.map(hex);
+        fault.breadcrumbs = evidence(s, &progress);
+        add_kernel(call, &mut fault, args);
+        call.report(fault);
+        return true;
+    }
     let mut message = format!(
         "{} ({status}) surfaced at {where_}: work queued before it on the device faulted, and nothing had \
          synchronised since it was launched",
@@ -106,12 +136,22 @@ fn blame_unfinished<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, stre
     if let Some(c) = recorded {
         fault.thread = c.thread;
         fault.args = c.args.to_args();
+        add_kernel(call, &mut fault, c.args);
     }
     fault.stream = Some(hex(stream.stream));
     fault.found_at_seq = Some(call.seq);
     fault.suspects = super::launch::suspects(call, first.seq).into_iter().filter(|k| k.seq > stream.landed).collect();
     fault.breadcrumbs = evidence(s, progress);
     call.report(fault);
+}
+
+/// A launch's kernel, by name, beside its launch configuration.
+fn add_kernel<R: Copy>(call: &Call<'_, R>, fault: &mut crate::trace::Fault, args: CallArgs) {
+    if let CallArgs::Launch { func, .. } = args {
+        let name = call.session.kernels.name(func, |f| call.outlet.kernel_name(f));
+        fault.message.push_str(&format!(" [kernel {name}]"));
+        fault.args.insert("kernel", name);
+    }
 }
 
 fn evidence(s: &crate::session::Session, progress: &[Progress]) -> Vec<StreamProgress> {

@@ -111,6 +111,10 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
         call.report(fault);
         return status;
     }
+    if s.config.launch_breadcrumbs && !s.config.sync.synchronises_calls() {
+        leave_breadcrumb(call, stream);
+        return status;
+    }
     if !s.config.sync.synchronises_launches() {
         return status;
     }
@@ -149,6 +153,56 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
         }
     }
     status
+}
+
+/// cudaGraphLaunch and cuGraphLaunch: recorded (a graph's kernels are not seen one by one,
+/// its launch is), and under CUBLASGUARD_SYNC=deferred followed by a breadcrumb, so a fault
+/// inside the graph is pinned to its launch.
+pub(crate) fn graph_launch(call: &Call<'_, c_int>, exec: *mut c_void, stream: *mut c_void) -> c_int {
+    launched_graph(call, exec as u64, stream as u64)
+}
+
+/// cuGraphLaunch_ptsz: its NULL stream is the calling thread's default stream.
+pub(crate) fn graph_launch_per_thread(call: &Call<'_, c_int>, exec: *mut c_void, stream: *mut c_void) -> c_int {
+    const CU_STREAM_PER_THREAD: u64 = 0x2;
+    launched_graph(call, exec as u64, if stream.is_null() { CU_STREAM_PER_THREAD } else { stream as u64 })
+}
+
+fn launched_graph(call: &Call<'_, c_int>, exec: u64, stream: u64) -> c_int {
+    let s = call.session;
+    let status = call.forward();
+    call.record(status, CallArgs::Graph { exec, stream });
+    if status != cuda::CUDA_SUCCESS {
+        if !super::attribution::surfaced(call, status, &format!("{} itself", call.api()), CallArgs::Graph { exec, stream }, Some(stream)) {
+            let finding = Finding::new(FaultKind::ApiError, format!("launching graph {} returned {} ({status})", hex(exec), cuda::cuda_error_name(status)));
+            let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
+            fault.args = CallArgs::Graph { exec, stream }.to_args();
+            fault.stream = Some(hex(stream));
+            call.report(fault);
+        }
+        return status;
+    }
+    if !s.config.sync.synchronises_calls() {
+        leave_breadcrumb(call, stream);
+    }
+    status
+}
+
+/// CUBLASGUARD_LAUNCH_BREADCRUMBS: the launch's breadcrumb, unless its stream is capturing
+/// a graph (the write would become part of the graph). A capture query that fails with a
+/// sticky error means the context broke before the breadcrumb could be left: attributed now,
+/// this launch being the work in flight on its stream.
+fn leave_breadcrumb(call: &Call<'_, c_int>, stream: u64) {
+    match call.device.is_capturing(stream) {
+        Ok(false) => {
+            call.device.breadcrumb(stream, call.seq, call.hook.index() as u16);
+        }
+        Err(code) if cuda::cuda_error_is_sticky(code) => {
+            let args = call.session.recorder.snapshot().into_iter().find(|c| c.seq == call.seq).map_or(CallArgs::None, |c| c.args);
+            super::attribution::surfaced_in_flight(call, code, "the guard's capture query right after this launch", args, stream);
+        }
+        Ok(true) | Err(_) => {}
+    }
 }
 
 /// The launch's arguments as its recent call has them, and the kernel's name.
