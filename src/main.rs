@@ -4,11 +4,13 @@ mod cuda_table;
 mod diagnosis;
 mod doctor;
 mod framework;
+mod gpu_health;
 mod replay;
 mod replay_c;
 mod replay_cuda;
 mod report;
 mod run;
+mod setup_checks;
 mod timeline;
 
 use std::ffi::OsString;
@@ -106,6 +108,10 @@ enum Cmd {
         /// Seconds to wait for the frameworks to import before giving up on them
         #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = doctor::parse_timeout)]
         python_timeout: u64,
+        /// Seconds to wait for NVML (the driver's libnvidia-ml.so.1) to start before leaving the
+        /// GPU health checks off
+        #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = doctor::parse_nvml_timeout)]
+        nvml_timeout: u64,
     },
     /// Write a trace's calls and faults as Chrome Trace Event JSON (Perfetto, chrome://tracing)
     #[command(after_help = "Each recent call the guard recorded is a slice on its thread's track (and on its stream's, \
@@ -304,14 +310,40 @@ fn main() -> ExitCode {
                 );
                 trace = cublasguard_format::config::DEFAULT_TRACE_PATTERN.into();
             }
-            run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env: Vec::new(), quiet_summary: false, stdout_to_stderr: false })
+            run::execute(run::Options {
+                trace: Some(trace),
+                checks,
+                on_fault,
+                command,
+                env: Vec::new(),
+                quiet_summary: false,
+                stdout_to_stderr: false,
+            })
         }
         Cmd::Report { paths, format, limit, all } => report_cmd(&paths, format, (!all).then_some(limit)),
-        Cmd::Doctor { json, python, python_timeout } => {
-            let options = doctor::PythonOptions { python, timeout: std::time::Duration::from_secs(python_timeout) };
+        Cmd::Doctor { json, python, python_timeout, nvml_timeout } => {
+            let options = doctor::PythonOptions {
+                python,
+                timeout: std::time::Duration::from_secs(python_timeout),
+                nvml_timeout: std::time::Duration::from_secs(nvml_timeout),
+            };
             let checks = doctor::run_checks(&options);
             let text = if json { serde_json::to_string_pretty(&checks).unwrap_or_default() + "\n" } else { doctor::render(&checks, colour()) };
-            print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::Status::Fail)))
+            let result = print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::Status::Fail)));
+            if gpu_health::left_hanging() {
+                // NVML's thread is still inside the library: exit without running the
+                // libraries' exit handlers, which could wait for it.
+                let code = match &result {
+                    Ok(code) => *code,
+                    Err(e) => {
+                        eprintln!("cublasguard: {}", e.message);
+                        e.code
+                    }
+                };
+                // SAFETY: _exit ends the process at once; stdout was flushed by print.
+                unsafe { libc::_exit(code) };
+            }
+            result
         }
         Cmd::Timeline { traces, output } => timeline_cmd(&traces, output),
         Cmd::Demo => demo(),

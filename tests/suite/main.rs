@@ -11,6 +11,7 @@ mod blas_family;
 mod cli;
 mod device_scan;
 mod doctor;
+mod doctor_health;
 mod dumps;
 mod examples;
 mod first_hour;
