@@ -69,6 +69,10 @@ enum Cmd {
         /// What to do at a fault: continue, error (the call returns an error), abort
         #[arg(long, value_name = "MODE", env = "CUBLASGUARD_ON_FAULT")]
         on_fault: Option<String>,
+        /// Ask the driver for a light GPU core dump (no memory contents) at a GPU exception, beside
+        /// the trace, for cuda-gdb; the driver stops the program there
+        #[arg(long, env = "CUBLASGUARD_GPU_COREDUMP", value_parser = clap::builder::FalseyValueParser::new())]
+        gpu_coredump: bool,
         /// The command to run and its arguments (options after its name are its own)
         #[arg(trailing_var_arg = true, required = true, num_args = 1.., value_name = "CMD")]
         command: Vec<OsString>,
@@ -268,6 +272,7 @@ fn demo() -> Result<i32, CliError> {
         ],
         quiet_summary: true,
         stdout_to_stderr: true,
+        gpu_coredump: false,
     })?;
     // The demo's folder is its own: every trace in it is the demo's.
     let traces = run::candidate_traces(&trace.display().to_string(), std::time::UNIX_EPOCH);
@@ -302,7 +307,7 @@ fn main() -> ExitCode {
     // guard itself ignores it: an exported empty variable often means "unset".
     let trace_from_env = matches.subcommand_matches("run").and_then(|m| m.value_source("trace")) == Some(ValueSource::EnvVariable);
     let result = match cli.command {
-        Cmd::Run { mut trace, checks, on_fault, command } => {
+        Cmd::Run { mut trace, checks, on_fault, gpu_coredump, command } => {
             if trace_from_env && trace.trim().is_empty() {
                 eprintln!(
                     "cublasguard: CUBLASGUARD_TRACE='{trace}' ignored: empty path; using the default ({})",
@@ -318,6 +323,7 @@ fn main() -> ExitCode {
                 env: Vec::new(),
                 quiet_summary: false,
                 stdout_to_stderr: false,
+                gpu_coredump,
             })
         }
         Cmd::Report { paths, format, limit, all } => report_cmd(&paths, format, (!all).then_some(limit)),
