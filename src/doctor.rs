@@ -1,5 +1,5 @@
 //! `cublasguard doctor`: the CUDA troubleshooting checklist, done for you. Each check prints
-//! ok / skip / warn / fail, one line of evidence and, when not ok, one line of fix. One cause is
+//! ok / info / skip / warn / fail, one line of evidence and, when not ok, one line of fix. One cause is
 //! one failure: a check that needs what an earlier one found missing (a driver) is skipped.
 
 use std::collections::{BTreeMap, BTreeSet};
