@@ -1032,6 +1032,26 @@ fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
     }
 }
 
+/// A libcublas and a libcublasLt the process mapped from different folders (or, where the
+/// files are still there and named by release, of different releases): pytorch#174320.
+fn cublas_pair_note(libraries: &[trace::LoadedLibrary]) -> Option<String> {
+    let find = |prefix: &str| libraries.iter().find(|l| l.soname.starts_with(prefix)).map(|l| Path::new(&l.path));
+    let (cublas, lt) = (find("libcublas.so")?, find("libcublasLt.so")?);
+    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let (a, b) = (real(cublas), real(lt));
+    let releases = (crate::setup_checks::release_of_file(&a), crate::setup_checks::release_of_file(&b));
+    let mixed = matches!(releases, (Some(x), Some(y)) if x != y);
+    if a.parent() == b.parent() && !mixed {
+        return None;
+    }
+    let what = if mixed { "of different releases" } else { "from different folders" };
+    Some(format!(
+        "note: libcublas ({}) and libcublasLt ({}) are {what}: a libcublasLt that is not libcublas's own breaks cuBLAS (pytorch#174320); `cublasguard doctor` compares their releases",
+        cublas.display(),
+        lt.display()
+    ))
+}
+
 fn environment(doc: &mut Doc, loaded: &[Loaded]) {
     let Some(first) = loaded.first() else { return };
     let env = &first.trace.environment;
@@ -1060,6 +1080,11 @@ fn environment(doc: &mut Doc, loaded: &[Loaded]) {
             l.trace.process.pid, probe.api, probe.seq
         );
         doc.item(&doc.t(&line));
+    }
+    let mut pairs: Vec<String> = loaded.iter().filter_map(|l| cublas_pair_note(&l.trace.environment.libraries)).collect();
+    pairs.dedup();
+    for note in pairs {
+        doc.item(&doc.t(&note));
     }
     for dump in core_dumps(loaded) {
         let line = match (&dump.command, &dump.pattern) {

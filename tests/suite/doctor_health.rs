@@ -344,3 +344,25 @@ fn an_existing_cache_folder_this_user_cannot_write_fails() {
     assert!(c[0].2.contains(&format!("{cache_text} (CUDA_CACHE_PATH) is not writable by this user")), "{}", c[0].2);
     assert!(c[0].3.contains("torch/cutorch#677"), "{}", c[0].3);
 }
+
+#[test]
+fn a_trace_whose_libcublaslt_came_from_another_folder_says_so_in_the_report() {
+    // A program linked with both (a GemmEx with a NaN in A, so the trace is written).
+    let other = other_cublaslt();
+    let program = build_c("dumps", &["dumps.c"], false);
+    let host = temp_dir("pair-host");
+    let host = host.display().to_string();
+    let args = ["ex", "f32", host.as_str()];
+    let path = format!("{}:{}", other.display(), stand_in_path(&["lib", "driver"]));
+    let run = common::run(Launch { env: &[("LD_LIBRARY_PATH", &path)], ..Launch::new(&program, &args) });
+    let trace = run.trace();
+    let lt = trace.environment.libraries.iter().find(|l| l.soname.starts_with("libcublasLt")).expect("libcublasLt is recorded");
+    assert!(lt.path.starts_with(&other.display().to_string()), "{lt:?}");
+    let out = Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("and libcublasLt (") && report.contains("are from different folders") && report.contains("pytorch#174320"), "{report}");
+    // One folder: no note.
+    let fine = common::run(Launch::new(&program, &args));
+    let out = Command::new(cli()).arg("report").arg(&fine.trace_path).output().expect("report");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("pytorch#174320"));
+}
