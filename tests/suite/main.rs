@@ -31,6 +31,7 @@ mod launcher;
 mod launches;
 mod layers;
 mod nvidia;
+mod nvml_standin;
 mod pytorch;
 mod reach;
 mod readme;
