@@ -34,10 +34,14 @@ macro_rules! cuda_table {
                 }
 
                 #[allow(dead_code)] // not every table's user asks
-                /// The library by one soname or path (`libcublas.so.12`), as the loader finds it.
+                /// The library by one soname or path (`libcublas.so.12`), as the loader finds it,
+                /// with every symbol bound at once (RTLD_NOW): a library whose dependency lacks
+                /// one (a libcublasLt of another release) is an error here, not a lookup error
+                /// that ends the process at its first call.
                 pub fn open(name: &str) -> Result<Self, String> {
+                    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
                     // SAFETY: loading a CUDA library runs its initialisers, as any CUDA program does.
-                    unsafe { libloading::Library::new(name) }.map(Self::from_library).map_err(|e| e.to_string())
+                    unsafe { Library::open(Some(name), RTLD_NOW | RTLD_LOCAL) }.map(|l| Self::from_library(l.into())).map_err(|e| e.to_string())
                 }
 
                 fn from_library(library: libloading::Library) -> Self {

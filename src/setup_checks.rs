@@ -253,15 +253,32 @@ const PAIR_FIX: &str = "pytorch#174320: a system libcublasLt shadowing the wheel
     EXECUTION_FAILED, or missing symbols): take the other folder off LD_LIBRARY_PATH (or out of /etc/ld.so.conf.d, then sudo ldconfig), \
     or install matching releases";
 
-/// For each CUDA major of cuBLAS found: the libcublas and libcublasLt the loader picks (by
-/// soname, as a program without its own RPATH: LD_LIBRARY_PATH, then the ldconfig cache) come
-/// from one folder and one release.
+/// For each CUDA major of cuBLAS found: the libcublasLt and libcublas the loader picks (by
+/// soname, as for a program without its own RPATH that links both: LD_LIBRARY_PATH, then the
+/// ldconfig cache) come from one folder and one release.
 pub fn cublas_pair_checks(majors: &[u32]) -> Vec<Check> {
     let mut out = Vec::new();
     for &major in majors {
-        let Ok(cublas) = cublas_release(major) else { continue };
+        // libcublasLt first, as a program linking both (PyTorch's libtorch_cuda) finds it by
+        // soname: libcublas's own need for it is then met by the one already loaded, whatever
+        // libcublas's RPATH says, which is how a system copy shadows a wheel's.
         let shown = |l: &Loaded| l.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "an unknown file".into());
-        let lt = match cublaslt_release(major) {
+        let lt_first = cublaslt_release(major);
+        let cublas = match cublas_release(major) {
+            Ok(c) => c,
+            // Not where the loader looks by soname (a wheel's, reached by its RPATH only): nothing to compare.
+            Err(e) if e.contains("cannot open shared object file") => continue,
+            Err(e) => {
+                let with = match &lt_first {
+                    Ok(lt) => format!(" with the libcublasLt.so.{major} {} at {}", release_text(lt.release), shown(lt)),
+                    Err(_) => String::new(),
+                };
+                out.push(check("cublas pair", Status::Fail, format!("libcublas.so.{major} is found but cannot be loaded{with}: {e}"), Some(PAIR_FIX)));
+                continue;
+            }
+        };
+        // Not on the search path by itself: the one libcublas brought (its RPATH), if any.
+        let lt = match lt_first.or_else(|_| cublaslt_release(major)) {
             Ok(lt) => lt,
             Err(e) => {
                 out.push(check(

@@ -366,3 +366,29 @@ fn a_trace_whose_libcublaslt_came_from_another_folder_says_so_in_the_report() {
     let out = Command::new(cli()).arg("report").arg(&fine.trace_path).output().expect("report");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("pytorch#174320"));
 }
+
+#[test]
+#[cfg_attr(not(cublasguard_has_nvidia), ignore = "needs NVIDIA's wheels: run scripts/fetch-nvidia.sh")]
+fn nvidias_own_cublas_pair_is_read_by_release_and_a_libcublaslt_shadowing_it_fails() {
+    let root = cache_dir();
+    let cu12 = [root.join("nvidia-cu12/nvidia/cuda_runtime/lib"), root.join("nvidia-cu12/nvidia/cublas/lib")];
+    let wheel = cu12.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(":");
+    let (checks, _) = doctor(&wheel, &[]);
+    let pair = named(&checks, "cublas pair");
+    assert_eq!(pair.len(), 1, "{checks:#?}");
+    assert_eq!(pair[0].1, "ok", "{pair:?}");
+    let lib = cu12[1].display();
+    assert!(
+        pair[0].2.contains(&format!("libcublas.so.12 12.9.3 at {lib}/libcublas.so.12, libcublasLt.so.12 12.9.3 at {lib}/libcublasLt.so.12")),
+        "{}",
+        pair[0].2
+    );
+    // A second copy of its libcublasLt first on the path, as a system CUDA's would be: loaded
+    // before libcublas (as by a program linking both), it is the one libcublas gets.
+    let other = temp_dir("other-nvidia-cublaslt");
+    std::fs::copy(cu12[1].join("libcublasLt.so.12"), other.join("libcublasLt.so.12")).unwrap();
+    let (checks, _) = doctor(&format!("{}:{wheel}", other.display()), &[]);
+    let pair = named(&checks, "cublas pair");
+    assert!(pair.len() == 1 && pair[0].1 == "warn", "{checks:#?}");
+    assert!(pair[0].2.contains(&format!("libcublasLt.so.12 12.9.3 at {}/libcublasLt.so.12", other.display())), "{}", pair[0].2);
+}
