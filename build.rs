@@ -4,6 +4,7 @@
 //! Layout, under `$OUT_DIR/stand-in` and copied to `target/<profile>/stand-in`:
 //!   lib/      libcudart.so.12, libcublas.so.12, libcublasLt.so.12 (+ unversioned links for `-lcudart ...`)
 //!   driver/   libcuda.so.1, apart so a test can leave the driver out
+//!   nvml/     libnvidia-ml.so.1, the stand-in NVML: apart, so a test chooses whether NVML is there
 //!   include/  the stand-in headers
 //!   bin/      example programs
 //!   vendored/ libcublas-5e3a1f0c.so.12: the stand-in cuBLAS renamed as auditwheel renames the
@@ -44,6 +45,7 @@ const LIBRARIES: &[SharedLib] = &[
         links: &["-lcudart", "-lpthread", "-lm"],
         extra: &[],
     },
+    SharedLib { source: "nvml", soname: "libnvidia-ml.so.1", folder: "nvml", dev_link: "libnvidia-ml.so", links: &["-lpthread"], extra: &[] },
 ];
 
 const EXAMPLES: &[&str] = &["mlp"];
@@ -140,7 +142,7 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
     let root = out.join("stand-in");
     let shims = manifest.join("shims");
-    for dir in ["lib", "driver", "bin", "vendored"] {
+    for dir in ["lib", "driver", "nvml", "bin", "vendored"] {
         fs::create_dir_all(root.join(dir)).expect("create stand-in dirs");
     }
     let compiler = cc::Build::new().opt_level(2).get_compiler();

@@ -111,11 +111,27 @@ cuda_lib_flags=()
 IFS=: read -ra cuda_dirs <<<"$cuda_lib"
 for d in "${cuda_dirs[@]}"; do cuda_lib_flags+=("-L$d"); done
 
-if LD_LIBRARY_PATH=$cuda_lib "$cli" doctor >"$out/doctor.txt" 2>&1 || [ $dry = 1 ]; then
+# The dry run's doctor also finds the stand-in NVML; on the GPU, the driver's own.
+doctor_lib=$cuda_lib
+[ $dry = 1 ] && doctor_lib=$cuda_lib:$standin/nvml
+if LD_LIBRARY_PATH=$doctor_lib "$cli" doctor >"$out/doctor.txt" 2>&1 || [ $dry = 1 ]; then
     row "doctor" PASS "$(grep -m1 'driver ' "$out/doctor.txt" | cut -c1-80)"
 else
     row "doctor" FAIL "see $out/doctor.txt"
 fi
+# The GPU health readings through NVML (issue 32): one line per device must read a GPU (the
+# stand-in's device on a dry run); each problem NVML shows is recorded as the machine's state.
+if [ $dry = 1 ]; then device_line='^ok   gpu health +stand-in device 0: cudashim stand-in NVML'; else device_line='^ok   gpu health +GPU [0-9]+: '; fi
+health=$(grep -E "$device_line" "$out/doctor.txt" | head -1 | sed -E 's/^ok   gpu health +//')
+if [ -n "$health" ]; then
+    row "doctor: GPU health (NVML)" PASS "$(printf '%s' "$health" | cut -c1-160)"
+else
+    row "doctor: GPU health (NVML)" FAIL "$(grep -m1 -E '^[a-zA-Z ]{4} gpu health' "$out/doctor.txt" | cut -c1-120) (see $out/doctor.txt)"
+fi
+mapfile -t gpu_problems < <(grep -E '^(warn|FAIL) gpu ' "$out/doctor.txt")
+for p in "${gpu_problems[@]}"; do
+    row "doctor: $(printf '%s' "$p" | cut -c6-21 | sed 's/ *$//')" INFO "$(printf '%s' "$p" | cut -c28- | cut -c1-140)"
+done
 
 # Checks one trace (or the traces matching a glob) against an expectation, in Python.
 expect() { # name, glob, python expression over `faults`, `kinds`, `traces` and `code`

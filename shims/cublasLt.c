@@ -100,7 +100,12 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
-size_t cublasLtGetVersion(void) { return 120903; }
+/* CUDASHIM_CUBLASLT_VERSION=N: what cublasLtGetVersion reports (default 120903, cuBLAS's own
+ * release), for a copy of this library posing as another release. */
+size_t cublasLtGetVersion(void) {
+    const char *v = getenv("CUDASHIM_CUBLASLT_VERSION");
+    return (v && *v) ? (size_t)strtoull(v, NULL, 10) : 120903;
+}
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {

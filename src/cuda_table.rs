@@ -18,6 +18,7 @@ macro_rules! cuda_table {
             }
 
             impl $table {
+                #[allow(dead_code)] // not every table's user asks
                 /// The first of the library's sonames the loader can open.
                 pub fn load() -> Result<Self, String> {
                     let names = [$($soname),+];
@@ -30,6 +31,17 @@ macro_rules! cuda_table {
                         }
                     }
                     Err(if names.len() == 1 { errors.join("; ") } else { format!("none of {} could be loaded (is CUDA on the library path?)", names.join(", ")) })
+                }
+
+                #[allow(dead_code)] // not every table's user asks
+                /// The library by one soname or path (`libcublas.so.12`), as the loader finds it,
+                /// with every symbol bound at once (RTLD_NOW): a library whose dependency lacks
+                /// one (a libcublasLt of another release) is an error here, not a lookup error
+                /// that ends the process at its first call.
+                pub fn open(name: &str) -> Result<Self, String> {
+                    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+                    // SAFETY: loading a CUDA library runs its initialisers, as any CUDA program does.
+                    unsafe { Library::open(Some(name), RTLD_NOW | RTLD_LOCAL) }.map(|l| Self::from_library(l.into())).map_err(|e| e.to_string())
                 }
 
                 fn from_library(library: libloading::Library) -> Self {
@@ -67,6 +79,29 @@ cuda_table! {
         device_get_name: fn cuDeviceGetName(*mut c_char, c_int, c_int) -> c_int;
         device_get_attribute: fn cuDeviceGetAttribute(*mut c_int, c_int, c_int) -> c_int;
     }
+    Nvml from ["libnvidia-ml.so.1"] {
+        init: fn nvmlInit_v2() -> c_int;
+        error_string: fn nvmlErrorString(c_int) -> *const c_char;
+        device_get_count: fn nvmlDeviceGetCount_v2(*mut c_uint) -> c_int;
+        device_get_handle_by_index: fn nvmlDeviceGetHandleByIndex_v2(c_uint, *mut *mut c_void) -> c_int;
+        device_get_name: fn nvmlDeviceGetName(*mut c_void, *mut c_char, c_uint) -> c_int;
+        persistence_mode: fn nvmlDeviceGetPersistenceMode(*mut c_void, *mut c_int) -> c_int;
+        ecc_mode: fn nvmlDeviceGetEccMode(*mut c_void, *mut c_int, *mut c_int) -> c_int;
+        total_ecc_errors: fn nvmlDeviceGetTotalEccErrors(*mut c_void, c_int, c_int, *mut u64) -> c_int;
+        remapped_rows: fn nvmlDeviceGetRemappedRows(*mut c_void, *mut c_uint, *mut c_uint, *mut c_uint, *mut c_uint) -> c_int;
+        retired_pages_pending: fn nvmlDeviceGetRetiredPagesPendingStatus(*mut c_void, *mut c_int) -> c_int;
+        temperature: fn nvmlDeviceGetTemperature(*mut c_void, c_int, *mut c_uint) -> c_int;
+        temperature_threshold: fn nvmlDeviceGetTemperatureThreshold(*mut c_void, c_int, *mut c_uint) -> c_int;
+        clocks_event_reasons: fn nvmlDeviceGetCurrentClocksEventReasons(*mut c_void, *mut u64) -> c_int;
+        clocks_throttle_reasons: fn nvmlDeviceGetCurrentClocksThrottleReasons(*mut c_void, *mut u64) -> c_int;
+        pcie_replay_counter: fn nvmlDeviceGetPcieReplayCounter(*mut c_void, *mut c_uint) -> c_int;
+    }
+    CublasRelease from ["libcublas.so.13", "libcublas.so.12", "libcublas.so"] {
+        get_property: fn cublasGetProperty(c_int, *mut c_int) -> c_int;
+    }
+    CublasLtRelease from ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"] {
+        get_version: fn cublasLtGetVersion() -> usize;
+    }
     Runtime from ["libcudart.so.13", "libcudart.so.12", "libcudart.so"] {
         malloc: fn cudaMalloc(*mut *mut c_void, usize) -> c_int;
         memcpy: fn cudaMemcpy(*mut c_void, *const c_void, usize, c_int) -> c_int;
@@ -79,4 +114,18 @@ cuda_table! {
             *const c_void, *mut c_void, c_int, c_int, i64, c_int, c_int, c_int,
         ) -> c_int;
     }
+}
+
+/// The file of the loaded object that holds `address` (a function of a loaded library).
+pub fn object_file(address: *const c_void) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: a zeroed Dl_info is a valid out-parameter.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables; the address is a symbol of a loaded library.
+    if unsafe { libc::dladdr(address, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr set dli_fname to the object's NUL-terminated file name.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
 }

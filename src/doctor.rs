@@ -1,5 +1,5 @@
 //! `cublasguard doctor`: the CUDA troubleshooting checklist, done for you. Each check prints
-//! ok / skip / warn / fail, one line of evidence and, when not ok, one line of fix. One cause is
+//! ok / info / skip / warn / fail, one line of evidence and, when not ok, one line of fix. One cause is
 //! one failure: a check that needs what an earlier one found missing (a driver) is skipped.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,6 +13,8 @@ use serde::Serialize;
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Ok,
+    /// A fact, not a problem: something optional is not there (NVML).
+    Info,
     /// Could not be checked: it needs something an earlier check found missing (which failed).
     Skip,
     Warn,
@@ -33,6 +35,15 @@ pub fn check(name: &'static str, status: Status, evidence: impl Into<String>, fi
 
 fn cuda_version(v: i32) -> String {
     format!("{}.{}", v / 1000, v % 1000 / 10)
+}
+
+/// `--nvml-timeout`: whole seconds, at least one (0 would give up before NVML could answer).
+pub fn parse_nvml_timeout(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1 second (0 would leave NVML off before it could answer)".into()),
+        Ok(secs) => Ok(secs),
+        Err(_) => Err("not a whole number of seconds".into()),
+    }
 }
 
 /// `--python-timeout`: whole seconds, at least one (0 would give up before Python starts).
@@ -249,16 +260,18 @@ fn driver_checks(driver: &Driver) -> Vec<Check> {
     checks
 }
 
-/// Which Python to ask about the frameworks, and for how long.
+/// Which Python to ask about the frameworks, and for how long; how long NVML may take to start.
 pub struct PythonOptions {
     pub python: PathBuf,
     pub timeout: std::time::Duration,
+    pub nvml_timeout: std::time::Duration,
 }
 
 pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
     let mut checks = Vec::new();
     let driver = probe_driver();
     checks.extend(driver_checks(&driver));
+    checks.extend(crate::setup_checks::wsl_checks(driver.path.as_deref()));
     // The frameworks are asked first: the library search includes that Python's nvidia wheels.
     let answer = crate::framework::probe(&python.python, python.timeout);
     let python_dirs = match &answer {
@@ -310,6 +323,9 @@ pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
             }
         }
     }
+    let cublas_majors: Vec<u32> = libs.get("libcublas").map(|m| m.keys().copied().collect()).unwrap_or_default();
+    checks.extend(crate::setup_checks::cublas_pair_checks(&cublas_majors));
+    checks.push(crate::setup_checks::cache_check());
     match std::env::var("CUDA_VISIBLE_DEVICES") {
         Ok(v) if v.trim().is_empty() || v.trim() == "-1" => checks.push(check(
             "CUDA_VISIBLE_DEVICES",
@@ -344,6 +360,8 @@ pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
         nvcc: crate::framework::nvcc_release(),
     };
     checks.extend(crate::framework::checks(&answer, &python.python, &machine));
+    // Last of the libraries loaded: a thread left inside a hanging NVML must hold up no other.
+    checks.extend(crate::gpu_health::checks(&crate::gpu_health::read(python.nvml_timeout)));
     match crate::run::find_guard_library() {
         Ok(p) => checks.push(check("guard", Status::Ok, format!("libcublasguard.so at {}", p.display()), None)),
         Err(e) => checks.push(check("guard", Status::Warn, e.message, Some("cargo build --release, or set CUBLASGUARD_LIB"))),
@@ -355,6 +373,7 @@ pub fn render(checks: &[Check], colour: bool) -> String {
     let paint = |s: Status| {
         let (word, code) = match s {
             Status::Ok => ("ok  ", "32"),
+            Status::Info => ("info", "36"),
             Status::Skip => ("skip", "2"),
             Status::Warn => ("warn", "33"),
             Status::Fail => ("FAIL", "31"),
@@ -374,7 +393,7 @@ pub fn render(checks: &[Check], colour: bool) -> String {
     }
     let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     out.push_str(match worst {
-        Status::Ok => "\nAll checks passed.\n",
+        Status::Ok | Status::Info => "\nAll checks passed.\n",
         Status::Skip => "\nNo failures; some checks were skipped (see above).\n",
         Status::Warn => "\nNo failures; see the warnings above.\n",
         Status::Fail => "\nSome checks failed: CUDA programs will not run correctly here until they are fixed.\n",

@@ -249,6 +249,29 @@ pub fn runs_on(arch_list: &[String], major: i32, minor: i32) -> bool {
     })
 }
 
+/// PyTorch's libcublas and libcublasLt (as its process mapped them) from different folders:
+/// pytorch#174320, a system libcublasLt first on LD_LIBRARY_PATH shadowing the wheel's. Of two
+/// releases (where the files' names say) a failure, else a warning.
+fn cublas_pair_in_process(paths: &[String]) -> Option<Check> {
+    let family = |p: &&String| Path::new(p.as_str()).file_name().and_then(|f| f.to_str()).and_then(|f| f.split_once(".so.")).map(|(name, _)| name.to_string());
+    let find = |name: &str| paths.iter().find(|p| family(p).as_deref() == Some(name)).map(|p| Path::new(p.as_str()));
+    let (cublas, lt) = (find("libcublas")?, find("libcublasLt")?);
+    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let (a, b) = (real(cublas), real(lt));
+    if a.parent() == b.parent() {
+        return None;
+    }
+    let releases = (crate::setup_checks::release_of_file(&a), crate::setup_checks::release_of_file(&b));
+    let mixed = matches!(releases, (Some(x), Some(y)) if x != y);
+    let (status, what) = if mixed { (Status::Fail, "of different releases, from different folders") } else { (Status::Warn, "from different folders") };
+    Some(check(
+        "pytorch cublas pair",
+        status,
+        format!("PyTorch loaded libcublas ({}) and libcublasLt ({}) {what}", cublas.display(), lt.display()),
+        Some("pytorch#174320: a system libcublasLt shadowing the wheel's libcublas breaks cuBLAS: take its folder off LD_LIBRARY_PATH, so the wheel's own libcublasLt is loaded"),
+    ))
+}
+
 /// The CUDA majors of the runtime and cuBLAS libraries among `paths`.
 fn cuda_majors(paths: &[String]) -> Vec<u32> {
     let mut majors: Vec<u32> = paths
@@ -440,6 +463,9 @@ fn torch_checks(t: &Torch, machine: &Machine, has_gpu: bool, out: &mut Vec<Check
     } else if !t.libraries.is_empty() {
         out.push(check("pytorch libraries", Status::Ok, format!("loaded from {origin}: {}", t.libraries.join(", ")), None));
     }
+    if let Some(c) = cublas_pair_in_process(&t.libraries) {
+        out.push(c);
+    }
     if let Some(nvcc) = &machine.nvcc {
         if version_number(nvcc) != built {
             out.push(check(
@@ -555,6 +581,19 @@ mod tests {
         };
         let dirs: Vec<String> = f.library_dirs().iter().map(|d| d.display().to_string()).collect();
         assert_eq!(dirs, ["/v/site-packages/nvidia/cu13/lib", "/v/site-packages/nvidia/cudnn/lib", "/opt/torch/lib"]);
+    }
+
+    #[test]
+    fn a_libcublaslt_from_another_folder_than_libcublas_in_pytorchs_process_is_named() {
+        let wheel = "/v/site-packages/nvidia/cublas/lib/libcublas.so.12".to_string();
+        let system = "/usr/local/cuda-12.1/lib64/libcublasLt.so.12".to_string();
+        let c = cublas_pair_in_process(&[wheel.clone(), system]).expect("a check");
+        assert_eq!(c.status, Status::Warn, "releases unknown from these names: {c:?}");
+        assert!(c.evidence.contains("/usr/local/cuda-12.1/lib64/libcublasLt.so.12") && c.fix.as_deref().is_some_and(|f| f.contains("pytorch#174320")), "{c:?}");
+        let release = |n: &str| format!("/x/{n}");
+        let mixed = cublas_pair_in_process(&[release("a/libcublas.so.12.9.1"), release("b/libcublasLt.so.12.1.0")]).expect("a check");
+        assert_eq!(mixed.status, Status::Fail);
+        assert!(cublas_pair_in_process(&[wheel, "/v/site-packages/nvidia/cublas/lib/libcublasLt.so.12".into()]).is_none(), "one folder");
     }
 
     #[test]

@@ -4,11 +4,13 @@ mod cuda_table;
 mod diagnosis;
 mod doctor;
 mod framework;
+mod gpu_health;
 mod replay;
 mod replay_c;
 mod replay_cuda;
 mod report;
 mod run;
+mod setup_checks;
 mod timeline;
 
 use std::ffi::OsString;
@@ -67,6 +69,10 @@ enum Cmd {
         /// What to do at a fault: continue, error (the call returns an error), abort
         #[arg(long, value_name = "MODE", env = "CUBLASGUARD_ON_FAULT")]
         on_fault: Option<String>,
+        /// Ask the driver for a light GPU core dump (no memory contents) at a GPU exception, beside
+        /// the trace, for cuda-gdb; the driver stops the program there
+        #[arg(long, env = "CUBLASGUARD_GPU_COREDUMP", value_parser = clap::builder::FalseyValueParser::new())]
+        gpu_coredump: bool,
         /// The command to run and its arguments (options after its name are its own)
         #[arg(trailing_var_arg = true, required = true, num_args = 1.., value_name = "CMD")]
         command: Vec<OsString>,
@@ -106,6 +112,10 @@ enum Cmd {
         /// Seconds to wait for the frameworks to import before giving up on them
         #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = doctor::parse_timeout)]
         python_timeout: u64,
+        /// Seconds to wait for NVML (the driver's libnvidia-ml.so.1) to start before leaving the
+        /// GPU health checks off
+        #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = doctor::parse_nvml_timeout)]
+        nvml_timeout: u64,
     },
     /// Write a trace's calls and faults as Chrome Trace Event JSON (Perfetto, chrome://tracing)
     #[command(after_help = "Each recent call the guard recorded is a slice on its thread's track (and on its stream's, \
@@ -262,6 +272,7 @@ fn demo() -> Result<i32, CliError> {
         ],
         quiet_summary: true,
         stdout_to_stderr: true,
+        gpu_coredump: false,
     })?;
     // The demo's folder is its own: every trace in it is the demo's.
     let traces = run::candidate_traces(&trace.display().to_string(), std::time::UNIX_EPOCH);
@@ -296,7 +307,7 @@ fn main() -> ExitCode {
     // guard itself ignores it: an exported empty variable often means "unset".
     let trace_from_env = matches.subcommand_matches("run").and_then(|m| m.value_source("trace")) == Some(ValueSource::EnvVariable);
     let result = match cli.command {
-        Cmd::Run { mut trace, checks, on_fault, command } => {
+        Cmd::Run { mut trace, checks, on_fault, gpu_coredump, command } => {
             if trace_from_env && trace.trim().is_empty() {
                 eprintln!(
                     "cublasguard: CUBLASGUARD_TRACE='{trace}' ignored: empty path; using the default ({})",
@@ -304,14 +315,41 @@ fn main() -> ExitCode {
                 );
                 trace = cublasguard_format::config::DEFAULT_TRACE_PATTERN.into();
             }
-            run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env: Vec::new(), quiet_summary: false, stdout_to_stderr: false })
+            run::execute(run::Options {
+                trace: Some(trace),
+                checks,
+                on_fault,
+                command,
+                env: Vec::new(),
+                quiet_summary: false,
+                stdout_to_stderr: false,
+                gpu_coredump,
+            })
         }
         Cmd::Report { paths, format, limit, all } => report_cmd(&paths, format, (!all).then_some(limit)),
-        Cmd::Doctor { json, python, python_timeout } => {
-            let options = doctor::PythonOptions { python, timeout: std::time::Duration::from_secs(python_timeout) };
+        Cmd::Doctor { json, python, python_timeout, nvml_timeout } => {
+            let options = doctor::PythonOptions {
+                python,
+                timeout: std::time::Duration::from_secs(python_timeout),
+                nvml_timeout: std::time::Duration::from_secs(nvml_timeout),
+            };
             let checks = doctor::run_checks(&options);
             let text = if json { serde_json::to_string_pretty(&checks).unwrap_or_default() + "\n" } else { doctor::render(&checks, colour()) };
-            print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::Status::Fail)))
+            let result = print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::Status::Fail)));
+            if gpu_health::left_hanging() {
+                // NVML's thread is still inside the library: exit without running the
+                // libraries' exit handlers, which could wait for it.
+                let code = match &result {
+                    Ok(code) => *code,
+                    Err(e) => {
+                        eprintln!("cublasguard: {}", e.message);
+                        e.code
+                    }
+                };
+                // SAFETY: _exit ends the process at once; stdout was flushed by print.
+                unsafe { libc::_exit(code) };
+            }
+            result
         }
         Cmd::Timeline { traces, output } => timeline_cmd(&traces, output),
         Cmd::Demo => demo(),

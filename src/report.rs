@@ -464,6 +464,95 @@ pub fn render_limited(loaded: &[Loaded], format: Format, limit: Option<usize>) -
     }
 }
 
+/// A GPU core dump the driver was asked for in a traced process: its environment, as the trace
+/// recorded it, held CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1 (`cublasguard run --gpu-coredump`
+/// sets it, with CUDA_COREDUMP_FILE beside the trace).
+#[derive(Debug, Serialize)]
+pub struct CoreDump<'a> {
+    pub trace: &'a Path,
+    pub pid: u32,
+    /// CUDA_COREDUMP_FILE with the pid and host filled in (`*` for the driver's %t); None when
+    /// it was not set (the driver's default name, in the program's working folder).
+    pub pattern: Option<String>,
+    /// The core files written, found on disk.
+    pub files: Vec<PathBuf>,
+    /// The command that opens the first of them.
+    pub command: Option<String>,
+}
+
+/// `cuda-gdb -ex "target cudacore FILE"`: quoted for a shell.
+pub fn cuda_gdb_command(file: &Path) -> String {
+    let shown = file.display().to_string();
+    if shown.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+:,=@%".contains(c)) {
+        format!("cuda-gdb -ex \"target cudacore {shown}\"")
+    } else {
+        format!("cuda-gdb -ex {}", shell_word(&format!("target cudacore {shown}")))
+    }
+}
+
+/// The driver's name for a core file, as it expands CUDA_COREDUMP_FILE: %p the pid, %h the host,
+/// %t the time (unknown here: `*`), %% a percent sign.
+fn expand_core_pattern(pattern: &str, pid: u32, host: &str) -> String {
+    let mut out = String::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('p') => out.push_str(&pid.to_string()),
+            Some('h') => out.push_str(host),
+            Some('t') => out.push('*'),
+            Some('%') => out.push('%'),
+            Some(o) => {
+                out.push('%');
+                out.push(o);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+fn glob_files(pattern: &Path) -> Vec<PathBuf> {
+    let text = pattern.display().to_string();
+    if !text.contains('*') {
+        return if pattern.is_file() { vec![pattern.to_path_buf()] } else { Vec::new() };
+    }
+    let (Some(dir), Some(name)) = (pattern.parent(), pattern.file_name().and_then(|n| n.to_str())) else { return Vec::new() };
+    // The trace-name matcher reads %p as "anything": the only wildcard the expansion left is %t's.
+    let glob = name.replace('%', "%%").replace('*', "%p");
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut found: Vec<PathBuf> =
+        entries.filter_map(|e| e.ok()).filter(|e| e.file_name().to_str().is_some_and(|n| crate::run::matches_pattern(&glob, n))).map(|e| e.path()).collect();
+    found.sort();
+    found
+}
+
+pub fn core_dumps(loaded: &[Loaded]) -> Vec<CoreDump<'_>> {
+    let mut out = Vec::new();
+    for l in loaded {
+        let vars = &l.trace.environment.variables;
+        if vars.get(crate::run::COREDUMP_ENABLE).map(|v| v.trim()) != Some("1") {
+            continue;
+        }
+        let process = &l.trace.process;
+        let pattern = vars.get(crate::run::COREDUMP_FILE).filter(|f| !f.is_empty()).map(|f| {
+            let expanded = expand_core_pattern(f, process.pid, &process.hostname);
+            // A relative name is the program's working folder's: the trace's is the best guess.
+            match l.path.parent() {
+                Some(dir) if Path::new(&expanded).is_relative() => dir.join(&expanded).display().to_string(),
+                _ => expanded,
+            }
+        });
+        let files = pattern.as_deref().map(|p| glob_files(Path::new(p))).unwrap_or_default();
+        let command = files.first().map(|f| cuda_gdb_command(f));
+        out.push(CoreDump { trace: &l.path, pid: process.pid, pattern, files, command });
+    }
+    out
+}
+
 fn json(loaded: &[Loaded], entries: &[Entry]) -> String {
     #[derive(Serialize)]
     struct Note<'a> {
@@ -505,6 +594,8 @@ fn json(loaded: &[Loaded], entries: &[Entry]) -> String {
         notes: Vec<Note<'a>>,
         summary: Vec<Row>,
         causes: Vec<CauseOut<'a>>,
+        /// Processes whose driver was asked for GPU core dumps, and the files written.
+        gpu_coredumps: Vec<CoreDump<'a>>,
         first: Option<&'a Entry<'a>>,
         entries: &'a [Entry<'a>],
     }
@@ -533,6 +624,7 @@ fn json(loaded: &[Loaded], entries: &[Entry]) -> String {
         notes: loaded.iter().flat_map(|l| l.notes.iter().map(|n| Note { trace: &l.path, note: n })).collect(),
         summary: summary_rows(entries),
         causes,
+        gpu_coredumps: core_dumps(loaded),
         first: entries.first(),
         entries,
     };
@@ -940,6 +1032,26 @@ fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
     }
 }
 
+/// A libcublas and a libcublasLt the process mapped from different folders (or, where the
+/// files are still there and named by release, of different releases): pytorch#174320.
+fn cublas_pair_note(libraries: &[trace::LoadedLibrary]) -> Option<String> {
+    let find = |prefix: &str| libraries.iter().find(|l| l.soname.starts_with(prefix)).map(|l| Path::new(&l.path));
+    let (cublas, lt) = (find("libcublas.so")?, find("libcublasLt.so")?);
+    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let (a, b) = (real(cublas), real(lt));
+    let releases = (crate::setup_checks::release_of_file(&a), crate::setup_checks::release_of_file(&b));
+    let mixed = matches!(releases, (Some(x), Some(y)) if x != y);
+    if a.parent() == b.parent() && !mixed {
+        return None;
+    }
+    let what = if mixed { "of different releases" } else { "from different folders" };
+    Some(format!(
+        "note: libcublas ({}) and libcublasLt ({}) are {what}: a libcublasLt that is not libcublas's own breaks cuBLAS (pytorch#174320); `cublasguard doctor` compares their releases",
+        cublas.display(),
+        lt.display()
+    ))
+}
+
 fn environment(doc: &mut Doc, loaded: &[Loaded]) {
     let Some(first) = loaded.first() else { return };
     let env = &first.trace.environment;
@@ -968,6 +1080,34 @@ fn environment(doc: &mut Doc, loaded: &[Loaded]) {
             l.trace.process.pid, probe.api, probe.seq
         );
         doc.item(&doc.t(&line));
+    }
+    let mut pairs: Vec<String> = loaded.iter().filter_map(|l| cublas_pair_note(&l.trace.environment.libraries)).collect();
+    pairs.dedup();
+    for note in pairs {
+        doc.item(&doc.t(&note));
+    }
+    for dump in core_dumps(loaded) {
+        let line = match (&dump.command, &dump.pattern) {
+            (Some(command), _) => {
+                let files: Vec<String> = dump.files.iter().map(|f| doc.c(&f.display().to_string())).collect();
+                format!("GPU core dump of pid {}: {}; open it with {}", dump.pid, files.join(", "), doc.c(command))
+            }
+            (None, Some(pattern)) => format!(
+                "GPU core dumps were on for pid {} ({}): none at {}, so no GPU exception stopped it (or the driver could not write there); one is opened with {}",
+                dump.pid,
+                doc.c("CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1"),
+                doc.c(pattern),
+                doc.c(&cuda_gdb_command(Path::new("FILE")))
+            ),
+            (None, None) => format!(
+                "GPU core dumps were on for pid {} ({}), with no {}: the driver writes them to its default name in the program's working folder; one is opened with {}",
+                dump.pid,
+                doc.c("CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1"),
+                doc.c("CUDA_COREDUMP_FILE"),
+                doc.c(&cuda_gdb_command(Path::new("FILE")))
+            ),
+        };
+        doc.item(&line);
     }
 }
 

@@ -23,6 +23,46 @@ pub struct Options {
     pub quiet_summary: bool,
     /// Send the command's stdout to stderr, keeping stdout for the report (the demo).
     pub stdout_to_stderr: bool,
+    /// `--gpu-coredump`: ask the driver for a light GPU core dump at a GPU exception.
+    pub gpu_coredump: bool,
+}
+
+/// What `--gpu-coredump` asks the driver for: a core dump at a GPU exception (an illegal
+/// address, a trap), without the memory (global, shared, local) and the images of modules not
+/// relocated at run time, which make a full dump gigabytes; what remains names the kernel, its
+/// block, thread and PC for cuda-gdb.
+pub const COREDUMP_ENABLE: &str = "CUDA_ENABLE_COREDUMP_ON_EXCEPTION";
+pub const COREDUMP_FLAGS: &str = "CUDA_COREDUMP_GENERATION_FLAGS";
+pub const COREDUMP_FILE: &str = "CUDA_COREDUMP_FILE";
+pub const LIGHT_COREDUMP_FLAGS: &str = "skip_nonrelocated_elf_images,skip_global_memory,skip_shared_memory,skip_local_memory";
+
+/// The core file beside the trace, one per process: the driver expands %h (host) and %p (pid).
+pub fn coredump_file(pattern: &str) -> String {
+    let dir = Path::new(pattern).parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    dir.join("cublasguard-gpucore-%h-%p.nvcudmp").display().to_string()
+}
+
+/// The driver's core dump variables for `cmd`, each kept where the user set it already; says
+/// on stderr what the driver will do.
+fn set_coredump_variables(cmd: &mut Command, pattern: &str) {
+    let file = coredump_file(pattern);
+    let mut kept = Vec::new();
+    for (var, value) in [(COREDUMP_ENABLE, "1"), (COREDUMP_FLAGS, LIGHT_COREDUMP_FLAGS), (COREDUMP_FILE, file.as_str())] {
+        match std::env::var(var) {
+            Ok(given) if !given.is_empty() && var != COREDUMP_ENABLE => kept.push(format!("{var}={}", report::escape_controls(&given))),
+            _ => {
+                cmd.env(var, value);
+            }
+        }
+    }
+    let file = std::env::var(COREDUMP_FILE).ok().filter(|f| !f.is_empty()).unwrap_or(file);
+    eprintln!(
+        "cublasguard: --gpu-coredump: at a GPU exception the driver writes a GPU core dump to {} (%h host, %p pid) and stops the program there (it aborts: SIGABRT); `cublasguard report` then names the file and the cuda-gdb command that opens it",
+        report::escape_controls(&file)
+    );
+    if !kept.is_empty() {
+        eprintln!("cublasguard: --gpu-coredump: kept as set: {}", kept.join(", "));
+    }
 }
 
 /// `CUBLASGUARD_LIB`, else beside this executable (or in its `deps/`, where `cargo run` and
@@ -295,6 +335,13 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
             }
             summary = Some((pattern, run_id));
         }
+    }
+    if opts.gpu_coredump {
+        let pattern = summary.as_ref().map(|(p, _)| p.clone()).unwrap_or_else(|| {
+            let outer = std::env::var("CUBLASGUARD_TRACE").ok().filter(|t| !t.trim().is_empty());
+            absolute_pattern(outer.as_deref().unwrap_or(DEFAULT_TRACE_PATTERN))
+        });
+        set_coredump_variables(&mut cmd, &pattern);
     }
     for (k, v) in &opts.env {
         cmd.env(k, v);

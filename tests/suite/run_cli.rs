@@ -115,3 +115,48 @@ fn run_help_keeps_both_of_its_notes() {
     assert!(prose.contains("Each option takes its default from its CUBLASGUARD_* variable"), "{prose}");
     assert!(prose.contains("torchrun --nproc_per_node 4 train.py` guards every rank"), "{prose}");
 }
+
+#[test]
+fn run_gpu_coredump_asks_the_driver_for_a_light_core_dump_beside_the_trace() {
+    let dir = temp_dir("run-gpu-coredump");
+    let out = cublasguard(&["run", "--gpu-coredump", "--trace", "t-%p.json", "sh", "-c", "env"], &dir);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let var = |name: &str| stdout.lines().find_map(|l| l.strip_prefix(&format!("{name}="))).map(str::to_string);
+    assert_eq!(var("CUDA_ENABLE_COREDUMP_ON_EXCEPTION").as_deref(), Some("1"), "{stdout}");
+    assert_eq!(
+        var("CUDA_COREDUMP_GENERATION_FLAGS").as_deref(),
+        Some("skip_nonrelocated_elf_images,skip_global_memory,skip_shared_memory,skip_local_memory"),
+        "no memory contents: a light dump"
+    );
+    let beside = dir.canonicalize().unwrap().join("cublasguard-gpucore-%h-%p.nvcudmp");
+    assert_eq!(var("CUDA_COREDUMP_FILE"), Some(beside.display().to_string()), "beside the trace, one per process");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("--gpu-coredump") && stderr.contains("stops the program there"), "{stderr}");
+    // Without the option the driver's variables are left alone.
+    let plain = cublasguard(&["run", "sh", "-c", "env"], &dir);
+    assert!(!text(&plain.stdout).contains("COREDUMP"), "{}", text(&plain.stdout));
+}
+
+#[test]
+fn the_report_names_the_gpu_core_dump_with_the_cuda_gdb_command_that_opens_it() {
+    let dir = temp_dir("report-gpu-coredump");
+    let program = scenarios().display().to_string();
+    let out = cublasguard(&["run", "--gpu-coredump", "--trace", "t-%p.json", &program, "nan_a"], &dir);
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let trace_path =
+        std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "json")).expect("the trace");
+    let trace = cublasguard_format::trace::read(&trace_path).unwrap();
+    let trace_arg = trace_path.display().to_string();
+    // The stand-in has no GPU exceptions: the report says none was written, and how one opens.
+    let report = text(&cublasguard(&["report", &trace_arg], &dir).stdout);
+    assert!(report.contains(&format!("GPU core dumps were on for pid {}", trace.process.pid)) && report.contains("none at"), "{report}");
+    // As the driver names the file it writes at an exception.
+    let core = dir.canonicalize().unwrap().join(format!("cublasguard-gpucore-{}-{}.nvcudmp", trace.process.hostname, trace.process.pid));
+    std::fs::write(&core, b"").unwrap();
+    let report = text(&cublasguard(&["report", &trace_arg], &dir).stdout);
+    let command = format!("cuda-gdb -ex \"target cudacore {}\"", core.display());
+    assert!(report.contains(&format!("GPU core dump of pid {}: {}; open it with {command}", trace.process.pid, core.display())), "{report}");
+    let json: serde_json::Value = serde_json::from_slice(&cublasguard(&["report", "--format", "json", &trace_arg], &dir).stdout).unwrap();
+    assert_eq!(json["gpu_coredumps"][0]["command"].as_str(), Some(command.as_str()), "{json:#}");
+}

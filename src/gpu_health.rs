@@ -1,0 +1,471 @@
+//! The doctor's GPU health readings through NVML (`libnvidia-ml.so.1`, which comes with the
+//! driver): persistence and ECC mode, ECC counts, remapped rows, retired pages, temperature
+//! against its thresholds, clock event reasons and PCIe replays, per device. NVML is never
+//! required: a missing one is a note. It is loaded and initialised on a thread of its own under
+//! a time limit (`nvmlInit` can take seconds without persistence mode and has hung on some
+//! drivers): one that does not answer is left off with a warning and the doctor goes on.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cuda_table::Nvml as Table;
+use crate::doctor::{check, Check, Status};
+
+/// The private symbol of cublasguard's stand-in NVML (shims/nvml.c): no NVIDIA library has it.
+const STANDIN_SYMBOL: &[u8] = b"cudashim_nvml_is_stand_in\0";
+
+/// The kernel module and the driver's libraries are of different releases.
+const LIB_RM_VERSION_MISMATCH: c_int = 18;
+
+/// Clock event reasons (nvml.h's nvmlClocksEventReason*) that mean the GPU is held back by
+/// hardware, heat or power: named in a warning. SwPowerCap (0x4) is the normal power limit.
+const SLOWDOWN_REASONS: [(u64, &str); 4] =
+    [(0x8, "hardware slowdown (HW_SLOWDOWN)"), (0x20, "software thermal slowdown"), (0x40, "hardware thermal slowdown"), (0x80, "power brake (external)")];
+
+/// Set when NVML did not answer in time and its thread was left behind, maybe inside the
+/// library: the command then ends without running the libraries' exit handlers.
+static LEFT_HANGING: AtomicBool = AtomicBool::new(false);
+
+pub fn left_hanging() -> bool {
+    LEFT_HANGING.load(Ordering::Relaxed)
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct EccCounts {
+    pub corrected_volatile: u64,
+    pub uncorrected_volatile: u64,
+    pub corrected_aggregate: u64,
+    pub uncorrected_aggregate: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct RemappedRows {
+    pub corrected: u32,
+    pub uncorrected: u32,
+    pub pending: bool,
+    pub failure: bool,
+}
+
+/// One device's readings; `None` where NVML does not have it for this device.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Device {
+    pub index: u32,
+    pub name: String,
+    pub persistence_mode: Option<bool>,
+    pub ecc_mode: Option<bool>,
+    pub ecc: Option<EccCounts>,
+    pub remapped_rows: Option<RemappedRows>,
+    pub retired_pages_pending: Option<bool>,
+    pub temperature_c: Option<u32>,
+    pub slowdown_c: Option<u32>,
+    pub shutdown_c: Option<u32>,
+    pub clock_event_reasons: Option<u64>,
+    pub pcie_replays: Option<u32>,
+}
+
+/// What NVML said.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reading {
+    /// No libnvidia-ml.so.1 (or not one with nvmlInit_v2).
+    Missing(String),
+    /// nvmlInit_v2 (or loading the library) did not return within the limit.
+    Hung(Duration),
+    /// nvmlInit_v2 failed.
+    InitFailed {
+        code: i32,
+        text: String,
+        path: Option<PathBuf>,
+    },
+    Ready {
+        path: Option<PathBuf>,
+        standin: bool,
+        devices: Vec<Device>,
+    },
+}
+
+/// Loads and asks NVML on a thread of its own, for at most `limit`.
+pub fn read(limit: Duration) -> Reading {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new().name("nvml".into()).spawn(move || {
+        let _ = tx.send(read_now());
+    });
+    if let Err(e) = spawned {
+        return Reading::Missing(format!("no thread to ask it on: {e}"));
+    }
+    match rx.recv_timeout(limit) {
+        Ok(reading) => reading,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            LEFT_HANGING.store(true, Ordering::Relaxed);
+            Reading::Hung(limit)
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Reading::Missing("its thread ended without an answer".into()),
+    }
+}
+
+fn error_text(nvml: &Table, code: c_int) -> String {
+    let Some(f) = nvml.error_string else { return format!("error {code}") };
+    // SAFETY: nvmlErrorString takes any code and returns a static string (or null).
+    let text = unsafe { f(code) };
+    if text.is_null() {
+        return format!("error {code}");
+    }
+    // SAFETY: a NUL-terminated static string of the library.
+    unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
+}
+
+fn read_now() -> Reading {
+    let nvml = match Table::load() {
+        Ok(t) => t,
+        Err(e) => return Reading::Missing(e),
+    };
+    let Some(init) = nvml.init else { return Reading::Missing("libnvidia-ml.so.1 has no nvmlInit_v2".into()) };
+    let path = crate::cuda_table::object_file(init as *const c_void);
+    let mut standin = nvml.has(STANDIN_SYMBOL);
+    // SAFETY: nvmlInit_v2 takes no arguments. It is never shut down: the process ends soon.
+    let code = unsafe { init() };
+    if code != 0 {
+        let text = error_text(&nvml, code);
+        nvml.keep_loaded();
+        return Reading::InitFailed { code, text, path };
+    }
+    let mut count: c_uint = 0;
+    // SAFETY: an out-parameter for the count.
+    if nvml.device_get_count.is_none_or(|f| unsafe { f(&mut count) } != 0) {
+        count = 0;
+    }
+    let mut devices = Vec::new();
+    for index in 0..count {
+        let mut handle: *mut c_void = std::ptr::null_mut();
+        // SAFETY: an out-parameter for the handle of a device below the count.
+        if nvml.device_get_handle_by_index.is_none_or(|f| unsafe { f(index, &mut handle) } != 0) {
+            continue;
+        }
+        let device = read_device(&nvml, index, handle);
+        standin |= device.name.starts_with("cudashim stand-in");
+        devices.push(device);
+    }
+    nvml.keep_loaded();
+    Reading::Ready { path, standin, devices }
+}
+
+/// Whether a function was there and answered success (NVML_SUCCESS).
+fn ok(code: Option<c_int>) -> bool {
+    code == Some(0)
+}
+
+fn read_device(nvml: &Table, index: u32, h: *mut c_void) -> Device {
+    let mut d = Device { index, name: format!("device {index}"), ..Default::default() };
+    let mut name = [0 as c_char; 96];
+    // SAFETY: an out-buffer of 96 bytes, as passed (NVML_DEVICE_NAME_V2_BUFFER_SIZE).
+    if ok(nvml.device_get_name.map(|f| unsafe { f(h, name.as_mut_ptr(), 96) })) {
+        // SAFETY: NVML wrote a NUL-terminated name within the buffer.
+        d.name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+    }
+    let mut mode: c_int = 0;
+    // SAFETY: out-parameters for an enable state (an int), of a handle NVML gave.
+    if ok(nvml.persistence_mode.map(|f| unsafe { f(h, &mut mode) })) {
+        d.persistence_mode = Some(mode != 0);
+    }
+    let (mut current, mut pending): (c_int, c_int) = (0, 0);
+    // SAFETY: as above, two enable states.
+    if ok(nvml.ecc_mode.map(|f| unsafe { f(h, &mut current, &mut pending) })) {
+        d.ecc_mode = Some(current != 0);
+    }
+    if let Some(f) = nvml.total_ecc_errors {
+        // (error type: 0 corrected, 1 uncorrected; counter: 0 volatile, 1 aggregate)
+        let mut counts = [0u64; 4];
+        let mut all = true;
+        for (slot, (error_type, counter)) in [(0, 0), (1, 0), (0, 1), (1, 1)].into_iter().enumerate() {
+            // SAFETY: an out-parameter for one count.
+            all &= unsafe { f(h, error_type, counter, &mut counts[slot]) } == 0;
+        }
+        if all {
+            d.ecc = Some(EccCounts {
+                corrected_volatile: counts[0],
+                uncorrected_volatile: counts[1],
+                corrected_aggregate: counts[2],
+                uncorrected_aggregate: counts[3],
+            });
+        }
+    }
+    let mut rows: [c_uint; 4] = [0; 4];
+    let [a, b, c, e] = &mut rows;
+    // SAFETY: four out-parameters (corrected, uncorrected, pending, failure).
+    if ok(nvml.remapped_rows.map(|f| unsafe { f(h, a, b, c, e) })) {
+        d.remapped_rows = Some(RemappedRows { corrected: rows[0], uncorrected: rows[1], pending: rows[2] != 0, failure: rows[3] != 0 });
+    }
+    let mut retired: c_int = 0;
+    // SAFETY: an out-parameter for an enable state.
+    if ok(nvml.retired_pages_pending.map(|f| unsafe { f(h, &mut retired) })) {
+        d.retired_pages_pending = Some(retired != 0);
+    }
+    let mut t: c_uint = 0;
+    // SAFETY: an out-parameter; sensor 0 is NVML_TEMPERATURE_GPU.
+    if ok(nvml.temperature.map(|f| unsafe { f(h, 0, &mut t) })) {
+        d.temperature_c = Some(t);
+    }
+    for (threshold, slot) in [(0, &mut d.shutdown_c), (1, &mut d.slowdown_c)] {
+        let mut t: c_uint = 0;
+        // SAFETY: an out-parameter; thresholds 0 shutdown, 1 slowdown (nvmlTemperatureThresholds_t).
+        if ok(nvml.temperature_threshold.map(|f| unsafe { f(h, threshold, &mut t) })) {
+            *slot = Some(t);
+        }
+    }
+    let mut reasons: u64 = 0;
+    // The older name (before r535) where the newer one is missing.
+    let reasons_of = nvml.clocks_event_reasons.or(nvml.clocks_throttle_reasons);
+    // SAFETY: an out-parameter for the reason bits.
+    if ok(reasons_of.map(|f| unsafe { f(h, &mut reasons) })) {
+        d.clock_event_reasons = Some(reasons);
+    }
+    let mut replays: c_uint = 0;
+    // SAFETY: an out-parameter for the counter.
+    if ok(nvml.pcie_replay_counter.map(|f| unsafe { f(h, &mut replays) })) {
+        d.pcie_replays = Some(replays);
+    }
+    d
+}
+
+fn on_off(v: Option<bool>) -> &'static str {
+    match v {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "n/a",
+    }
+}
+
+/// The one-line summary of a device's readings.
+fn summary(d: &Device) -> String {
+    let mut parts = vec![format!("persistence mode {}, ECC {}", on_off(d.persistence_mode), on_off(d.ecc_mode))];
+    if let Some(e) = &d.ecc {
+        parts.push(format!(
+            "ECC errors since the driver loaded {} corrected / {} uncorrected (lifetime {} / {})",
+            e.corrected_volatile, e.uncorrected_volatile, e.corrected_aggregate, e.uncorrected_aggregate
+        ));
+    }
+    if let Some(r) = &d.remapped_rows {
+        parts.push(format!(
+            "remapped rows {} corrected / {} uncorrected{}{}",
+            r.corrected,
+            r.uncorrected,
+            if r.pending { ", a remapping pending" } else { "" },
+            if r.failure { ", a remapping failed" } else { "" }
+        ));
+    }
+    if d.retired_pages_pending == Some(true) {
+        parts.push("a page retirement pending".into());
+    }
+    if let Some(t) = d.temperature_c {
+        let limits: Vec<String> =
+            [("slowdown", d.slowdown_c), ("shutdown", d.shutdown_c)].iter().filter_map(|(n, v)| Some(format!("{n} {} C", (*v)?))).collect();
+        parts.push(if limits.is_empty() { format!("{t} C") } else { format!("{t} C ({})", limits.join(", ")) });
+    }
+    if let Some(r) = d.clock_event_reasons {
+        parts.push(format!("clock event reasons {r:#x}"));
+    }
+    if let Some(n) = d.pcie_replays {
+        parts.push(format!("PCIe replays {n}"));
+    }
+    parts.join("; ")
+}
+
+/// The checks from NVML's readings: one line per device, then one per problem found.
+pub fn checks(reading: &Reading) -> Vec<Check> {
+    let mut out = Vec::new();
+    match reading {
+        Reading::Missing(e) => out.push(check(
+            "gpu health",
+            Status::Info,
+            format!("no NVML (libnvidia-ml.so.1, which comes with the driver): GPU health not read ({e})"),
+            Some("in a container, NVIDIA_DRIVER_CAPABILITIES must include utility (the default) for the runtime to mount it"),
+        )),
+        Reading::Hung(limit) => out.push(check(
+            "gpu health",
+            Status::Warn,
+            format!("NVML did not start within {} s (nvmlInit hangs): left off, GPU health not read", limit.as_secs()),
+            Some("check nvidia-smi; enable persistence mode (nvidia-persistenced, or nvidia-smi -pm 1): without it the driver starts for every NVML client; an NVML that never returns points at the driver (see dmesg)"),
+        )),
+        Reading::InitFailed { code, text, path } => {
+            let at = path.as_ref().map(|p| format!(" at {}", p.display())).unwrap_or_default();
+            let (status, fix) = if *code == LIB_RM_VERSION_MISMATCH {
+                (Status::Fail, "the loaded nvidia kernel module is not the release of the driver's libraries (a driver upgraded without a reboot): reboot, or reload the nvidia modules")
+            } else {
+                (Status::Warn, "run nvidia-smi: it starts NVML the same way and says more")
+            };
+            out.push(check("gpu health", status, format!("NVML{at} failed to start: {text} ({code}); GPU health not read"), Some(fix)));
+        }
+        Reading::Ready { path, standin, devices } => {
+            let at = path.as_ref().map(|p| format!(" at {}", p.display())).unwrap_or_default();
+            if devices.is_empty() {
+                out.push(check("gpu health", Status::Warn, format!("NVML{at} shows no device"), Some("check nvidia-smi and CUDA_VISIBLE_DEVICES is not what NVML sees: NVML lists every GPU of the machine")));
+            }
+            for d in devices {
+                let evidence = if *standin {
+                    format!("stand-in device {}: {} (cublasguard's stand-in NVML{at}, no GPU): {}", d.index, d.name, summary(d))
+                } else {
+                    format!("GPU {}: {}: {}", d.index, d.name, summary(d))
+                };
+                out.push(check("gpu health", Status::Ok, evidence, None));
+                out.extend(problems(d, *standin));
+            }
+        }
+    }
+    out
+}
+
+/// The failures and warnings of one device's readings.
+fn problems(d: &Device, standin: bool) -> Vec<Check> {
+    let mut out = Vec::new();
+    let who = if standin { format!("stand-in device {}", d.index) } else { format!("GPU {} ({})", d.index, d.name) };
+    if let Some(e) = &d.ecc {
+        if e.uncorrected_volatile > 0 {
+            out.push(check(
+                "gpu memory",
+                Status::Fail,
+                format!("{who}: {} uncorrected (double-bit) ECC error(s) since the driver loaded: its memory returned corrupt data", e.uncorrected_volatile),
+                Some("drain the GPU and reset it (nvidia-smi -r, or reboot) before trusting its results (NVIDIA's Xid 48); if it comes back, have the GPU serviced"),
+            ));
+        } else if e.uncorrected_aggregate > 0 {
+            out.push(check(
+                "gpu memory",
+                Status::Warn,
+                format!("{who}: {} uncorrected ECC error(s) in its lifetime, none since the driver loaded", e.uncorrected_aggregate),
+                Some("check that the bad memory was retired or remapped: nvidia-smi -q -d ROW_REMAPPER,PAGE_RETIREMENT"),
+            ));
+        }
+    }
+    if let Some(r) = &d.remapped_rows {
+        if r.failure {
+            out.push(check(
+                "gpu memory",
+                Status::Fail,
+                format!("{who}: a row remapping failed: the GPU can no longer hide its bad memory (NVIDIA's Xid 64)"),
+                Some("take the GPU out of service and have it replaced (RMA)"),
+            ));
+        }
+        if r.pending {
+            out.push(check(
+                "gpu memory",
+                Status::Fail,
+                format!("{who}: a row remapping is pending: the bad rows stay in use until the GPU is reset (NVIDIA's Xid 63)"),
+                Some("reset the GPU (nvidia-smi -r) or reboot, then run again"),
+            ));
+        }
+    }
+    if d.retired_pages_pending == Some(true) {
+        out.push(check(
+            "gpu memory",
+            Status::Fail,
+            format!("{who}: a page retirement is pending: the bad page stays in use until the GPU is reset"),
+            Some("reset the GPU (nvidia-smi -r) or reboot, then run again"),
+        ));
+    }
+    if let Some(t) = d.temperature_c {
+        match (d.shutdown_c, d.slowdown_c) {
+            (Some(shutdown), _) if t >= shutdown => out.push(check(
+                "gpu temperature",
+                Status::Fail,
+                format!("{who}: {t} C, at or above its shutdown threshold ({shutdown} C)"),
+                Some("stop the work and check the cooling (fans, airflow, the room): the GPU turns itself off here"),
+            )),
+            (_, Some(slowdown)) if t >= slowdown => out.push(check(
+                "gpu temperature",
+                Status::Warn,
+                format!("{who}: {t} C, at or above its slowdown threshold ({slowdown} C): its clocks are cut"),
+                Some("check the cooling (fans, airflow, the room); nvidia-smi -q -d TEMPERATURE,PERFORMANCE"),
+            )),
+            _ => {}
+        }
+    }
+    if let Some(bits) = d.clock_event_reasons {
+        let named: Vec<&str> = SLOWDOWN_REASONS.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, name)| *name).collect();
+        if !named.is_empty() {
+            out.push(check(
+                "gpu clocks",
+                Status::Warn,
+                format!("{who}: clocks held down by {}", named.join(", ")),
+                Some("a slow run, not a wrong one: check the cooling and the power supply (nvidia-smi -q -d PERFORMANCE)"),
+            ));
+        }
+    }
+    if let Some(n) = d.pcie_replays.filter(|n| *n > 0) {
+        out.push(check(
+            "gpu pcie",
+            Status::Warn,
+            format!("{who}: {n} PCIe replay(s): the link retried transfers"),
+            Some("a count that keeps growing points at the slot, riser or cable (NVIDIA's Xid 32 is the same trouble)"),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn healthy() -> Device {
+        Device {
+            index: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            persistence_mode: Some(true),
+            ecc_mode: Some(true),
+            ecc: Some(EccCounts::default()),
+            remapped_rows: Some(RemappedRows::default()),
+            retired_pages_pending: Some(false),
+            temperature_c: Some(40),
+            slowdown_c: Some(90),
+            shutdown_c: Some(95),
+            clock_event_reasons: Some(0x4),
+            pcie_replays: Some(0),
+        }
+    }
+
+    fn ready(d: Device) -> Reading {
+        Reading::Ready { path: None, standin: false, devices: vec![d] }
+    }
+
+    #[test]
+    fn a_healthy_gpu_is_one_line_and_the_power_cap_is_no_slowdown() {
+        let c = checks(&ready(healthy()));
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert_eq!(c[0].status, Status::Ok);
+        assert!(c[0].evidence.starts_with("GPU 0: NVIDIA H100") && c[0].evidence.contains("persistence mode on"), "{}", c[0].evidence);
+    }
+
+    #[test]
+    fn double_bit_errors_failed_or_pending_remaps_and_pending_retirements_fail() {
+        let mut d = healthy();
+        d.ecc = Some(EccCounts { uncorrected_volatile: 2, uncorrected_aggregate: 2, ..Default::default() });
+        d.remapped_rows = Some(RemappedRows { pending: true, failure: true, ..Default::default() });
+        d.retired_pages_pending = Some(true);
+        let c = checks(&ready(d));
+        let failures: Vec<_> = c.iter().filter(|c| c.status == Status::Fail).collect();
+        assert_eq!(failures.len(), 4, "{c:#?}");
+        assert!(failures.iter().all(|c| c.name == "gpu memory" && c.fix.is_some()));
+    }
+
+    #[test]
+    fn heat_and_slowdown_reasons_warn_and_the_shutdown_threshold_fails() {
+        let mut d = healthy();
+        d.temperature_c = Some(91);
+        d.clock_event_reasons = Some(0x8 | 0x40);
+        let c = checks(&ready(d.clone()));
+        assert_eq!(c.iter().filter(|c| c.status == Status::Warn).count(), 2, "{c:#?}");
+        let clocks = c.iter().find(|c| c.name == "gpu clocks").unwrap();
+        assert!(clocks.evidence.contains("hardware slowdown") && clocks.evidence.contains("hardware thermal"), "{}", clocks.evidence);
+        d.temperature_c = Some(96);
+        assert!(checks(&ready(d)).iter().any(|c| c.name == "gpu temperature" && c.status == Status::Fail));
+    }
+
+    #[test]
+    fn a_missing_nvml_is_a_note_and_a_hanging_one_a_warning() {
+        assert_eq!(checks(&Reading::Missing("not found".into()))[0].status, Status::Info);
+        let hung = &checks(&Reading::Hung(Duration::from_secs(3)))[0];
+        assert_eq!(hung.status, Status::Warn);
+        assert!(hung.evidence.contains("left off"), "{}", hung.evidence);
+    }
+}
