@@ -105,6 +105,10 @@ fn blocking_per_gemm(env: &[(&str, &str)]) -> u64 {
 fn a_guarded_gemm_blocks_the_host_no_more_under_deferred_without_the_scan_and_twice_in_gemm_mode() {
     assert_eq!(blocking_per_gemm(&[DEFERRED, ("CUBLASGUARD_CHECKS", "args,bounds,sync")]), 0);
     assert_eq!(blocking_per_gemm(&[("CUBLASGUARD_SYNC", "gemm"), ("CUBLASGUARD_CHECKS", "args,bounds,sync")]), 2);
+    // With the scan on, its copies and read-backs still wait (deferred verdicts are not built):
+    // two fewer than gemm mode's 9 and 12, the synchronisations around the call.
+    assert_eq!(blocking_per_gemm(&[DEFERRED, ("CUBLASGUARD_DEVICE_SCAN", "off")]), 7);
+    assert_eq!(blocking_per_gemm(&[DEFERRED, ("CUBLASGUARD_DEVICE_SCAN", "on")]), 10);
 }
 
 #[test]
