@@ -167,3 +167,71 @@ fn evidence(s: &crate::session::Session, progress: &[Progress]) -> Vec<StreamPro
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::{session, ModelDevice, ModelOutlet};
+    use super::super::{Call, Hook, OnThread};
+    use super::*;
+    use crate::config::Config;
+    use crate::recorder::RecordedCall;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const ILLEGAL_ADDRESS: i32 = 700;
+
+    /// A session whose calls 1..=4 are GEMMs, with breadcrumbs issued as `issued` says
+    /// (stream, seq) and `landed` written into the words of streams 0 and 1.
+    fn with_breadcrumbs(issued: &[(u64, u64)], landed: [u64; 2]) -> crate::session::Session {
+        let s = session(Config { quiet: true, ..Config::default() });
+        let words: &'static [AtomicU64] = Box::leak((0..2).map(|_| AtomicU64::new(0)).collect::<Vec<_>>().into_boxed_slice());
+        assert!(s.breadcrumbs.add_page(1, words, 0x1000));
+        let gemm = Hook::cublasSgemm_v2.index() as u16;
+        for seq in 1..=4 {
+            s.begin(Hook::cublasSgemm_v2.index());
+            s.recorder.record(&RecordedCall { seq, hook: gemm, status: 0, time_ns: 0, duration_ns: 0, thread: 3, args: CallArgs::None, scanned: false });
+        }
+        for &(stream, seq) in issued {
+            assert!(s.breadcrumbs.issue(1, stream, seq, gemm).is_some());
+        }
+        words[0].store(landed[0], Ordering::Release);
+        words[1].store(landed[1], Ordering::Release);
+        s
+    }
+
+    /// Call 5 (a cudaMemcpy) sees the error; the faults recorded.
+    fn surface(s: &crate::session::Session) -> Vec<crate::trace::Fault> {
+        let (device, outlet, memo) = (ModelDevice::default(), ModelOutlet::default(), crate::state::ThreadMemo::new());
+        let forward = || ILLEGAL_ADDRESS;
+        let call = Call::begin(s, Hook::cudaMemcpy, &device, &outlet, &forward, OnThread { id: 7, memo: &memo });
+        assert!(surfaced(&call, ILLEGAL_ADDRESS, "the copy", CallArgs::None, None));
+        assert!(!surfaced(&call, ILLEGAL_ADDRESS, "the copy", CallArgs::None, None), "attributed once");
+        s.trace(Default::default()).faults
+    }
+
+    #[test]
+    fn the_first_call_whose_breadcrumb_never_landed_on_the_one_stream_behind_gets_the_fault() {
+        let s = with_breadcrumbs(&[(0, 1), (0, 2), (0, 3)], [1, 0]);
+        let f = surface(&s);
+        assert_eq!((f.len(), f[0].seq, f[0].api.as_str(), f[0].found_at_seq), (1, 2, "cublasSgemm_v2", Some(5)));
+        assert_eq!(f[0].thread, 3, "the blamed call's thread, from the recorder");
+        assert_eq!(f[0].breadcrumbs[0].last_landed, Some(1));
+        assert_eq!(s.known_error().map(|k| (k.code, k.seq)), Some((ILLEGAL_ADDRESS, 2)), "later calls say since call #2");
+    }
+
+    #[test]
+    fn with_two_streams_behind_the_fault_stays_where_it_surfaced_and_lists_both() {
+        let s = with_breadcrumbs(&[(0, 1), (0, 2), (9, 3), (9, 4)], [1, 3]);
+        let f = surface(&s);
+        assert_eq!((f[0].seq, f[0].api.as_str(), f[0].found_at_seq), (5, "cudaMemcpy", None));
+        assert!(f[0].message.contains("stream 0x0 from #2") && f[0].message.contains("stream 0x9 from #4"), "{}", f[0].message);
+        assert_eq!(s.known_error().map(|k| k.seq), Some(5));
+    }
+
+    #[test]
+    fn with_every_breadcrumb_landed_the_fault_stays_where_it_surfaced() {
+        let s = with_breadcrumbs(&[(0, 1), (0, 2)], [2, 0]);
+        let f = surface(&s);
+        assert_eq!((f[0].seq, f[0].found_at_seq), (5, None));
+        assert!(f[0].message.contains("every guarded call's breadcrumb had landed"), "{}", f[0].message);
+    }
+}
