@@ -115,9 +115,14 @@ impl FaultLog {
         };
         let mut faults = self.faults.lock();
         let stored = faults.len() < config.max_faults;
-        // In call order: a fault found after its call (CUBLASGUARD_SYNC=deferred) goes before
-        // the faults of later calls that were recorded first.
-        let at = faults.iter().rposition(|f| f.seq <= fault.seq).map_or(0, |i| i + 1);
+        // A fault found after its call (CUBLASGUARD_SYNC=deferred) goes before the faults of
+        // later calls that were recorded first. Others are appended: faults of concurrent calls
+        // stay in the order they were stored, so the crash writer's slots never shift under
+        // concurrent publishers.
+        let at = match fault.found_at_seq {
+            Some(_) => faults.iter().rposition(|f| f.seq <= fault.seq).map_or(0, |i| i + 1),
+            None => faults.len(),
+        };
         let index = stored.then_some(at);
         // Counted under the lock, with the insertion or the refusal: a snapshot taken under it,
         // or a crash handler reading dropped before stored, never sees a fault half counted.

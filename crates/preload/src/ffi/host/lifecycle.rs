@@ -33,11 +33,14 @@ impl Outlet for RealOutlet {
             say(line);
         }
         if let Some(index) = recorded.index {
+            session.with_fault(index, |fault| crash::publish_fault(index, fault));
             // A fault found after its call went in before later calls' faults: their slots
-            // move up one (appended, the loop renders the one fault).
-            let mut at = index;
-            while session.with_fault(at, |fault| crash::publish_fault(at, fault)).is_some() {
-                at += 1;
+            // move up one, and are rendered again.
+            if session.with_fault(index, |fault| fault.found_at_seq.is_some()) == Some(true) {
+                let mut at = index + 1;
+                while session.with_fault(at, |fault| crash::publish_fault(at, fault)).is_some() {
+                    at += 1;
+                }
             }
         }
         if recorded.rewrite {
