@@ -18,7 +18,10 @@ fn gemm_seqs(trace: &Trace) -> Vec<u64> {
 /// with `checks`.
 fn async_fault(mode: &str, checks: &str) -> Run {
     let program = scenarios();
-    let env = [("CUDASHIM_ASYNC_FAULT", "2"), ("CUBLASGUARD_SYNC", mode), ("CUBLASGUARD_CHECKS", checks)];
+    // The GPU kept behind the host: a GEMM's kernel never runs before the guard has enqueued the
+    // breadcrumb after it (were the context already broken, the write would be refused and the
+    // guard would synchronise instead, finding the fault at the call: right, but not this test).
+    let env = [("CUDASHIM_ASYNC_FAULT", "2"), ("CUBLASGUARD_SYNC", mode), ("CUBLASGUARD_CHECKS", checks), GPU_BEHIND];
     run(Launch { env: &env, ..Launch::new(&program, &["async"]) })
 }
 
