@@ -193,10 +193,16 @@ fn launched_graph(call: &Call<'_, c_int>, exec: u64, stream: u64) -> c_int {
 /// sticky error means the context broke before the breadcrumb could be left: attributed now,
 /// this launch being the work in flight on its stream.
 fn leave_breadcrumb(call: &Call<'_, c_int>, stream: u64) {
-    match call.device.is_capturing(stream) {
-        Ok(false) => {
-            call.device.breadcrumb(stream, call.seq, call.hook.index() as u16);
+    let mut capturing = call.device.is_capturing(stream);
+    if capturing == Ok(false) && !call.device.breadcrumb(stream, call.seq, call.hook.index() as u16) {
+        // Refused: perhaps because this launch's fault broke the context in between.
+        capturing = call.device.is_capturing(stream);
+        if capturing == Ok(false) {
+            return;
         }
+    }
+    match capturing {
+        Ok(false) => {}
         Err(code) if cuda::cuda_error_is_sticky(code) => {
             let args = call.session.recorder.snapshot().into_iter().find(|c| c.seq == call.seq).map_or(CallArgs::None, |c| c.args);
             super::attribution::surfaced_in_flight(call, code, "the guard's capture query right after this launch", args, stream);
