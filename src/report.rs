@@ -493,26 +493,12 @@ pub fn cuda_gdb_command(file: &Path) -> String {
 /// The driver's name for a core file, as it expands CUDA_COREDUMP_FILE: %p the pid, %h the host,
 /// %t the time (unknown here: `*`), %% a percent sign.
 fn expand_core_pattern(pattern: &str, pid: u32, host: &str) -> String {
-    let mut out = String::new();
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('p') => out.push_str(&pid.to_string()),
-            Some('h') => out.push_str(host),
-            Some('t') => out.push('*'),
-            Some('%') => out.push('%'),
-            Some(o) => {
-                out.push('%');
-                out.push(o);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
+    cublasguard_format::config::expand_percent(pattern, |letter| match letter {
+        'p' => Some(pid.to_string()),
+        'h' => Some(host.to_string()),
+        't' => Some("*".to_string()),
+        _ => None,
+    })
 }
 
 fn glob_files(pattern: &Path) -> Vec<PathBuf> {

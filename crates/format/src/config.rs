@@ -434,6 +434,17 @@ pub const NO_RANK: &str = "norank";
 /// Expands `%p` (pid), `%h` (host), `%r` (rank; `norank` for a process that has none, such
 /// as torchrun's launcher, which must not take rank 0's name) and `%%` in a trace path.
 pub fn expand_trace_path(pattern: &str, pid: u32, host: &str, rank: Option<i64>) -> String {
+    expand_percent(pattern, |letter| match letter {
+        'p' => Some(pid.to_string()),
+        'h' => Some(host.to_string()),
+        'r' => Some(rank.map_or_else(|| NO_RANK.to_string(), |rank| rank.to_string())),
+        _ => None,
+    })
+}
+
+/// Expands `%X` in `pattern` to what `letter(X)` gives, and `%%` to `%`; a letter it does not
+/// know, and a `%` at the end, are kept as written.
+pub fn expand_percent(pattern: &str, letter: impl Fn(char) -> Option<String>) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut chars = pattern.chars();
     while let Some(c) = chars.next() {
@@ -442,17 +453,14 @@ pub fn expand_trace_path(pattern: &str, pid: u32, host: &str, rank: Option<i64>)
             continue;
         }
         match chars.next() {
-            Some('p') => out.push_str(&pid.to_string()),
-            Some('h') => out.push_str(host),
-            Some('r') => match rank {
-                Some(rank) => out.push_str(&rank.to_string()),
-                None => out.push_str(NO_RANK),
-            },
             Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
+            Some(other) => match letter(other) {
+                Some(text) => out.push_str(&text),
+                None => {
+                    out.push('%');
+                    out.push(other);
+                }
+            },
             None => out.push('%'),
         }
     }
