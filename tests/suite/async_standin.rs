@@ -107,22 +107,11 @@ fn events_complete_in_stream_order_and_time_what_ran_between_them() {
     says(&seen, "destroy_again", "400");
 }
 
-/// Host-blocking calls the guard adds per GEMM (guarded minus bare, over the GEMMs).
-fn added_per_gemm(env: &[(&str, &str)]) -> (u64, u64) {
-    let (bare, gemms) = host_blocking("clean", false, env);
-    let (guarded, guarded_gemms) = host_blocking("clean", true, env);
-    assert_eq!(gemms, guarded_gemms, "the guard runs the program's GEMMs, no more, no fewer");
-    assert!(gemms > 0 && guarded >= bare);
-    let added = guarded - bare;
-    assert_eq!(added % gemms, 0, "{added} host-blocking calls over {gemms} GEMMs");
-    (added / gemms, gemms)
-}
-
 #[test]
 fn the_host_blocking_counter_pins_what_todays_gemm_mode_costs_per_gemm() {
-    let host = added_per_gemm(&[("CUBLASGUARD_DEVICE_SCAN", "off")]);
-    let device = added_per_gemm(&[("CUBLASGUARD_DEVICE_SCAN", "on")]);
-    let unchecked = added_per_gemm(&[("CUBLASGUARD_CHECKS", "none"), ("CUBLASGUARD_DEVICE_SCAN", "off")]);
+    let host = blocking_added_per_gemm(&[("CUBLASGUARD_DEVICE_SCAN", "off")]);
+    let device = blocking_added_per_gemm(&[("CUBLASGUARD_DEVICE_SCAN", "on")]);
+    let unchecked = blocking_added_per_gemm(&[("CUBLASGUARD_CHECKS", "none"), ("CUBLASGUARD_DEVICE_SCAN", "off")]);
     assert_eq!((host.0, device.0, unchecked.0), (HOST_SCAN, DEVICE_SCAN, NO_CHECKS), "per GEMM: host scan, device scan, CUBLASGUARD_CHECKS=none");
 }
 

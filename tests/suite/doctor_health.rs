@@ -20,20 +20,21 @@ fn stand_in_path(parts: &[&str]) -> String {
 /// `cublasguard doctor --json` with `env` on a clean environment (HOME: an empty folder, no
 /// frameworks on PYTHONPATH), killed (and the test failed) past `limit`.
 fn doctor_env(library_path: &str, env: &[(&str, &str)], extra: &[&str], limit: Duration) -> (Checks, Output) {
-    let home = temp_dir("doctor-home");
     let mut cmd = Command::new(cli());
-    cmd.args(["doctor", "--json"])
-        .args(extra)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("PYTHONPATH", &home)
-        .env("LD_LIBRARY_PATH", library_path);
+    cmd.args(["doctor", "--json"]).args(extra);
+    clean_environment(&mut cmd, "doctor-home", library_path, env);
+    let out = wait_within(cmd, limit);
+    (checks_of(&out), out)
+}
+
+/// A clean environment for the doctor: PATH, HOME and PYTHONPATH an empty folder named after
+/// `home` (no frameworks), `library_path`, then `env`.
+fn clean_environment(cmd: &mut Command, home: &str, library_path: &str, env: &[(&str, &str)]) {
+    let home = temp_dir(home);
+    cmd.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).env("HOME", &home).env("PYTHONPATH", &home).env("LD_LIBRARY_PATH", library_path);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = wait_within(cmd, limit);
-    (checks_of(&out), out)
 }
 
 fn wait_within(mut cmd: Command, limit: Duration) -> Output {
@@ -247,19 +248,10 @@ fn mount_namespaces() -> bool {
 /// The doctor run by `sh -c "SETUP; exec cublasguard doctor --json"` inside a new mount namespace,
 /// so SETUP's mounts are this run's only.
 fn doctor_in_namespace(setup: &str, library_path: &str, env: &[(&str, &str)]) -> (Checks, Output) {
-    let home = temp_dir("ns-home");
     let script = format!("set -e\nmount --make-rprivate /\n{setup}\nexec \"$0\" doctor --json");
     let mut cmd = Command::new("unshare");
-    cmd.args(["-m", "sh", "-c", &script])
-        .arg(cli())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("PYTHONPATH", &home)
-        .env("LD_LIBRARY_PATH", library_path);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    cmd.args(["-m", "sh", "-c", &script]).arg(cli());
+    clean_environment(&mut cmd, "ns-home", library_path, env);
     let out = wait_within(cmd, Duration::from_secs(120));
     (checks_of(&out), out)
 }

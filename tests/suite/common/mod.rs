@@ -217,3 +217,15 @@ pub fn host_blocking(scenario: &str, guarded: bool, env: &[(&str, &str)]) -> (u6
     let get = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok()).unwrap_or(0);
     (get("host_blocking "), get("gemms "))
 }
+
+/// Host-blocking calls the guard adds per GEMM on scenarios.c's clean scenario (guarded minus
+/// bare, over the GEMMs), and the GEMMs.
+pub fn blocking_added_per_gemm(env: &[(&str, &str)]) -> (u64, u64) {
+    let (bare, gemms) = host_blocking("clean", false, env);
+    let (guarded, guarded_gemms) = host_blocking("clean", true, env);
+    assert_eq!(gemms, guarded_gemms, "the guard runs the program's GEMMs, no more, no fewer");
+    assert!(gemms > 0 && guarded >= bare);
+    let added = guarded - bare;
+    assert_eq!(added % gemms, 0, "{added} host-blocking calls over {gemms} GEMMs");
+    (added / gemms, gemms)
+}
