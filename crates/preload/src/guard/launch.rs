@@ -98,7 +98,8 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
         call.record(status, CallArgs::None);
         return status;
     }
-    call.record(status, CallArgs::Launch { func, grid: grid.array(), block: block.array(), shared, stream });
+    let recorded = CallArgs::Launch { func, grid: grid.array(), block: block.array(), shared, stream };
+    call.record(status, recorded);
     let kernel = || s.kernels.name(func, |f| call.outlet.kernel_name(f));
     if status != cuda::CUDA_SUCCESS {
         if cuda::cuda_error_is_init_failure(status) {
@@ -112,7 +113,7 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
         return status;
     }
     if s.config.launch_breadcrumbs && !s.config.sync.synchronises_calls() {
-        leave_breadcrumb(call, stream);
+        leave_breadcrumb(call, stream, recorded);
         return status;
     }
     if !s.config.sync.synchronises_launches() {
@@ -171,19 +172,20 @@ pub(crate) fn graph_launch_per_thread(call: &Call<'_, c_int>, exec: *mut c_void,
 fn launched_graph(call: &Call<'_, c_int>, exec: u64, stream: u64) -> c_int {
     let s = call.session;
     let status = call.forward();
-    call.record(status, CallArgs::Graph { exec, stream });
+    let recorded = CallArgs::Graph { exec, stream };
+    call.record(status, recorded);
     if status != cuda::CUDA_SUCCESS {
-        if !super::attribution::surfaced(call, status, &format!("{} itself", call.api()), CallArgs::Graph { exec, stream }, Some(stream)) {
+        if !super::attribution::surfaced(call, status, &format!("{} itself", call.api()), recorded, Some(stream)) {
             let finding = Finding::new(FaultKind::ApiError, format!("launching graph {} returned {} ({status})", hex(exec), cuda::cuda_error_name(status)));
             let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
-            fault.args = CallArgs::Graph { exec, stream }.to_args();
+            fault.args = recorded.to_args();
             fault.stream = Some(hex(stream));
             call.report(fault);
         }
         return status;
     }
     if !s.config.sync.synchronises_calls() {
-        leave_breadcrumb(call, stream);
+        leave_breadcrumb(call, stream, recorded);
     }
     status
 }
@@ -191,8 +193,8 @@ fn launched_graph(call: &Call<'_, c_int>, exec: u64, stream: u64) -> c_int {
 /// CUBLASGUARD_LAUNCH_BREADCRUMBS: the launch's breadcrumb, unless its stream is capturing
 /// a graph (the write would become part of the graph). A capture query that fails with a
 /// sticky error means the context broke before the breadcrumb could be left: attributed now,
-/// this launch being the work in flight on its stream.
-fn leave_breadcrumb(call: &Call<'_, c_int>, stream: u64) {
+/// this launch being the work in flight on its stream (`args`: the launch's, as recorded).
+fn leave_breadcrumb(call: &Call<'_, c_int>, stream: u64, args: CallArgs) {
     let mut capturing = call.device.is_capturing(stream);
     if capturing == Ok(false) && !call.device.breadcrumb(stream, call.seq, call.hook.index() as u16) {
         // Refused: perhaps because this launch's fault broke the context in between.
@@ -204,7 +206,6 @@ fn leave_breadcrumb(call: &Call<'_, c_int>, stream: u64) {
     match capturing {
         Ok(false) => {}
         Err(code) if cuda::cuda_error_is_sticky(code) => {
-            let args = call.session.recorder.snapshot().into_iter().find(|c| c.seq == call.seq).map_or(CallArgs::None, |c| c.args);
             super::attribution::surfaced_in_flight(call, code, "the guard's capture query right after this launch", args, stream);
         }
         Ok(true) | Err(_) => {}

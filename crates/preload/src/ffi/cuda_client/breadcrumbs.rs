@@ -70,18 +70,24 @@ pub(crate) fn drop_breadcrumb(crumbs: &Breadcrumbs, stream: u64, seq: u64, hook:
     if context == 0 {
         return false;
     }
-    if !crumbs.knows(context) {
-        // Asked once per context: a refusal is kept as an empty page.
-        let page = allocate_page();
-        if page.is_some() {
-            register_final_check();
+    // One lock in the common case: the page is looked for only when the issue failed.
+    let addr = match crumbs.issue(context, stream, seq, hook) {
+        Some(addr) => addr,
+        None if !crumbs.knows(context) => {
+            // Asked once per context: a refusal is kept as an empty page.
+            let page = allocate_page();
+            if page.is_some() {
+                register_final_check();
+            }
+            let (words, device) = page.unwrap_or((&[], 0));
+            if !crumbs.add_page(context, words, device) {
+                return false;
+            }
+            let Some(addr) = crumbs.issue(context, stream, seq, hook) else { return false };
+            addr
         }
-        let (words, device) = page.unwrap_or((&[], 0));
-        if !crumbs.add_page(context, words, device) {
-            return false;
-        }
-    }
-    let Some(addr) = crumbs.issue(context, stream, seq, hook) else { return false };
+        None => return false,
+    };
     // SAFETY: `addr` is a word of this context's mapped page (issued above), `stream` the
     // stream the guarded call ran on, as the program passed it to CUDA.
     if unsafe { api::cuStreamWriteValue64_v2(stream as *mut c_void, addr, seq, WRITE_VALUE_DEFAULT) } != Some(0) {

@@ -33,10 +33,13 @@ impl Outlet for RealOutlet {
             say(line);
         }
         if let Some(index) = recorded.index {
-            session.with_fault(index, |fault| crash::publish_fault(index, fault));
+            let found_later = session.with_fault(index, |fault| {
+                crash::publish_fault(index, fault);
+                fault.found_at_seq.is_some()
+            });
             // A fault found after its call went in before later calls' faults: their slots
             // move up one, and are rendered again.
-            if session.with_fault(index, |fault| fault.found_at_seq.is_some()) == Some(true) {
+            if found_later == Some(true) {
                 let mut at = index + 1;
                 while session.with_fault(at, |fault| crash::publish_fault(at, fault)).is_some() {
                     at += 1;
