@@ -32,11 +32,17 @@
  *   CUDASHIM_WORKER_HOLD=1        the worker starts held: it runs nothing until the program
  *                                 calls cudashim_worker_hold(0) (a gate for the stand-in's tests)
  *   CUDASHIM_COUNT_BLOCKING=FILE  the host-blocking counter's file (see above)
+ *   CUDASHIM_KERNEL_LOG=FILE      the stand-in's kernel log: the first fault that breaks the
+ *                                 context appends the line NVIDIA's kernel driver logs for it,
+ *                                 "NVRM: Xid (PCI:0000:00:00): X, pid=P, name=..., ..." (dmesg's
+ *                                 form), as the real driver does in the kernel log
+ *   CUDASHIM_KERNEL_XID=X         the Xid of that line (default 13)
  *
  * fork(): the child has no worker and empty queues; its first submission starts a worker. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +57,8 @@ static const char GEMMS[] = "gemms";
 /* Both lines are in the file even when 0. */
 #define COUNT_ALWAYS_LISTED HOST_BLOCKING, GEMMS
 #include "counting.h"
+
+static void log_xid(int code);
 
 enum stream_class { LEGACY, BLOCKING, INDEPENDENT };
 
@@ -191,6 +199,7 @@ static void *worker(void *unused) {
         pthread_mutex_unlock(&elock);
         if (delay_us > 0) usleep((useconds_t)delay_us);
         int code = pick->fn ? pick->fn(pick->arg) : 0;
+        if (code) log_xid(code);
         pthread_mutex_lock(&elock);
         unlink_item(pick);
         free(pick);
@@ -206,6 +215,25 @@ static void record_now(struct event *ev, void *arg, unsigned long long seq);
 
 /* `record`: an event this item records (its seq is set under the lock, so a record's seq is
  * always its own item's). */
+/* The kernel log's line for the fault that broke the context, once (CUDASHIM_KERNEL_LOG). */
+static void log_xid(int code) {
+    static int logged;
+    const char *path = getenv("CUDASHIM_KERNEL_LOG");
+    if (!path || !*path || __atomic_exchange_n(&logged, 1, __ATOMIC_ACQ_REL)) return;
+    const char *xid = getenv("CUDASHIM_KERNEL_XID");
+    char name[32] = "unknown";
+    FILE *comm = fopen("/proc/self/comm", "r");
+    if (comm) {
+        if (fgets(name, sizeof name, comm)) name[strcspn(name, "\n")] = 0;
+        fclose(comm);
+    }
+    FILE *log = fopen(path, "a");
+    if (!log) return;
+    fprintf(log, "[ 4242.000001] NVRM: Xid (PCI:0000:00:00): %s, pid=%d, name=%s, Graphics Exception: stand-in fault %d\n",
+            xid && *xid ? xid : "13", (int)getpid(), name, code);
+    fclose(log);
+}
+
 static int submit(const void *stream, int per_thread, shim_work_fn fn, shim_ready_fn ready, const void *arg,
                   size_t size, struct event *record) {
     if (sync_mode) {
@@ -219,6 +247,7 @@ static int submit(const void *stream, int per_thread, shim_work_fn fn, shim_read
         }
         /* All earlier work already ran: a wait is met or never will be. */
         int code = fn ? fn(copy) : 0;
+        if (code) log_xid(code);
         pthread_mutex_lock(&elock);
         if (code && !pending_fault) pending_fault = code;
         pthread_mutex_unlock(&elock);
@@ -327,6 +356,7 @@ int cudashim_engine_query_stream(const void *stream, int per_thread) {
 int cudashim_engine_error(void) { return __atomic_load_n(&context_error, __ATOMIC_ACQUIRE); }
 
 void cudashim_engine_poison(int code) {
+    log_xid(code);
     pthread_mutex_lock(&elock);
     if (!context_error) context_error = code;
     pthread_cond_broadcast(&work_cv);
@@ -339,6 +369,7 @@ void cudashim_engine_raise(int code) {
         cudashim_engine_poison(code);
         return;
     }
+    log_xid(code);
     pthread_mutex_lock(&elock);
     if (!pending_fault) pending_fault = code;
     pthread_mutex_unlock(&elock);

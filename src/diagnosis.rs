@@ -2,6 +2,7 @@
 //! uses, the probable cause, and what to do next. The recorder records facts; this is where
 //! they are interpreted.
 
+use cublasguard_format::gpu_health::{xid, GpuEventKind, GpuHealth, GpuHealthState};
 use cublasguard_format::trace::{Fault, FaultKind, InitCauseKind, Operand, Trace};
 use serde::Serialize;
 
@@ -13,6 +14,10 @@ pub struct Diagnosis {
     pub row_major: Vec<String>,
     pub cause: String,
     pub next_steps: Vec<String>,
+    /// What the GPU's health adds: its Xids, ECC errors of the run, heat and slowdowns
+    /// (context, not a cause, unless the cause says so).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_context: Vec<String>,
 }
 
 /// cuBLAS GEMMs as PyTorch issues them for y = x W^T: transa = T, transb = N, m = out, n = batch, k = in.
@@ -417,7 +422,79 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
             },
         );
     }
-    Diagnosis { layer, row_major, cause, next_steps }
+    let gpu_context = fault.gpu_health.as_ref().map(gpu_context).unwrap_or_default();
+    if let Some(x) = fault.cause.as_ref().filter(|c| c.kind == InitCauseKind::GpuHardware).and_then(|c| xid(c.xid?)) {
+        // The GPU failed: the call only ran when it did. What the call looked like stays above.
+        cause = format!("the GPU failed, not the program: it logged Xid {} during the run ({})", x.number, x.meaning);
+        next_steps = vec![
+            format!("NVIDIA's action for Xid {}: {}.", x.number, x.action),
+            "Run `cublasguard doctor` on this machine for the GPU's health (ECC errors, remapped rows, temperature); `nvidia-smi -q` and the kernel log (dmesg) show the Xid too.".into(),
+            "The program's call is not the cause: after the GPU is healthy again, the same run is expected to pass.".into(),
+        ];
+    } else if let Some(health) = fault.gpu_health.as_ref() {
+        let program_xids = health.program_xids();
+        if let Some(x) = program_xids.first() {
+            cause = format!("{cause} (the GPU logged Xid {}: {}; the program's own fault, the GPU is fine)", x.number, x.meaning);
+        }
+    }
+    Diagnosis { layer, row_major, cause, next_steps, gpu_context }
+}
+
+/// What the GPU's health says beside a fault's cause: the Xids and ECC errors of the run (a
+/// hardware Xid is the cause itself), and heat, slowdowns, pending repairs as context.
+pub fn gpu_context(h: &GpuHealth) -> Vec<String> {
+    let mut out = Vec::new();
+    let who = |index: u32| if h.standin { format!("stand-in device {index}") } else { format!("GPU {index}") };
+    match h.state {
+        GpuHealthState::Hung | GpuHealthState::Failed | GpuHealthState::Starting => {
+            out.push(format!("GPU health not read: {}", h.note.as_deref().unwrap_or(h.state.name())));
+        }
+        _ => {}
+    }
+    let xids: Vec<String> = h
+        .events
+        .iter()
+        .map(|e| match (e.kind, e.xid) {
+            (GpuEventKind::Xid, Some(n)) => format!("Xid {n} on {}{}", who(e.device), xid(n).map(|x| format!(" ({})", x.meaning)).unwrap_or_default()),
+            _ => format!("a double-bit ECC error on {}", who(e.device)),
+        })
+        .collect();
+    if !xids.is_empty() {
+        out.push(format!("NVML reported during the run: {}", xids.join("; ")));
+    }
+    for k in &h.kernel_log {
+        out.push(format!("kernel log: {}", k.line));
+    }
+    for d in &h.devices {
+        if let Some(n) = d.uncorrected_since_start().filter(|n| *n > 0) {
+            out.push(format!("{}: {n} uncorrected (double-bit) ECC error(s) since the guard started: its memory returned corrupt data", who(d.index)));
+        }
+        if let Some(n) = d.corrected_since_start().filter(|n| *n > 0) {
+            out.push(format!("{}: {n} corrected ECC error(s) since the guard started", who(d.index)));
+        }
+        if let Some(r) = &d.remapped_rows {
+            if r.failure {
+                out.push(format!("{}: a row remapping failed (its bad memory can no longer be hidden)", who(d.index)));
+            } else if r.pending {
+                out.push(format!("{}: a row remapping is pending until the GPU is reset", who(d.index)));
+            }
+        }
+        if d.retired_pages_pending == Some(true) {
+            out.push(format!("{}: a page retirement is pending until the GPU is reset", who(d.index)));
+        }
+        if let Some(t) = d.temperature_c {
+            match (d.shutdown_c, d.slowdown_c) {
+                (Some(limit), _) if t >= limit => out.push(format!("{}: {t} C, at its shutdown threshold ({limit} C)", who(d.index))),
+                (_, Some(limit)) if t >= limit => out.push(format!("{}: {t} C, at its slowdown threshold ({limit} C): its clocks are cut", who(d.index))),
+                _ => {}
+            }
+        }
+        let slow = d.slowdown_reasons();
+        if !slow.is_empty() {
+            out.push(format!("{}: clocks held down by {} (a slow run, not a wrong one)", who(d.index), slow.join(", ")));
+        }
+    }
+    out
 }
 
 pub fn bytes(n: u64) -> String {
@@ -488,6 +565,7 @@ mod tests {
             found_at_seq: None,
             breadcrumbs: Vec::new(),
             dump: None,
+            gpu_health: None,
             dump_note: None,
         }
     }

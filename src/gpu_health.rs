@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde::Serialize;
+pub use cublasguard_format::gpu_health::{EccCounts, GpuDevice as Device, RemappedRows};
 
 use crate::cuda_table::Nvml as Table;
 use crate::doctor::{check, Check, Status};
@@ -21,50 +21,12 @@ const STANDIN_SYMBOL: &[u8] = b"cudashim_nvml_is_stand_in\0";
 /// The kernel module and the driver's libraries are of different releases.
 const LIB_RM_VERSION_MISMATCH: c_int = 18;
 
-/// Clock event reasons (nvml.h's nvmlClocksEventReason*) that mean the GPU is held back by
-/// hardware, heat or power: named in a warning. SwPowerCap (0x4) is the normal power limit.
-const SLOWDOWN_REASONS: [(u64, &str); 4] =
-    [(0x8, "hardware slowdown (HW_SLOWDOWN)"), (0x20, "software thermal slowdown"), (0x40, "hardware thermal slowdown"), (0x80, "power brake (external)")];
-
 /// Set when NVML did not answer in time and its thread was left behind, maybe inside the
 /// library: the command then ends without running the libraries' exit handlers.
 static LEFT_HANGING: AtomicBool = AtomicBool::new(false);
 
 pub fn left_hanging() -> bool {
     LEFT_HANGING.load(Ordering::Relaxed)
-}
-
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct EccCounts {
-    pub corrected_volatile: u64,
-    pub uncorrected_volatile: u64,
-    pub corrected_aggregate: u64,
-    pub uncorrected_aggregate: u64,
-}
-
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct RemappedRows {
-    pub corrected: u32,
-    pub uncorrected: u32,
-    pub pending: bool,
-    pub failure: bool,
-}
-
-/// One device's readings; `None` where NVML does not have it for this device.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct Device {
-    pub index: u32,
-    pub name: String,
-    pub persistence_mode: Option<bool>,
-    pub ecc_mode: Option<bool>,
-    pub ecc: Option<EccCounts>,
-    pub remapped_rows: Option<RemappedRows>,
-    pub retired_pages_pending: Option<bool>,
-    pub temperature_c: Option<u32>,
-    pub slowdown_c: Option<u32>,
-    pub shutdown_c: Option<u32>,
-    pub clock_event_reasons: Option<u64>,
-    pub pcie_replays: Option<u32>,
 }
 
 /// What NVML said.
@@ -381,8 +343,8 @@ fn problems(d: &Device, standin: bool) -> Vec<Check> {
             _ => {}
         }
     }
-    if let Some(bits) = d.clock_event_reasons {
-        let named: Vec<&str> = SLOWDOWN_REASONS.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, name)| *name).collect();
+    {
+        let named = d.slowdown_reasons();
         if !named.is_empty() {
             out.push(check(
                 "gpu clocks",
@@ -414,6 +376,7 @@ mod tests {
             persistence_mode: Some(true),
             ecc_mode: Some(true),
             ecc: Some(EccCounts::default()),
+            ecc_at_start: None,
             remapped_rows: Some(RemappedRows::default()),
             retired_pages_pending: Some(false),
             temperature_c: Some(40),

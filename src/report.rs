@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use cublasguard_format::gpu_health::{GpuHealth, GpuHealthState};
 use cublasguard_format::trace::{self, Fault, FaultKind, InitCauseKind, Trace};
 use serde::Serialize;
 
@@ -990,6 +991,9 @@ fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
         (None, None) => {}
     }
     doc.item(&format!("probable cause: {}", doc.t(&cause_shown(f, &d.cause))));
+    for line in &d.gpu_context {
+        doc.item(&format!("gpu: {}", doc.t(line)));
+    }
     for step in &d.next_steps {
         doc.item(&format!("next: {}", doc.t(step)));
     }
@@ -1020,22 +1024,61 @@ fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
 
 /// A libcublas and a libcublasLt the process mapped from different folders (or, where the
 /// files are still there and named by release, of different releases): pytorch#174320.
-fn cublas_pair_note(libraries: &[trace::LoadedLibrary]) -> Option<String> {
+fn cublas_pair_note(env: &trace::Environment) -> Option<String> {
+    let libraries = &env.libraries;
     let find = |prefix: &str| libraries.iter().find(|l| l.soname.starts_with(prefix)).map(|l| Path::new(&l.path));
     let (cublas, lt) = (find("libcublas.so")?, find("libcublasLt.so")?);
     let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let (a, b) = (real(cublas), real(lt));
     let releases = (crate::setup_checks::release_of_file(&a), crate::setup_checks::release_of_file(&b));
-    let mixed = matches!(releases, (Some(x), Some(y)) if x != y);
-    if a.parent() == b.parent() && !mixed {
+    let mixed_files = matches!(releases, (Some(x), Some(y)) if x != y);
+    // The versions the libraries themselves reported in the process: major.minor must agree.
+    let mixed_versions = matches!((env.cublas_version, env.cublaslt_version), (Some(x), Some(y)) if x / 100 != y / 100);
+    if a.parent() == b.parent() && !mixed_files && !mixed_versions {
         return None;
     }
-    let what = if mixed { "of different releases" } else { "from different folders" };
+    let what = match (env.cublas_version, env.cublaslt_version) {
+        (Some(x), Some(y)) if mixed_versions => {
+            format!("of different releases (cuBLAS {}.{}.{}, cuBLASLt {}.{}.{})", x / 10000, x / 100 % 100, x % 100, y / 10000, y / 100 % 100, y % 100)
+        }
+        _ if mixed_files => "of different releases".to_string(),
+        _ => "from different folders".to_string(),
+    };
     Some(format!(
         "note: libcublas ({}) and libcublasLt ({}) are {what}: a libcublasLt that is not libcublas's own breaks cuBLAS (pytorch#174320); `cublasguard doctor` compares their releases",
         cublas.display(),
         lt.display()
     ))
+}
+
+/// One line on a process's GPU health through the run: the devices NVML read and what happened
+/// to them, or why NVML could not say (nothing where there is no NVML at all: the doctor says).
+fn gpu_health_line(pid: u32, h: &GpuHealth) -> Option<String> {
+    match h.state {
+        GpuHealthState::Ready => {
+            let devices: Vec<String> = h
+                .devices
+                .iter()
+                .map(|d| {
+                    let who = if h.standin { format!("stand-in device {}", d.index) } else { format!("GPU {} ({})", d.index, d.name) };
+                    match d.temperature_c {
+                        Some(t) => format!("{who}, {t} C"),
+                        None => who,
+                    }
+                })
+                .collect();
+            let events = if h.events.is_empty() {
+                "no Xid or ECC event during the run".to_string()
+            } else {
+                format!("{} Xid/ECC event(s) during the run", h.events.len())
+            };
+            Some(format!("GPU health of pid {pid} (NVML): {}; {events}", if devices.is_empty() { "no device".into() } else { devices.join(", ") }))
+        }
+        GpuHealthState::Hung | GpuHealthState::Failed | GpuHealthState::Starting => {
+            Some(format!("GPU health of pid {pid} not read: {}", h.note.as_deref().unwrap_or(h.state.name())))
+        }
+        GpuHealthState::Missing | GpuHealthState::Off => None,
+    }
 }
 
 fn environment(doc: &mut Doc, loaded: &[Loaded]) {
@@ -1067,7 +1110,12 @@ fn environment(doc: &mut Doc, loaded: &[Loaded]) {
         );
         doc.item(&doc.t(&line));
     }
-    let mut pairs: Vec<String> = loaded.iter().filter_map(|l| cublas_pair_note(&l.trace.environment.libraries)).collect();
+    for l in loaded {
+        if let Some(line) = l.trace.environment.gpu_health.as_ref().and_then(|h| gpu_health_line(l.trace.process.pid, h)) {
+            doc.item(&doc.t(&line));
+        }
+    }
+    let mut pairs: Vec<String> = loaded.iter().filter_map(|l| cublas_pair_note(&l.trace.environment)).collect();
     pairs.dedup();
     for note in pairs {
         doc.item(&doc.t(&note));
@@ -1175,20 +1223,7 @@ mod tests {
         f.api = "cudaGetDeviceCount".into();
         let cause = "no NVIDIA driver: libcuda.so.1 cannot be loaded (x); cudaGetDeviceCount returns cudaErrorInsufficientDriver (35)";
         f.message = format!("returned cudaErrorInsufficientDriver (35): {cause}");
-        f.cause = Some(trace::InitCause {
-            kind: InitCauseKind::NoDriver,
-            message: cause.into(),
-            driver_loadable: false,
-            driver_version: None,
-            runtime_version: None,
-            device_count_status: None,
-            device_count: None,
-            memory: None,
-            parent_pid: None,
-            parent_first_call: None,
-            pending_error: None,
-            pending_since_seq: None,
-        });
+        f.cause = Some(trace::InitCause::new(InitCauseKind::NoDriver, cause));
         assert_eq!(message_shown(&f), None);
         assert_eq!(cause_shown(&f, cause), "no NVIDIA driver: libcuda.so.1 cannot be loaded (x)");
         f.message = "returned cudaErrorInsufficientDriver (35): 0x10 is not the start of a live allocation".into();

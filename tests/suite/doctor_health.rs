@@ -384,3 +384,24 @@ fn nvidias_own_cublas_pair_is_read_by_release_and_a_libcublaslt_shadowing_it_fai
     assert!(pair.len() == 1 && pair[0].1 == "warn", "{checks:#?}");
     assert!(pair[0].2.contains(&format!("libcublasLt.so.12 12.9.3 at {}/libcublasLt.so.12", other.display())), "{}", pair[0].2);
 }
+
+#[test]
+fn a_trace_records_the_libcublaslt_release_and_the_report_names_a_pair_of_two_releases() {
+    // One folder, but the libcublasLt says it is of another release (pytorch#174320's shadowing
+    // copy, as the process itself saw it).
+    let program = build_c("dumps", &["dumps.c"], false);
+    let host = temp_dir("pair-release");
+    let host = host.display().to_string();
+    let args = ["ex", "f32", host.as_str()];
+    let run = common::run(Launch { env: &[("CUDASHIM_CUBLASLT_VERSION", "130100")], ..Launch::new(&program, &args) });
+    let env = run.trace().environment;
+    assert_eq!(env.cublaslt_version, Some(130100));
+    let cublas = env.cublas_version.expect("cuBLAS's own version");
+    let out = Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let report = String::from_utf8_lossy(&out.stdout);
+    let expected = format!("of different releases (cuBLAS {}.{}.{}, cuBLASLt 13.1.0)", cublas / 10000, cublas / 100 % 100, cublas % 100);
+    assert!(report.contains(&expected) && report.contains("pytorch#174320"), "{report}");
+    // The stand-in's own pair: the same release, no note.
+    let fine = common::run(Launch::new(&program, &args));
+    assert_eq!(fine.trace().environment.cublaslt_version.map(|v| v / 100), Some(cublas / 100));
+}

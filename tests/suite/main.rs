@@ -18,6 +18,7 @@ mod examples;
 mod first_hour;
 mod fuzz_validator;
 mod gemm_family;
+mod gpu_health;
 mod guard;
 mod hardening_dumps;
 mod hardening_loader;

@@ -126,6 +126,11 @@ pub struct Config {
     /// CUBLASGUARD_LAUNCH_BREADCRUMBS=1 (with CUBLASGUARD_SYNC=deferred): a breadcrumb after
     /// every recorded kernel launch too, which pins a faulting kernel without synchronising.
     pub launch_breadcrumbs: bool,
+    /// CUBLASGUARD_NVML=0: the GPU's health is not read (NVML is never loaded).
+    pub nvml: bool,
+    /// CUBLASGUARD_KERNEL_LOG: where the kernel log's Xid lines are read at a fault (the
+    /// kernel's `/dev/kmsg`; a file of `dmesg` lines also reads).
+    pub kernel_log: String,
     /// CUBLASGUARD_IGNORE: faults that match a rule are counted, not stored.
     pub ignore: Vec<crate::ignore::IgnoreRule>,
     /// CUBLASGUARD_DUMP: the folder operand dumps of faulting matrix multiplies go to.
@@ -191,6 +196,7 @@ pub enum DeviceScan {
 }
 
 pub const DEFAULT_DUMP_MAX: u32 = 8;
+pub const DEFAULT_KERNEL_LOG: &str = "/dev/kmsg";
 pub const DEFAULT_DUMP_BYTES: u64 = 1 << 30;
 
 impl Default for Config {
@@ -211,6 +217,8 @@ impl Default for Config {
             exit_summary: true,
             sync: SyncMode::Gemm,
             launch_breadcrumbs: false,
+            nvml: true,
+            kernel_log: DEFAULT_KERNEL_LOG.into(),
             ignore: Vec::new(),
             dump_dir: None,
             dump_max: DEFAULT_DUMP_MAX,
@@ -313,6 +321,20 @@ impl Config {
                 "1" | "on" | "yes" | "true" => config.launch_breadcrumbs = true,
                 "0" | "off" | "no" | "false" | "" => config.launch_breadcrumbs = false,
                 _ => reject("CUBLASGUARD_LAUNCH_BREADCRUMBS", &v, "not 1 or 0".into(), "0"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_NVML") {
+            match v.trim() {
+                "1" | "on" | "yes" | "true" => config.nvml = true,
+                "0" | "off" | "no" | "false" => config.nvml = false,
+                _ => reject("CUBLASGUARD_NVML", &v, "not 1 or 0".into(), "1"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_KERNEL_LOG") {
+            if v.trim().is_empty() {
+                reject("CUBLASGUARD_KERNEL_LOG", &v, "empty path".into(), DEFAULT_KERNEL_LOG);
+            } else {
+                config.kernel_log = v;
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_DUMP") {

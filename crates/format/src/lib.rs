@@ -7,6 +7,7 @@
 pub mod config;
 pub mod cuda;
 pub mod dump;
+pub mod gpu_health;
 pub mod ignore;
 pub mod scan;
 pub mod state;

@@ -91,6 +91,10 @@ pub struct Environment {
     pub driver_version: Option<i32>,
     /// cuBLAS as major * 10000 + minor * 100 + patch.
     pub cublas_version: Option<i32>,
+    /// `cublasLtGetVersion` of the libcublasLt the process loaded, in the same form: a release
+    /// other than cuBLAS's is a mixed pair (pytorch#174320).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cublaslt_version: Option<i32>,
     pub driver: DriverState,
     pub libraries: Vec<LoadedLibrary>,
     /// An allow-list of variables (CUDA_*, CUBLAS*, TORCH_*, ...), never the whole environment.
@@ -108,6 +112,10 @@ pub struct Environment {
     /// The program's first capability probe that found no usable CUDA, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeNote>,
+    /// The GPU's health through the run: NVML's state, readings and events since the guard
+    /// started, the kernel log's Xid lines for this process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_health: Option<crate::gpu_health::GpuHealth>,
 }
 
 /// A capability probe (`cudaGetDeviceCount`) that found no driver or no device: a fact about
@@ -217,6 +225,7 @@ macro_rules! named_enum {
         }
     };
 }
+pub(crate) use named_enum;
 
 named_enum! {
     pub enum FaultKind {
@@ -288,6 +297,10 @@ pub struct Fault {
     /// left breadcrumbs on had got when the error surfaced.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub breadcrumbs: Vec<StreamProgress>,
+    /// The GPU's health as NVML and the kernel log reported it at the fault (not for faults the
+    /// guard finds on the host before the GPU is involved: arguments, bounds, handles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_health: Option<crate::gpu_health::GpuHealth>,
     /// The operand dump written for this fault (`CUBLASGUARD_DUMP`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dump: Option<String>,
@@ -359,6 +372,9 @@ named_enum! {
         ContextLost = "context_lost",
         /// The process had no file descriptor left to open the driver with.
         OutOfFileDescriptors = "out_of_file_descriptors",
+        /// The GPU logged a hardware-class Xid (ECC, fallen off the bus, firmware) during the
+        /// run: the hardware failed, not the program.
+        GpuHardware = "gpu_hardware",
         Other = "other",
     }
 }
@@ -398,6 +414,30 @@ pub struct InitCause {
     pub pending_error: Option<CudaErrorRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_since_seq: Option<u64>,
+    /// gpu_hardware: the Xid that names the hardware (docs/trace-format.md lists them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid: Option<u64>,
+}
+
+impl InitCause {
+    /// A cause of `kind`, with nothing known of the driver, the devices or the moment.
+    pub fn new(kind: InitCauseKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            driver_loadable: false,
+            driver_version: None,
+            runtime_version: None,
+            device_count_status: None,
+            device_count: None,
+            memory: None,
+            parent_pid: None,
+            parent_first_call: None,
+            pending_error: None,
+            pending_since_seq: None,
+            xid: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -1046,6 +1086,7 @@ pub fn sample_fault(seq: u64) -> Fault {
         found_at_seq: None,
         breadcrumbs: vec![],
         dump: None,
+        gpu_health: None,
         dump_note: None,
     }
 }

@@ -130,6 +130,13 @@ impl Run {
 }
 
 pub fn run(launch: Launch) -> Run {
+    let (mut cmd, dir, trace_path) = command(&launch);
+    let output = cmd.output().expect("run program");
+    Run { output, dir, trace_path }
+}
+
+/// The command `launch` describes, in a fresh folder, with the trace's path there.
+fn command(launch: &Launch) -> (Command, PathBuf, PathBuf) {
     let dir = temp_dir(launch.program.file_name().and_then(|f| f.to_str()).unwrap_or("run"));
     let trace_path = dir.join("trace.json");
     let s = standin();
@@ -153,8 +160,7 @@ pub fn run(launch: Launch) -> Run {
     for (k, v) in launch.env {
         cmd.env(k, v);
     }
-    let output = cmd.output().expect("run program");
-    Run { output, dir, trace_path }
+    (cmd, dir, trace_path)
 }
 
 /// Runs a stand-in scenario under the guard.
@@ -228,4 +234,34 @@ pub fn blocking_added_per_gemm(env: &[(&str, &str)]) -> (u64, u64) {
     let added = guarded - bare;
     assert_eq!(added % gemms, 0, "{added} host-blocking calls over {gemms} GEMMs");
     (added / gemms, gemms)
+}
+
+/// The stand-in's library path with its NVML (shims/nvml.c) on it: the stand-in libraries,
+/// its driver and libnvidia-ml.so.1.
+pub fn with_standin_nvml() -> String {
+    let s = standin();
+    ["lib", "driver", "nvml"].iter().map(|d| s.join(d).display().to_string()).collect::<Vec<_>>().join(":")
+}
+
+/// `run`, killed if it has not ended within `limit` (then `None`): for a test that must show
+/// the guard never holds a program up.
+pub fn run_within(launch: Launch, limit: std::time::Duration) -> Option<Run> {
+    let (mut cmd, dir, trace_path) = command(&launch);
+    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+    cmd.stdout(std::fs::File::create(&out).expect("stdout file")).stderr(std::fs::File::create(&err).expect("stderr file"));
+    let mut child = cmd.spawn().expect("run program");
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let output = Output { status, stdout: std::fs::read(&out).unwrap_or_default(), stderr: std::fs::read(&err).unwrap_or_default() };
+    Some(Run { output, dir, trace_path })
 }

@@ -67,18 +67,12 @@ pub fn classify(probe: &DriverProbe) -> InitCause {
         no_device_or_other(probe)
     };
     InitCause {
-        kind,
-        message,
         driver_loadable: probe.driver_loadable,
         driver_version: probe.driver_version,
         runtime_version: probe.runtime_version,
         device_count_status: probe.device_count_status,
         device_count: probe.device_count,
-        memory: None,
-        parent_pid: None,
-        parent_first_call: None,
-        pending_error: None,
-        pending_since_seq: None,
+        ..InitCause::new(kind, message)
     }
 }
 

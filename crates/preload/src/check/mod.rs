@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod hardware;
 pub mod init;
 pub mod lt;
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub(crate) mod sync;
 
 use std::cell::Cell;
 
-use crate::check::{init, Device, Finding};
+use crate::check::{hardware, init, Device, Finding};
 use crate::config::OnFault;
 use crate::ignore::IgnoreRule;
 use crate::recorder::{CallArgs, RecordedCall};
@@ -49,6 +49,10 @@ pub(crate) trait Outlet {
     fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
         None
     }
+    /// The GPU's health as of now (NVML's readings and events, the kernel log's Xid lines),
+    /// waiting briefly for fresh readings; `None` where nothing can be read. No default: an
+    /// outlet that wraps another must pass it on.
+    fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth>;
     /// A kernel's name from its host stub's address (the runtime's cudaFuncGetName, else the
     /// stub's symbol, demangled); asked once per address, at a fault or when writing the trace.
     fn kernel_name(&self, _func: u64) -> Option<String> {
@@ -207,6 +211,7 @@ impl<'a, R: Copy> Call<'a, R> {
             found_at_seq: None,
             breadcrumbs: Vec::new(),
             dump: None,
+            gpu_health: None,
             dump_note: None,
         }
     }
@@ -262,6 +267,10 @@ impl<'a, R: Copy> Call<'a, R> {
             }
         }
         fault.backtrace = self.outlet.backtrace();
+        if hardware::wants_health(fault) {
+            fault.gpu_health = self.outlet.gpu_health().filter(hardware::worth_recording);
+            hardware::attribute(fault);
+        }
     }
 
     /// Faults that a build without kernels for the device's architecture explains: no kernel
@@ -366,6 +375,8 @@ pub(crate) mod model {
         pub rewrites: Cell<u32>,
         pub backtraces: Cell<u32>,
         pub aborted: Cell<bool>,
+        /// What `gpu_health` answers.
+        pub gpu_health: RefCell<Option<crate::gpu_health::GpuHealth>>,
     }
 
     impl Outlet for ModelOutlet {
@@ -386,6 +397,9 @@ pub(crate) mod model {
         }
         fn thread_id(&self) -> u32 {
             7
+        }
+        fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth> {
+            self.gpu_health.borrow().clone()
         }
         /// Plainly, without the real outlet's care for crashes and races: tests read it back.
         fn create_file(

@@ -30,6 +30,8 @@ pub struct Versions {
     pub runtime: Option<i32>,
     pub driver: Option<i32>,
     pub cublas: Option<i32>,
+    /// `cublasLtGetVersion`, of the libcublasLt the process loaded.
+    pub cublas_lt: Option<i32>,
 }
 
 pub(super) struct ProcessFacts {
@@ -137,6 +139,7 @@ impl ProcessFacts {
         cached.runtime = fresh.runtime.or(cached.runtime);
         cached.driver = fresh.driver.or(cached.driver);
         cached.cublas = fresh.cublas.or(cached.cublas);
+        cached.cublas_lt = fresh.cublas_lt.or(cached.cublas_lt);
         *cached
     }
 }

@@ -164,6 +164,13 @@ impl FaultLog {
         if fault.memory.as_ref().is_none_or(|m| m.free.is_none()) && old.memory.as_ref().is_some_and(|m| m.free.is_some()) {
             fault.memory = old.memory.take();
         }
+        if fault.gpu_health.is_none() {
+            fault.gpu_health = old.gpu_health.take();
+        }
+        // The hardware named at the fault stays the cause of the call's final fault.
+        if fault.cause.is_none() && old.cause.as_ref().is_some_and(|c| c.kind == crate::trace::InitCauseKind::GpuHardware) {
+            fault.cause = old.cause.take();
+        }
         if fault.python_stack.is_empty() && fault.python_stack_note.is_none() {
             fault.python_stack = std::mem::take(&mut old.python_stack);
             fault.python_stack_note = old.python_stack_note.take();

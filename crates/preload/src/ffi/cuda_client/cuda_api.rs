@@ -68,6 +68,7 @@ cuda_functions! {
     Cudart fn cudaFuncGetName(name: *mut *const c_char, func: *const c_void) -> c_int;
     Cudart fn cudaDeviceGetAttribute(value: *mut c_int, attr: c_int, device: c_int) -> c_int;
     Cublas fn cublasGetProperty(kind: c_int, value: *mut c_int) -> c_int;
+    CublasLt fn cublasLtGetVersion() -> usize;
     CublasLt fn cublasLtMatrixLayoutGetAttribute(layout: Ptr, attr: c_int, buf: Ptr, size: usize, written: *mut usize) -> c_int;
     CublasLt fn cublasLtMatmulDescGetAttribute(desc: Ptr, attr: c_int, buf: Ptr, size: usize, written: *mut usize) -> c_int;
     Driver fn cuDriverGetVersion(version: *mut c_int) -> c_int;

@@ -320,6 +320,13 @@ pub(crate) fn device_count() -> Option<(i32, Option<i32>)> {
     Some((code, (code == 0 && count != UNWRITTEN).then_some(count)))
 }
 
+/// `cublasLtGetVersion` of the libcublasLt the process loaded (never loading one).
+pub(crate) fn cublas_lt_version() -> Option<i32> {
+    // SAFETY: no arguments.
+    let v = unsafe { api::cublasLtGetVersion() }?;
+    i32::try_from(v).ok().filter(|v| *v > 0)
+}
+
 pub(crate) fn cublas_version() -> Option<i32> {
     let mut parts = [0 as c_int; 3];
     for (kind, part) in parts.iter_mut().enumerate() {

@@ -53,6 +53,7 @@ pub(crate) fn collect(s: &Session, live: bool) -> Environment {
             runtime: device::runtime_version(),
             driver: device::driver_version_via_runtime().or_else(driver_version_if_loaded),
             cublas: device::cublas_version(),
+            cublas_lt: device::cublas_lt_version(),
         })
     } else {
         s.versions()
@@ -73,6 +74,7 @@ pub(crate) fn collect(s: &Session, live: bool) -> Environment {
         runtime_version: versions.runtime,
         driver_version: versions.driver,
         cublas_version: versions.cublas,
+        cublaslt_version: versions.cublas_lt,
         driver: DriverState { loaded: driver_loaded, version: versions.driver, error: driver_error },
         libraries,
         variables,
@@ -80,6 +82,7 @@ pub(crate) fn collect(s: &Session, live: bool) -> Environment {
         framework: framework_build(),
         python_version: crate::ffi::host::python::version(),
         probe: s.probe_note(),
+        gpu_health: Some(crate::ffi::host::nvml::snapshot(false)),
     }
 }
 

@@ -76,6 +76,9 @@ impl Outlet for RealOutlet {
     ) -> std::io::Result<String> {
         super::files::create(dir, name, extension, fill)
     }
+    fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth> {
+        Some(super::nvml::snapshot(true))
+    }
     fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
         let thread = crate::ffi::host::python::thread_name();
         crate::ffi::host::python::stack(&thread).map(|(frames, note)| (frames, note, thread))
@@ -153,7 +156,11 @@ pub(crate) fn existing_session() -> Option<&'static Session> {
 
 /// What the session needs once it exists: the fatal-signal handlers and the fork handlers.
 fn arm(s: &'static Session) {
+    // The crash writer's head says NVML is starting; the NVML thread makes it again as that
+    // changes, so it starts once the head is there.
+    super::nvml::prepare(s.config.nvml, &s.config.kernel_log);
     crash::install(s, &s.trace(environment::collect(s, true)));
+    super::nvml::start();
     // SAFETY: the handlers are plain extern "C" functions that never unwind.
     unsafe {
         libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
@@ -287,6 +294,14 @@ fn write_trace_with(s: &Session, live: bool) {
     crash::update_prefix(&trace);
 }
 
+/// The crash writer's head made again from the trace as it is now (the NVML thread, when the
+/// GPU's health changed: NVML started, an Xid arrived).
+pub(crate) fn republish_crash_prefix() {
+    let Some(s) = existing_session() else { return };
+    let _one_writer = s.writer_lock();
+    crash::update_prefix(&s.trace(environment::collect(s, false)));
+}
+
 extern "C" {
     /// glibc's `on_exit`: an exit handler that is told the exit status (`atexit`'s is not).
     fn on_exit(function: extern "C" fn(libc::c_int, *mut libc::c_void), arg: *mut libc::c_void) -> libc::c_int;
@@ -324,6 +339,8 @@ fn at_exit(status: i32) {
     if !s.should_write_at_exit(cuda_loaded) {
         return;
     }
+    // The GPU's health as the process ends, in the trace's environment; NVML let go.
+    super::nvml::finish();
     write_trace_with(s, false);
     if !WRITE_FAILED.load(Ordering::Relaxed) && s.config.exit_summary && (s.fault_count() > 0 || !s.config.quiet) {
         say(&format!("cublasguard: {} fault(s) in {} intercepted call(s); trace: {}", s.fault_count(), s.total_calls(), s.trace_path()));

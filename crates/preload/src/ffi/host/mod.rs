@@ -1,12 +1,15 @@
 //! Services of the process the guard lives in: its load, forks and exit, the crash writer,
-//! stderr, trace-file claims, its description and environment, Python frames, backtraces, threads.
+//! stderr, trace-file claims, its description and environment, Python frames, backtraces, threads,
+//! and the GPU's health (NVML, the kernel log).
 
 pub(crate) mod backtrace;
 pub(crate) mod claim;
 pub(crate) mod crash;
 pub(crate) mod environment;
 pub(crate) mod files;
+pub(crate) mod kernel_log;
 pub(crate) mod lifecycle;
+pub(crate) mod nvml;
 pub mod process;
 pub(crate) mod python;
 pub(crate) mod stderr;

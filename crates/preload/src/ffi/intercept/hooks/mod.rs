@@ -158,6 +158,9 @@ impl Outlet for DeferringOutlet {
     fn kernel_name(&self, func: u64) -> Option<String> {
         defer_cancel(|| RealOutlet.kernel_name(func))
     }
+    fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth> {
+        defer_cancel(|| RealOutlet.gpu_health())
+    }
     fn create_file(
         &self,
         dir: &str,
