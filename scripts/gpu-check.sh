@@ -11,7 +11,8 @@
 # args,bounds,sync; deferred with and without the scan; CUDA_LAUNCH_BLOCKING=1; anomaly mode),
 # each as a ratio to bare; checks breadcrumbs on the GPU (tests/c/breadcrumb_check.cu, built
 # with the machine's nvcc); runs the C workloads (examples/mlp.c, every GEMM variant,
-# cublasLt as nn.Linear) against the machine's NVIDIA CUDA 13 libraries; checks the on-device
+# cublasLt as nn.Linear) against the machine's NVIDIA CUDA 13 libraries, and the GPU health the
+# guard itself reads through NVML at a fault (gpu_health); checks the on-device
 # scan (its self-test, planted NaN/Inf, its read rate per dtype at 1 MiB, 64 MiB and 1 GiB
 # against a device-to-device copy, the fixed cost of a 2x2x2 GEMM's scan). The last thing it
 # prints is a table; record it in GPU-CHECKS.md. Budget: about 8 minutes.
@@ -324,6 +325,27 @@ if [ -x "$out/mlp" ]; then
     run_c "cublasLt linear clean" "not faults" "$out/lt_linear" clean
     run_c "cublasLt linear nan" 'faults[0]["kind"] == "nonfinite_input" and faults[0]["args"]["epilogue"] == "CUBLASLT_EPILOGUE_BIAS"' "$out/lt_linear" nan_input bf16
     run_c "cublasLt linear width" 'faults[0]["kind"] == "invalid_argument"' "$out/lt_linear" width
+    # The guard's own GPU health (issue 32): NVML started in the guarded process, its devices
+    # read at the fault and at exit, recorded under gpu_health (the machine's NVML; the stand-in's
+    # on a dry run).
+    say "mlp --inject nan with the GPU's health read by the guard"
+    LD_LIBRARY_PATH=$doctor_lib CUBLASGUARD_TRACE="$out/health-%p.json" CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$out/mlp" --inject nan >"$out/health.log" 2>&1
+    code=$?
+    result=$(expect "guard: GPU health" "$out/health-*.json" 'traces and (traces[0]["environment"].get("gpu_health") or {}).get("state") == "ready" and traces[0]["environment"]["gpu_health"]["devices"] and faults and (faults[0].get("gpu_health") or {}).get("state") == "ready"' "$code")
+    detail=$("${python:-python3}" - "$out" <<'PY' 2>&1
+import glob, json, sys
+for path in sorted(glob.glob(sys.argv[1] + "/health-*.json"))[:1]:
+    h = json.load(open(path))["environment"].get("gpu_health") or {}
+    parts = [h.get("state", "none")]
+    for d in h.get("devices", []):
+        ecc, start = d.get("ecc") or {}, d.get("ecc_at_start") or {}
+        grew = ecc.get("uncorrected_volatile", 0) - start.get("uncorrected_volatile", 0)
+        parts.append(f'{d["index"]}: {d["name"]} {d.get("temperature_c")} C, reasons {d.get("clock_event_reasons")}, uncorrected ECC +{grew}')
+    parts.append(f'{len(h.get("events", []))} event(s)' + (f' ({h["note"]})' if h.get("note") else ""))
+    print("; ".join(parts)[:160])
+PY
+)
+    row "guard: GPU health (NVML)" "${result%% *}" "$detail"
 fi
 
 # The on-device scan: its self-test (in the "device scan" rows above), known answers, its read
