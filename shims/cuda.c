@@ -685,7 +685,14 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
  *   CUDASHIM_FAIL_MEMSET=1     cuMemsetD8Async fails (CUDA_ERROR_INVALID_VALUE): a driver call
  *                              of the scan that fails, for the guard to stop there
  *   CUDASHIM_SM_COUNT=N        the device's multiprocessors (default 4), which size the scan's grid
- *   CUDASHIM_LAUNCH_LOG=FILE   one line per scan launch: "KERNEL gx gy bx" */
+ *   CUDASHIM_LAUNCH_LOG=FILE   one line per scan launch: "KERNEL gx gy bx"
+ * A module image that holds the text "cudashim test kernels" (Triton's path, for the guard's
+ * tests: cuModuleLoadData + cuModuleGetFunction, launched with cuLaunchKernel[Ex] or
+ * cuLaunchCooperativeKernel, parameters in `params` or in `extra`'s buffer) has these kernels,
+ * run by the stand-in GPU like any work; cuFuncGetName and cuFuncGetParamInfo know them:
+ *   fill(float *data, float value, int n)              data[i] = value for i < n
+ *   fill_struct({float *data; long long n;}, float v)  the same, its pointer inside a struct
+ * A kernel whose range is not device memory faults (cudaErrorIllegalAddress) when it runs. */
 int cudashim_run_nonfinite(void **params, unsigned int grid, unsigned int block);
 int cudashim_run_nonfinite_many(void **params, unsigned int grid_x, unsigned int grid_y, unsigned int block);
 
@@ -704,6 +711,7 @@ struct scan_jobs {
 #define NONFINITE_ENTRY ".entry cublasguard_nonfinite("
 
 static int context_token, module_token, function_token, many_token;
+static int test_module_token, fill_token, fill_struct_token;
 static unsigned long driver_launches;
 
 unsigned long cudashim_driver_launches(void) { return __atomic_load_n(&driver_launches, __ATOMIC_RELAXED); }
@@ -727,6 +735,10 @@ CUresult cuModuleLoadData(void **module, const void *image) {
     count_call(__func__);
     if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
     if (env_int("CUDASHIM_REFUSE_MODULES", 0)) return CUDA_ERROR_INVALID_IMAGE;
+    if (strstr((const char *)image, "cudashim test kernels")) {
+        *module = &test_module_token;
+        return CUDA_SUCCESS;
+    }
     if (!strstr((const char *)image, NONFINITE_ENTRY)) return CUDA_ERROR_INVALID_IMAGE; /* no host build */
     *module = &module_token;
     return CUDA_SUCCESS;
@@ -734,7 +746,13 @@ CUresult cuModuleLoadData(void **module, const void *image) {
 
 CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
     count_call(__func__);
-    if (!function || module != &module_token || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (!function || (module != &module_token && module != &test_module_token) || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (module == &test_module_token) {
+        if (!strcmp(name, "fill")) *function = &fill_token;
+        else if (!strcmp(name, "fill_struct")) *function = &fill_struct_token;
+        else return CUDA_ERROR_NOT_FOUND;
+        return CUDA_SUCCESS;
+    }
     if (!strcmp(name, "cublasguard_nonfinite")) *function = &function_token;
     else if (!strcmp(name, "cublasguard_nonfinite_many")) *function = &many_token;
     else return CUDA_ERROR_NOT_FOUND;
@@ -807,9 +825,94 @@ static CUresult launch_many(unsigned int gx, unsigned int gy, unsigned int gz, u
     return cudashim_engine_submit(stream, per_thread, run_many, NULL, &w, sizeof w);
 }
 
+/* The test kernels' parameters: (offset, size) each, as cuFuncGetParamInfo gives them. */
+static const size_t fill_params[][2] = {{0, 8}, {8, 4}, {12, 4}};
+static const size_t fill_struct_params[][2] = {{0, 16}, {16, 4}};
+
+static const char *test_kernel_name(const void *f) {
+    return f == &fill_token ? "fill" : f == &fill_struct_token ? "fill_struct" : NULL;
+}
+
+CUresult cuFuncGetName(const char **name, void *f) {
+    count_call(__func__);
+    if (!name || !f) return CUDA_ERROR_INVALID_VALUE;
+    *name = f == &function_token ? "cublasguard_nonfinite" : f == &many_token ? "cublasguard_nonfinite_many" : test_kernel_name(f);
+    return *name ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuFuncGetParamInfo(void *f, size_t index, size_t *offset, size_t *size) {
+    count_call(__func__);
+    const size_t(*layout)[2] = f == &fill_token ? fill_params : f == &fill_struct_token ? fill_struct_params : NULL;
+    size_t count = f == &fill_token ? 3 : f == &fill_struct_token ? 2 : 0;
+    if (!layout || !offset || !size || index >= count) return CUDA_ERROR_INVALID_VALUE;
+    *offset = layout[index][0];
+    *size = layout[index][1];
+    return CUDA_SUCCESS;
+}
+
+struct fill_work {
+    float *data;
+    long long n;
+    float value;
+};
+
+static int run_fill(void *arg) {
+    struct fill_work *w = arg;
+    if (w->n > 0 && !cudashim_driver_is_device_range(w->data, (size_t)w->n * sizeof(float)))
+        return CUDA_ERROR_ILLEGAL_ADDRESS; /* an out-of-range write faults on the GPU */
+    for (long long i = 0; i < w->n; i++) w->data[i] = w->value;
+    return 0;
+}
+
+#define CU_LAUNCH_PARAM_END ((void *)0x00)
+#define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
+#define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
+
+/* Parameter `index` of a test kernel, from `params` (a pointer per parameter) or `extra` (one
+ * buffer at the offsets cuFuncGetParamInfo gives). */
+static const void *test_param(const void *f, size_t index, void **params, void **extra) {
+    size_t offset, size;
+    if (cuFuncGetParamInfo((void *)f, index, &offset, &size) != CUDA_SUCCESS) return NULL;
+    if (params) return params[index];
+    const char *buffer = NULL;
+    size_t bytes = 0;
+    for (size_t i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1]) bytes = *(size_t *)extra[i + 1];
+    }
+    return buffer && offset + size <= bytes ? buffer + offset : NULL;
+}
+
+static CUresult launch_test_kernel(const void *f, void *stream, int per_thread, void **params, void **extra) {
+    if ((params == NULL) == (extra == NULL)) return CUDA_ERROR_INVALID_VALUE;
+    struct fill_work w = {0};
+    if (f == &fill_token) {
+        const void *data = test_param(f, 0, params, extra), *value = test_param(f, 1, params, extra), *n = test_param(f, 2, params, extra);
+        if (!data || !value || !n) return CUDA_ERROR_INVALID_VALUE;
+        int count;
+        memcpy(&w.data, data, sizeof w.data);
+        memcpy(&w.value, value, sizeof w.value);
+        memcpy(&count, n, sizeof count);
+        w.n = count;
+    } else {
+        const char *s = test_param(f, 0, params, extra);
+        const void *value = test_param(f, 1, params, extra);
+        if (!s || !value) return CUDA_ERROR_INVALID_VALUE;
+        memcpy(&w.data, s, sizeof w.data);
+        memcpy(&w.n, s + 8, sizeof w.n);
+        memcpy(&w.value, value, sizeof w.value);
+    }
+    __atomic_add_fetch(&driver_launches, 1, __ATOMIC_RELAXED);
+    return cudashim_engine_submit(stream, per_thread, run_fill, NULL, &w, sizeof w);
+}
+
 static CUresult launch(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                        unsigned int bz, void *stream, int per_thread, void **params, void **extra) {
     STICKY();
+    if (test_kernel_name(f)) {
+        if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024) return CUDA_ERROR_INVALID_VALUE;
+        return launch_test_kernel(f, stream, per_thread, params, extra);
+    }
     if (f == &many_token) return launch_many(gx, gy, gz, bx, by, bz, params, extra, stream, per_thread);
     if (f != &function_token || !params || extra || gy != 1 || gz != 1 || by != 1 || bz != 1 || !gx || !bx || bx > 1024)
         return CUDA_ERROR_INVALID_VALUE;
@@ -858,6 +961,40 @@ CUresult cuLaunchKernel_ptsz(void *f, unsigned int gx, unsigned int gy, unsigned
     log_launch(f, gx, gy, bx);
     (void)shared;
     return launch(f, gx, gy, gz, bx, by, bz, stream, 1, params, extra);
+}
+
+CUresult cuLaunchCooperativeKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                   unsigned int by, unsigned int bz, unsigned int shared, void *stream, void **params) {
+    count_call(__func__);
+    (void)shared;
+    return launch(f, gx, gy, gz, bx, by, bz, stream, 0, params, NULL);
+}
+
+CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                        unsigned int by, unsigned int bz, unsigned int shared, void *stream, void **params) {
+    count_call("cuLaunchCooperativeKernel");
+    (void)shared;
+    return launch(f, gx, gy, gz, bx, by, bz, stream, 1, params, NULL);
+}
+
+/* CUlaunchConfig's head (the attributes are not read). */
+struct launch_config {
+    unsigned int gx, gy, gz, bx, by, bz, shared;
+    void *stream;
+    void *attrs;
+    unsigned int attr_count;
+};
+
+CUresult cuLaunchKernelEx(const struct launch_config *config, void *f, void **params, void **extra) {
+    count_call(__func__);
+    if (!config) return CUDA_ERROR_INVALID_VALUE;
+    return launch(f, config->gx, config->gy, config->gz, config->bx, config->by, config->bz, config->stream, 0, params, extra);
+}
+
+CUresult cuLaunchKernelEx_ptsz(const struct launch_config *config, void *f, void **params, void **extra) {
+    count_call("cuLaunchKernelEx");
+    if (!config) return CUDA_ERROR_INVALID_VALUE;
+    return launch(f, config->gx, config->gy, config->gz, config->bx, config->by, config->bz, config->stream, 1, params, extra);
 }
 
 struct memset_work {
@@ -1175,6 +1312,13 @@ static const struct { const char *name; void *fn; int since; void *ptsz; } procs
     {"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer_v2, 3020, NULL},
     {"cuMemHostRegister", (void *)cuMemHostRegister_v2, 6050, NULL},
     {"cuMemHostUnregister", (void *)cuMemHostUnregister, 4000, NULL},
+    {"cuModuleLoadData", (void *)cuModuleLoadData, 2000, NULL},
+    {"cuModuleGetFunction", (void *)cuModuleGetFunction, 2000, NULL},
+    {"cuFuncGetName", (void *)cuFuncGetName, 12030, NULL},
+    {"cuFuncGetParamInfo", (void *)cuFuncGetParamInfo, 12040, NULL},
+    {"cuLaunchKernel", (void *)cuLaunchKernel, 4000, (void *)cuLaunchKernel_ptsz},
+    {"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel, 9000, (void *)cuLaunchCooperativeKernel_ptsz},
+    {"cuLaunchKernelEx", (void *)cuLaunchKernelEx, 11060, (void *)cuLaunchKernelEx_ptsz},
 };
 
 /* As NVIDIA's: the newest variant of `symbol` that `cudaVersion` knows (the stand-in has one,

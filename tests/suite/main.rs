@@ -13,6 +13,7 @@ mod cli;
 mod device_scan;
 mod doctor;
 mod doctor_health;
+mod driver_launches;
 mod dumps;
 mod examples;
 mod first_hour;

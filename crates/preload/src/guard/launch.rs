@@ -4,7 +4,7 @@
 //! `CUBLASGUARD_SYNC=launches` each launch is followed by a synchronisation, like
 //! `CUDA_LAUNCH_BLOCKING=1`, and an error is pinned to the launch itself.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use super::Call;
 use crate::check::Finding;
@@ -69,6 +69,112 @@ pub(crate) fn launch_kernel_ex(call: &Call<'_, c_int>, config: *const LaunchConf
     }
 }
 
+/// The head of the driver's `CUlaunchConfig` (the attributes that follow are not read).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct DriverLaunchConfig {
+    pub grid: Dim3,
+    pub block: Dim3,
+    pub shared: c_uint,
+    pub stream: *mut c_void,
+    pub attrs: *mut c_void,
+    pub attr_count: c_uint,
+}
+
+/// A `_ptsz` entry point's NULL stream: the calling thread's default stream
+/// (`CU_STREAM_PER_THREAD`).
+const CU_STREAM_PER_THREAD: u64 = 0x2;
+
+/// The stream a driver launch runs on: a `_ptsz` entry point's NULL stream is the calling
+/// thread's default stream.
+fn driver_stream<R: Copy>(call: &Call<'_, R>, stream: u64) -> u64 {
+    use super::Hook;
+    let per_thread =
+        matches!(call.hook, Hook::cuLaunchKernel_ptsz | Hook::cuLaunchCooperativeKernel_ptsz | Hook::cuLaunchKernelEx_ptsz | Hook::cuGraphLaunch_ptsz);
+    if per_thread && stream == 0 {
+        CU_STREAM_PER_THREAD
+    } else {
+        stream
+    }
+}
+
+/// cuLaunchKernel (and its `_ptsz` form): the driver API's launch (Triton's, and every runtime
+/// that finds the driver through an entry point), recorded as a runtime launch is; `f` is the
+/// CUfunction.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn driver_launch(
+    call: &Call<'_, c_int>,
+    f: *mut c_void,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: *mut c_void,
+    _params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> c_int {
+    let stream = driver_stream(call, stream as u64);
+    launch(call, f as u64, Dim3 { x: gx, y: gy, z: gz }, Dim3 { x: bx, y: by, z: bz }, shared.into(), stream)
+}
+
+/// cuLaunchCooperativeKernel (and its `_ptsz` form): no `extra`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn cooperative_launch(
+    call: &Call<'_, c_int>,
+    f: *mut c_void,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: *mut c_void,
+    params: *mut *mut c_void,
+) -> c_int {
+    driver_launch(call, f, gx, gy, gz, bx, by, bz, shared, stream, params, std::ptr::null_mut())
+}
+
+/// cuLaunchKernelEx (and its `_ptsz` form): the configuration (grid, block, shared memory,
+/// stream) comes in a `CUlaunchConfig`, read as the driver reads it; its attributes (clusters,
+/// programmatic dependent launch, cooperative) are not.
+pub(crate) fn driver_launch_ex(
+    call: &Call<'_, c_int>,
+    config: *const DriverLaunchConfig,
+    f: *mut c_void,
+    _params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> c_int {
+    use super::parameters::{written_i32, written_u32x3, written_u64};
+    use std::mem::offset_of;
+    let at = |offset: usize| if config.is_null() { 0 } else { config as u64 + offset as u64 };
+    let dim3 = |offset: usize| written_u32x3(call, at(offset)).map(|[x, y, z]| Dim3 { x, y, z });
+    match (
+        dim3(offset_of!(DriverLaunchConfig, grid)),
+        dim3(offset_of!(DriverLaunchConfig, block)),
+        written_i32(call, at(offset_of!(DriverLaunchConfig, shared))),
+        written_u64(call, at(offset_of!(DriverLaunchConfig, stream))),
+    ) {
+        (Some(grid), Some(block), Some(shared), Some(stream)) => launch(call, f as u64, grid, block, shared as u32 as u64, driver_stream(call, stream)),
+        _ => call.forward(),
+    }
+}
+
+/// cuModuleGetFunction: the function's name, kept for its handle (the driver API's
+/// counterpart of `__cudaRegisterFunction`), so its launches are named without asking again.
+pub(crate) fn module_get_function(call: &Call<'_, c_int>, function: *mut *mut c_void, _module: *mut c_void, name: *const c_char) -> c_int {
+    let status = call.forward();
+    if status == cuda::CUDA_SUCCESS {
+        if let (Some(f), Some(name)) = (super::parameters::written_u64(call, function as u64), call.device.parameter_string(name as u64)) {
+            call.session.kernels.register(f, crate::session::kernels::demangle(&name));
+        }
+    }
+    status
+}
+
 /// `__cudaRegisterFunction`: the kernel's device name for its host stub, as nvcc's generated
 /// code registers it at load.
 #[allow(clippy::too_many_arguments)]
@@ -106,7 +212,12 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
             call.report_init_failure(status, cuda::cuda_error_name(status), None);
             return status;
         }
-        let finding = Finding::new(FaultKind::ApiError, format!("launching {} returned {} ({status})", kernel(), cuda::cuda_error_name(status)));
+        let mut message = format!("launching {} returned {} ({status})", kernel(), cuda::cuda_error_name(status));
+        if let Some(k) = s.known_error().filter(|k| k.code == status) {
+            // Not this launch's fault: the context was lost before it.
+            message.push_str(&format!(": the CUDA context has been unusable since {} ({}) at call #{}", cuda::cuda_error_name(k.code), k.code, k.seq));
+        }
+        let finding = Finding::new(FaultKind::ApiError, message);
         let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
         launch_args(&mut fault, kernel(), func, grid, block, shared, stream);
         call.report(fault);
@@ -159,14 +270,9 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
 /// cudaGraphLaunch and cuGraphLaunch: recorded (a graph's kernels are not seen one by one,
 /// its launch is), and under CUBLASGUARD_SYNC=deferred followed by a breadcrumb, so a fault
 /// inside the graph is pinned to its launch.
+/// (cuGraphLaunch_ptsz: its NULL stream is the calling thread's default stream.)
 pub(crate) fn graph_launch(call: &Call<'_, c_int>, exec: *mut c_void, stream: *mut c_void) -> c_int {
-    launched_graph(call, exec as u64, stream as u64)
-}
-
-/// cuGraphLaunch_ptsz: its NULL stream is the calling thread's default stream.
-pub(crate) fn graph_launch_per_thread(call: &Call<'_, c_int>, exec: *mut c_void, stream: *mut c_void) -> c_int {
-    const CU_STREAM_PER_THREAD: u64 = 0x2;
-    launched_graph(call, exec as u64, if stream.is_null() { CU_STREAM_PER_THREAD } else { stream as u64 })
+    launched_graph(call, exec as u64, driver_stream(call, stream as u64))
 }
 
 fn launched_graph(call: &Call<'_, c_int>, exec: u64, stream: u64) -> c_int {

@@ -95,6 +95,14 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             super::attribution::surfaced(call, code, &format!("the guard's check before {}", call.api()), record, Some(check.stream()));
             known = s.known_error();
         }
+        // An error already pending that this call is blamed for: remembered, so the program's
+        // own synchronisation after it does not report it a second time.
+        if let Some(f) = check.finding.as_ref().filter(|f| f.kind == FaultKind::AsyncError) {
+            if let Some((code, _)) = f.error.filter(|(code, _)| known.map(|k| k.code) != Some(*code)) {
+                s.note_error(code, call.seq);
+                known = s.known_error();
+            }
+        }
         // A fault found before the call is on disk before the call runs: a call with bad
         // pointers may well crash the process inside the library.
         let early = check.finding.is_some();

@@ -79,6 +79,7 @@ cuda_functions! {
     Driver fn cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks: *mut c_int, function: Ptr, block_size: c_int, dynamic_shared: usize) -> c_int;
     Driver fn cuModuleLoadData(module: *mut Ptr, image: *const c_void) -> c_int;
     Driver fn cuModuleGetFunction(function: *mut Ptr, module: Ptr, name: *const c_char) -> c_int;
+    Driver fn cuFuncGetName(name: *mut *const c_char, function: *const c_void) -> c_int;
     Driver fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) -> c_int;
     Driver fn cuMemsetD8Async(dptr: u64, value: u8, count: usize, stream: Ptr) -> c_int;
     Driver fn cuLaunchKernel(f: Ptr, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Ptr, params: *mut Ptr, extra: *mut Ptr) -> c_int;

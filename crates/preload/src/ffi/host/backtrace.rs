@@ -74,6 +74,15 @@ pub(crate) fn kernel_name(func: u64) -> Option<String> {
             return Some(crate::session::kernels::demangle(&n));
         }
     }
+    // A driver function (CUfunction, a launch through the driver API: Triton's): the driver
+    // names it (CUDA 12.3 and later).
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: as above: an out-parameter, and a handle the driver only looks up.
+    if unsafe { crate::ffi::cuda_client::cuda_api::cuFuncGetName(&mut name, func as *const std::ffi::c_void) } == Some(0) {
+        if let Some(n) = crate::ffi::intercept::out_param::c_string(name) {
+            return Some(crate::session::kernels::demangle(&n));
+        }
+    }
     let mut found = None;
     // The resolver treats an address as a return address and looks one byte back: a function's
     // first byte would name the function before it.

@@ -3,7 +3,7 @@
 //! names are all generated from it, so they cannot drift apart.
 
 use std::cell::Cell;
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 use crate::check::{BatchScan, Device};
@@ -14,7 +14,7 @@ use crate::ffi::host::process;
 use crate::ffi::host::thread::{PerThread, PER_THREAD};
 use crate::ffi::intercept::real::{Library, RealSymbol};
 use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, ReentryOn};
-use crate::guard::launch::{self, Dim3, LaunchConfig};
+use crate::guard::launch::{self, Dim3, DriverLaunchConfig, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
 use crate::guard::{blas, gemm, handles, lt, memory, sync, Call, OnThread, Outlet};
 use crate::recorder::{CallArgs, RecordedCall};
@@ -529,9 +529,16 @@ hook_table! {
     Cudart fn cudaLaunchKernel(func: P, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Stream) -> c_int => launch::launch_kernel;
     Cudart fn cudaLaunchCooperativeKernel(func: P, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: Stream) -> c_int => launch::launch_kernel;
     Cudart fn cudaLaunchKernelExC(config: *const LaunchConfig, func: P, args: *mut *mut c_void) -> c_int => launch::launch_kernel_ex;
+    Driver fn cuLaunchKernel(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Stream, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => launch::driver_launch;
+    Driver fn cuLaunchKernel_ptsz(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Stream, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => launch::driver_launch;
+    Driver fn cuLaunchCooperativeKernel(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Stream, params: *mut *mut c_void) -> c_int => launch::cooperative_launch;
+    Driver fn cuLaunchCooperativeKernel_ptsz(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Stream, params: *mut *mut c_void) -> c_int => launch::cooperative_launch;
+    Driver fn cuLaunchKernelEx(config: *const DriverLaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => launch::driver_launch_ex;
+    Driver fn cuLaunchKernelEx_ptsz(config: *const DriverLaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => launch::driver_launch_ex;
+    Driver fn cuModuleGetFunction(function: *mut Handle, module: Handle, name: *const std::ffi::c_char) -> c_int => launch::module_get_function;
     Cudart fn cudaGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
-    Driver fn cuGraphLaunch_ptsz(exec: Handle, stream: Stream) -> c_int => launch::graph_launch_per_thread;
+    Driver fn cuGraphLaunch_ptsz(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Cudart fn __cudaRegisterFunction(handle: *mut *mut c_void, host: P, device_fun: *mut std::ffi::c_char, device_name: *const std::ffi::c_char, limit: c_int, tid: P, bid: P, block_dim: P, grid_dim: P, warp_size: *mut c_int) -> () => launch::register_function;
 }
 

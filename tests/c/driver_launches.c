@@ -1,0 +1,109 @@
+/* Kernels launched through the driver API, as Triton launches them: libcuda.so.1 opened with
+ * dlopen, cuModuleLoadData + cuModuleGetFunction for the kernels (the stand-in's test module),
+ * cuLaunchKernelEx (newer Triton) or cuLaunchKernel (older), found with dlsym; memory from the
+ * runtime, as PyTorch's allocator gives it. Then a GEMM reads what the kernel wrote.
+ *   driver_launches ex       fill(A, NaN) by cuLaunchKernelEx, then a GEMM consumes A
+ *   driver_launches plain    the same by cuLaunchKernel, its parameters in `extra`'s buffer
+ *   driver_launches struct   fill_struct (the pointer inside a struct parameter), cuLaunchKernel
+ *   driver_launches coop     a clean fill by cuLaunchCooperativeKernel, then the GEMM
+ *   driver_launches proc     cuLaunchKernel found through cuGetProcAddress, a clean fill
+ *   driver_launches oob      fill past A's allocation (an illegal address when it runs), a
+ *                            clean fill after it, then the GEMM, where the fault surfaces
+ *   driver_launches ptsz     fill(A, NaN) by cuLaunchKernel_ptsz on the NULL stream */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+typedef int (*load_fn)(void **, const void *);
+typedef int (*get_fn)(void **, void *, const char *);
+typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
+typedef int (*coop_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **);
+typedef struct {
+    unsigned gx, gy, gz, bx, by, bz, shared;
+    void *stream;
+    void *attrs;
+    unsigned attr_count;
+} launch_config;
+typedef int (*launch_ex_fn)(const launch_config *, void *, void **, void **);
+typedef int (*proc_fn)(const char *, void **, int, unsigned long long, int *);
+
+static void *sym(void *lib, const char *name) {
+    void *p = dlsym(lib, name);
+    if (!p) {
+        fprintf(stderr, "no %s\n", name);
+        exit(3);
+    }
+    return p;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "ex";
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!cuda) return 2;
+    float *a, *b, *c;
+    cudaMalloc((void **)&a, 16); /* 4 floats */
+    cudaMalloc((void **)&b, 16);
+    cudaMalloc((void **)&c, 16);
+    float ones[4] = {1, 1, 1, 1};
+    cudaMemcpy(a, ones, sizeof ones, cudaMemcpyHostToDevice);
+    cudaMemcpy(b, ones, sizeof ones, cudaMemcpyHostToDevice);
+    void *module = NULL, *fill = NULL, *fill_struct = NULL;
+    printf("load=%d\n", ((load_fn)sym(cuda, "cuModuleLoadData"))(&module, "// cudashim test kernels\n.entry fill(\n.entry fill_struct(\n"));
+    get_fn get = (get_fn)sym(cuda, "cuModuleGetFunction");
+    printf("get=%d %d\n", get(&fill, module, "fill"), get(&fill_struct, module, "fill_struct"));
+    cublasHandle_t h;
+    printf("cublasCreate=%d\n", cublasCreate(&h)); /* before the launches: the GEMM is the next call after them */
+    float value = NAN, one = 1, zero = 0;
+    int n = 4;
+    void *params[] = {&a, &value, &n};
+    launch_fn launch = (launch_fn)sym(cuda, "cuLaunchKernel");
+    if (!strcmp(mode, "ex")) {
+        launch_config config = {1, 1, 1, 32, 1, 1, 0, NULL, NULL, 0};
+        printf("launch=%d\n", ((launch_ex_fn)sym(cuda, "cuLaunchKernelEx"))(&config, fill, params, NULL));
+    } else if (!strcmp(mode, "plain")) {
+        char buffer[16];
+        memcpy(buffer, &a, 8);
+        memcpy(buffer + 8, &value, 4);
+        memcpy(buffer + 12, &n, 4);
+        size_t size = sizeof buffer;
+        void *extra[] = {(void *)1, buffer, (void *)2, &size, (void *)0};
+        printf("launch=%d\n", launch(fill, 2, 1, 1, 64, 1, 1, 0, NULL, NULL, extra));
+    } else if (!strcmp(mode, "struct")) {
+        struct {
+            float *data;
+            long long n;
+        } s = {a, 4};
+        void *struct_params[] = {&s, &value};
+        printf("launch=%d\n", launch(fill_struct, 1, 1, 1, 32, 1, 1, 0, NULL, struct_params, NULL));
+    } else if (!strcmp(mode, "coop")) {
+        value = 2;
+        printf("launch=%d\n", ((coop_fn)sym(cuda, "cuLaunchCooperativeKernel"))(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params));
+    } else if (!strcmp(mode, "proc")) {
+        value = 2;
+        void *found = NULL;
+        int status = 0;
+        printf("proc=%d\n", ((proc_fn)sym(cuda, "cuGetProcAddress_v2"))("cuLaunchKernel", &found, 12000, 0, &status));
+        printf("launch=%d\n", ((launch_fn)found)(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
+    } else if (!strcmp(mode, "oob")) {
+        int past = 64; /* A holds 4 */
+        void *bad[] = {&a, &value, &past};
+        value = 2;
+        printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, bad, NULL));
+        void *good[] = {&b, &value, &n};
+        printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, good, NULL));
+    } else if (!strcmp(mode, "ptsz")) {
+        printf("launch=%d\n", ((launch_fn)sym(cuda, "cuLaunchKernel_ptsz"))(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
+    } else {
+        return 2;
+    }
+    printf("sgemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2, b, 2, &zero, c, 2));
+    float out[4];
+    printf("copy=%d\n", cudaMemcpy(out, c, sizeof out, cudaMemcpyDeviceToHost));
+    printf("c=%g %g %g %g\n", out[0], out[1], out[2], out[3]);
+    return 0;
+}
