@@ -386,11 +386,76 @@ cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blo
     return launch(func, gridDim, blockDim, args, stream);
 }
 
-/* What nvcc's generated code calls at load for each kernel; the stand-in needs nothing of it. */
+/* What nvcc's generated code calls at load for each kernel: the stand-in keeps the device
+ * name, whose mangled parameter types give cudaFuncGetParamInfo its answers (a real runtime
+ * reads them from the fatbinary). */
+#define MAX_KERNELS 64
+static struct {
+    const void *host;
+    char name[128];
+} kernels[MAX_KERNELS];
+static int kernel_count;
+
 void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
                             int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize) {
-    (void)fatCubinHandle, (void)hostFun, (void)deviceFun, (void)deviceName, (void)thread_limit;
+    (void)fatCubinHandle, (void)deviceFun, (void)thread_limit;
     (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
+    pthread_mutex_lock(&lock);
+    if (hostFun && deviceName && kernel_count < MAX_KERNELS) {
+        kernels[kernel_count].host = hostFun;
+        snprintf(kernels[kernel_count].name, sizeof kernels[kernel_count].name, "%s", deviceName);
+        kernel_count++;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* The size of the mangled type at *p (Itanium ABI: builtin types, pointers, const, the S_
+ * substitutions of a repeated pointer), advancing past it; 0 for one not understood. */
+static size_t mangled_size(const char **p) {
+    while (**p == 'K' || **p == 'V') (*p)++;
+    char c = *(*p)++;
+    switch (c) {
+    case 'P':
+        return mangled_size(p) ? 8 : 0;
+    case 'S':
+        while (**p && **p != '_') (*p)++;
+        if (**p == '_') (*p)++;
+        return 8;
+    case 'b': case 'c': case 'a': case 'h': return 1;
+    case 's': case 't': return 2;
+    case 'i': case 'j': case 'f': return 4;
+    case 'l': case 'm': case 'x': case 'y': case 'd': return 8;
+    default: return 0;
+    }
+}
+
+cudaError_t cudaFuncGetParamInfo(const void *func, size_t index, size_t *offset, size_t *size) {
+    count_call(__func__);
+    if (!offset || !size) return fail(cudaErrorInvalidValue);
+    const char *name = NULL;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < kernel_count && !name; i++)
+        if (kernels[i].host == func) name = kernels[i].name;
+    pthread_mutex_unlock(&lock);
+    if (!name || strncmp(name, "_Z", 2)) return fail(cudaErrorInvalidDeviceFunction);
+    const char *p = name + 2;
+    size_t len = 0;
+    while (*p >= '0' && *p <= '9') len = len * 10 + (size_t)(*p++ - '0');
+    if (strlen(p) < len) return fail(cudaErrorInvalidDeviceFunction);
+    p += len;
+    size_t at = 0;
+    for (size_t i = 0; *p; i++) {
+        size_t bytes = mangled_size(&p);
+        if (!bytes || (bytes == 0 && i == 0)) break;
+        at = (at + bytes - 1) / bytes * bytes;
+        if (i == index) {
+            *offset = at;
+            *size = bytes;
+            return cudaSuccess;
+        }
+        at += bytes;
+    }
+    return fail(cudaErrorInvalidValue); /* past the last parameter */
 }
 
 /* ---- versions, devices ---- */

@@ -405,6 +405,25 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
             }
         }
     }
+    if let (FaultKind::NonfiniteInput, Some(w)) = (fault.kind, fault.writers.first()) {
+        // A kernel launched since the operand's memory was last seen finite wrote into it.
+        let others = match fault.writers.len() {
+            1 => String::new(),
+            n => format!("; {} other launch(es) since also point into it", n - 1),
+        };
+        cause = format!(
+            "{cause}; probable origin: kernel {} (launched at call #{}, grid {}x{}x{}, stream {}), the newest launch since this memory was last \
+             seen finite whose parameters point into it{others}",
+            w.kernel, w.seq, w.grid[0], w.grid[1], w.grid[2], w.stream
+        );
+        next_steps.insert(
+            0,
+            format!(
+                "Look at {} first: it wrote into this operand after it was last seen finite (a log or division of a bad value, an overflow in fp16/bf16, a masked fill).",
+                w.kernel
+            ),
+        );
+    }
     if let Some(device) = &fault.device {
         // The guard recorded the device because an architecture mismatch explains this status.
         let sm = device.compute_capability.replace('.', "");
@@ -562,6 +581,7 @@ mod tests {
             python_stack_note: None,
             thread_name: None,
             suspects: Vec::new(),
+            writers: Vec::new(),
             found_at_seq: None,
             breadcrumbs: Vec::new(),
             dump: None,

@@ -933,20 +933,23 @@ fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
     for o in &f.operands {
         doc.item(&format!("operand {}", doc.t(&operand_text(o))));
     }
-    for k in &f.suspects {
-        let line = format!(
-            "suspect #{} {} (grid {}x{}x{}, block {}x{}x{}, stream {})",
-            k.seq,
-            doc.c(&k.kernel),
-            k.grid[0],
-            k.grid[1],
-            k.grid[2],
-            k.block[0],
-            k.block[1],
-            k.block[2],
-            doc.t(&k.stream)
-        );
-        doc.item(&line);
+    // The kernels behind a pending error, and those that wrote a consumed NaN/Inf.
+    for (label, launches) in [("suspect", &f.suspects), ("writer", &f.writers)] {
+        for k in launches {
+            let line = format!(
+                "{label} #{} {} (grid {}x{}x{}, block {}x{}x{}, stream {})",
+                k.seq,
+                doc.c(&k.kernel),
+                k.grid[0],
+                k.grid[1],
+                k.grid[2],
+                k.block[0],
+                k.block[1],
+                k.block[2],
+                doc.t(&k.stream)
+            );
+            doc.item(&line);
+        }
     }
     for r in &d.row_major {
         doc.item(&doc.t(r));

@@ -9,7 +9,10 @@
  *   driver_launches proc     cuLaunchKernel found through cuGetProcAddress, a clean fill
  *   driver_launches oob      fill past A's allocation (an illegal address when it runs), a
  *                            clean fill after it, then the GEMM, where the fault surfaces
- *   driver_launches ptsz     fill(A, NaN) by cuLaunchKernel_ptsz on the NULL stream */
+ *   driver_launches ptsz     fill(A, NaN) by cuLaunchKernel_ptsz on the NULL stream
+ *   driver_launches runtime  a runtime kernel (registered as nvcc's code does) writes NaN into A
+ *   driver_launches refill   fill(A, 2), a GEMM reads A (finite), fill(A, NaN), fill(B, 3), a
+ *                            GEMM reads A: only the second fill of A wrote the NaN */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +42,13 @@ static void *sym(void *lib, const char *name) {
         exit(3);
     }
     return p;
+}
+
+/* A runtime kernel's host stub, as the stand-in runs it: fill_nan(float *data, int n). */
+static void fill_nan(void **args) {
+    float *data = *(float **)args[0];
+    int n = *(int *)args[1];
+    for (int i = 0; i < n; i++) data[i] = NAN;
 }
 
 int main(int argc, char **argv) {
@@ -96,6 +106,18 @@ int main(int argc, char **argv) {
         printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, bad, NULL));
         void *good[] = {&b, &value, &n};
         printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, good, NULL));
+    } else if (!strcmp(mode, "runtime")) {
+        __cudaRegisterFunction(NULL, (const char *)fill_nan, (char *)"_Z8fill_nanPfi", "_Z8fill_nanPfi", -1, NULL, NULL, NULL, NULL, NULL);
+        void *args[] = {&a, &n};
+        dim3 grid = {1, 1, 1}, block = {32, 1, 1};
+        printf("launch=%d\n", cudaLaunchKernel((const void *)fill_nan, grid, block, args, 0, NULL));
+    } else if (!strcmp(mode, "refill")) {
+        float two = 2, three = 3;
+        void *first[] = {&a, &two, &n}, *other[] = {&b, &three, &n};
+        printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, first, NULL));
+        printf("sgemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2, b, 2, &zero, c, 2));
+        printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
+        printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, other, NULL));
     } else if (!strcmp(mode, "ptsz")) {
         printf("launch=%d\n", ((launch_fn)sym(cuda, "cuLaunchKernel_ptsz"))(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
     } else {

@@ -49,6 +49,8 @@ int main(int argc, char **argv) {
     int n = 4;
     cudaMalloc((void **)&a, 64);
     void *args[] = {&a, &n};
+    /* gather(const float *, const long *, float *, int): a pointer to each of its four parameters. */
+    void *gather_args[] = {&a, &a, &a, &n};
     dim3 grid = {4, 1, 1}, wide = {8, 1, 1}, block = {256, 1, 1};
     fault_at_once = argc > 1 && !strcmp(argv[1], "fast");
     if (argc > 2 && !strcmp(argv[1], "many")) {
@@ -60,7 +62,7 @@ int main(int argc, char **argv) {
     }
     if (argc > 2 && !strcmp(argv[1], "sync")) {
         printf("fill=%d\n", cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL));
-        printf("gather=%d\n", cudaLaunchKernel((const void *)gather, wide, block, args, 0, NULL));
+        printf("gather=%d\n", cudaLaunchKernel((const void *)gather, wide, block, gather_args, 0, NULL));
         float back[4];
         void *more = NULL;
         int status = !strcmp(argv[2], "device")   ? cudaDeviceSynchronize()
@@ -78,7 +80,7 @@ int main(int argc, char **argv) {
     cudaMalloc((void **)&b, 64);
     cudaMemcpy(b, host, sizeof host, cudaMemcpyHostToDevice);
     printf("fill=%d\n", cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL));
-    printf("gather=%d\n", cudaLaunchKernel((const void *)gather, wide, block, args, 0, NULL));
+    printf("gather=%d\n", cudaLaunchKernel((const void *)gather, wide, block, gather_args, 0, NULL));
     printf("scale=%d\n", cudaLaunchKernel((const void *)scale, grid, block, args, 0, NULL));
     const float one = 1, zero = 0;
     printf("sgemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, b, 2, b, 2, &zero, b + 8, 2));

@@ -38,9 +38,11 @@ int main(int argc, char **argv) {
     cudaFree((void *)(uintptr_t)0x1230);
     int n = 4;
     void *args[] = {&a, &n};
+    /* gather(const float *, const long *, float *, int): a pointer to each of its four parameters. */
+    void *gather_args[] = {&a, &a, &a, &n};
     dim3 grid = {4, 1, 1}, wide = {8, 2, 1}, block = {256, 1, 1};
     cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL);
-    cudaLaunchKernel((const void *)gather, wide, block, args, 128, NULL);
+    cudaLaunchKernel((const void *)gather, wide, block, gather_args, 128, NULL);
     printf("calls made\n");
     fflush(stdout);
     if (crash) *(volatile int *)(uintptr_t)16 = 1;

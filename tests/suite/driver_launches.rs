@@ -59,16 +59,20 @@ fn the_output_of_a_program_launching_through_the_driver_is_unchanged_by_the_guar
 
 #[test]
 fn a_driver_launch_that_faults_is_a_suspect_of_the_pending_error_and_is_pinned_in_launches_mode() {
-    let t = driver_launches("oob", &[]).trace();
+    // The stand-in GPU kept behind the host: both launches are queued before the first runs, and
+    // the fault surfaces at the GEMM's synchronisation.
+    let behind = [("CUDASHIM_WORKER_DELAY_US", "20000")];
+    let t = driver_launches("oob", &behind).trace();
     let f = only_fault(&t);
     assert_eq!((f.kind, f.api.as_str()), (FaultKind::AsyncError, "cublasSgemm_v2"), "{}", f.message);
     let fills = launches(&t, "cuLaunchKernel");
     assert_eq!(fills.len(), 2);
     let suspects: Vec<(u64, &str)> = f.suspects.iter().map(|s| (s.seq, s.kernel.as_str())).collect();
     assert_eq!(suspects, [(fills[0].seq, "fill"), (fills[1].seq, "fill")]);
-    let text =
-        String::from_utf8_lossy(&std::process::Command::new(cli()).arg("report").arg(&driver_launches("oob", &[]).trace_path).output().expect("report").stdout)
-            .into_owned();
+    let text = String::from_utf8_lossy(
+        &std::process::Command::new(cli()).arg("report").arg(&driver_launches("oob", &behind).trace_path).output().expect("report").stdout,
+    )
+    .into_owned();
     assert!(text.contains("one of these 2 kernels faulted") && text.contains("fill (call #"), "{text}");
     // Launch-blocking mode: the first fill is the fault; the second launch only finds the
     // context lost.
@@ -98,4 +102,43 @@ fn launch_breadcrumbs_pin_a_faulting_driver_launch_without_synchronising() {
     assert_eq!((f.api.as_str(), f.seq), ("cuLaunchKernel", fills[0].seq), "{}", f.message);
     assert_eq!(f.args["kernel"], "fill");
     assert!(f.found_at_seq.is_some_and(|at| at > fills[0].seq), "found later: {:?}", f.found_at_seq);
+}
+
+#[test]
+fn a_consumed_nan_names_the_kernel_that_wrote_it_through_any_launch_form() {
+    // Its parameters point into the operand: a plain pointer (driver and runtime launches,
+    // `params` and `extra`), or one inside a struct parameter.
+    for (mode, api, kernel) in [
+        ("ex", "cuLaunchKernelEx", "fill"),
+        ("plain", "cuLaunchKernel", "fill"),
+        ("struct", "cuLaunchKernel", "fill_struct"),
+        ("ptsz", "cuLaunchKernel_ptsz", "fill"),
+        ("runtime", "cudaLaunchKernel", "fill_nan(float*, int)"),
+    ] {
+        let t = driver_launches(mode, &[]).trace();
+        let f = only_fault(&t);
+        assert_eq!(f.kind, FaultKind::NonfiniteInput, "{mode}");
+        let launch = launches(&t, api);
+        let writers: Vec<(u64, &str)> = f.writers.iter().map(|w| (w.seq, w.kernel.as_str())).collect();
+        assert_eq!(writers, [(launch[0].seq, kernel)], "{mode}: {:#?}", f.writers);
+    }
+}
+
+#[test]
+fn writers_are_the_launches_into_that_memory_since_it_was_last_seen_finite() {
+    // fill(A, 2), a GEMM finds A finite, fill(A, NaN), fill(B, 3), a GEMM consumes A's NaN.
+    let run = driver_launches("refill", &[]);
+    let t = run.trace();
+    let f = only_fault(&t);
+    let fills = launches(&t, "cuLaunchKernel");
+    assert_eq!(fills.len(), 3);
+    let writers: Vec<u64> = f.writers.iter().map(|w| w.seq).collect();
+    assert_eq!(writers, [fills[1].seq], "not the fill before A was seen finite, nor the one into B: {:#?}", f.writers);
+    let out = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("probable origin: kernel fill (launched at call #{}", fills[1].seq)), "{text}");
+    assert!(text.contains(&format!("writer #{} fill", fills[1].seq)), "{text}");
+    // With launches left out of the recorder, nothing is named (and nothing breaks).
+    let t = driver_launches("refill", &[("CUBLASGUARD_CHECKS", "args,bounds,nan,sync")]).trace();
+    assert!(only_fault(&t).writers.is_empty());
 }

@@ -76,8 +76,11 @@ fn a_fault_that_surfaces_at_the_programs_own_synchronisation_is_recorded_there_w
         ("copy", "cudaMemcpy", "surfaced at the program's own cudaMemcpy"),
         ("malloc", "cudaMalloc", "surfaced at cudaMalloc"),
     ] {
-        let bare = run(Launch { guarded: false, ..Launch::new(&program, &["sync", kind]) });
-        let guarded = launches(&["sync", kind], &[]);
+        // The stand-in GPU kept behind the host (as a busy GPU is): the gather's fault runs after
+        // the program's next call began, whatever the guard did in between.
+        let behind = [("CUDASHIM_WORKER_DELAY_US", "20000")];
+        let bare = run(Launch { env: &behind, guarded: false, ..Launch::new(&program, &["sync", kind]) });
+        let guarded = launches(&["sync", kind], &behind);
         // The program sees its error exactly as without the guard.
         assert_eq!(guarded.stdout(), bare.stdout(), "{kind}");
         assert!(guarded.stdout().contains(&format!("{kind} sync=700")), "{kind}: {}", guarded.stdout());

@@ -289,6 +289,10 @@ pub struct Fault {
     /// oldest first (one of them faulted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suspects: Vec<Suspect>,
+    /// nonfinite_input: the recorded kernel launches since the operand's memory was last seen
+    /// finite whose parameters point into it, newest first (the newest: the probable origin).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writers: Vec<Suspect>,
     /// A fault found after its call returned (CUBLASGUARD_SYNC=deferred): the call at which it
     /// was found (an asynchronous error surfaced there, or a scan's verdict was harvested).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1083,6 +1087,7 @@ pub fn sample_fault(seq: u64) -> Fault {
         python_stack_note: None,
         thread_name: None,
         suspects: vec![],
+        writers: vec![],
         found_at_seq: None,
         breadcrumbs: vec![],
         dump: None,

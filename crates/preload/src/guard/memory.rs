@@ -69,8 +69,9 @@ fn release(call: &Call<'_, c_int>, ptr: *mut c_void, stream: Option<Stream>) -> 
     // Forget it before the real free: once freed, another thread's cudaMalloc may get the
     // same address, and removing afterwards would drop that new allocation.
     let was_tracked = s.allocations.containing(base).filter(|a| a.base == base);
-    if was_tracked.is_some() {
+    if let Some(a) = was_tracked {
         s.allocations.remove(base);
+        s.finite_seen.forget(a.base, a.size);
     }
     let status = call.forward();
     let stream = stream.map(|st| st as u64);

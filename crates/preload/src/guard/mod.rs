@@ -208,6 +208,7 @@ impl<'a, R: Copy> Call<'a, R> {
             python_stack_note: None,
             thread_name: None,
             suspects: Vec::new(),
+            writers: Vec::new(),
             found_at_seq: None,
             breadcrumbs: Vec::new(),
             dump: None,

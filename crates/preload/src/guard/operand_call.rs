@@ -131,6 +131,14 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             s.add_scan_time(call.outlet.now_ns().saturating_sub(scan_started));
         }
         call.record_scanned(returned, record, checks.nan);
+        if checks.nan {
+            // What the scans found finite: a NaN found there later was written since.
+            for o in check.operands.iter().flatten() {
+                if o.scan.is_some_and(|scan| scan.nan == 0 && scan.inf == 0 && !scan.sampled) && o.spec.members.count() == 1 {
+                    s.finite_seen.note(o.spec.ptr, call.seq);
+                }
+            }
+        }
         let stage = if early { Stage::Amend } else { Stage::AfterCall };
         finish(call, &check, returned, record, extra, stage, before.as_ref().map(|b| (b, forwarded)));
         // After the fault is written (its suspects are the launches since the last clean
@@ -205,6 +213,16 @@ fn finish(
     if fault.kind == FaultKind::AsyncError {
         // The kernels that may have caused it: launched since the device was last found clean.
         fault.suspects = super::launch::suspects(call, call.seq);
+    }
+    if fault.kind == FaultKind::NonfiniteInput {
+        // The kernels that may have written it: launched since that memory was last seen
+        // finite, with a parameter pointing into it.
+        let bad = check.operands.iter().enumerate().find_map(|(i, o)| o.filter(|o| o.scan.is_some_and(|s| s.nan > 0 || s.inf > 0)).map(|o| (i, o)));
+        if let Some((i, o)) = bad {
+            // The member that held it, for a batch.
+            let ptr = o.bad_member.and_then(|b| check.member_address(i, b)).unwrap_or(o.spec.ptr);
+            fault.writers = super::launch::writers(call, ptr, o.extent.unwrap_or(1));
+        }
     }
     fault.freed_by = check.freed.map(|f| crate::trace::FreedBy { seq: f.seq, api: f.api.to_string(), base: hex(f.base), size: f.size });
     let s = call.session;

@@ -18,6 +18,7 @@ mod device_scan;
 mod facts;
 mod faults;
 pub(crate) mod kernels;
+pub mod launch_memory;
 mod scans;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -85,6 +86,8 @@ pub struct Inherited {
     pub recorder: Recorder,
     /// Kernel names by host-stub address.
     pub kernels: KernelNames,
+    /// Kernels' parameter layouts, by function.
+    pub param_layouts: launch_memory::ParamLayouts,
 }
 
 impl Inherited {
@@ -99,6 +102,7 @@ impl Inherited {
             pinned: Allocations::default(),
             lt_descriptors: LiveObjects::default(),
             kernels: KernelNames::default(),
+            param_layouts: launch_memory::ParamLayouts::default(),
         }
     }
 
@@ -114,6 +118,7 @@ impl Inherited {
             lt_descriptors: self.lt_descriptors.copy(),
             recorder: self.recorder.copy(),
             kernels: self.kernels.copy(),
+            param_layouts: self.param_layouts.copy(),
         }
     }
 }
@@ -126,6 +131,10 @@ pub struct Session {
     /// CUBLASGUARD_SYNC=deferred: the breadcrumbs issued, and the pages they land in (a
     /// forked child starts without: its parent's pages are not mapped for it).
     pub breadcrumbs: breadcrumbs::Breadcrumbs,
+    /// The allocations each recent launch's parameters point into.
+    pub launch_touches: launch_memory::LaunchTouches,
+    /// When each allocation was last scanned and found finite.
+    pub finite_seen: launch_memory::FiniteSeen,
     /// The last call at which a synchronisation by the guard found the device clean: launches
     /// before it did not fault.
     last_clean_sync: AtomicU64,
@@ -185,6 +194,8 @@ impl Session {
         Self {
             device_scan: DeviceScanState::default(),
             breadcrumbs: breadcrumbs::Breadcrumbs::default(),
+            launch_touches: launch_memory::LaunchTouches::default(),
+            finite_seen: launch_memory::FiniteSeen::default(),
             last_clean_sync: AtomicU64::new(0),
             counts: CallCounts::new(inherited.hook_names, inherited.config.ignore.len()),
             faults: FaultLog::default(),

@@ -66,6 +66,7 @@ cuda_functions! {
     Cudart fn cudaGetDeviceCount(count: *mut c_int) -> c_int;
     Cudart fn cudaGetDevice(device: *mut c_int) -> c_int;
     Cudart fn cudaFuncGetName(name: *mut *const c_char, func: *const c_void) -> c_int;
+    Cudart fn cudaFuncGetParamInfo(func: *const c_void, index: usize, offset: *mut usize, size: *mut usize) -> c_int;
     Cudart fn cudaDeviceGetAttribute(value: *mut c_int, attr: c_int, device: c_int) -> c_int;
     Cublas fn cublasGetProperty(kind: c_int, value: *mut c_int) -> c_int;
     CublasLt fn cublasLtGetVersion() -> usize;
@@ -80,6 +81,7 @@ cuda_functions! {
     Driver fn cuModuleLoadData(module: *mut Ptr, image: *const c_void) -> c_int;
     Driver fn cuModuleGetFunction(function: *mut Ptr, module: Ptr, name: *const c_char) -> c_int;
     Driver fn cuFuncGetName(name: *mut *const c_char, function: *const c_void) -> c_int;
+    Driver fn cuFuncGetParamInfo(function: *const c_void, index: usize, offset: *mut usize, size: *mut usize) -> c_int;
     Driver fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) -> c_int;
     Driver fn cuMemsetD8Async(dptr: u64, value: u8, count: usize, stream: Ptr) -> c_int;
     Driver fn cuLaunchKernel(f: Ptr, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Ptr, params: *mut Ptr, extra: *mut Ptr) -> c_int;

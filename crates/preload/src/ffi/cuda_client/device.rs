@@ -185,6 +185,29 @@ impl Device for RealDevice<'_> {
         address_range(ptr)
     }
 
+    fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>> {
+        let mut layout = Vec::new();
+        // No count before CUDA 13.2: asked until the index is past the last parameter. A
+        // kernel has at most 32 KiB of parameters; 256 of them is plenty.
+        for index in 0..256usize {
+            let (mut offset, mut size) = (0usize, 0usize);
+            // SAFETY: two writable out-parameters; a function the program launched. The
+            // runtime's form sets its last error on failure: asked quietly.
+            let status = self.quietly(|| unsafe {
+                if driver {
+                    api::cuFuncGetParamInfo(func as *const c_void, index, &mut offset, &mut size)
+                } else {
+                    api::cudaFuncGetParamInfo(func as *const c_void, index, &mut offset, &mut size)
+                }
+            })?;
+            if status != 0 {
+                break;
+            }
+            layout.push((u32::try_from(offset).ok()?, u32::try_from(size).ok()?));
+        }
+        Some(layout)
+    }
+
     fn breadcrumb(&self, stream: u64, seq: u64, hook: u16) -> bool {
         crate::ffi::cuda_client::breadcrumbs::drop_breadcrumb(&self.session.breadcrumbs, stream, seq, hook)
     }

@@ -234,6 +234,9 @@ impl Device for DeferringDevice<'_> {
     fn breadcrumb(&self, stream: u64, seq: u64, hook: u16) -> bool {
         self.0.breadcrumb(stream, seq, hook)
     }
+    fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>> {
+        self.0.param_layout(func, driver)
+    }
 }
 
 impl Hook {

@@ -1,0 +1,184 @@
+//! Which memory each recent kernel launch could touch, and when memory was last seen finite:
+//! what names the kernel that wrote a NaN a later call consumed. A launch's parameters carry
+//! its pointers; their layout (offset and size of each) comes from the driver once per
+//! function, and every aligned 8-byte word of a parameter that falls inside a live allocation
+//! is taken for a pointer into it (types are not given: PyTorch passes structs of pointers,
+//! sizes and strides), as a conservative collector does. The pointers themselves are kept, not
+//! only their allocations: PyTorch's caching allocator puts many tensors in one allocation, and
+//! a kernel that wrote one of them did not write the others.
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Pointers kept per launch.
+pub const TOUCHED_PER_LAUNCH: usize = 4;
+/// Parameter words read per launch (PyTorch's elementwise kernels pass hundreds of bytes of
+/// sizes and strides after their data pointers).
+pub const WORDS_PER_LAUNCH: usize = 64;
+/// Launches remembered.
+const RING: usize = 4096;
+
+/// A kernel's parameters: (offset, size) in bytes of each, in order.
+pub type ParamLayout = Arc<[(u32, u32)]>;
+
+/// Parameter layouts by function (host stub or CUfunction), asked of the driver once each;
+/// `None` kept for one it cannot say (a driver before CUDA 12.4).
+#[derive(Default)]
+pub struct ParamLayouts {
+    layouts: Mutex<HashMap<u64, Option<ParamLayout>>>,
+}
+
+impl ParamLayouts {
+    /// The layout of `func`, asking `resolve` the first time.
+    pub fn get(&self, func: u64, resolve: impl FnOnce() -> Option<Vec<(u32, u32)>>) -> Option<ParamLayout> {
+        if let Some(known) = self.layouts.lock().get(&func) {
+            return known.clone();
+        }
+        let layout: Option<ParamLayout> = resolve().filter(|l| !l.is_empty()).map(Into::into);
+        self.layouts.lock().insert(func, layout.clone());
+        layout
+    }
+
+    /// A table with the same layouts (a forked child's copy: the same code is loaded).
+    pub fn copy(&self) -> Self {
+        Self { layouts: Mutex::new(self.layouts.lock().clone()) }
+    }
+}
+
+/// The byte offsets, from the start of the parameter buffer, of the words worth reading: every
+/// 8-byte-aligned word inside a parameter of 8 bytes or more, at most `WORDS_PER_LAUNCH`, each
+/// with its parameter's index and its offset within the parameter.
+pub fn pointer_words(layout: &[(u32, u32)]) -> impl Iterator<Item = (usize, u64)> + '_ {
+    layout
+        .iter()
+        .enumerate()
+        .filter(|(_, &(offset, size))| size >= 8 && offset % 8 == 0)
+        .flat_map(|(i, &(_, size))| (0..u64::from(size / 8)).map(move |k| (i, k * 8)))
+        .take(WORDS_PER_LAUNCH)
+}
+
+/// A launch's pointers into live allocations, by its sequence number: a ring that takes no lock. A slot
+/// is marked invalid (0) while it is written, then given its launch's number.
+pub struct LaunchTouches {
+    slots: Box<[Slot]>,
+}
+
+struct Slot {
+    seq: AtomicU64,
+    pointers: [AtomicU64; TOUCHED_PER_LAUNCH],
+}
+
+impl Default for LaunchTouches {
+    fn default() -> Self {
+        Self { slots: (0..RING).map(|_| Slot { seq: AtomicU64::new(0), pointers: Default::default() }).collect() }
+    }
+}
+
+impl LaunchTouches {
+    pub fn record(&self, seq: u64, pointers: &[u64]) {
+        let slot = &self.slots[(seq % RING as u64) as usize];
+        slot.seq.store(0, Ordering::Release);
+        for (i, p) in slot.pointers.iter().enumerate() {
+            p.store(pointers.get(i).copied().unwrap_or(0), Ordering::Relaxed);
+        }
+        slot.seq.store(seq, Ordering::Release);
+    }
+
+    /// The pointers launch `seq` was given (0 for none), while it is remembered (and not
+    /// rewritten meanwhile).
+    pub fn touched(&self, seq: u64) -> Option<[u64; TOUCHED_PER_LAUNCH]> {
+        let slot = &self.slots[(seq % RING as u64) as usize];
+        if seq == 0 || slot.seq.load(Ordering::Acquire) != seq {
+            return None;
+        }
+        let pointers = std::array::from_fn(|i| slot.pointers[i].load(Ordering::Relaxed));
+        (slot.seq.load(Ordering::Acquire) == seq).then_some(pointers)
+    }
+}
+
+/// When each operand was last seen holding no NaN/Inf (a scan found it finite), by its
+/// address: the launches before that did not make a NaN found there later.
+#[derive(Default)]
+pub struct FiniteSeen {
+    last: Mutex<std::collections::BTreeMap<u64, u64>>,
+}
+
+impl FiniteSeen {
+    pub fn note(&self, ptr: u64, seq: u64) {
+        let mut last = self.last.lock();
+        let entry = last.entry(ptr).or_insert(0);
+        *entry = (*entry).max(seq);
+    }
+
+    /// The call at which the operand at `ptr` was last seen finite (0: never).
+    pub fn last(&self, ptr: u64) -> u64 {
+        self.last.lock().get(&ptr).copied().unwrap_or(0)
+    }
+
+    /// What was seen in a freed allocation goes with it (the memory may be handed out again).
+    pub fn forget(&self, base: u64, size: u64) {
+        let mut last = self.last.lock();
+        if last.is_empty() {
+            return;
+        }
+        let gone: Vec<u64> = last.range(base..base.saturating_add(size.max(1))).map(|(p, _)| *p).collect();
+        for p in gone {
+            last.remove(&p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_words_are_the_aligned_words_of_parameters_of_eight_bytes_or_more() {
+        // fill(float *data, float value, int n); fill_struct({float *data; long long n;}, float)
+        assert_eq!(pointer_words(&[(0, 8), (8, 4), (12, 4)]).collect::<Vec<_>>(), [(0, 0)]);
+        assert_eq!(pointer_words(&[(0, 16), (16, 4)]).collect::<Vec<_>>(), [(0, 0), (0, 8)]);
+        // An int first puts the pointer after it at offset 8; a misaligned one is no pointer.
+        assert_eq!(pointer_words(&[(0, 4), (8, 8), (20, 8)]).collect::<Vec<_>>(), [(1, 0)]);
+        // A huge struct is read up to the cap.
+        assert_eq!(pointer_words(&[(0, 4096)]).count(), WORDS_PER_LAUNCH);
+    }
+
+    #[test]
+    fn a_launchs_touches_are_found_by_its_number_until_its_slot_is_reused() {
+        let t = LaunchTouches::default();
+        t.record(7, &[0x1000, 0x2000]);
+        assert_eq!(t.touched(7), Some([0x1000, 0x2000, 0, 0]));
+        assert_eq!(t.touched(8), None);
+        t.record(7 + RING as u64, &[0x3000]);
+        assert_eq!(t.touched(7), None, "overwritten by a later launch");
+    }
+
+    #[test]
+    fn layouts_are_asked_once_per_function_and_finite_sightings_only_move_forward() {
+        let layouts = ParamLayouts::default();
+        let mut asked = 0;
+        for _ in 0..3 {
+            assert_eq!(
+                layouts
+                    .get(0x10, || {
+                        asked += 1;
+                        Some(vec![(0, 8)])
+                    })
+                    .as_deref(),
+                Some(&[(0u32, 8u32)][..])
+            );
+        }
+        assert_eq!(asked, 1);
+        assert_eq!(layouts.get(0x20, || None), None);
+        let seen = FiniteSeen::default();
+        seen.note(0x1000, 9);
+        seen.note(0x1000, 4);
+        assert_eq!(seen.last(0x1000), 9);
+        seen.note(0x1800, 3);
+        seen.note(0x3000, 3);
+        seen.forget(0x1000, 0x1000);
+        assert_eq!((seen.last(0x1000), seen.last(0x1800), seen.last(0x3000)), (0, 0, 3));
+    }
+}
