@@ -366,6 +366,24 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
                 },
             )
         }
+        FaultKind::NonfiniteOrigin => {
+            let kernel = fault.args.get("kernel").and_then(|k| k.as_str()).unwrap_or("this kernel");
+            let mut s = match program {
+                Program::Native => steps(&[
+                    "Look at this kernel's arithmetic on its inputs: a division by zero, log or sqrt of a non-positive number, an overflow of its type.",
+                    "compute-sanitizer --tool memcheck rules out an out-of-range read that brought in garbage.",
+                ]),
+                _ => steps(&[
+                    "The Python line above launched it: check that operation's inputs (a log or division of a bad value, a norm of zero, an fp16/bf16 overflow: try float32 there, or a smaller learning rate).",
+                    "torch.autograd.set_detect_anomaly(True) names the backward op when the kernel is in the backward pass.",
+                ]),
+            };
+            s.push(format!("A kernel that writes -inf or NaN on purpose (an attention mask) is kept out with CUBLASGUARD_IGNORE='kernel={kernel}'."));
+            (
+                format!("{kernel} made the first NaN/Inf of the run in memory a guarded call uses: this is the origin; the cuBLAS calls that consumed it later only passed it on"),
+                s,
+            )
+        }
         FaultKind::InvalidHandle => (
             "the cuBLAS handle is not a live one: never created, destroyed already, or inherited across fork".into(),
             steps(&["Create the handle with cublasCreate in this process and destroy it only after the last call that uses it."]),

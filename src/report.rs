@@ -170,7 +170,7 @@ pub fn merge(loaded: &[Loaded]) -> Vec<Entry<'_>> {
             let l = &loaded[li];
             let f = &l.trace.faults[fi];
             let earlier = first_nonfinite.get(&li).copied();
-            if matches!(f.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput) {
+            if matches!(f.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput | FaultKind::NonfiniteOrigin) {
                 first_nonfinite.entry(li).or_insert(f.seq);
             }
             let propagated_from = earlier.filter(|_| f.kind == FaultKind::NonfiniteInput);
@@ -400,6 +400,44 @@ fn operand_text(o: &trace::Operand) -> String {
         s.push_str(": not scanned");
     }
     s
+}
+
+/// Non-finite values seen by several processes (ranks): the fault where they were first made,
+/// the earliest origin (`nonfinite_origin`), else the earliest produced NaN/Inf
+/// (`nonfinite_output`). `None` with a single process, or nothing made anywhere.
+fn nonfinite_maker<'e, 'a>(entries: &'e [Entry<'a>]) -> Option<&'e Entry<'a>> {
+    let nonfinite = |e: &&Entry| matches!(e.fault.kind, FaultKind::NonfiniteOrigin | FaultKind::NonfiniteOutput | FaultKind::NonfiniteInput);
+    let processes: std::collections::BTreeSet<usize> = entries.iter().filter(nonfinite).map(|e| e.source).collect();
+    if processes.len() < 2 {
+        return None;
+    }
+    let earliest = |kind: FaultKind| entries.iter().filter(|e| e.fault.kind == kind).min_by_key(|e| e.fault.time_ns);
+    earliest(FaultKind::NonfiniteOrigin).or_else(|| earliest(FaultKind::NonfiniteOutput))
+}
+
+/// "NaN/Inf first made in pid 12 rank 1 on host at 12:00:01.250 UTC: ...; rank 0, rank 2 only
+/// consumed it".
+fn nonfinite_maker_line(entries: &[Entry], maker: &Entry) -> String {
+    let f = maker.fault;
+    let what = match f.args.get("kernel").and_then(|k| k.as_str()) {
+        Some(kernel) => format!("kernel {kernel}, launched at {} #{}", f.api, f.seq),
+        None => format!("{} #{} ({})", f.api, f.seq, maker.kind),
+    };
+    let mut consumers: Vec<String> = Vec::new();
+    for e in entries.iter().filter(|e| e.source != maker.source && e.fault.kind == FaultKind::NonfiniteInput) {
+        let name = match e.rank {
+            Some(r) => format!("rank {r}"),
+            None => format!("pid {}", e.pid),
+        };
+        let makes = entries.iter().any(|x| x.source == e.source && matches!(x.fault.kind, FaultKind::NonfiniteOrigin | FaultKind::NonfiniteOutput));
+        if !makes && !consumers.contains(&name) {
+            consumers.push(name);
+        }
+    }
+    let secs = f.time_ns / 1_000_000_000;
+    let time = format!("{:02}:{:02}:{:02}.{:03} UTC", secs / 3600 % 24, secs / 60 % 60, secs % 60, f.time_ns / 1_000_000 % 1000);
+    let tail = if consumers.is_empty() { String::new() } else { format!("; {} only consumed it", consumers.join(", ")) };
+    format!("NaN/Inf first made in {} at {time}: {what}{tail}", who(maker))
 }
 
 fn who(e: &Entry) -> String {
@@ -856,7 +894,15 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool, limit: Option<usize>) ->
     let line =
         format!("First fault: {} #{} in {} ({})", doc.c(&first.fault.api), first.fault.seq, doc.t(&who(first)), doc.c(&first.trace.display().to_string()));
     doc.para(&line);
-    let causes = causes(entries);
+    let mut causes = causes(entries);
+    if let Some(maker) = nonfinite_maker(entries) {
+        // Several processes saw NaN/Inf: the one that made it leads, whatever the clocks say.
+        if let Some(at) = causes.iter().position(|c| std::ptr::eq(c.entry, maker)) {
+            let first = causes.remove(at);
+            causes.insert(0, first);
+        }
+        doc.para(&doc.t(&nonfinite_maker_line(entries, maker)));
+    }
     let shown = limit.unwrap_or(usize::MAX).min(causes.len());
     for (i, cause) in causes.iter().take(shown).enumerate() {
         cause_entry(&mut doc, i + 1, cause, limit.is_none());
@@ -994,6 +1040,13 @@ fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
         (None, None) => {}
     }
     doc.item(&format!("probable cause: {}", doc.t(&cause_shown(f, &d.cause))));
+    if f.kind == FaultKind::NonfiniteOrigin {
+        // Where it went next: the first guarded call that consumed it, in the layer's terms.
+        if let Some(next) = cause.followers.iter().find(|x| x.relation == Some(Relation::Propagated)) {
+            let layer = next.diagnosis.layer.as_deref().map(|l| format!(" ({l})")).unwrap_or_default();
+            doc.item(&format!("first consumed by: {} #{}{}", doc.c(&next.fault.api), next.fault.seq, doc.t(&layer)));
+        }
+    }
     for line in &d.gpu_context {
         doc.item(&format!("gpu: {}", doc.t(line)));
     }

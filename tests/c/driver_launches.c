@@ -12,7 +12,12 @@
  *   driver_launches ptsz     fill(A, NaN) by cuLaunchKernel_ptsz on the NULL stream
  *   driver_launches runtime  a runtime kernel (registered as nvcc's code does) writes NaN into A
  *   driver_launches refill   fill(A, 2), a GEMM reads A (finite), fill(A, NaN), fill(B, 3), a
- *                            GEMM reads A: only the second fill of A wrote the NaN */
+ *                            GEMM reads A: only the second fill of A wrote the NaN
+ *   driver_launches mask     as refill, the second fill of A writing -inf (an attention mask)
+ *   driver_launches lower    a GEMM reads A (finite), fill(A, NaN), a GEMM, fill(A, 2) over
+ *                            half of A (fewer NaN), a GEMM
+ *   driver_launches runtime_origin  a GEMM reads A (finite), then the runtime kernel fill_nan
+ *                            writes NaN into A, and a GEMM reads it */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -111,13 +116,28 @@ int main(int argc, char **argv) {
         void *args[] = {&a, &n};
         dim3 grid = {1, 1, 1}, block = {32, 1, 1};
         printf("launch=%d\n", cudaLaunchKernel((const void *)fill_nan, grid, block, args, 0, NULL));
-    } else if (!strcmp(mode, "refill")) {
+    } else if (!strcmp(mode, "refill") || !strcmp(mode, "mask")) {
         float two = 2, three = 3;
+        if (!strcmp(mode, "mask")) value = -INFINITY;
         void *first[] = {&a, &two, &n}, *other[] = {&b, &three, &n};
         printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, first, NULL));
         printf("sgemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2, b, 2, &zero, c, 2));
         printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
         printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, other, NULL));
+    } else if (!strcmp(mode, "lower")) {
+        float two = 2;
+        int half = 2;
+        void *lower[] = {&a, &two, &half};
+        printf("sgemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2, b, 2, &zero, c, 2));
+        printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
+        printf("sgemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2, b, 2, &zero, c, 2));
+        printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, lower, NULL));
+    } else if (!strcmp(mode, "runtime_origin")) {
+        __cudaRegisterFunction(NULL, (const char *)fill_nan, (char *)"_Z8fill_nanPfi", "_Z8fill_nanPfi", -1, NULL, NULL, NULL, NULL, NULL);
+        printf("sgemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2, b, 2, &zero, c, 2));
+        void *args[] = {&a, &n};
+        dim3 grid = {1, 1, 1}, block = {32, 1, 1};
+        printf("launch=%d\n", cudaLaunchKernel((const void *)fill_nan, grid, block, args, 0, NULL));
     } else if (!strcmp(mode, "ptsz")) {
         printf("launch=%d\n", ((launch_fn)sym(cuda, "cuLaunchKernel_ptsz"))(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
     } else {

@@ -33,6 +33,7 @@ mod jax;
 mod launcher;
 mod launches;
 mod layers;
+mod nan_origin;
 mod nvidia;
 mod nvml_standin;
 mod pytorch;

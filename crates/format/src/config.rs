@@ -126,6 +126,10 @@ pub struct Config {
     /// CUBLASGUARD_LAUNCH_BREADCRUMBS=1 (with CUBLASGUARD_SYNC=deferred): a breadcrumb after
     /// every recorded kernel launch too, which pins a faulting kernel without synchronising.
     pub launch_breadcrumbs: bool,
+    /// CUBLASGUARD_NAN_ORIGIN=1: after every kernel launch, the memory guarded calls read or
+    /// wrote that the launch points into is scanned, and the first launch to make NaN/Inf
+    /// there is recorded as its origin (a mode for a rerun, as CUDA_LAUNCH_BLOCKING is).
+    pub nan_origin: bool,
     /// CUBLASGUARD_NVML=0: the GPU's health is not read (NVML is never loaded).
     pub nvml: bool,
     /// CUBLASGUARD_KERNEL_LOG: where the kernel log's Xid lines are read at a fault (the
@@ -217,6 +221,7 @@ impl Default for Config {
             exit_summary: true,
             sync: SyncMode::Gemm,
             launch_breadcrumbs: false,
+            nan_origin: false,
             nvml: true,
             kernel_log: DEFAULT_KERNEL_LOG.into(),
             ignore: Vec::new(),
@@ -321,6 +326,13 @@ impl Config {
                 "1" | "on" | "yes" | "true" => config.launch_breadcrumbs = true,
                 "0" | "off" | "no" | "false" | "" => config.launch_breadcrumbs = false,
                 _ => reject("CUBLASGUARD_LAUNCH_BREADCRUMBS", &v, "not 1 or 0".into(), "0"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_NAN_ORIGIN") {
+            match v.trim() {
+                "1" | "on" | "yes" | "true" => config.nan_origin = true,
+                "0" | "off" | "no" | "false" | "" => config.nan_origin = false,
+                _ => reject("CUBLASGUARD_NAN_ORIGIN", &v, "not 1 or 0".into(), "0"),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_NVML") {

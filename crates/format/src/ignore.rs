@@ -4,8 +4,9 @@
 //!
 //! Rules are separated by `;`; a rule is a comma list of `key=value`, all of which must match:
 //! `kind` (a fault kind, `nonfinite_input`), `api` (`cublasGemmEx`), `operand` (`A`: the operand
-//! the fault is about), `m`, `n`, `k`, and `py` (a `file:line` or a file name suffix matched
-//! against the fault's Python frames).
+//! the fault is about), `m`, `n`, `k`, `py` (a `file:line` or a file name suffix matched
+//! against the fault's Python frames), and `kernel` (the launched kernel's name, or its start:
+//! a kernel that writes `-inf` into attention masks on purpose, in origin mode).
 
 use crate::trace::{Fault, FaultKind};
 
@@ -20,6 +21,7 @@ pub struct IgnoreRule {
     n: Option<i64>,
     k: Option<i64>,
     py: Option<String>,
+    kernel: Option<String>,
 }
 
 fn kind_named(name: &str) -> Option<FaultKind> {
@@ -45,7 +47,8 @@ impl IgnoreRule {
                 "n" => rule.n = Some(number()?),
                 "k" => rule.k = Some(number()?),
                 "py" => rule.py = Some(value.to_string()),
-                other => return Err(format!("unknown key '{other}' (known: kind, api, operand, m, n, k, py)")),
+                "kernel" => rule.kernel = Some(value.to_string()),
+                other => return Err(format!("unknown key '{other}' (known: kind, api, operand, m, n, k, py, kernel)")),
             }
             any = true;
         }
@@ -68,6 +71,7 @@ impl IgnoreRule {
             && self.m.is_none_or(|m| arg("m") == Some(m))
             && self.n.is_none_or(|n| arg("n") == Some(n))
             && self.k.is_none_or(|k| arg("k") == Some(k))
+            && self.kernel.as_ref().is_none_or(|name| fault.args.get("kernel").and_then(|v| v.as_str()).is_some_and(|k| k.starts_with(name.as_str())))
             && self
                 .py
                 .as_ref()
@@ -165,5 +169,17 @@ mod tests {
         assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(problems[0].contains("color=blue") && problems[0].contains("unknown key"), "{}", problems[0]);
         assert!(IgnoreRule::parse(" , ").is_err(), "an empty rule would ignore everything");
+    }
+
+    #[test]
+    fn a_kernel_rule_matches_the_launched_kernels_name_or_its_start() {
+        let mut f = sample_fault(9);
+        f.kind = FaultKind::NonfiniteOrigin;
+        f.api = "cuLaunchKernel".into();
+        f.args.insert("kernel", "triton_per_fused_masked_fill_0".to_string());
+        assert!(IgnoreRule::parse("kernel=triton_per_fused_masked_fill").unwrap().matches(&f));
+        assert!(IgnoreRule::parse("kind=nonfinite_origin,kernel=triton_per_fused_masked_fill_0").unwrap().matches(&f));
+        assert!(!IgnoreRule::parse("kernel=softmax").unwrap().matches(&f));
+        assert!(!IgnoreRule::parse("kernel=triton").unwrap().matches(&nan_in_a()), "a fault without a kernel never matches");
     }
 }

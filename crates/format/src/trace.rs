@@ -241,6 +241,9 @@ named_enum! {
         InitFailed = "init_failed",
         /// An operand in memory the program freed earlier.
         UseAfterFree = "use_after_free",
+        /// CUBLASGUARD_NAN_ORIGIN: the kernel launch after which memory a guarded call uses
+        /// first held NaN/Inf (the origin of the run's non-finite values there).
+        NonfiniteOrigin = "nonfinite_origin",
     }
     written_only {
         /// A kind this build does not know (a newer guard wrote it): the reader keeps its name

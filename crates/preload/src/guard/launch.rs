@@ -290,8 +290,8 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
     }
     let recorded = CallArgs::Launch { func, grid: grid.array(), block: block.array(), shared, stream };
     call.record(status, recorded);
+    let (pointers, n) = if status == cuda::CUDA_SUCCESS { touched_pointers(call, func, source) } else { ([0; TOUCHED_PER_LAUNCH], 0) };
     if status == cuda::CUDA_SUCCESS {
-        let (pointers, n) = touched_pointers(call, func, source);
         s.launch_touches.record(call.seq, &pointers[..n]);
     }
     let kernel = || s.kernels.name(func, |f| call.outlet.kernel_name(f));
@@ -315,11 +315,13 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
         call.report(fault);
         return status;
     }
-    if s.config.launch_breadcrumbs && !s.config.sync.synchronises_calls() {
+    // Origin mode synchronises after every launch, as launches mode does, then scans.
+    let origin = s.config.nan_origin;
+    if s.config.launch_breadcrumbs && !s.config.sync.synchronises_calls() && !origin {
         leave_breadcrumb(call, stream, recorded);
         return status;
     }
-    if !s.config.sync.synchronises_launches() {
+    if !s.config.sync.synchronises_launches() && !origin {
         return status;
     }
     // The capture query comes first (a synchronisation would break a capture); it fails with
@@ -331,7 +333,13 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
         Ok(true) | Err(_) => return status,
     };
     match pending {
-        0 => s.note_clean_sync(call.seq),
+        0 => {
+            s.note_clean_sync(call.seq);
+            if origin {
+                let launched = super::origin::Launched { kernel: &kernel, args: recorded, stream };
+                super::origin::after_launch(call, &launched, &pointers[..n]);
+            }
+        }
         code if s.known_error().map(|k| k.code) == Some(code) => {}
         code => {
             s.note_error(code, call.seq);

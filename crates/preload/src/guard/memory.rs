@@ -72,6 +72,7 @@ fn release(call: &Call<'_, c_int>, ptr: *mut c_void, stream: Option<Stream>) -> 
     if let Some(a) = was_tracked {
         s.allocations.remove(base);
         s.finite_seen.forget(a.base, a.size);
+        s.watched.forget(a.base, a.size);
     }
     let status = call.forward();
     let stream = stream.map(|st| st as u64);

@@ -15,6 +15,7 @@ pub(crate) mod launch;
 pub(crate) mod lt;
 pub(crate) mod memory;
 pub(crate) mod operand_call;
+pub(crate) mod origin;
 pub(crate) mod parameters;
 pub(crate) mod sync;
 

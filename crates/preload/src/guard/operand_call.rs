@@ -131,6 +131,9 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             s.add_scan_time(call.outlet.now_ns().saturating_sub(scan_started));
         }
         call.record_scanned(returned, record, checks.nan);
+        if s.config.nan_origin {
+            super::origin::watch_operands(call, &check);
+        }
         if checks.nan {
             // What the scans found finite: a NaN found there later was written since.
             for o in check.operands.iter().flatten() {

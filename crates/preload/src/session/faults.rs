@@ -96,7 +96,7 @@ impl FaultLog {
 
     pub fn add(&self, config: &Config, fault: Fault, path: &str, now_ns: u64) -> Recorded {
         // The first NaN/Inf fault's call, if this one is a later NaN/Inf fault.
-        let earlier_nonfinite = matches!(fault.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput)
+        let earlier_nonfinite = matches!(fault.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput | FaultKind::NonfiniteOrigin)
             .then(|| self.first_nonfinite.compare_exchange(0, fault.seq.max(1), Ordering::Relaxed, Ordering::Relaxed).err())
             .flatten();
         let lines = match earlier_nonfinite {

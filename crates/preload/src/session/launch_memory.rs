@@ -140,15 +140,91 @@ impl FiniteSeen {
 
     /// What was seen in a freed allocation goes with it (the memory may be handed out again).
     pub fn forget(&self, base: u64, size: u64) {
-        let mut last = self.last.lock();
-        if last.is_empty() {
-            return;
+        remove_range(&mut self.last.lock(), base, size);
+    }
+}
+
+/// Removes the entries keyed inside `[base, base + size)` (a freed allocation's).
+fn remove_range<V>(map: &mut std::collections::BTreeMap<u64, V>, base: u64, size: u64) {
+    if map.is_empty() {
+        return;
+    }
+    let gone: Vec<u64> = map.range(base..base.saturating_add(size.max(1))).map(|(k, _)| *k).collect();
+    for k in gone {
+        map.remove(&k);
+    }
+}
+
+/// Regions origin mode watches (CUBLASGUARD_NAN_ORIGIN): the operands guarded calls read or
+/// wrote, with their type and the non-finite count last seen there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub ptr: u64,
+    pub bytes: u64,
+    pub dtype: crate::scan::DType,
+    /// NaN + Inf when last scanned; `None` before the first scan.
+    pub nonfinite: Option<u64>,
+    /// Held NaN/Inf before any launch the guard saw could have made it: never blamed.
+    pub tainted: bool,
+}
+
+/// Regions watched at most: the oldest go first.
+const MAX_REGIONS: usize = 4096;
+
+#[derive(Default)]
+pub struct Watched {
+    regions: Mutex<std::collections::BTreeMap<u64, Region>>,
+}
+
+impl Watched {
+    /// A guarded call's operand: watched from now on. `nonfinite`: what its scan found, if it
+    /// was scanned. NaN/Inf found by a guarded call where none was seen before was not made by
+    /// a launch the guard watched (a copy from the host, a library's own kernel): it is not
+    /// blamed on a later one.
+    pub fn watch(&self, ptr: u64, bytes: u64, dtype: crate::scan::DType, nonfinite: Option<u64>) {
+        let mut regions = self.regions.lock();
+        let region = regions.entry(ptr).or_insert(Region { ptr, bytes, dtype, nonfinite: None, tainted: false });
+        (region.bytes, region.dtype) = (bytes, dtype);
+        if let Some(n) = nonfinite {
+            if n > 0 && region.nonfinite.unwrap_or(0) == 0 {
+                region.tainted = true;
+            }
+            region.nonfinite = Some(n);
         }
-        let gone: Vec<u64> = last.range(base..base.saturating_add(size.max(1))).map(|(p, _)| *p).collect();
-        for p in gone {
-            last.remove(&p);
+        while regions.len() > MAX_REGIONS {
+            regions.pop_first();
         }
     }
+
+    /// The watched regions that start inside `[base, base + size)` (a launch's allocation).
+    pub fn inside(&self, base: u64, size: u64) -> Vec<Region> {
+        self.regions.lock().range(base..base.saturating_add(size.max(1))).map(|(_, r)| *r).take(16).collect()
+    }
+
+    /// Records a new scan of the region at `ptr`; the count it held before (`None`: never
+    /// scanned), and whether it is tainted.
+    pub fn rescanned(&self, ptr: u64, nonfinite: u64) -> Option<(Option<u64>, bool)> {
+        let mut regions = self.regions.lock();
+        let region = regions.get_mut(&ptr)?;
+        let before = (region.nonfinite, region.tainted);
+        region.nonfinite = Some(nonfinite);
+        if before.0.is_none() && nonfinite > 0 {
+            region.tainted = true;
+        }
+        Some(before)
+    }
+
+    /// A freed allocation's regions go with it.
+    pub fn forget(&self, base: u64, size: u64) {
+        remove_range(&mut self.regions.lock(), base, size);
+    }
+}
+
+/// Whether a region's new count makes the launch before it an origin: it held no NaN/Inf when
+/// last scanned (not never, not tainted) and holds some now. A count that only goes down (a
+/// kernel overwriting NaN with finite values) is no origin.
+pub fn is_origin(before: Option<u64>, tainted: bool, now: u64) -> bool {
+    !tainted && before == Some(0) && now > 0
 }
 
 #[cfg(test)]
@@ -174,6 +250,24 @@ mod tests {
         assert_eq!(t.touched(8), None);
         t.record(7 + RING as u64, &[0x3000]);
         assert_eq!(t.touched(7), None, "overwritten by a later launch");
+    }
+
+    #[test]
+    fn an_origin_is_a_region_that_was_finite_and_holds_nan_now_never_one_tainted_or_unscanned() {
+        use crate::scan::DType;
+        assert!(is_origin(Some(0), false, 3));
+        assert!(!is_origin(Some(4), false, 2), "fewer NaN: no origin");
+        assert!(!is_origin(Some(4), false, 6), "already non-finite");
+        assert!(!is_origin(None, false, 3), "never scanned before");
+        assert!(!is_origin(Some(0), true, 3), "tainted");
+        let w = Watched::default();
+        w.watch(0x1000, 64, DType::F32, Some(0));
+        w.watch(0x2000, 64, DType::F32, Some(2));
+        assert_eq!(w.rescanned(0x1000, 5), Some((Some(0), false)));
+        assert_eq!(w.rescanned(0x2000, 0), Some((Some(2), true)), "seen bad by a guarded call first");
+        assert_eq!(w.inside(0x1000, 0x1000).len(), 1);
+        w.forget(0x1000, 0x2000);
+        assert!(w.inside(0, u64::MAX).is_empty());
     }
 
     #[test]

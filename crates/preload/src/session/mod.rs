@@ -135,6 +135,8 @@ pub struct Session {
     pub launch_touches: launch_memory::LaunchTouches,
     /// When each allocation was last scanned and found finite.
     pub finite_seen: launch_memory::FiniteSeen,
+    /// CUBLASGUARD_NAN_ORIGIN: the memory guarded calls use, watched after every launch.
+    pub watched: launch_memory::Watched,
     /// The last call at which a synchronisation by the guard found the device clean: launches
     /// before it did not fault.
     last_clean_sync: AtomicU64,
@@ -196,6 +198,7 @@ impl Session {
             breadcrumbs: breadcrumbs::Breadcrumbs::default(),
             launch_touches: launch_memory::LaunchTouches::default(),
             finite_seen: launch_memory::FiniteSeen::default(),
+            watched: launch_memory::Watched::default(),
             last_clean_sync: AtomicU64::new(0),
             counts: CallCounts::new(inherited.hook_names, inherited.config.ignore.len()),
             faults: FaultLog::default(),

@@ -1,0 +1,135 @@
+//! Origin mode (`CUBLASGUARD_NAN_ORIGIN=1`, for a rerun, as `CUDA_LAUNCH_BLOCKING` is): the
+//! operands guarded calls read and write are watched, and after every kernel launch (its
+//! stream synchronised) the watched memory in the allocations its parameters point into is
+//! scanned. The first launch after which such memory holds NaN/Inf it did not hold at its last
+//! scan is the origin: a `nonfinite_origin` fault on that launch, with its kernel, grid, the
+//! memory and the first element, and (the fault being recorded on the launching thread) its
+//! Python frames. Memory that held NaN/Inf when first seen is never blamed, nor is a launch
+//! that only lowers the count.
+
+use std::ffi::c_int;
+
+use super::Call;
+use crate::check::operand_call::OperandCallCheck;
+use crate::check::Finding;
+use crate::scan::{self, MatrixScan};
+use crate::session::launch_memory::{is_origin, Region};
+use crate::trace::{hex, AllocationRecord, FaultKind, Operand, Position};
+use crate::validate::StoredShape;
+
+/// After a guarded call's checks: its operands (single matrices of a floating type, inside
+/// live memory) are watched from now on, with what their scans found.
+pub(crate) fn watch_operands(call: &Call<'_, i32>, check: &OperandCallCheck<'_>) {
+    let s = call.session;
+    for o in check.operands.iter().flatten() {
+        if !o.readable || o.spec.members.count() != 1 || !o.spec.dtype.is_float() || o.spec.triangle.is_some() {
+            continue;
+        }
+        let Some(bytes) = o.extent.filter(|b| *b > 0) else { continue };
+        s.watched.watch(o.spec.ptr, bytes, o.spec.dtype, o.scan.filter(|sc| !sc.sampled).map(|sc| sc.nan + sc.inf));
+    }
+}
+
+/// A launch, as the fault of its origin describes it.
+pub(crate) struct Launched<'a> {
+    pub kernel: &'a dyn Fn() -> String,
+    pub args: crate::recorder::CallArgs,
+    pub stream: u64,
+}
+
+/// After a launch whose stream the guard synchronised clean: the watched memory in the
+/// allocations its parameters point into is scanned, and memory that turned non-finite makes
+/// this launch its origin.
+pub(crate) fn after_launch(call: &Call<'_, c_int>, launched: &Launched<'_>, pointers: &[u64]) {
+    let s = call.session;
+    let allocations = call.allocations();
+    let mut bases: Vec<u64> = Vec::with_capacity(pointers.len());
+    for &p in pointers {
+        let Some(a) = allocations.containing(p) else { continue };
+        if bases.contains(&a.base) {
+            continue;
+        }
+        bases.push(a.base);
+        for region in s.watched.inside(a.base, a.size) {
+            let Some(found) = scan_region(call, &region, launched.stream) else { continue };
+            let now = found.nan + found.inf;
+            let Some((before, tainted)) = s.watched.rescanned(region.ptr, now) else { continue };
+            if is_origin(before, tainted, now) {
+                report(call, launched, &region, &found, a);
+            }
+        }
+    }
+}
+
+/// The region's NaN/Inf, on the device where the scan kernel runs, else copied to the host.
+fn scan_region(call: &Call<'_, c_int>, region: &Region, stream: u64) -> Option<MatrixScan> {
+    let elements = region.bytes / region.dtype.size()?;
+    let rows = i64::try_from(elements).ok().filter(|r| *r > 0)?;
+    let shape = StoredShape { rows, cols: 1, ld: rows };
+    if let Some(found) = call.device.scan_on_device(region.ptr, shape, region.dtype, stream) {
+        return Some(found);
+    }
+    struct Reader<'a> {
+        device: &'a dyn crate::check::Device,
+        stream: u64,
+    }
+    impl scan::DeviceReader for Reader<'_> {
+        fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
+            self.device.read(addr, out, self.stream)
+        }
+    }
+    let reader = Reader { device: call.device, stream };
+    let mut result = None;
+    call.device.with_scan_buffer(&mut |buf| result = scan::scan_matrix(&reader, region.ptr, shape, region.dtype, buf, u64::MAX).ok());
+    result
+}
+
+fn report(call: &Call<'_, c_int>, launched: &Launched<'_>, region: &Region, found: &MatrixScan, allocation: crate::state::Allocation) {
+    let kernel = (launched.kernel)();
+    let first = found.first_nonfinite.map(|(row, _)| row);
+    let mut what = Vec::new();
+    if found.nan > 0 {
+        what.push(format!("{} NaN", found.nan));
+    }
+    if found.inf > 0 {
+        what.push(format!("{} Inf", found.inf));
+    }
+    let offset = region.ptr - allocation.base;
+    let message = format!(
+        "{kernel} wrote {} into {} memory at {} (offset {offset} of the allocation at {}{}) that a guarded call uses and that held \
+         none at its last check: the first NaN/Inf there came from this launch (CUBLASGUARD_NAN_ORIGIN)",
+        what.join(" and "),
+        region.dtype.name(),
+        hex(region.ptr),
+        hex(allocation.base),
+        first.map(|i| format!("; first at element {i}")).unwrap_or_default(),
+    );
+    let mut fault = call.fault(Finding::new(FaultKind::NonfiniteOrigin, message), 0, "cudaSuccess");
+    fault.args = launched.args.to_args();
+    fault.args.insert("kernel", kernel);
+    fault.stream = Some(hex(launched.stream));
+    let elements = found.scanned_elements.max(1) as i64;
+    fault.operands = vec![Operand {
+        name: "written".into(),
+        ptr: hex(region.ptr),
+        dtype: region.dtype.name(),
+        rows: elements,
+        cols: 1,
+        ld: elements,
+        bytes: Some(region.bytes),
+        allocation: Some(AllocationRecord { base: hex(allocation.base), size: allocation.size, api: Some(allocation.api.to_string()) }),
+        member_allocation: None,
+        scanned: true,
+        sampled: found.sampled,
+        batch_count: None,
+        stride: None,
+        pointer_array: false,
+        bad_member: None,
+        scan_path: Some(if found.on_device { "device" } else { "host" }.into()),
+        not_checked: None,
+        nan: Some(found.nan),
+        inf: Some(found.inf),
+        first_nonfinite: first.map(|row| Position { row, col: 0 }),
+    }];
+    call.report(fault);
+}

@@ -1,0 +1,121 @@
+//! Origin mode (`CUBLASGUARD_NAN_ORIGIN=1`): the memory guarded calls use is watched, and the
+//! first kernel launch after which it holds NaN/Inf it did not hold is recorded as the origin
+//! (`nonfinite_origin`), on driver and runtime launches alike, from C and from Python; the
+//! report leads with it, also across ranks.
+
+use crate::common;
+
+use common::*;
+use cublasguard_format::trace::{FaultKind, Trace};
+
+fn driver_launches(mode: &str, env: &[(&str, &str)]) -> Run {
+    let program = build_c("driver_launches", &["driver_launches.c"], false);
+    run(Launch { env, ..Launch::new(&program, &[mode]) })
+}
+
+const ORIGIN: (&str, &str) = ("CUBLASGUARD_NAN_ORIGIN", "1");
+
+fn origins(t: &Trace) -> Vec<&cublasguard_format::trace::Fault> {
+    faults_of(t, FaultKind::NonfiniteOrigin)
+}
+
+#[test]
+fn origin_mode_names_the_launch_that_first_made_nan_in_memory_a_gemm_reads() {
+    // fill(A, 2), a GEMM reads A, fill(A, NaN), fill(B, 3), a GEMM consumes A's NaN.
+    let run = driver_launches("refill", &[ORIGIN]);
+    let t = run.trace();
+    let fills: Vec<u64> = t.recent_calls.iter().filter(|c| c.api == "cuLaunchKernel").map(|c| c.seq).collect();
+    let found = origins(&t);
+    assert_eq!(found.len(), 1, "{:#?}", t.faults);
+    let o = found[0];
+    assert_eq!((o.api.as_str(), o.seq), ("cuLaunchKernel", fills[1]));
+    assert_eq!(o.args["kernel"], "fill");
+    let written = &o.operands[0];
+    assert_eq!((written.nan, written.first_nonfinite.map(|p| p.row)), (Some(4), Some(0)));
+    // The GEMM that consumed it follows, as propagation; the report leads with the origin.
+    let consumed = faults_of(&t, FaultKind::NonfiniteInput);
+    assert_eq!(consumed.len(), 1);
+    assert!(consumed[0].seq > o.seq);
+    let out = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.find("[1] ").map(|i| &text[i..]).unwrap_or("");
+    assert!(first.starts_with(&format!("[1] cuLaunchKernel #{}: nonfinite_origin", fills[1])), "{text}");
+    assert!(text.contains(&format!("first consumed by: cublasSgemm_v2 #{}", consumed[0].seq)), "{text}");
+    assert!(text.contains("propagated from"), "{text}");
+    // A runtime launch (a kernel registered as nvcc's code registers it) is an origin too.
+    let t = driver_launches("runtime_origin", &[ORIGIN]).trace();
+    let found = origins(&t);
+    assert_eq!(found.len(), 1, "{:#?}", t.faults);
+    assert_eq!((found[0].api.as_str(), &found[0].args["kernel"]), ("cudaLaunchKernel", &"fill_nan(float*, int)".into()));
+}
+
+#[test]
+fn without_origin_mode_no_launch_is_scanned_or_blamed() {
+    let t = driver_launches("refill", &[]).trace();
+    assert!(origins(&t).is_empty(), "{:#?}", t.faults);
+}
+
+#[test]
+fn a_kernel_that_only_lowers_the_nan_count_is_no_origin() {
+    let t = driver_launches("lower", &[ORIGIN]).trace();
+    let launches: Vec<u64> = t.recent_calls.iter().filter(|c| c.api == "cuLaunchKernel").map(|c| c.seq).collect();
+    let found: Vec<u64> = origins(&t).iter().map(|f| f.seq).collect();
+    assert_eq!(found, [launches[0]], "only the NaN fill, not the one that overwrote half of it: {:#?}", t.faults);
+}
+
+#[test]
+fn memory_that_held_nan_when_first_seen_is_not_blamed() {
+    // fill(A, NaN) before any guarded call read A: the GEMM finds A already bad.
+    let t = driver_launches("ex", &[ORIGIN]).trace();
+    assert!(origins(&t).is_empty(), "{:#?}", t.faults);
+    assert_eq!(faults_of(&t, FaultKind::NonfiniteInput).len(), 1);
+}
+
+#[test]
+fn a_kernel_rule_keeps_a_mask_writer_out_and_counts_it() {
+    // The second fill writes -inf, as an attention mask does.
+    let t = driver_launches("mask", &[ORIGIN]).trace();
+    assert_eq!(origins(&t).len(), 1, "without a rule it is an origin: {:#?}", t.faults);
+    let t = driver_launches("mask", &[ORIGIN, ("CUBLASGUARD_IGNORE", "kernel=fill")]).trace();
+    assert!(origins(&t).is_empty(), "{:#?}", t.faults);
+    assert_eq!(t.summary.ignored_faults.get("kernel=fill"), Some(&1), "{:?}", t.summary.ignored_faults);
+}
+
+#[test]
+fn a_python_origin_names_the_line_that_launched_it() {
+    let script = manifest_dir().join("tests/python/origin_line.py");
+    let script_s = script.display().to_string();
+    let python = std::path::PathBuf::from("python3");
+    let path = std::env::var("PATH").unwrap_or_default();
+    let env = [("PATH", path.as_str()), ORIGIN];
+    let run = run(Launch { env: &env, ..Launch::new(&python, &[&script_s]) });
+    assert!(run.stdout().contains("launch 0"), "{}\n{}", run.stdout(), run.stderr());
+    let t = run.trace();
+    let found = origins(&t);
+    assert_eq!(found.len(), 1, "{:#?}", t.faults);
+    let line = std::fs::read_to_string(&script).unwrap().lines().position(|l| l.contains("# FRAME origin")).unwrap() as u32 + 1;
+    let top = found[0].python_stack.first().expect("Python frames");
+    assert_eq!((top.file.as_str(), top.line, top.function.as_str()), (script_s.as_str(), line, "normalise"));
+}
+
+#[test]
+fn the_merged_report_of_ranks_names_the_rank_that_made_the_nan_before_those_that_consumed_it() {
+    let dir = temp_dir("origin-ranks");
+    let program = build_c("driver_launches", &["driver_launches.c"], false);
+    let scenarios = scenarios();
+    let pattern = dir.join("trace-%r.json").display().to_string();
+    // Rank 1 makes the NaN (and consumes it); ranks 0, 2 and 3 only consume NaN, later (as
+    // after an all-reduce).
+    for (rank, program, args) in [("1", &program, "refill"), ("0", &scenarios, "nan_a"), ("2", &scenarios, "nan_a"), ("3", &scenarios, "nan_a")] {
+        let env = [ORIGIN, ("RANK", rank), ("WORLD_SIZE", "4"), ("CUBLASGUARD_TRACE", pattern.as_str())];
+        let r = run(Launch { env: &env, trace: false, ..Launch::new(program, &[args]) });
+        assert!(r.output.status.success(), "rank {rank}: {}", r.stderr());
+    }
+    let out = std::process::Command::new(cli()).arg("report").arg(&dir).output().expect("report");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("NaN/Inf first made in pid") && text.contains("rank 1 on"), "{text}");
+    assert!(text.contains("kernel fill, launched at cuLaunchKernel #"), "{text}");
+    assert!(text.contains("rank 0, rank 2, rank 3 only consumed it"), "{text}");
+    let first = text.find("[1] ").map(|i| &text[i..]).unwrap_or("");
+    assert!(first.starts_with("[1] cuLaunchKernel #") && first.lines().next().is_some_and(|l| l.contains("rank 1")), "{text}");
+}
