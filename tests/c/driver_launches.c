@@ -16,6 +16,8 @@
  *   driver_launches mask     as refill, the second fill of A writing -inf (an attention mask)
  *   driver_launches lower    a GEMM reads A (finite), fill(A, NaN), a GEMM, fill(A, 2) over
  *                            half of A (fewer NaN), a GEMM
+ *   driver_launches loop N   N times: fill(A, 1) by cuLaunchKernel, a GEMM reads A (for the
+ *                            cost of recording launches and of origin mode, BENCHMARKS.md)
  *   driver_launches runtime_origin  a GEMM reads A (finite), then the runtime kernel fill_nan
  *                            writes NaN into A, and a GEMM reads it */
 #include <dlfcn.h>
@@ -124,6 +126,14 @@ int main(int argc, char **argv) {
         printf("sgemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2, b, 2, &zero, c, 2));
         printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
         printf("launch=%d\n", launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, other, NULL));
+    } else if (!strcmp(mode, "loop")) {
+        long count = argc > 2 ? atol(argv[2]) : 1000;
+        value = 1;
+        for (long i = 0; i < count; i++) {
+            launch(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL);
+            cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2, b, 2, &zero, c, 2);
+        }
+        printf("loop=%ld\n", count);
     } else if (!strcmp(mode, "lower")) {
         float two = 2;
         int half = 2;
