@@ -5,8 +5,8 @@
 #     bash scripts/gpu-check.sh
 # It runs examples/train.py and examples/gpt.py (a GPT-2-small step) with each injected fault
 # under the guard and checks each trace for the expected fault and call; times the same
-# train.py steps eight ways (bare; the guard's default checks; args only; CUBLASGUARD_SYNC=deferred
-# with and without the scan; CUDA_LAUNCH_BLOCKING=1; set_detect_anomaly; compute-sanitizer
+# train.py steps nine ways (bare; the guard's default checks; args only; CUBLASGUARD_SYNC=deferred
+# with and without the scan; origin mode, CUBLASGUARD_NAN_ORIGIN=1; CUDA_LAUNCH_BLOCKING=1; set_detect_anomaly; compute-sanitizer
 # memcheck where it runs) and the GPT-2 step seven ways (bare; the default checks; the scan off,
 # args,bounds,sync; deferred with and without the scan; CUDA_LAUNCH_BLOCKING=1; anomaly mode),
 # each as a ratio to bare; checks breadcrumbs on the GPU (tests/c/breadcrumb_check.cu, built
@@ -216,6 +216,7 @@ timed() { # key, way, the command...: one run, its time appended to times[key:wa
     scan-off) CUBLASGUARD_CHECKS=args,bounds,sync CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
     deferred) CUBLASGUARD_SYNC=deferred CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
     deferred-scan-off) CUBLASGUARD_SYNC=deferred CUBLASGUARD_CHECKS=args,bounds,sync CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
+    origin) CUBLASGUARD_NAN_ORIGIN=1 CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
     blocking) CUDA_LAUNCH_BLOCKING=1 timeout "$limit" "$@" ;;
     anomaly) timeout "$limit" "$@" --anomaly ;;
     sanitizer) timeout "$limit" compute-sanitizer --tool memcheck --print-limit 1 "$@" ;;
@@ -250,14 +251,14 @@ time_rows() { # key, row prefix, label, unit (s or ms), ways...: one row per way
 rounds=3
 [ $dry = 1 ] && rounds=1 # the dry run checks that each way runs, not its time
 
-# The same train.py steps timed eight ways, medians of wall time. compute-sanitizer is run once
+# The same train.py steps timed nine ways (origin: CUBLASGUARD_NAN_ORIGIN=1, issue 31), medians of wall time. compute-sanitizer is run once
 # (it is slow), where it is installed.
 if [ -n "$python" ]; then
-    say "timing train.py eight ways"
+    say "timing train.py nine ways"
     steps=100
     [ $dry = 1 ] && steps=2
     train=("$python" examples/train.py --device "$device" --steps "$steps" --batch 512 --hidden 1024 --quiet)
-    ways=(bare guard args deferred deferred-scan-off blocking anomaly)
+    ways=(bare guard args deferred deferred-scan-off origin blocking anomaly)
     for _ in $(seq "$rounds"); do
         for way in "${ways[@]}"; do timed train "$way" "${train[@]}"; done
     done

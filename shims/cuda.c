@@ -711,7 +711,16 @@ struct scan_jobs {
 #define NONFINITE_ENTRY ".entry cublasguard_nonfinite("
 
 static int context_token, module_token, function_token, many_token;
-static int test_module_token, fill_token, fill_struct_token;
+static int test_module_token, fill_token, fill_struct_token, test_library_token;
+/* The CUfunctions cuKernelGetFunction gives for the test kernels: launched as their kernels are,
+ * but (unlike a real driver) not named by cuFuncGetName, so the guard's own record of names is
+ * what the tests see. */
+static int fill_function_token, fill_struct_function_token;
+
+/* A test kernel's own token, for a CUfunction from cuKernelGetFunction. */
+static const void *kernel_of(const void *f) {
+    return f == &fill_function_token ? (const void *)&fill_token : f == &fill_struct_function_token ? (const void *)&fill_struct_token : f;
+}
 static unsigned long driver_launches;
 
 unsigned long cudashim_driver_launches(void) { return __atomic_load_n(&driver_launches, __ATOMIC_RELAXED); }
@@ -825,6 +834,32 @@ static CUresult launch_many(unsigned int gx, unsigned int gy, unsigned int gz, u
     return cudashim_engine_submit(stream, per_thread, run_many, NULL, &w, sizeof w);
 }
 
+/* CUDA 12's context-independent loading (cuLibraryLoadData): the same test kernels, as CUkernel
+ * handles (which cuLaunchKernel takes as they are) or, through cuKernelGetFunction, as the
+ * CUfunction of the current context (the same token here). */
+CUresult cuLibraryLoadData(void **library, const void *code, void *jit_options, void **jit_values, unsigned int jit_count,
+                           void *library_options, void **library_values, unsigned int library_count) {
+    count_call(__func__);
+    (void)jit_options, (void)jit_values, (void)jit_count, (void)library_options, (void)library_values, (void)library_count;
+    if (!library || !code) return CUDA_ERROR_INVALID_VALUE;
+    if (!strstr((const char *)code, "cudashim test kernels")) return CUDA_ERROR_INVALID_IMAGE;
+    *library = &test_library_token;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryGetKernel(void **kernel, void *library, const char *name) {
+    count_call(__func__);
+    if (!kernel || library != &test_library_token || !name) return CUDA_ERROR_INVALID_VALUE;
+    return cuModuleGetFunction(kernel, &test_module_token, name);
+}
+
+CUresult cuKernelGetFunction(void **function, void *kernel) {
+    count_call(__func__);
+    if (!function || (kernel != &fill_token && kernel != &fill_struct_token)) return CUDA_ERROR_INVALID_VALUE;
+    *function = kernel == &fill_token ? (void *)&fill_function_token : (void *)&fill_struct_function_token;
+    return CUDA_SUCCESS;
+}
+
 /* The test kernels' parameters: (offset, size) each, as cuFuncGetParamInfo gives them. */
 static const size_t fill_params[][2] = {{0, 8}, {8, 4}, {12, 4}};
 static const size_t fill_struct_params[][2] = {{0, 16}, {16, 4}};
@@ -842,6 +877,7 @@ CUresult cuFuncGetName(const char **name, void *f) {
 
 CUresult cuFuncGetParamInfo(void *f, size_t index, size_t *offset, size_t *size) {
     count_call(__func__);
+    f = (void *)kernel_of(f);
     const size_t(*layout)[2] = f == &fill_token ? fill_params : f == &fill_struct_token ? fill_struct_params : NULL;
     size_t count = f == &fill_token ? 3 : f == &fill_struct_token ? 2 : 0;
     if (!layout || !offset || !size || index >= count) return CUDA_ERROR_INVALID_VALUE;
@@ -884,6 +920,7 @@ static const void *test_param(const void *f, size_t index, void **params, void *
 }
 
 static CUresult launch_test_kernel(const void *f, void *stream, int per_thread, void **params, void **extra) {
+    f = kernel_of(f);
     if ((params == NULL) == (extra == NULL)) return CUDA_ERROR_INVALID_VALUE;
     struct fill_work w = {0};
     if (f == &fill_token) {
@@ -909,7 +946,7 @@ static CUresult launch_test_kernel(const void *f, void *stream, int per_thread, 
 static CUresult launch(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                        unsigned int bz, void *stream, int per_thread, void **params, void **extra) {
     STICKY();
-    if (test_kernel_name(f)) {
+    if (test_kernel_name(kernel_of(f))) {
         if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024) return CUDA_ERROR_INVALID_VALUE;
         return launch_test_kernel(f, stream, per_thread, params, extra);
     }

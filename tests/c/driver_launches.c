@@ -10,6 +10,8 @@
  *   driver_launches oob      fill past A's allocation (an illegal address when it runs), a
  *                            clean fill after it, then the GEMM, where the fault surfaces
  *   driver_launches ptsz     fill(A, NaN) by cuLaunchKernel_ptsz on the NULL stream
+ *   driver_launches library  fill(A, NaN) from cuLibraryLoadData + cuLibraryGetKernel, launched as
+ *                            the CUkernel, then fill_struct through cuKernelGetFunction
  *   driver_launches runtime  a runtime kernel (registered as nvcc's code does) writes NaN into A
  *   driver_launches refill   fill(A, 2), a GEMM reads A (finite), fill(A, NaN), fill(B, 3), a
  *                            GEMM reads A: only the second fill of A wrote the NaN
@@ -148,6 +150,21 @@ int main(int argc, char **argv) {
         void *args[] = {&a, &n};
         dim3 grid = {1, 1, 1}, block = {32, 1, 1};
         printf("launch=%d\n", cudaLaunchKernel((const void *)fill_nan, grid, block, args, 0, NULL));
+    } else if (!strcmp(mode, "library")) {
+        typedef int (*library_load_fn)(void **, const void *, void *, void **, unsigned, void *, void **, unsigned);
+        typedef int (*kernel_fn)(void **, void *);
+        void *library = NULL, *kernel = NULL, *other = NULL, *function = NULL;
+        printf("library=%d\n", ((library_load_fn)sym(cuda, "cuLibraryLoadData"))(&library, "// cudashim test kernels\n", NULL, NULL, 0, NULL, NULL, 0));
+        printf("kernels=%d %d\n", ((get_fn)sym(cuda, "cuLibraryGetKernel"))(&kernel, library, "fill"), ((get_fn)sym(cuda, "cuLibraryGetKernel"))(&other, library, "fill_struct"));
+        printf("function=%d\n", ((kernel_fn)sym(cuda, "cuKernelGetFunction"))(&function, other));
+        printf("launch=%d\n", launch(kernel, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
+        struct {
+            float *data;
+            long long n;
+        } s = {b, 4};
+        float two = 2;
+        void *struct_params[] = {&s, &two};
+        printf("launch=%d\n", launch(function, 1, 1, 1, 32, 1, 1, 0, NULL, struct_params, NULL));
     } else if (!strcmp(mode, "ptsz")) {
         printf("launch=%d\n", ((launch_fn)sym(cuda, "cuLaunchKernel_ptsz"))(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
     } else {

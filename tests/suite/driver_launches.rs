@@ -142,3 +142,15 @@ fn writers_are_the_launches_into_that_memory_since_it_was_last_seen_finite() {
     let t = driver_launches("refill", &[("CUBLASGUARD_CHECKS", "args,bounds,nan,sync")]).trace();
     assert!(only_fault(&t).writers.is_empty());
 }
+
+#[test]
+fn kernels_from_cuda_12_libraries_are_named_as_kernels_and_as_their_functions() {
+    // cuLibraryLoadData + cuLibraryGetKernel: the CUkernel launched as it is, and a CUfunction
+    // from cuKernelGetFunction.
+    let run = driver_launches("library", &[]);
+    assert!(run.stdout().contains("function=0"), "{}", run.stdout());
+    let t = run.trace();
+    let names: Vec<String> = launches(&t, "cuLaunchKernel").iter().map(|c| c.args["kernel"].as_str().unwrap_or("?").to_string()).collect();
+    assert_eq!(names, ["fill", "fill_struct"], "{:#?}", t.recent_calls);
+    assert_eq!(only_fault(&t).writers.first().map(|w| w.kernel.as_str()), Some("fill"));
+}

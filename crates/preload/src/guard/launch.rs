@@ -166,8 +166,21 @@ pub(crate) fn driver_launch_ex(
     }
 }
 
-/// cuModuleGetFunction: the function's name, kept for its handle (the driver API's
-/// counterpart of `__cudaRegisterFunction`), so its launches are named without asking again.
+/// cuKernelGetFunction: the CUfunction of a CUkernel (from cuLibraryGetKernel) is named as the
+/// kernel is.
+pub(crate) fn kernel_get_function(call: &Call<'_, c_int>, function: *mut *mut c_void, kernel: *mut c_void) -> c_int {
+    let status = call.forward();
+    if status == cuda::CUDA_SUCCESS {
+        if let (Some(f), Some(name)) = (super::parameters::written_u64(call, function as u64), call.session.kernels.known(kernel as u64)) {
+            call.session.kernels.register(f, name);
+        }
+    }
+    status
+}
+
+/// cuModuleGetFunction and cuLibraryGetKernel: the function's (or kernel's) name, kept for its
+/// handle (the driver API's counterpart of `__cudaRegisterFunction`), so its launches are named
+/// without asking again.
 pub(crate) fn module_get_function(call: &Call<'_, c_int>, function: *mut *mut c_void, _module: *mut c_void, name: *const c_char) -> c_int {
     let status = call.forward();
     if status == cuda::CUDA_SUCCESS {

@@ -539,6 +539,8 @@ hook_table! {
     Driver fn cuLaunchKernelEx(config: *const DriverLaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => launch::driver_launch_ex;
     Driver fn cuLaunchKernelEx_ptsz(config: *const DriverLaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => launch::driver_launch_ex;
     Driver fn cuModuleGetFunction(function: *mut Handle, module: Handle, name: *const std::ffi::c_char) -> c_int => launch::module_get_function;
+    Driver fn cuLibraryGetKernel(kernel: *mut Handle, library: Handle, name: *const std::ffi::c_char) -> c_int => launch::module_get_function;
+    Driver fn cuKernelGetFunction(function: *mut Handle, kernel: Handle) -> c_int => launch::kernel_get_function;
     Cudart fn cudaGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch_ptsz(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
