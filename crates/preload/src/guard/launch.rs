@@ -303,8 +303,10 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
     }
     let recorded = CallArgs::Launch { func, grid: grid.array(), block: block.array(), shared, stream };
     call.record(status, recorded);
-    let (pointers, n) = if status == cuda::CUDA_SUCCESS { touched_pointers(call, func, source) } else { ([0; TOUCHED_PER_LAUNCH], 0) };
-    if status == cuda::CUDA_SUCCESS {
+    // Only a NaN/Inf check (or origin mode) asks what a launch pointed into.
+    let wanted = status == cuda::CUDA_SUCCESS && (s.config.checks.nan || s.config.nan_origin);
+    let (pointers, n) = if wanted { touched_pointers(call, func, source) } else { ([0; TOUCHED_PER_LAUNCH], 0) };
+    if wanted {
         s.launch_touches.record(call.seq, &pointers[..n]);
     }
     let kernel = || s.kernels.name(func, |f| call.outlet.kernel_name(f));
