@@ -117,10 +117,8 @@ pub trait Device {
     }
     /// A kernel's parameters, (offset, size) each in order, as the driver (`driver`: a
     /// CUfunction) or the runtime (a host stub) gives them (CUDA 12.4 and later); `None` when
-    /// it cannot say.
-    fn param_layout(&self, _func: u64, _driver: bool) -> Option<Vec<(u32, u32)>> {
-        None
-    }
+    /// it cannot say. No default: a device that wraps another must pass it on.
+    fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>>;
     /// Runs `body` with this thread's scan buffer, reused from scan to scan.
     fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
         body(&mut Vec::new())

@@ -65,6 +65,9 @@ impl Device for ModelDevice {
     fn is_capturing(&self, _stream: u64) -> Result<bool, i32> {
         Ok(false)
     }
+    fn param_layout(&self, _func: u64, _driver: bool) -> Option<Vec<(u32, u32)>> {
+        None
+    }
     fn breadcrumb(&self, stream: u64, seq: u64, _hook: u16) -> bool {
         if self.breadcrumbs_work.get() {
             self.breadcrumbs.borrow_mut().push((stream, seq));
