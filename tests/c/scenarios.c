@@ -210,10 +210,10 @@ int main(int argc, char **argv) {
         *(volatile int *)(uintptr_t)argc = 1; /* a real segfault, at a small address */
     } else if (!strcmp(s, "clean_then_crash")) {
         /* No fault, so the trace was never written before the crash: the crash writer's head is
-         * all the guard has (a second gives the guard's NVML thread its events first). */
+         * all the guard has (two seconds give the guard's NVML thread its events first). */
         gemm(da, db, &zero, dc);
         fflush(stdout);
-        sleep(1);
+        sleep(2);
         *(volatile int *)(uintptr_t)argc = 1;
     } else if (!strcmp(s, "storm_then_crash")) {
         /* More faults than the cap stores, then a crash: the crash record must still fit. */

@@ -20,8 +20,11 @@ use crate::gpu_health::{EccCounts, GpuDevice, GpuEvent, GpuEventKind, GpuHealth,
 
 /// How long `nvmlInit_v2` may take before NVML is left off.
 const START_LIMIT: Duration = Duration::from_secs(10);
-/// How long a fault waits for fresh readings (and, once, for NVML still starting).
+/// How long a fault waits for fresh readings.
 const REFRESH_LIMIT: Duration = Duration::from_millis(250);
+/// How long the first fault waits for NVML still starting (once per process: a start that
+/// takes longer is not waited for again).
+const START_WAIT: Duration = Duration::from_secs(1);
 /// How long the thread waits for an event before it looks for a fault's request.
 const EVENT_WAIT_MS: c_uint = 50;
 /// Events kept (later ones are counted).
@@ -476,12 +479,13 @@ pub(crate) fn snapshot(fresh: bool) -> GpuHealth {
     }
     let mut stale = None;
     if fresh {
-        let deadline = Instant::now() + REFRESH_LIMIT;
         let mut shared = monitor.shared.lock();
         let starting = shared.health.state == GpuHealthState::Starting && monitor.started.elapsed() <= START_LIMIT;
         if starting && !monitor.waited_for_start.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            while shared.health.state == GpuHealthState::Starting && !monitor.changed.wait_until(&mut shared, deadline).timed_out() {}
+            let started_by = Instant::now() + START_WAIT;
+            while shared.health.state == GpuHealthState::Starting && !monitor.changed.wait_until(&mut shared, started_by).timed_out() {}
         }
+        let deadline = Instant::now() + REFRESH_LIMIT;
         if shared.health.state == GpuHealthState::Ready && !shared.stopped {
             shared.asked += 1;
             let target = shared.asked;
