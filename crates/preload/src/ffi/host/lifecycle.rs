@@ -337,6 +337,9 @@ fn at_exit(status: i32) {
         }
     }
     if !s.should_write_at_exit(cuda_loaded) {
+        // NVML let go before the libraries' exit handlers run: its thread must not be inside
+        // NVML while the library tears itself down.
+        super::nvml::stop();
         return;
     }
     // The GPU's health as the process ends, in the trace's environment; NVML let go.

@@ -515,14 +515,21 @@ pub(crate) fn snapshot(fresh: bool) -> GpuHealth {
     health
 }
 
-/// At exit: fresh readings for the trace, then the thread lets go of NVML (for at most
-/// REFRESH_LIMIT: a thread inside a hung NVML is left there).
+/// At exit: fresh readings for the trace, then the thread lets go of NVML.
 pub(crate) fn finish() {
+    if MONITOR.get().is_some_and(|m| m.pid == std::process::id()) {
+        let _ = snapshot(true);
+    }
+    stop();
+}
+
+/// At exit: the thread lets go of NVML (waited for at most REFRESH_LIMIT: a thread inside a
+/// hung NVML is left there).
+pub(crate) fn stop() {
     let Some(monitor) = MONITOR.get() else { return };
     if monitor.pid != std::process::id() {
         return;
     }
-    let _ = snapshot(true);
     let deadline = Instant::now() + REFRESH_LIMIT;
     let mut shared = monitor.shared.lock();
     shared.stop = true;
