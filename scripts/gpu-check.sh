@@ -185,6 +185,32 @@ overflow-f32|--inject overflow --dtype float32|code == 0 and any(f["kind"] == "n
 width|--inject width|code != 0 and not any(f["api"].startswith("cublas") for f in faults)
 cpu|--inject cpu|code != 0 and not any(f["api"].startswith("cublas") for f in faults)
 EOF
+    # Issue 31 on the GPU. Origin mode on train.py's overflow: what it names (the optimizer's
+    # kernel writing Inf into a weight, or cuBLAS's own output first), recorded as found.
+    say "train.py --inject overflow in origin mode"
+    CUBLASGUARD_NAN_ORIGIN=1 CUBLASGUARD_TRACE="$out/origin-%p.json" CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib \
+        timeout "$limit" "$python" examples/train.py --inject overflow --steps 5 --quiet >"$out/origin.log" 2>&1
+    code=$?
+    found=$("${python:-python3}" - "$out" "$code" <<'PY' 2>&1
+import glob, json, sys
+faults = [f for p in sorted(glob.glob(sys.argv[1] + "/origin-*.json")) for f in json.load(open(p))["faults"]]
+first = next((f for f in faults if f["kind"] in ("nonfinite_origin", "nonfinite_output")), None)
+what = "no NaN/Inf fault" if first is None else f'{first["kind"]} at {first["api"]} #{first["seq"]}' + (f' kernel {first["args"].get("kernel")}' if first["kind"] == "nonfinite_origin" else "")
+print(f"exit={sys.argv[2]}; {what}; {sum(f['kind'] == 'nonfinite_origin' for f in faults)} origin(s)")
+PY
+)
+    row "train.py overflow, origin mode" INFO "$found"
+    # Triton's launches (torch.compile): cuLaunchKernel[Ex] through dlsym, recorded and named.
+    say "a torch.compile'd function: Triton's driver launches"
+    CUBLASGUARD_RING=4096 CUBLASGUARD_TRACE="$out/triton-%p.json" LD_PRELOAD=$lib timeout "$limit" "$python" -c '
+import torch
+f = torch.compile(lambda x: torch.sin(x) * 2 + 1)
+x = torch.randn(4096, device="cuda")
+print(float(f(x).sum()))
+torch.cuda.synchronize()' >"$out/triton.log" 2>&1
+    code=$?
+    result=$(expect "triton" "$out/triton-*.json" 'code == 0 and any(c["api"].startswith("cuLaunchKernel") and str(c["args"].get("kernel", "")).startswith("triton") for t in traces for c in t["recent_calls"])' "$code")
+    row "triton launches recorded" "${result%% *}" "${result#* }"
 elif [ -n "$python" ]; then
     say "train.py on the CPU (dry run: the script and its options work)"
     if timeout "$limit" "$python" examples/train.py --device cpu --steps 2 --quiet --anomaly >"$out/train-dry.log" 2>&1; then
