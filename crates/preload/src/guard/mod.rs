@@ -12,6 +12,7 @@ pub(crate) mod dump;
 pub(crate) mod gemm;
 pub(crate) mod handles;
 pub(crate) mod launch;
+pub(crate) mod launch_pointers;
 pub(crate) mod lt;
 pub(crate) mod memory;
 pub(crate) mod operand_call;

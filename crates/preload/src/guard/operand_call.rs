@@ -224,7 +224,7 @@ fn finish(
         if let Some((i, o)) = bad {
             // The member that held it, for a batch.
             let ptr = o.bad_member.and_then(|b| check.member_address(i, b)).unwrap_or(o.spec.ptr);
-            fault.writers = super::launch::writers(call, ptr, o.extent.unwrap_or(1));
+            fault.writers = super::launch_pointers::writers(call, ptr, o.extent.unwrap_or(1));
         }
     }
     fault.freed_by = check.freed.map(|f| crate::trace::FreedBy { seq: f.seq, api: f.api.to_string(), base: hex(f.base), size: f.size });
