@@ -82,20 +82,27 @@ fn a_kernel_rule_keeps_a_mask_writer_out_and_counts_it() {
 }
 
 #[test]
-fn a_python_origin_names_the_line_that_launched_it() {
+fn a_python_origin_names_the_line_that_launched_it_for_a_runtime_and_a_triton_style_launch() {
     let script = manifest_dir().join("tests/python/origin_line.py");
     let script_s = script.display().to_string();
     let python = std::path::PathBuf::from("python3");
     let path = std::env::var("PATH").unwrap_or_default();
     let env = [("PATH", path.as_str()), ORIGIN];
     let run = run(Launch { env: &env, ..Launch::new(&python, &[&script_s]) });
-    assert!(run.stdout().contains("launch 0"), "{}\n{}", run.stdout(), run.stderr());
+    assert!(run.stdout().contains("launch 0\nsgemm 0\nload 0\nget 0\nsgemm 0\nlaunch 0"), "{}\n{}", run.stdout(), run.stderr());
     let t = run.trace();
     let found = origins(&t);
-    assert_eq!(found.len(), 1, "{:#?}", t.faults);
-    let line = std::fs::read_to_string(&script).unwrap().lines().position(|l| l.contains("# FRAME origin")).unwrap() as u32 + 1;
-    let top = found[0].python_stack.first().expect("Python frames");
-    assert_eq!((top.file.as_str(), top.line, top.function.as_str()), (script_s.as_str(), line, "normalise"));
+    assert_eq!(found.len(), 2, "{:#?}", t.faults);
+    let text = std::fs::read_to_string(&script).unwrap();
+    let line_of = |mark: &str| text.lines().position(|l| l.contains(mark)).unwrap() as u32 + 1;
+    for (origin, api, kernel, mark, function) in [
+        (found[0], "cudaLaunchKernel", "fill_nan(float*, int)", "# FRAME origin", "normalise"),
+        (found[1], "cuLaunchKernelEx", "fill", "# FRAME triton", "triton_kernel"),
+    ] {
+        assert!(origin.api == api && origin.args["kernel"] == kernel, "{origin:#?}");
+        let top = origin.python_stack.first().expect("Python frames");
+        assert_eq!((top.file.as_str(), top.line, top.function.as_str()), (script_s.as_str(), line_of(mark), function));
+    }
 }
 
 #[test]
