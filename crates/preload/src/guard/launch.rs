@@ -363,18 +363,25 @@ fn launch_args(fault: &mut crate::trace::Fault, kernel: String, func: u64, grid:
 /// The kernels launched since the guard last found the device clean and before call `before`,
 /// oldest first: one of them caused an error found pending now.
 pub(crate) fn suspects<R: Copy>(call: &Call<'_, R>, before: u64) -> Vec<Suspect> {
+    launches_between(call, call.session.last_clean_sync(), before, |_| true).collect()
+}
+
+/// The recorded kernel launches after call `after` and before call `before` that `keep`
+/// accepts, oldest first, each as the launch it was (seq, kernel's name, grid, block, stream).
+pub(crate) fn launches_between<'c, R: Copy>(
+    call: &'c Call<'_, R>,
+    after: u64,
+    before: u64,
+    keep: impl Fn(&RecordedCall) -> bool,
+) -> impl DoubleEndedIterator<Item = Suspect> + 'c {
     let s = call.session;
-    let clean = s.last_clean_sync();
     let mut launches: Vec<RecordedCall> =
-        s.recorder.snapshot().into_iter().filter(|c| c.seq > clean && c.seq < before && matches!(c.args, CallArgs::Launch { .. })).collect();
+        s.recorder.snapshot().into_iter().filter(|c| c.seq > after && c.seq < before && matches!(c.args, CallArgs::Launch { .. }) && keep(c)).collect();
     launches.sort_by_key(|c| c.seq);
-    launches
-        .into_iter()
-        .filter_map(|c| match c.args {
-            CallArgs::Launch { func, grid, block, stream, .. } => {
-                Some(Suspect { seq: c.seq, kernel: s.kernels.name(func, |f| call.outlet.kernel_name(f)), grid, block, stream: hex(stream) })
-            }
-            _ => None,
-        })
-        .collect()
+    launches.into_iter().filter_map(move |c| match c.args {
+        CallArgs::Launch { func, grid, block, stream, .. } => {
+            Some(Suspect { seq: c.seq, kernel: s.kernels.name(func, |f| call.outlet.kernel_name(f)), grid, block, stream: hex(stream) })
+        }
+        _ => None,
+    })
 }

@@ -7,9 +7,9 @@
 use std::ffi::c_void;
 
 use super::Call;
-use crate::recorder::{CallArgs, RecordedCall};
+use crate::recorder::RecordedCall;
 use crate::session::launch_memory::{pointer_words, TOUCHED_PER_LAUNCH};
-use crate::trace::{hex, Suspect};
+use crate::trace::Suspect;
 
 /// Where a launch's parameters are: a pointer to each (`params`; the runtime's `args`), or one
 /// buffer described by the driver's `extra` list; and who lays them out (the driver for a
@@ -97,24 +97,7 @@ fn extra_buffer<R: Copy>(call: &Call<'_, R>, extra: u64) -> Option<(u64, u64)> {
 /// consumed from there.
 pub(crate) fn writers<R: Copy>(call: &Call<'_, R>, ptr: u64, extent: u64) -> Vec<Suspect> {
     let s = call.session;
-    let since = s.finite_seen.last(ptr);
-    let inside = |p: u64| p.wrapping_sub(ptr) < extent.max(1);
-    let mut launches: Vec<RecordedCall> = s
-        .recorder
-        .snapshot()
-        .into_iter()
-        .filter(|c| c.seq > since && c.seq < call.seq && matches!(c.args, CallArgs::Launch { .. }))
-        .filter(|c| s.launch_touches.touched(c.seq).is_some_and(|pointers| pointers.iter().any(|&p| p != 0 && inside(p))))
-        .collect();
-    launches.sort_by_key(|c| std::cmp::Reverse(c.seq));
-    launches
-        .into_iter()
-        .take(8)
-        .filter_map(|c| match c.args {
-            CallArgs::Launch { func, grid, block, stream, .. } => {
-                Some(Suspect { seq: c.seq, kernel: s.kernels.name(func, |f| call.outlet.kernel_name(f)), grid, block, stream: hex(stream) })
-            }
-            _ => None,
-        })
-        .collect()
+    let inside = |p: u64| p != 0 && p.wrapping_sub(ptr) < extent.max(1);
+    let into_it = |c: &RecordedCall| s.launch_touches.touched(c.seq).is_some_and(|pointers| pointers.iter().any(|&p| inside(p)));
+    super::launch::launches_between(call, s.finite_seen.last(ptr), call.seq, into_it).rev().take(8).collect()
 }
