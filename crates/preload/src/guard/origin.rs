@@ -10,9 +10,9 @@
 use std::ffi::c_int;
 
 use super::Call;
-use crate::check::operand_call::OperandCallCheck;
+use crate::check::operand_call::{scan_on_stream, OperandCallCheck};
 use crate::check::Finding;
-use crate::scan::{self, MatrixScan};
+use crate::scan::MatrixScan;
 use crate::session::launch_memory::{is_origin, Region};
 use crate::trace::{hex, AllocationRecord, FaultKind, Operand, Position};
 use crate::validate::StoredShape;
@@ -66,21 +66,8 @@ fn scan_region(call: &Call<'_, c_int>, region: &Region, stream: u64) -> Option<M
     let elements = region.bytes / region.dtype.size()?;
     let rows = i64::try_from(elements).ok().filter(|r| *r > 0)?;
     let shape = StoredShape { rows, cols: 1, ld: rows };
-    if let Some(found) = call.device.scan_on_device(region.ptr, shape, region.dtype, stream) {
-        return Some(found);
-    }
-    struct Reader<'a> {
-        device: &'a dyn crate::check::Device,
-        stream: u64,
-    }
-    impl scan::DeviceReader for Reader<'_> {
-        fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
-            self.device.read(addr, out, self.stream)
-        }
-    }
-    let reader = Reader { device: call.device, stream };
     let mut result = None;
-    call.device.with_scan_buffer(&mut |buf| result = scan::scan_matrix(&reader, region.ptr, shape, region.dtype, buf, u64::MAX).ok());
+    call.device.with_scan_buffer(&mut |buf| result = scan_on_stream(call.device, region.ptr, shape, region.dtype, stream, buf, u64::MAX));
     result
 }
 

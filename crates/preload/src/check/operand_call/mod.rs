@@ -14,6 +14,7 @@ mod bounds;
 mod nonfinite;
 mod operands;
 
+pub use nonfinite::scan_on_stream;
 pub use operands::{Members, OperandCall, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS};
 
 use nonfinite::counts;

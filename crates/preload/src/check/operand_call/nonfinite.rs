@@ -160,13 +160,8 @@ impl OperandCallCheck<'_> {
             let addr = member_addr(o.spec, &self.arrays[i], b)?;
             let s = match o.spec.triangle {
                 Some(triangle) => scan_triangle(reader, addr, o.spec.shape, o.spec.dtype, triangle, buf, per_member)?,
-                None => {
-                    let on_device = if host { None } else { device.scan_on_device(addr, o.spec.shape, o.spec.dtype, self.stream()) };
-                    match on_device {
-                        Some(s) => s,
-                        None => scan::scan_matrix(reader, addr, o.spec.shape, o.spec.dtype, buf, per_member).ok()?,
-                    }
-                }
+                None if host => scan::scan_matrix(reader, addr, o.spec.shape, o.spec.dtype, buf, per_member).ok()?,
+                None => scan_on_stream(device, addr, o.spec.shape, o.spec.dtype, self.stream(), buf, per_member)?,
             };
             total.add(b, &s);
             total.scan.sampled |= s.sampled || step > 1;
@@ -317,6 +312,16 @@ fn scan_triangle(
         total.sampled |= s.sampled;
     }
     Some(total)
+}
+
+/// The matrix at `addr` in device memory, scanned in order after the work queued on `stream`:
+/// on the device where the scan kernel runs, else copied to the host (at most `max_bytes` of it
+/// there). `None` when it cannot be read.
+pub fn scan_on_stream(device: &dyn Device, addr: u64, shape: StoredShape, dtype: DType, stream: u64, buf: &mut Vec<u8>, max_bytes: u64) -> Option<MatrixScan> {
+    match device.scan_on_device(addr, shape, dtype, stream) {
+        Some(s) => Some(s),
+        None => scan::scan_matrix(&StreamReader { device, stream }, addr, shape, dtype, buf, max_bytes).ok(),
+    }
 }
 
 /// A host-mode result, read where the library wrote it.
