@@ -13,6 +13,7 @@
  *   driver_launches library  fill(A, NaN) from cuLibraryLoadData + cuLibraryGetKernel, launched as
  *                            the CUkernel, then fill_struct through cuKernelGetFunction
  *   driver_launches runtime  a runtime kernel (registered as nvcc's code does) writes NaN into A
+ *   driver_launches runtime_ex  the same, launched with cudaLaunchKernelExC and its configuration
  *   driver_launches refill   fill(A, 2), a GEMM reads A (finite), fill(A, NaN), fill(B, 3), a
  *                            GEMM reads A: only the second fill of A wrote the NaN
  *   driver_launches mask     as refill, the second fill of A writing -inf (an attention mask)
@@ -120,6 +121,19 @@ int main(int argc, char **argv) {
         void *args[] = {&a, &n};
         dim3 grid = {1, 1, 1}, block = {32, 1, 1};
         printf("launch=%d\n", cudaLaunchKernel((const void *)fill_nan, grid, block, args, 0, NULL));
+    } else if (!strcmp(mode, "runtime_ex")) {
+        /* cudaLaunchConfig_t's head, and the runtime's function (not in the stand-in's header). */
+        struct {
+            dim3 grid, block;
+            size_t shared;
+            void *stream;
+            void *attrs;
+            unsigned attr_count;
+        } config = {{1, 1, 1}, {32, 1, 1}, 0, NULL, NULL, 0};
+        int (*launch_ex)(const void *, const void *, void **) = (int (*)(const void *, const void *, void **))dlsym(RTLD_DEFAULT, "cudaLaunchKernelExC");
+        __cudaRegisterFunction(NULL, (const char *)fill_nan, (char *)"_Z8fill_nanPfi", "_Z8fill_nanPfi", -1, NULL, NULL, NULL, NULL, NULL);
+        void *args[] = {&a, &n};
+        printf("launch=%d\n", launch_ex ? launch_ex(&config, (const void *)fill_nan, args) : -1);
     } else if (!strcmp(mode, "refill") || !strcmp(mode, "mask")) {
         float two = 2, three = 3;
         if (!strcmp(mode, "mask")) value = -INFINITY;

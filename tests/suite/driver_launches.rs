@@ -114,6 +114,7 @@ fn a_consumed_nan_names_the_kernel_that_wrote_it_through_any_launch_form() {
         ("struct", "cuLaunchKernel", "fill_struct"),
         ("ptsz", "cuLaunchKernel_ptsz", "fill"),
         ("runtime", "cudaLaunchKernel", "fill_nan(float*, int)"),
+        ("runtime_ex", "cudaLaunchKernelExC", "fill_nan(float*, int)"),
     ] {
         let t = driver_launches(mode, &[]).trace();
         let f = only_fault(&t);

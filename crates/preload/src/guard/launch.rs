@@ -54,21 +54,42 @@ pub(crate) fn launch_kernel(
 
 /// cudaLaunchKernelExC: the configuration comes in a structure.
 pub(crate) fn launch_kernel_ex(call: &Call<'_, c_int>, config: *const LaunchConfig, func: *const c_void, args: *mut *mut c_void) -> c_int {
-    // The runtime reads the configuration as the program passed it; so does the guard.
-    use super::parameters::{written_u32x3, written_u64};
     use std::mem::offset_of;
-    let at = |offset: usize| if config.is_null() { 0 } else { config as u64 + offset as u64 };
-    let field = |offset: usize| written_u64(call, at(offset));
-    let dim3 = |offset: usize| written_u32x3(call, at(offset)).map(|[x, y, z]| Dim3 { x, y, z });
-    match (
-        dim3(offset_of!(LaunchConfig, grid)),
-        dim3(offset_of!(LaunchConfig, block)),
-        field(offset_of!(LaunchConfig, shared)),
-        field(offset_of!(LaunchConfig, stream)),
-    ) {
-        (Some(grid), Some(block), Some(shared), Some(stream)) => launch(call, func as u64, grid, block, shared, stream, ParamSource::runtime(args)),
-        _ => call.forward(),
+    let fields = ConfigFields {
+        grid: offset_of!(LaunchConfig, grid),
+        block: offset_of!(LaunchConfig, block),
+        shared: offset_of!(LaunchConfig, shared),
+        shared_is_u32: false,
+        stream: offset_of!(LaunchConfig, stream),
+    };
+    match read_config(call, config as u64, fields) {
+        Some((grid, block, shared, stream)) => launch(call, func as u64, grid, block, shared, stream, ParamSource::runtime(args)),
+        None => call.forward(),
     }
+}
+
+/// Where a launch configuration structure keeps its fields.
+struct ConfigFields {
+    grid: usize,
+    block: usize,
+    shared: usize,
+    /// The shared-memory size is an `unsigned int` (the driver's), not a `size_t` (the runtime's).
+    shared_is_u32: bool,
+    stream: usize,
+}
+
+/// A launch configuration structure (the runtime's `cudaLaunchConfig_t`, the driver's
+/// `CUlaunchConfig`) read as the library reads it, as the program passed it: grid, block,
+/// shared memory and stream; `None` where it cannot be read.
+fn read_config<R: Copy>(call: &Call<'_, R>, config: u64, fields: ConfigFields) -> Option<(Dim3, Dim3, u64, u64)> {
+    use super::parameters::{written_i32, written_u32x3, written_u64};
+    if config == 0 {
+        return None;
+    }
+    let dim3 = |offset: usize| written_u32x3(call, config + offset as u64).map(|[x, y, z]| Dim3 { x, y, z });
+    let at = |offset: usize| config + offset as u64;
+    let shared = if fields.shared_is_u32 { written_i32(call, at(fields.shared)).map(|v| u64::from(v as u32)) } else { written_u64(call, at(fields.shared)) };
+    Some((dim3(fields.grid)?, dim3(fields.block)?, shared?, written_u64(call, at(fields.stream))?))
 }
 
 /// The head of the driver's `CUlaunchConfig` (the attributes that follow are not read).
@@ -150,20 +171,17 @@ pub(crate) fn driver_launch_ex(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> c_int {
-    use super::parameters::{written_i32, written_u32x3, written_u64};
     use std::mem::offset_of;
-    let at = |offset: usize| if config.is_null() { 0 } else { config as u64 + offset as u64 };
-    let dim3 = |offset: usize| written_u32x3(call, at(offset)).map(|[x, y, z]| Dim3 { x, y, z });
-    match (
-        dim3(offset_of!(DriverLaunchConfig, grid)),
-        dim3(offset_of!(DriverLaunchConfig, block)),
-        written_i32(call, at(offset_of!(DriverLaunchConfig, shared))),
-        written_u64(call, at(offset_of!(DriverLaunchConfig, stream))),
-    ) {
-        (Some(grid), Some(block), Some(shared), Some(stream)) => {
-            launch(call, f as u64, grid, block, shared as u32 as u64, driver_stream(call, stream), ParamSource::driver(params, extra))
-        }
-        _ => call.forward(),
+    let fields = ConfigFields {
+        grid: offset_of!(DriverLaunchConfig, grid),
+        block: offset_of!(DriverLaunchConfig, block),
+        shared: offset_of!(DriverLaunchConfig, shared),
+        shared_is_u32: true,
+        stream: offset_of!(DriverLaunchConfig, stream),
+    };
+    match read_config(call, config as u64, fields) {
+        Some((grid, block, shared, stream)) => launch(call, f as u64, grid, block, shared, driver_stream(call, stream), ParamSource::driver(params, extra)),
+        None => call.forward(),
     }
 }
 
