@@ -2,7 +2,7 @@
 //! uses, the probable cause, and what to do next. The recorder records facts; this is where
 //! they are interpreted.
 
-use cublasguard_format::gpu_health::{xid, GpuEventKind, GpuHealth, GpuHealthState};
+use cublasguard_format::gpu_health::{xid, GpuEventKind, GpuHealth, GpuHealthState, TemperatureLimit};
 use cublasguard_format::trace::{Fault, FaultKind, InitCauseKind, Operand, Trace};
 use serde::Serialize;
 
@@ -519,12 +519,12 @@ pub fn gpu_context(h: &GpuHealth) -> Vec<String> {
         if d.retired_pages_pending == Some(true) {
             out.push(format!("{}: a page retirement is pending until the GPU is reset", who(d.index)));
         }
-        if let Some(t) = d.temperature_c {
-            match (d.shutdown_c, d.slowdown_c) {
-                (Some(limit), _) if t >= limit => out.push(format!("{}: {t} C, at its shutdown threshold ({limit} C)", who(d.index))),
-                (_, Some(limit)) if t >= limit => out.push(format!("{}: {t} C, at its slowdown threshold ({limit} C): its clocks are cut", who(d.index))),
-                _ => {}
+        match d.temperature_limit() {
+            Some((t, TemperatureLimit::Shutdown, limit)) => out.push(format!("{}: {t} C, at its shutdown threshold ({limit} C)", who(d.index))),
+            Some((t, TemperatureLimit::Slowdown, limit)) => {
+                out.push(format!("{}: {t} C, at its slowdown threshold ({limit} C): its clocks are cut", who(d.index)))
             }
+            None => {}
         }
         let slow = d.slowdown_reasons();
         if !slow.is_empty() {

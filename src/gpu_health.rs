@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use cublasguard_format::gpu_health::TemperatureLimit;
 pub use cublasguard_format::gpu_health::{EccCounts, GpuDevice as Device, RemappedRows};
 
 use crate::cuda_table::Nvml as Table;
@@ -326,33 +327,29 @@ fn problems(d: &Device, standin: bool) -> Vec<Check> {
             Some("reset the GPU (nvidia-smi -r) or reboot, then run again"),
         ));
     }
-    if let Some(t) = d.temperature_c {
-        match (d.shutdown_c, d.slowdown_c) {
-            (Some(shutdown), _) if t >= shutdown => out.push(check(
-                "gpu temperature",
-                Status::Fail,
-                format!("{who}: {t} C, at or above its shutdown threshold ({shutdown} C)"),
-                Some("stop the work and check the cooling (fans, airflow, the room): the GPU turns itself off here"),
-            )),
-            (_, Some(slowdown)) if t >= slowdown => out.push(check(
-                "gpu temperature",
-                Status::Warn,
-                format!("{who}: {t} C, at or above its slowdown threshold ({slowdown} C): its clocks are cut"),
-                Some("check the cooling (fans, airflow, the room); nvidia-smi -q -d TEMPERATURE,PERFORMANCE"),
-            )),
-            _ => {}
-        }
+    match d.temperature_limit() {
+        Some((t, TemperatureLimit::Shutdown, shutdown)) => out.push(check(
+            "gpu temperature",
+            Status::Fail,
+            format!("{who}: {t} C, at or above its shutdown threshold ({shutdown} C)"),
+            Some("stop the work and check the cooling (fans, airflow, the room): the GPU turns itself off here"),
+        )),
+        Some((t, TemperatureLimit::Slowdown, slowdown)) => out.push(check(
+            "gpu temperature",
+            Status::Warn,
+            format!("{who}: {t} C, at or above its slowdown threshold ({slowdown} C): its clocks are cut"),
+            Some("check the cooling (fans, airflow, the room); nvidia-smi -q -d TEMPERATURE,PERFORMANCE"),
+        )),
+        None => {}
     }
-    {
-        let named = d.slowdown_reasons();
-        if !named.is_empty() {
-            out.push(check(
-                "gpu clocks",
-                Status::Warn,
-                format!("{who}: clocks held down by {}", named.join(", ")),
-                Some("a slow run, not a wrong one: check the cooling and the power supply (nvidia-smi -q -d PERFORMANCE)"),
-            ));
-        }
+    let named = d.slowdown_reasons();
+    if !named.is_empty() {
+        out.push(check(
+            "gpu clocks",
+            Status::Warn,
+            format!("{who}: clocks held down by {}", named.join(", ")),
+            Some("a slow run, not a wrong one: check the cooling and the power supply (nvidia-smi -q -d PERFORMANCE)"),
+        ));
     }
     if let Some(n) = d.pcie_replays.filter(|n| *n > 0) {
         out.push(check(

@@ -71,11 +71,31 @@ impl GpuDevice {
         Some(self.ecc.as_ref()?.corrected_volatile.saturating_sub(self.ecc_at_start.as_ref()?.corrected_volatile))
     }
 
+    /// The temperature, the threshold it has reached (shutdown before slowdown) and that
+    /// threshold; `None` below both, or without readings.
+    pub fn temperature_limit(&self) -> Option<(u32, TemperatureLimit, u32)> {
+        let t = self.temperature_c?;
+        match (self.shutdown_c, self.slowdown_c) {
+            (Some(limit), _) if t >= limit => Some((t, TemperatureLimit::Shutdown, limit)),
+            (_, Some(limit)) if t >= limit => Some((t, TemperatureLimit::Slowdown, limit)),
+            _ => None,
+        }
+    }
+
     /// The clock event reasons that mean the GPU is held back by hardware, heat or power.
     pub fn slowdown_reasons(&self) -> Vec<&'static str> {
         let bits = self.clock_event_reasons.unwrap_or(0);
         SLOWDOWN_REASONS.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, name)| *name).collect()
     }
+}
+
+/// A GPU's temperature thresholds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemperatureLimit {
+    /// Its clocks are cut.
+    Slowdown,
+    /// It turns itself off.
+    Shutdown,
 }
 
 /// Clock event reasons (nvml.h's nvmlClocksEventReason*) that mean the GPU is held back by
