@@ -131,6 +131,7 @@ impl FiniteSeen {
         let mut last = self.last.lock();
         let entry = last.entry(ptr).or_insert(0);
         *entry = (*entry).max(seq);
+        bound(&mut last);
     }
 
     /// The call at which the operand at `ptr` was last seen finite (0: never).
@@ -141,6 +142,17 @@ impl FiniteSeen {
     /// What was seen in a freed allocation goes with it (the memory may be handed out again).
     pub fn forget(&self, base: u64, size: u64) {
         remove_range(&mut self.last.lock(), base, size);
+    }
+}
+
+/// Operands remembered at most, by each table keyed by address: past it the lowest addresses go
+/// first (a long run with ever new addresses, and a caching allocator that never frees, must
+/// not grow them without end).
+const MAX_ADDRESSES: usize = 4096;
+
+fn bound<V>(map: &mut std::collections::BTreeMap<u64, V>) {
+    while map.len() > MAX_ADDRESSES {
+        map.pop_first();
     }
 }
 
@@ -168,9 +180,6 @@ pub struct Region {
     pub tainted: bool,
 }
 
-/// Regions watched at most: the oldest go first.
-const MAX_REGIONS: usize = 4096;
-
 #[derive(Default)]
 pub struct Watched {
     regions: Mutex<std::collections::BTreeMap<u64, Region>>,
@@ -191,9 +200,7 @@ impl Watched {
             }
             region.nonfinite = Some(n);
         }
-        while regions.len() > MAX_REGIONS {
-            regions.pop_first();
-        }
+        bound(&mut regions);
     }
 
     /// The watched regions that start inside `[base, base + size)` (a launch's allocation).
@@ -295,5 +302,11 @@ mod tests {
         seen.note(0x3000, 3);
         seen.forget(0x1000, 0x1000);
         assert_eq!((seen.last(0x1000), seen.last(0x1800), seen.last(0x3000)), (0, 0, 3));
+        // Bounded: past the cap the lowest addresses go.
+        for i in 0..MAX_ADDRESSES as u64 + 10 {
+            seen.note(0x10_0000 + 64 * i, 5);
+        }
+        assert_eq!(seen.last.lock().len(), MAX_ADDRESSES);
+        assert_eq!((seen.last(0x3000), seen.last(0x10_0000 + 64 * (MAX_ADDRESSES as u64 + 9))), (0, 5));
     }
 }
