@@ -253,14 +253,14 @@ fn run(monitor: &'static Monitor) {
             // a fault waiting for fresh readings is answered: it may crash next).
             crate::ffi::host::lifecycle::republish_crash_prefix();
         }
-        let (asked, stop) = {
+        let (asked, answered, stop) = {
             let shared = monitor.shared.lock();
-            (shared.asked, shared.stop)
+            (shared.asked, shared.answered, shared.stop)
         };
         if stop {
             break;
         }
-        if asked > monitor.shared.lock().answered {
+        if asked > answered {
             let mut fresh: Vec<GpuDevice> = handles.iter().map(|&(index, h)| read_device(&api, index, h)).collect();
             // Events that came meanwhile are in before the answer.
             if drain_events(&api, set, &handles, monitor) > 0 {
