@@ -51,7 +51,8 @@ impl std::hash::Hasher for PointerHasher {
     }
 }
 
-type PointerMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<PointerHasher>>;
+/// A map keyed by a pointer or handle, hashed with one multiply.
+pub type PointerMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<PointerHasher>>;
 
 /// How many destroyed handles are remembered, to name use-after-destroy.
 const REMEMBERED_DESTROYED: usize = 4096;

@@ -8,7 +8,6 @@
 //! a kernel that wrote one of them did not write the others.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -23,32 +22,12 @@ const RING: usize = 4096;
 /// A kernel's parameters: (offset, size) in bytes of each, in order.
 pub type ParamLayout = Arc<[(u32, u32)]>;
 
-/// A hasher for addresses, looked up on every launch: one multiply (SipHash, the default,
-/// cost a hundred instructions a launch, guarding against hostile keys that addresses are not).
-#[derive(Default, Clone, Copy)]
-pub struct AddressHasher(u64);
-
-impl std::hash::Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
-    }
-}
-
-type AddressMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<AddressHasher>>;
-
 /// Parameter layouts by function (host stub or CUfunction), asked of the driver once each;
 /// `None` kept for one it cannot say (a driver before CUDA 12.4).
 #[derive(Default)]
 pub struct ParamLayouts {
-    layouts: Mutex<AddressMap<Option<ParamLayout>>>,
+    /// Hashed with one multiply (SipHash, the default, cost a hundred instructions a launch).
+    layouts: Mutex<crate::state::PointerMap<Option<ParamLayout>>>,
 }
 
 impl ParamLayouts {
