@@ -16,13 +16,15 @@ const MAX_LINES: usize = 16;
 /// The Xid lines naming `pid` in the log at `path` (records from before `since_us` on the
 /// monotonic clock, when they carry a time, are another run's), or why none could be read.
 pub(crate) fn xids(path: &str, pid: u32, since_us: u64) -> (Vec<KernelXid>, Option<String>) {
+    // Where dmesg_restrict is set, /dev/kmsg opens but refuses the read.
+    let unreadable = |e: &std::io::Error| {
+        (e.kind() == std::io::ErrorKind::PermissionDenied)
+            .then(|| format!("{path} is not readable ({e}): with kernel.dmesg_restrict=1 the kernel log needs CAP_SYSLOG"))
+    };
     let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path);
     let mut file = match file {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            return (Vec::new(), Some(format!("{path} is not readable ({e}): with kernel.dmesg_restrict=1 the kernel log needs CAP_SYSLOG")));
-        }
-        Err(e) => return (Vec::new(), Some(format!("{path} not read: {e}"))),
+        Err(e) => return (Vec::new(), Some(unreadable(&e).unwrap_or_else(|| format!("{path} not read: {e}")))),
     };
     let mut found = Vec::new();
     let mut pending = String::new();
@@ -54,11 +56,7 @@ pub(crate) fn xids(path: &str, pid: u32, since_us: u64) -> (Vec<KernelXid>, Opti
             Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                if e.kind() == std::io::ErrorKind::PermissionDenied {
-                    note = Some(format!("{path} is not readable ({e}): with kernel.dmesg_restrict=1 the kernel log needs CAP_SYSLOG"));
-                } else {
-                    note = Some(format!("{path} not read to its end: {e}"));
-                }
+                note = Some(unreadable(&e).unwrap_or_else(|| format!("{path} not read to its end: {e}")));
                 break;
             }
         }
