@@ -815,7 +815,11 @@ static CUresult launch_many(unsigned int gx, unsigned int gy, unsigned int gz, u
     const struct scan_jobs *jobs = (const struct scan_jobs *)params[0];
     unsigned long long out = *(unsigned long long *)params[1];
     if (jobs->count > 6 || gy < jobs->count) return CUDA_ERROR_INVALID_VALUE;
-    if (!cudashim_driver_is_device_range((const void *)(uintptr_t)out, 24 * (size_t)jobs->count)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    /* The counts may go to device memory or to mapped pinned host memory (its device address is
+     * its host address here), as on a GPU. */
+    if (!cudashim_driver_is_device_range((const void *)(uintptr_t)out, 24 * (size_t)jobs->count) &&
+        !cudashim_driver_is_pinned((const void *)(uintptr_t)out, 24 * (size_t)jobs->count))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
     for (unsigned int j = 0; j < jobs->count; j++) {
         const struct scan_job *job = &jobs->job[j];
         size_t size = kind_size(job->kind);
@@ -960,7 +964,7 @@ static CUresult launch(void *f, unsigned int gx, unsigned int gy, unsigned int g
     size_t size = kind_size(w.kind);
     size_t extent = w.rows && w.cols ? ((w.cols - 1) * w.ld + w.rows) * size : 0;
     if ((extent && !cudashim_driver_is_device_range((const void *)(uintptr_t)w.data, extent)) ||
-        !cudashim_driver_is_device_range((const void *)(uintptr_t)w.out, 24))
+        (!cudashim_driver_is_device_range((const void *)(uintptr_t)w.out, 24) && !cudashim_driver_is_pinned((const void *)(uintptr_t)w.out, 24)))
         return CUDA_ERROR_ILLEGAL_ADDRESS;
     __atomic_add_fetch(&driver_launches, 1, __ATOMIC_RELAXED);
     /* As CUDA: the parameters are copied at the launch, the kernel runs later. */

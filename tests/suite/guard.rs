@@ -519,12 +519,6 @@ fn a_freed_buffer_passed_to_a_gemm_is_use_after_free_naming_the_free() {
     assert!(text.contains("use after free") && !text.contains("move the tensor to the GPU"), "{text}");
 }
 
-/// The line number of the line of `file` that holds `marker`.
-fn line_of(file: &std::path::Path, marker: &str) -> u32 {
-    let text = std::fs::read_to_string(file).unwrap();
-    text.lines().position(|l| l.contains(marker)).unwrap_or_else(|| panic!("no {marker}")) as u32 + 1
-}
-
 #[test]
 fn a_python_programs_faults_carry_its_frames_on_the_main_thread_and_on_a_thread() {
     let script = manifest_dir().join("tests/python/frames.py");

@@ -93,6 +93,12 @@ pub const DEFAULT_MAX_FAULTS: usize = 100;
 pub const MAX_MAX_FAULTS: usize = 100_000;
 /// Above this many bytes per operand, the NaN/Inf scan samples.
 pub const DEFAULT_SCAN_BYTES: u64 = 256 << 20;
+/// Bytes of pinned, device-mapped host memory per CUDA context that deferred verdicts' scans
+/// land in (CUBLASGUARD_STAGING_BYTES): the device scan's counts need a few bytes a call, the
+/// host scan a copy of what it reads.
+pub const DEFAULT_STAGING_BYTES: u64 = 32 << 20;
+/// The most CUBLASGUARD_STAGING_BYTES takes (all of it is page-locked).
+pub const MAX_STAGING_BYTES: u64 = 4 << 30;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -108,6 +114,8 @@ pub struct Config {
     pub max_faults: usize,
     /// Bytes scanned per operand per call before the scan samples.
     pub scan_bytes: u64,
+    /// CUBLASGUARD_STAGING_BYTES: the region each context's deferred verdicts land in.
+    pub staging_bytes: u64,
     /// Scan one call in N per call site (1: every call).
     pub scan_every: u32,
     /// Keep the time spent scanning under this fraction of wall time by skipping scans
@@ -214,6 +222,7 @@ impl Default for Config {
             stderr_lines: DEFAULT_STDERR_LINES,
             max_faults: DEFAULT_MAX_FAULTS,
             scan_bytes: DEFAULT_SCAN_BYTES,
+            staging_bytes: DEFAULT_STAGING_BYTES,
             scan_every: 1,
             budget: None,
             device_scan: DeviceScan::Auto,
@@ -292,6 +301,13 @@ impl Config {
                 Ok(n) if n >= 4096 => config.scan_bytes = n as u64,
                 Ok(_) => reject("CUBLASGUARD_SCAN_BYTES", &v, "must be at least 4096".into(), "268435456"),
                 Err(why) => reject("CUBLASGUARD_SCAN_BYTES", &v, why, "268435456"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_STAGING_BYTES") {
+            match parse_count(&v, MAX_STAGING_BYTES as usize) {
+                Ok(n) if n >= 4096 => config.staging_bytes = (n as u64).next_multiple_of(4096),
+                Ok(_) => reject("CUBLASGUARD_STAGING_BYTES", &v, "must be at least 4096".into(), "33554432"),
+                Err(why) => reject("CUBLASGUARD_STAGING_BYTES", &v, why, "33554432"),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_SCAN_EVERY") {

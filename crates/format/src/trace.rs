@@ -560,6 +560,12 @@ pub struct Summary {
     /// (not counted in `faults`).
     #[serde(default)]
     pub ignored_faults: BTreeMap<String, u64>,
+    /// CUBLASGUARD_SYNC=deferred: `deferred`, calls whose NaN/Inf verdict was judged after they
+    /// returned; `no_room`, operands not scanned because the region their scans land in was
+    /// full; `waiting`, calls whose verdict had not landed when the trace was written. Left
+    /// out when all are 0.
+    #[serde(default)]
+    pub deferred_verdicts: BTreeMap<String, u64>,
 }
 
 /// Where a summary's numbers come from: a `Summary`, or a live process's counters (which the
@@ -573,6 +579,8 @@ pub trait SummarySource {
     fn skipped_scans(&self) -> u64;
     /// Each CUBLASGUARD_IGNORE rule, as written, with the faults it kept out.
     fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64));
+    /// The deferred verdicts' counts that are not 0, by name.
+    fn deferred_verdicts(&self, f: &mut dyn FnMut(&str, u64));
 }
 
 /// Counts by name, handed one by one to the function given.
@@ -597,6 +605,7 @@ pub fn visit_summary(source: &dyn SummarySource, f: &mut dyn FnMut(&'static str,
     f("scanned_calls", SummaryValue::Count(source.scanned_calls()));
     f("skipped_scans", SummaryValue::Count(source.skipped_scans()));
     f("ignored_faults", SummaryValue::Counts { visit: &|g| source.ignored_faults(g), omit_empty: true });
+    f("deferred_verdicts", SummaryValue::Counts { visit: &|g| source.deferred_verdicts(g), omit_empty: true });
 }
 
 impl SummarySource for Summary {
@@ -618,6 +627,9 @@ impl SummarySource for Summary {
     fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64)) {
         self.ignored_faults.iter().for_each(|(k, v)| f(k, *v));
     }
+    fn deferred_verdicts(&self, f: &mut dyn FnMut(&str, u64)) {
+        self.deferred_verdicts.iter().for_each(|(k, v)| f(k, *v));
+    }
 }
 
 impl Summary {
@@ -637,6 +649,7 @@ impl Summary {
             scanned_calls: source.scanned_calls(),
             skipped_scans: source.skipped_scans(),
             ignored_faults: collect(&|f| source.ignored_faults(f)),
+            deferred_verdicts: collect(&|f| source.deferred_verdicts(f)),
         }
     }
 }
@@ -1580,10 +1593,11 @@ mod tests {
             scanned_calls: 2,
             skipped_scans: 1,
             ignored_faults: [("kind=nonfinite_input".to_string(), 5)].into(),
+            deferred_verdicts: [("deferred".to_string(), 2)].into(),
         };
         let json = serde_json::to_value(&summary).unwrap();
         let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys, ["calls", "dropped_faults", "faults", "ignored_faults", "scanned_calls", "skipped_scans"]);
+        assert_eq!(keys, ["calls", "deferred_verdicts", "dropped_faults", "faults", "ignored_faults", "scanned_calls", "skipped_scans"]);
         assert_eq!(serde_json::from_value::<Summary>(json).unwrap(), summary, "each field read back under the name it was written");
         assert_eq!(Summary::from_source(&summary), summary);
         // An empty map of ignore rules is left out, as before.

@@ -236,6 +236,28 @@ pub fn blocking_added_per_gemm(env: &[(&str, &str)]) -> (u64, u64) {
     (added / gemms, gemms)
 }
 
+/// Host-blocking calls each further GEMM makes under the guard: the difference of a longer and
+/// a shorter run of benches/c/gemm_loop.c, over the further GEMMs (what happens once per
+/// process, such as the device scan's self-test, cancels out).
+pub fn blocking_per_further_gemm(env: &[(&str, &str)]) -> u64 {
+    let program = build_c("gemm_loop", &["../../benches/c/gemm_loop.c"], false);
+    let count = |calls: &str| {
+        let dir = temp_dir("blocking");
+        let file = dir.join("blocking.txt").display().to_string();
+        let mut env = env.to_vec();
+        env.push(("CUDASHIM_COUNT_BLOCKING", file.as_str()));
+        let run = run(Launch { env: &env, ..Launch::new(&program, &["2", "2", "2", calls]) });
+        assert_eq!(run.code(), Some(0), "{}", run.stderr());
+        let text = std::fs::read_to_string(&file).expect("counts");
+        let get = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok()).unwrap_or(0);
+        (get("host_blocking "), get("gemms "))
+    };
+    let ((few, few_gemms), (more, more_gemms)) = (count("4"), count("12"));
+    let further = more_gemms - few_gemms;
+    assert!(further > 0 && more >= few && (more - few) % further == 0, "{few} host-blocking calls with {few_gemms} GEMMs, {more} with {more_gemms}");
+    (more - few) / further
+}
+
 /// The stand-in's library path with its NVML (shims/nvml.c) on it: the stand-in libraries,
 /// its driver and libnvidia-ml.so.1.
 pub fn with_standin_nvml() -> String {
@@ -264,4 +286,10 @@ pub fn run_within(launch: Launch, limit: std::time::Duration) -> Option<Run> {
     };
     let output = Output { status, stdout: std::fs::read(&out).unwrap_or_default(), stderr: std::fs::read(&err).unwrap_or_default() };
     Some(Run { output, dir, trace_path })
+}
+
+/// The line number of the line of `file` that holds `marker`.
+pub fn line_of(file: &std::path::Path, marker: &str) -> u32 {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines().position(|l| l.contains(marker)).unwrap_or_else(|| panic!("no {marker} in {}", file.display())) as u32 + 1
 }

@@ -119,10 +119,40 @@ pub trait Device {
     /// CUfunction) or the runtime (a host stub) gives them (CUDA 12.4 and later); `None` when
     /// it cannot say. No default: a device that wraps another must pass it on.
     fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>>;
+    /// Host memory the device writes into without the host waiting (deferred NaN/Inf verdicts);
+    /// `None` where there is none. No default: a device that wraps another must pass it on.
+    fn verdict_memory(&self) -> Option<&dyn VerdictMemory>;
     /// Runs `body` with this thread's scan buffer, reused from scan to scan.
     fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
         body(&mut Vec::new())
     }
+}
+
+/// The current context's region of device-mapped host memory for deferred verdicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerdictArena {
+    pub context: u64,
+}
+
+/// Work queued on a stream that writes into a context's verdict region (offsets into it, as
+/// `session::verdicts` hands them out), and reading what landed. Nothing here waits.
+pub trait VerdictMemory {
+    /// The current context's region, made on first use; `None` where the driver refuses one.
+    fn arena(&self) -> Option<VerdictArena>;
+    /// Queues a copy of `len` bytes of device memory at `src` into the region at `offset`.
+    fn queue_copy(&self, arena: VerdictArena, offset: u64, src: u64, len: usize, stream: u64) -> bool;
+    /// Queues the scan kernel over `jobs`, its counts (24 bytes a job) written at `offset`.
+    fn queue_scans(&self, arena: VerdictArena, offset: u64, jobs: &[BatchScan], stream: u64) -> bool;
+    /// Queues a stream write of `value` into the word at `offset`, after the work before it.
+    fn queue_mark(&self, arena: VerdictArena, offset: u64, value: u64, stream: u64) -> bool;
+    /// The word at `offset` as it is now.
+    fn mark(&self, arena: VerdictArena, offset: u64) -> u64;
+    /// Copies the region's bytes at `offset` into `out`.
+    fn read(&self, arena: VerdictArena, offset: u64, out: &mut [u8]) -> bool;
+    /// Zeroes the region's bytes at `offset`.
+    fn clear(&self, arena: VerdictArena, offset: u64, len: usize) -> bool;
+    /// A call now waits for its verdict: whoever judges them looks soon.
+    fn judge_soon(&self);
 }
 
 /// A fault found by a check, before the call's outcome is known.

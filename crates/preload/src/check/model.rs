@@ -23,6 +23,17 @@ pub struct ModelDevice {
     pub breadcrumbs: RefCell<Vec<(u64, u64)>>,
     /// How many synchronisations were asked for.
     pub synchronisations: Cell<u32>,
+    /// Deferred verdicts: whether a region is there, its bytes by offset, and the work queued
+    /// into it (done by `land`, as the GPU would later).
+    pub verdicts_work: Cell<bool>,
+    pub region: RefCell<BTreeMap<u64, Vec<u8>>>,
+    pub queued: RefCell<Vec<Queued>>,
+}
+
+/// Work the model queued into its verdict region.
+pub enum Queued {
+    Copy { src: u64, len: usize, offset: u64 },
+    Mark { offset: u64, value: u64 },
 }
 
 impl ModelDevice {
@@ -33,7 +44,62 @@ impl ModelDevice {
     }
 }
 
+impl ModelDevice {
+    /// Runs the work queued into the verdict region, as the GPU would once it got to it.
+    pub fn land(&self) {
+        for q in self.queued.borrow_mut().drain(..) {
+            let (offset, bytes) = match q {
+                Queued::Copy { src, len, offset } => {
+                    let mut bytes = vec![0; len];
+                    let _ = self.read(src, &mut bytes, 0);
+                    (offset, bytes)
+                }
+                Queued::Mark { offset, value } => (offset, value.to_le_bytes().to_vec()),
+            };
+            self.region.borrow_mut().insert(offset, bytes);
+        }
+    }
+}
+
+impl super::VerdictMemory for ModelDevice {
+    fn arena(&self) -> Option<super::VerdictArena> {
+        self.verdicts_work.get().then_some(super::VerdictArena { context: 1 })
+    }
+    fn queue_copy(&self, _arena: super::VerdictArena, offset: u64, src: u64, len: usize, _stream: u64) -> bool {
+        self.queued.borrow_mut().push(Queued::Copy { src, len, offset });
+        true
+    }
+    fn queue_scans(&self, _arena: super::VerdictArena, _offset: u64, _jobs: &[super::BatchScan], _stream: u64) -> bool {
+        false
+    }
+    fn queue_mark(&self, _arena: super::VerdictArena, offset: u64, value: u64, _stream: u64) -> bool {
+        self.queued.borrow_mut().push(Queued::Mark { offset, value });
+        true
+    }
+    fn mark(&self, _arena: super::VerdictArena, offset: u64) -> u64 {
+        let region = self.region.borrow();
+        region.get(&offset).and_then(|b| b.get(..8)).map_or(0, |b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+    }
+    fn read(&self, _arena: super::VerdictArena, offset: u64, out: &mut [u8]) -> bool {
+        match self.region.borrow().get(&offset) {
+            Some(bytes) if bytes.len() >= out.len() => {
+                out.copy_from_slice(&bytes[..out.len()]);
+                true
+            }
+            _ => false,
+        }
+    }
+    fn clear(&self, _arena: super::VerdictArena, offset: u64, len: usize) -> bool {
+        self.region.borrow_mut().insert(offset, vec![0; len]);
+        true
+    }
+    fn judge_soon(&self) {}
+}
+
 impl Device for ModelDevice {
+    fn verdict_memory(&self) -> Option<&dyn super::VerdictMemory> {
+        Some(self)
+    }
     fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
         let mem = self.memory.borrow();
         let inside = mem.range(..=ptr).next_back().is_some_and(|(b, v)| ptr < b + v.len() as u64);

@@ -46,6 +46,30 @@ pub fn blocks_for(segments: u64, resident: u32) -> u32 {
     segments.div_ceil(warps_per_block).clamp(1, resident.max(1) as u64) as u32
 }
 
+/// What the batched scan kernel wrote for each job (three words a job: NaN count, Inf count,
+/// and the complement of its first bad (member << 40 | index), 0 for none): each job's counts,
+/// and the member holding its first NaN/Inf.
+pub fn batch_results(jobs: &[super::BatchScan], words: &[u64]) -> Vec<(crate::scan::MatrixScan, Option<u64>)> {
+    jobs.iter()
+        .enumerate()
+        .map(|(j, job)| {
+            let word = |k: usize| words.get(3 * j + k).copied().unwrap_or(0);
+            let (nan, inf, first) = (word(0), word(1), word(2));
+            let key = (first != 0).then_some(!first);
+            let ld = job.shape.ld.max(1) as u64;
+            let scan = crate::scan::MatrixScan {
+                nan,
+                inf,
+                first_nonfinite: key.map(|k| k & ((1 << 40) - 1)).map(|index| (index % ld, index / ld)),
+                scanned_elements: (job.shape.rows.max(0) as u64).saturating_mul(job.shape.cols.max(0) as u64).saturating_mul(job.members),
+                sampled: false,
+                on_device: true,
+            };
+            (scan, key.map(|k| k >> 40))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

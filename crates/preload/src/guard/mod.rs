@@ -19,6 +19,7 @@ pub(crate) mod operand_call;
 pub(crate) mod origin;
 pub(crate) mod parameters;
 pub(crate) mod sync;
+pub(crate) mod verdicts;
 
 use std::cell::Cell;
 
@@ -51,6 +52,10 @@ pub(crate) trait Outlet {
     fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
         None
     }
+    /// As `python_stack`, the innermost frames only, read only if the calling thread holds the
+    /// GIL (never waiting for it): kept at a call whose NaN/Inf verdict is judged later. No
+    /// default: an outlet that wraps another must pass it on.
+    fn python_frames_at_call(&self) -> Option<KeptFrames>;
     /// The GPU's health as of now (NVML's readings and events, the kernel log's Xid lines),
     /// waiting briefly for fresh readings; `None` where nothing can be read. No default: an
     /// outlet that wraps another must pass it on.
@@ -71,6 +76,15 @@ pub(crate) trait Outlet {
     ) -> std::io::Result<String> {
         Err(std::io::Error::other("this outlet writes no files"))
     }
+}
+
+/// The Python frames kept at a call whose verdict is judged later.
+#[derive(Clone, Debug)]
+pub(crate) enum KeptFrames {
+    /// The frames (innermost first), why there are none, and the thread's name.
+    Read(Vec<crate::trace::PythonFrame>, Option<String>, String),
+    /// The thread had released the GIL: none were read (nothing is spent on it).
+    GilReleased,
 }
 
 /// One intercepted call, from its number to its faults. `R` is what the hooked function returns.
@@ -125,6 +139,20 @@ impl<'a, R: Copy> Call<'a, R> {
         ran: (i32, Option<KnownError>),
     ) -> Self {
         Self { session, hook, seq, device, outlet, memo: thread.memo, forward, recorded: Cell::new(false), started_ns, thread: thread.id, ran: Some(ran) }
+    }
+
+    /// A call judged after it returned (a deferred verdict), by its number: neither counted nor
+    /// recorded again; its faults are built and published as at the call.
+    pub fn judged_later(
+        session: &'a Session,
+        hook: Hook,
+        seq: u64,
+        device: &'a dyn Device,
+        outlet: &'a dyn Outlet,
+        forward: &'a dyn Fn() -> R,
+        memo: &'a ThreadMemo,
+    ) -> Self {
+        Self { session, hook, seq, device, outlet, memo, forward, recorded: Cell::new(true), started_ns: 0, thread: 0, ran: None }
     }
 
     /// A call that is neither counted nor recorded (a kernel registration): sequence number 0.
@@ -403,6 +431,9 @@ pub(crate) mod model {
         }
         fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth> {
             self.gpu_health.borrow().clone()
+        }
+        fn python_frames_at_call(&self) -> Option<super::KeptFrames> {
+            None
         }
         /// Plainly, without the real outlet's care for crashes and races: tests read it back.
         fn create_file(

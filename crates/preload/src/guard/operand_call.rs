@@ -4,6 +4,7 @@
 
 use super::Call;
 use crate::check::operand_call::{Members, OperandCall, OperandCallCheck, OperandReport, OperandSpec};
+use crate::check::Device;
 use crate::config::OnFault;
 use crate::cuda::{self, ComputeType, MathMode, PointerMode};
 use crate::recorder::CallArgs;
@@ -88,7 +89,14 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         let mut known = known_at_entry;
         let mut check = OperandCallCheck::new(matmul, handle);
         check.deferred = deferred;
-        check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, buf);
+        // Under `deferred`, the scans' reads are queued and their verdict judged later.
+        let recording = if checks.nan && super::verdicts::may_wait(call, &record) { super::verdicts::Recording::begin(call, check.stream()) } else { None };
+        check.recording = recording.is_some();
+        let scans: &dyn Device = match &recording {
+            Some(r) => r,
+            None => call.device,
+        };
+        check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, scans, buf);
         if let Some(code) = check.surfaced {
             // An earlier call's fault, found here without a synchronisation: blamed on the call
             // whose breadcrumb never landed (this one only fails because the context is gone).
@@ -109,7 +117,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         // What the call overwrites, kept for a dump while dumps are left.
         let before = super::dump::wanted(call, &record).then(|| super::dump::before_call(call, &check));
         if early {
-            finish(call, &check, -1, record, extra, Stage::BeforeCall, before.as_ref().map(|b| (b, false)));
+            finish(call, &check, -1, record, extra, Stage::BeforeCall, before.as_ref().map(|b| (b, false)), None);
             // aborts in abort mode
         }
         let (status, forwarded) = match (ran, check.refusal(s.config.on_fault)) {
@@ -117,10 +125,13 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             (None, Some(status)) => (status, false),
             (None, None) => (call.forward(), true),
         };
+        if let Some(r) = &recording {
+            r.after_call();
+        }
         if deferred && check.awaits_completion(forwarded, checks) {
             check.breadcrumb_left = call.device.breadcrumb(check.stream(), call.seq, call.hook.index() as u16);
         }
-        if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, call.device, buf) {
+        if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, call.device, scans, buf) {
             s.note_error(code, call.seq);
         }
         let produced_here = matches!(check.finding.as_ref().map(|f| f.kind), Some(FaultKind::AsyncError | FaultKind::NonfiniteOutput));
@@ -134,16 +145,14 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         if s.config.nan_origin {
             super::origin::watch_operands(call, &check);
         }
-        if checks.nan {
-            // What the scans found finite: a NaN found there later was written since.
-            for o in check.operands.iter().flatten() {
-                if o.scan.is_some_and(|scan| scan.nan == 0 && scan.inf == 0 && !scan.sampled) && o.spec.members.count() == 1 {
-                    s.finite_seen.note(o.spec.ptr, call.seq);
-                }
-            }
+        if checks.nan && recording.is_none() {
+            note_finite(call, &check);
         }
         let stage = if early { Stage::Amend } else { Stage::AfterCall };
-        finish(call, &check, returned, record, extra, stage, before.as_ref().map(|b| (b, forwarded)));
+        finish(call, &check, returned, record, extra, stage, before.as_ref().map(|b| (b, forwarded)), None);
+        if let Some(r) = recording {
+            r.keep(call, &check, record, extra, returned);
+        }
         // After the fault is written (its suspects are the launches since the last clean
         // synchronisation): a clean one after the call clears everything up to it, one before
         // the call everything before it.
@@ -165,8 +174,25 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
     }
 }
 
+/// What the scans found finite: a NaN found there later was written since.
+pub(crate) fn note_finite(call: &Call<'_, i32>, check: &OperandCallCheck<'_>) {
+    for o in check.operands.iter().flatten() {
+        if o.scan.is_some_and(|scan| scan.nan == 0 && scan.inf == 0 && !scan.sampled) && o.spec.members.count() == 1 {
+            call.session.finite_seen.note(o.spec.ptr, call.seq);
+        }
+    }
+}
+
+/// Writes the fault a deferred verdict found for `call` (numbered as it was, made at
+/// `time_ns`), found at call `found_at` (0: at exit).
+pub(crate) fn finish_late(call: &Call<'_, i32>, check: &OperandCallCheck<'_>, returned: i32, record: CallArgs, extra: ExArgs, found_at: u64, time_ns: u64) {
+    finish(call, check, returned, record, extra, Stage::AfterCall, None, Some((found_at, time_ns)));
+}
+
 /// Writes the fault, if any. `dump`: what was read before the call for an operand dump, and
-/// whether the call ran.
+/// whether the call ran; `late`: for a verdict judged after the call, where it was found and
+/// when the call was made.
+#[allow(clippy::too_many_arguments)]
 fn finish(
     call: &Call<'_, i32>,
     check: &OperandCallCheck<'_>,
@@ -175,10 +201,16 @@ fn finish(
     extra: ExArgs,
     stage: Stage,
     dump: Option<(&super::dump::Before, bool)>,
+    late: Option<(u64, u64)>,
 ) {
     let Some(finding) = check.finding.clone() else { return };
     let status_name = if returned < 0 { "not returned (the fault was recorded before the call ran)" } else { cuda::cublas_status_name(returned) };
     let mut fault = call.fault(finding, returned, status_name);
+    if let Some((found_at, time_ns)) = late {
+        // Found at the end of its own call: as at the call.
+        fault.found_at_seq = (found_at != call.seq).then_some(found_at);
+        fault.time_ns = time_ns;
+    }
     let state = check.handle.unwrap_or_default();
     let stream = check.call.stream.unwrap_or(state.stream);
     fault.stream = Some(hex(stream));
@@ -618,6 +650,50 @@ mod tests {
         s.device.breadcrumbs_work.set(true);
         sgemm(&s, A, 2, 0, &Cell::new(0));
         assert_eq!((s.device.breadcrumbs.borrow().len(), s.device.synchronisations.get()), (0, 2));
+    }
+
+    #[test]
+    fn under_deferred_a_nan_read_by_a_call_is_judged_once_its_copies_land_and_recorded_on_that_call() {
+        let mut s = setup(OnFault::Continue, f32::NAN);
+        s.session.config.sync = crate::config::SyncMode::Deferred;
+        s.device.verdicts_work.set(true);
+        s.device.breadcrumbs_work.set(true);
+        let calls = Cell::new(0);
+        assert_eq!(sgemm(&s, A, 2, 0, &calls), 0);
+        assert!(faults(&s).is_empty(), "nothing is known at the call");
+        assert_eq!(s.device.synchronisations.get(), 0, "nor waited for");
+        let memo = crate::state::ThreadMemo::new();
+        let forward = || 0;
+        let later = Call::begin(&s.session, Hook::cudaDeviceSynchronize, &s.device, &s.outlet, &forward, super::super::OnThread { id: 9, memo: &memo });
+        super::super::verdicts::harvest(&later, later.seq);
+        assert!(faults(&s).is_empty(), "the copies have not landed yet");
+        s.device.land();
+        super::super::verdicts::harvest(&later, later.seq);
+        let f = faults(&s);
+        assert_eq!((f.len(), f[0].kind, f[0].seq, f[0].found_at_seq), (1, FaultKind::NonfiniteInput, 1, Some(2)), "{f:#?}");
+        assert_eq!((f[0].operands[0].name.as_str(), f[0].operands[0].nan), ("A", Some(1)));
+        assert_eq!(f[0].args["m"].as_i64(), Some(2), "the call's own arguments");
+        assert_eq!(f[0].thread, 7, "and thread");
+        assert!(!s.session.verdicts.any_waiting());
+        // Clean, the same call leaves nothing behind.
+        let s = setup(OnFault::Continue, 1.0);
+        s.device.verdicts_work.set(true);
+        let mut session = s;
+        session.session.config.sync = crate::config::SyncMode::Deferred;
+        sgemm(&session, A, 2, 0, &calls);
+        session.device.land();
+        let forward = || 0;
+        let later = Call::begin(
+            &session.session,
+            Hook::cudaDeviceSynchronize,
+            &session.device,
+            &session.outlet,
+            &forward,
+            super::super::OnThread { id: 9, memo: &memo },
+        );
+        super::super::verdicts::harvest(&later, later.seq);
+        assert!(faults(&session).is_empty());
+        assert_eq!(session.session.verdicts.counts(), (1, 0, 0));
     }
 
     #[test]

@@ -57,6 +57,9 @@ fn synchronised(call: &Call<'_, c_int>, waits: Waits) -> c_int {
         Waits::Copy(bytes) => CallArgs::Size { size: bytes, stream: None },
     };
     call.record(status, args);
+    // What the program waited for has landed: the verdicts of the calls before it are judged
+    // now, before it goes on (one atomic load when none waits).
+    super::verdicts::harvest(call, call.seq);
     if status == cuda::CUDA_SUCCESS {
         // Only a device-wide wait says every launch before it completed cleanly.
         if matches!(waits, Waits::Device) {

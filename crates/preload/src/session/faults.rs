@@ -214,6 +214,14 @@ impl crate::trace::SummarySource for LiveSummary<'_> {
     fn skipped_scans(&self) -> u64 {
         self.session.scans.counts().1
     }
+    fn deferred_verdicts(&self, f: &mut dyn FnMut(&str, u64)) {
+        let (deferred, no_room, waiting) = self.session.verdicts.counts();
+        for (name, n) in [("deferred", deferred), ("no_room", no_room), ("waiting", waiting)] {
+            if n > 0 {
+                f(name, n);
+            }
+        }
+    }
     fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64)) {
         for (rule, n) in self.session.config.ignore.iter().zip(self.session.counts.ignored.iter()) {
             f(&rule.text, n.load(Ordering::Relaxed));

@@ -20,6 +20,7 @@ mod faults;
 pub(crate) mod kernels;
 pub mod launch_memory;
 mod scans;
+pub mod verdicts;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -131,6 +132,9 @@ pub struct Session {
     /// CUBLASGUARD_SYNC=deferred: the breadcrumbs issued, and the pages they land in (a
     /// forked child starts without: its parent's pages are not mapped for it).
     pub breadcrumbs: breadcrumbs::Breadcrumbs,
+    /// CUBLASGUARD_SYNC=deferred: the calls whose NaN/Inf verdict waits for its scans to land
+    /// (a forked child starts without: the regions they land in are its parent's).
+    pub verdicts: verdicts::Verdicts,
     /// The allocations each recent launch's parameters point into.
     pub launch_touches: launch_memory::LaunchTouches,
     /// When each allocation was last scanned and found finite.
@@ -196,6 +200,7 @@ impl Session {
         Self {
             device_scan: DeviceScanState::default(),
             breadcrumbs: breadcrumbs::Breadcrumbs::default(),
+            verdicts: verdicts::Verdicts::default(),
             launch_touches: launch_memory::LaunchTouches::default(),
             finite_seen: launch_memory::FiniteSeen::default(),
             watched: launch_memory::Watched::default(),

@@ -61,9 +61,31 @@ pub struct OperandCallCheck<'a> {
     pub surfaced: Option<i32>,
     pub(super) inputs_scanned_finite: bool,
     pub(super) beta_is_zero: Option<bool>,
+    /// The scans' reads are queued, to be answered after the call (deferred verdicts): what
+    /// they return now is a placeholder, so nothing is decided from it (beta's value on the
+    /// device included).
+    pub recording: bool,
     /// Operands from this index on were not checked against the allocations, and why: the
     /// report says "not checked", never "in no allocation", for what it did not look at.
     pub unchecked: Option<(usize, &'static str)>,
+}
+
+/// What the checks before a call learnt of its operands (`OperandCallCheck::facts`).
+#[derive(Clone, Debug, Default)]
+pub struct CheckFacts {
+    reports: [Option<ReportFacts>; MAX_OPERANDS],
+    arrays: [Vec<u64>; MAX_OPERANDS],
+    handle: Option<HandleState>,
+    beta_is_zero: Option<bool>,
+    unchecked: Option<(usize, &'static str)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ReportFacts {
+    extent: Option<u64>,
+    allocation: Option<crate::validate::Span>,
+    array_allocation: Option<crate::validate::Span>,
+    readable: bool,
 }
 
 /// A sticky CUDA error the guard has already attributed, so later calls that merely see it
@@ -89,7 +111,7 @@ impl<'a> OperandCallCheck<'a> {
         buf: &mut Vec<u8>,
     ) -> Self {
         let mut check = Self::new(call, lookup);
-        check.check_before(checks, scan_bytes, lookup, allocations, known, device, buf);
+        check.check_before(checks, scan_bytes, lookup, allocations, known, device, device, buf);
         check
     }
 
@@ -129,11 +151,47 @@ impl<'a> OperandCallCheck<'a> {
             surfaced: None,
             inputs_scanned_finite: false,
             beta_is_zero: None,
+            recording: false,
             unchecked: None,
         }
     }
 
-    /// The checks before the call. `buf` is the caller's reusable scan buffer.
+    /// What the checks before the call learnt (allocations, readability, the pointer arrays'
+    /// members, beta), owned, to judge the call's scans after it returned.
+    pub fn facts(&self) -> CheckFacts {
+        CheckFacts {
+            reports: std::array::from_fn(|i| {
+                self.operands[i].map(|o| ReportFacts { extent: o.extent, allocation: o.allocation, array_allocation: o.array_allocation, readable: o.readable })
+            }),
+            arrays: self.arrays.clone(),
+            handle: self.handle,
+            beta_is_zero: self.beta_is_zero,
+            unchecked: self.unchecked,
+        }
+    }
+
+    /// The check of `call` as the checks before it left it (`facts`), ready for its scans.
+    pub fn from_facts(call: &'a OperandCall, facts: &CheckFacts) -> Self {
+        let lookup = match facts.handle {
+            Some(state) => HandleLookup::Alive(state),
+            None => HandleLookup::Unknown,
+        };
+        let mut check = Self::new(call, lookup);
+        for (report, kept) in check.operands.iter_mut().zip(&facts.reports) {
+            if let (Some(r), Some(k)) = (report.as_mut(), kept) {
+                (r.extent, r.allocation, r.array_allocation, r.readable) = (k.extent, k.allocation, k.array_allocation, k.readable);
+            }
+        }
+        check.arrays = facts.arrays.clone();
+        check.beta_is_zero = facts.beta_is_zero;
+        check.unchecked = facts.unchecked;
+        check.deferred = true;
+        check
+    }
+
+    /// The checks before the call. `scans`: the device the NaN/Inf scans read through (`device`
+    /// itself, or one that queues their reads for a verdict after the call); `buf` is the
+    /// caller's reusable scan buffer.
     #[allow(clippy::too_many_arguments)]
     pub fn check_before(
         &mut self,
@@ -143,6 +201,7 @@ impl<'a> OperandCallCheck<'a> {
         allocations: AllocationView<'_>,
         known: Option<KnownError>,
         device: &dyn Device,
+        scans: &dyn Device,
         buf: &mut Vec<u8>,
     ) {
         let check = self;
@@ -218,7 +277,7 @@ impl<'a> OperandCallCheck<'a> {
             return;
         }
         if checks.nan {
-            check.scan_inputs(allocations, device, buf, scan_bytes);
+            check.scan_inputs(allocations, scans, buf, scan_bytes);
         }
     }
 
@@ -265,8 +324,9 @@ impl<'a> OperandCallCheck<'a> {
         })
     }
 
-    /// The checks after the call returned `status` (or was refused with it). Returns the sticky
-    /// error this call revealed, if any, for the session to remember.
+    /// The checks after the call returned `status` (or was refused with it); `scans` as for
+    /// `check_before`. Returns the sticky error this call revealed, if any, for the session to
+    /// remember.
     #[allow(clippy::too_many_arguments)]
     pub fn after(
         &mut self,
@@ -276,6 +336,7 @@ impl<'a> OperandCallCheck<'a> {
         scan_bytes: u64,
         known: Option<KnownError>,
         device: &dyn Device,
+        scans: &dyn Device,
         buf: &mut Vec<u8>,
     ) -> Option<i32> {
         let empty = self.is_empty();
@@ -305,28 +366,7 @@ impl<'a> OperandCallCheck<'a> {
             }
         }
         if forwarded && checks.nan && self.finding.is_none() && status == cuda::CUBLAS_SUCCESS && !self.capturing && !empty {
-            self.prescan_on_device(device, |o| o.spec.role.written());
-            for i in 0..MAX_OPERANDS {
-                let Some(o) = self.operands[i] else { continue };
-                if !o.spec.role.written() || !o.readable {
-                    continue;
-                }
-                let Some(s) = self.scan_operand(i, device, buf, scan_bytes) else { continue };
-                if (s.nan > 0 || s.inf > 0) && self.inputs_scanned_finite {
-                    let Some(o) = self.operands[i] else { continue };
-                    let mut message = format!(
-                        "this call produced {} in its output {} from finite inputs (overflow, or Inf - Inf)",
-                        counts(o.spec, &s),
-                        describe(o.spec, o.bad_member)
-                    );
-                    if self.call.reduced_precision_compute {
-                        message.push_str(" [the compute type rounds float32 inputs to a reduced precision]");
-                    }
-                    self.finding = Some(Finding::new(FaultKind::NonfiniteOutput, message));
-                    self.found_before = false;
-                    break;
-                }
-            }
+            self.scan_outputs(scans, buf, scan_bytes);
         }
         if status != cuda::CUBLAS_SUCCESS && self.finding.is_none() {
             let mut message = format!("returned {} ({status})", cuda::cublas_status_name(status));
@@ -337,6 +377,34 @@ impl<'a> OperandCallCheck<'a> {
             self.found_before = false;
         }
         revealed
+    }
+}
+
+impl OperandCallCheck<'_> {
+    /// Scans what the call wrote: NaN/Inf there from inputs scanned finite is the call's own.
+    pub fn scan_outputs(&mut self, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
+        self.prescan_on_device(device, |o| o.spec.role.written());
+        for i in 0..MAX_OPERANDS {
+            let Some(o) = self.operands[i] else { continue };
+            if !o.spec.role.written() || !o.readable {
+                continue;
+            }
+            let Some(s) = self.scan_operand(i, device, buf, scan_bytes) else { continue };
+            if (s.nan > 0 || s.inf > 0) && self.inputs_scanned_finite {
+                let Some(o) = self.operands[i] else { continue };
+                let mut message = format!(
+                    "this call produced {} in its output {} from finite inputs (overflow, or Inf - Inf)",
+                    counts(o.spec, &s),
+                    describe(o.spec, o.bad_member)
+                );
+                if self.call.reduced_precision_compute {
+                    message.push_str(" [the compute type rounds float32 inputs to a reduced precision]");
+                }
+                self.finding = Some(Finding::new(FaultKind::NonfiniteOutput, message));
+                self.found_before = false;
+                break;
+            }
+        }
     }
 }
 

@@ -53,6 +53,10 @@ impl OperandCallCheck<'_> {
 
     /// Whether beta is zero, read the way the library reads it; `None` when it cannot be read.
     fn read_beta_is_zero(&self, allocations: AllocationView<'_>, device: &dyn Device) -> Option<bool> {
+        if self.recording && self.pointer_mode() != PointerMode::Host {
+            // Not known until the queued read lands: C is scanned, and judged then.
+            return None;
+        }
         let (bytes, size) = self.read_scalar(self.call.beta, allocations, device)?;
         // +0.0 and -0.0 both mean "do not read C": every bit but the sign is zero (and for
         // integer scales, zero is all bits zero).
@@ -203,8 +207,11 @@ impl OperandCallCheck<'_> {
         Some(total.scan)
     }
 
-    pub(super) fn scan_inputs(&mut self, allocations: AllocationView<'_>, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
-        self.beta_is_zero = self.read_beta_is_zero(allocations, device);
+    pub fn scan_inputs(&mut self, allocations: AllocationView<'_>, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
+        if !(self.deferred && self.beta_is_zero.is_some() && !self.recording) {
+            // A verdict judged after the call keeps what was read of beta on the host at it.
+            self.beta_is_zero = self.read_beta_is_zero(allocations, device);
+        }
         let reads_scaled = self.beta_is_zero != Some(true);
         self.prescan_on_device(device, |o| match o.spec.role {
             Role::Input | Role::InOut => true,

@@ -21,7 +21,7 @@ const WRITE_VALUE_DEFAULT: u32 = 0;
 /// address can be reused by the next one after cudaDeviceReset, its id cannot). 0: no context,
 /// or a driver without ids (then no breadcrumbs: a page registered with a destroyed context
 /// must never be written again).
-fn current_context() -> u64 {
+pub(crate) fn current_context() -> u64 {
     let mut ctx: *mut c_void = std::ptr::null_mut();
     // SAFETY: `ctx` is a writable pointer.
     if unsafe { api::cuCtxGetCurrent(&mut ctx) } != Some(0) || ctx.is_null() {
@@ -100,7 +100,7 @@ pub(crate) fn drop_breadcrumb(crumbs: &Breadcrumbs, stream: u64, seq: u64, hook:
 /// Registers, once, the check at exit of breadcrumbs that never landed. Registered now, after
 /// the runtime registered its own teardown, it runs before it (exit handlers run in reverse
 /// order), while the device can still be synchronised; the guard's trace is written after.
-fn register_final_check() {
+pub(crate) fn register_final_check() {
     static REGISTERED: AtomicBool = AtomicBool::new(false);
     if !REGISTERED.swap(true, Ordering::SeqCst) {
         // SAFETY: `final_check` is a plain extern "C" fn that never unwinds.

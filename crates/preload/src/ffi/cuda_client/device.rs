@@ -39,11 +39,13 @@ pub(crate) struct RealDevice<'a> {
     pending_before: std::cell::Cell<Option<Option<c_int>>>,
     /// The calling thread's block (its stack's range).
     thread: &'a crate::ffi::host::thread::PerThread,
+    verdicts: crate::ffi::cuda_client::verdict_memory::RealVerdictMemory<'a>,
 }
 
 impl<'a> RealDevice<'a> {
     pub(crate) fn new(session: &'a crate::session::Session, thread: &'a crate::ffi::host::thread::PerThread) -> Self {
-        Self { session, pending_before: std::cell::Cell::new(None), thread }
+        let verdicts = crate::ffi::cuda_client::verdict_memory::RealVerdictMemory { session };
+        Self { session, pending_before: std::cell::Cell::new(None), thread, verdicts }
     }
 
     /// `quietly`, with the program's pending error asked once.
@@ -183,6 +185,10 @@ impl Device for RealDevice<'_> {
 
     fn address_range(&self, ptr: u64) -> Option<(u64, u64)> {
         address_range(ptr)
+    }
+
+    fn verdict_memory(&self) -> Option<&dyn crate::check::VerdictMemory> {
+        Some(&self.verdicts)
     }
 
     fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>> {

@@ -266,9 +266,8 @@ struct ScanJobs {
     unused: u32,
 }
 
-/// One launch over every job: results in `kernels.out`, read back with one copy (which waits
-/// for the launch). Each job's counts, and the member of its first NaN/Inf.
-fn launch_many(kernels: LoadedKernels, jobs: &[BatchScan], stream: u64) -> Result<Vec<(MatrixScan, Option<u64>)>, String> {
+/// The jobs in the kernel's form, and the blocks to launch per job.
+fn pack(kernels: LoadedKernels, jobs: &[BatchScan]) -> Result<(ScanJobs, u32), String> {
     let mut packed = ScanJobs::default();
     let mut most_segments = 0u64;
     for (slot, job) in packed.job.iter_mut().zip(jobs) {
@@ -278,44 +277,63 @@ fn launch_many(kernels: LoadedKernels, jobs: &[BatchScan], stream: u64) -> Resul
         most_segments = most_segments.max(scan_grid::segments(job.shape, job.dtype.size().unwrap_or(1), job.members));
     }
     packed.count = jobs.len().min(MAX_BATCH_SCANS) as u32;
-    let mut out = kernels.out;
-    let mut params: [Ptr; 2] = [&mut packed as *mut ScanJobs as Ptr, &mut out as *mut u64 as Ptr];
     // Blocks per job: the jobs share the device, so together they take about what it holds.
     let blocks = scan_grid::blocks_for(most_segments, kernels.resident_blocks.div_ceil(packed.count.max(1)));
-    let bytes = 24 * packed.count as usize;
-    let stream_ptr = stream as Ptr;
-    let mut result = [0u64; 3 * MAX_BATCH_SCANS];
-    // `params` points at the two live values the kernel takes; `result` holds `bytes` writable
-    // bytes; `out` is this context's buffer of OUT_BYTES >= bytes.
-    // As in `scan`: each step only once the one before it succeeded.
-    // SAFETY: `out` is this context's result buffer, at least as long as the bytes set.
-    driver("cuMemsetD8Async", unsafe { api::cuMemsetD8Async(out, 0, bytes, stream_ptr) })?;
+    Ok((packed, blocks))
+}
+
+/// Launches the scan of every job on `stream`, its results (24 bytes a job, zeroed by the
+/// caller) written to the device address `out`.
+fn enqueue_many(kernels: LoadedKernels, jobs: &[BatchScan], stream: u64, out: u64) -> Result<(), String> {
+    let (mut packed, blocks) = pack(kernels, jobs)?;
+    let mut out = out;
+    let mut params: [Ptr; 2] = [&mut packed as *mut ScanJobs as Ptr, &mut out as *mut u64 as Ptr];
     driver(
         "cuLaunchKernel",
-        // SAFETY: `params` points at live values matching the kernel's parameters; the function belongs to this context.
-        unsafe { api::cuLaunchKernel(kernels.many as Ptr, blocks, packed.count, 1, THREADS, 1, 1, 0, stream_ptr, params.as_mut_ptr(), std::ptr::null_mut()) },
-    )?;
+        // SAFETY: `params` points at live values matching the kernel's parameters (the driver
+        // copies them at the launch); the function belongs to this context.
+        unsafe {
+            api::cuLaunchKernel(kernels.many as Ptr, blocks, packed.count, 1, THREADS, 1, 1, 0, stream as Ptr, params.as_mut_ptr(), std::ptr::null_mut())
+        },
+    )
+}
+
+/// One launch over every job: results in `kernels.out`, read back with one copy (which waits
+/// for the launch). Each job's counts, and the member of its first NaN/Inf.
+fn launch_many(kernels: LoadedKernels, jobs: &[BatchScan], stream: u64) -> Result<Vec<(MatrixScan, Option<u64>)>, String> {
+    let out = kernels.out;
+    let count = jobs.len().min(MAX_BATCH_SCANS);
+    let bytes = 24 * count;
+    let stream_ptr = stream as Ptr;
+    let mut result = [0u64; 3 * MAX_BATCH_SCANS];
+    // As in `scan`: each step only once the one before it succeeded.
+    // SAFETY: `out` is this context's result buffer of OUT_BYTES >= bytes.
+    driver("cuMemsetD8Async", unsafe { api::cuMemsetD8Async(out, 0, bytes, stream_ptr) })?;
+    enqueue_many(kernels, jobs, stream, out)?;
     // Into pageable host memory: the copy returns once it is done, and is the synchronisation.
     // SAFETY: `result` is writable for the bytes copied and, pageable, the copy completes before the call returns.
     driver("cuMemcpyDtoHAsync", unsafe { api::cuMemcpyDtoHAsync_v2(result.as_mut_ptr() as Ptr, out, bytes, stream_ptr) })?;
-    Ok(jobs
-        .iter()
-        .enumerate()
-        .map(|(j, job)| {
-            let (nan, inf, first) = (result[3 * j], result[3 * j + 1], result[3 * j + 2]);
-            let key = (first != 0).then_some(!first);
-            let ld = job.shape.ld.max(1) as u64;
-            let scan = MatrixScan {
-                nan,
-                inf,
-                first_nonfinite: key.map(|k| k & ((1 << 40) - 1)).map(|index| (index % ld, index / ld)),
-                scanned_elements: (job.shape.rows.max(0) as u64).saturating_mul(job.shape.cols.max(0) as u64).saturating_mul(job.members),
-                sampled: false,
-                on_device: true,
-            };
-            (scan, key.map(|k| k >> 40))
-        })
-        .collect())
+    Ok(scan_grid::batch_results(jobs, &result))
+}
+
+/// Queues the scan of every job on `stream` with its results written to `out` (device-mapped
+/// host memory the caller zeroed, 24 bytes a job): nothing is waited for. False: the device
+/// scan is unavailable (or failed), and the caller scans on the host.
+pub(crate) fn queue_batch(state: &DeviceScanState, mode: DeviceScan, jobs: &[BatchScan], stream: u64, out: u64) -> bool {
+    if state.failed() || jobs.is_empty() || jobs.len() > MAX_BATCH_SCANS || jobs.iter().any(|j| kind(j.dtype).is_none()) {
+        return false;
+    }
+    if jobs.iter().any(|j| j.shape.rows <= 0 || j.shape.cols <= 0 || j.shape.ld < j.shape.rows) {
+        return false;
+    }
+    let kernels = match context(state, stream) {
+        Ok(k) => k,
+        Err(why) => return fail::<()>(state, mode, why).is_some(),
+    };
+    match enqueue_many(kernels, jobs, stream, out) {
+        Ok(()) => true,
+        Err(why) => fail::<()>(state, mode, Unusable::Wrong(format!("the batched scan kernel failed: {why}"))).is_some(),
+    }
 }
 
 /// Scans every job in one launch on the GPU, on `stream`; `None`: use the host path.

@@ -599,6 +599,11 @@ fn judged_fatal_by_program(sig: libc::c_int) -> bool {
 /// Writes the crash record once per process; a second thread waits for the first to finish
 /// rather than let the process die under it.
 fn record_crash_once(sig: libc::c_int, name: &str) {
+    // Deferred verdicts whose scans had landed are judged and published first, by the guard's
+    // thread for them (a bounded moment: it may be stuck behind a lock this thread holds).
+    if let Some(s) = crate::ffi::host::lifecycle::existing_session() {
+        crate::ffi::host::harvester::settle(|| s.verdicts.unsettled(), 300);
+    }
     if !HANDLING.swap(true, Ordering::SeqCst) {
         // Normal writers in the middle of a rename finish first; none starts another.
         // 10 s: long enough for an fsync on a busy machine.
@@ -703,6 +708,7 @@ mod tests {
             scanned_calls: 1,
             skipped_scans: 2,
             ignored_faults: [("py=\"odd\\name\u{1}.py\"\n".to_string(), 4), ("kind=nonfinite_input".to_string(), 0)].into(),
+            deferred_verdicts: [("deferred".to_string(), 5), ("waiting".to_string(), 1)].into(),
         };
         w.bytes(b"],\"summary\":");
         summary_json(&mut w, &summary);

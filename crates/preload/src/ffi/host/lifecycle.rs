@@ -83,6 +83,9 @@ impl Outlet for RealOutlet {
         let thread = crate::ffi::host::python::thread_name();
         crate::ffi::host::python::stack(&thread).map(|(frames, note)| (frames, note, thread))
     }
+    fn python_frames_at_call(&self) -> Option<crate::guard::KeptFrames> {
+        crate::ffi::host::python::frames_if_holding_gil()
+    }
 }
 
 /// The session in force: a forked child's own, else the one this process started.
@@ -357,19 +360,23 @@ fn at_exit(status: i32) {
 pub(crate) fn check_breadcrumbs_at_exit() {
     let Some(_inside) = crate::ffi::intercept::reentry::Reentry::enter() else { return };
     let Some(s) = current() else { return };
-    if DISABLED.load(Ordering::Relaxed) || s.known_error().is_some() || s.breadcrumbs.progress().iter().all(|p| p.unfinished == 0) {
+    let crumbs_out = s.known_error().is_none() && s.breadcrumbs.progress().iter().any(|p| p.unfinished > 0);
+    if DISABLED.load(Ordering::Relaxed) || !(crumbs_out || s.verdicts.any_waiting()) {
         return;
     }
     let code = crate::ffi::cuda_client::breadcrumbs::synchronise_device();
-    if !crate::cuda::cuda_error_is_sticky(code) {
-        return;
+    if crumbs_out && crate::cuda::cuda_error_is_sticky(code) {
+        let _ = crate::ffi::host::thread::PER_THREAD.try_with(|t| {
+            let device = crate::ffi::cuda_client::device::RealDevice::new(s, t);
+            let forward = || code;
+            let call = crate::guard::Call::uncounted(s, crate::Hook::cudaDeviceSynchronize, &device, &RealOutlet, &forward, &t.memo);
+            crate::guard::attribution::surfaced(&call, code, "exit (the guard's one synchronisation there)", crate::recorder::CallArgs::None, None);
+        });
     }
-    let _ = crate::ffi::host::thread::PER_THREAD.try_with(|t| {
-        let device = crate::ffi::cuda_client::device::RealDevice::new(s, t);
-        let forward = || code;
-        let call = crate::guard::Call::uncounted(s, crate::Hook::cudaDeviceSynchronize, &device, &RealOutlet, &forward, &t.memo);
-        crate::guard::attribution::surfaced(&call, code, "exit (the guard's one synchronisation there)", crate::recorder::CallArgs::None, None);
-    });
+    // The verdicts still waiting have landed now, unless the context broke: judged here, with
+    // the guard's thread for them stopped first.
+    crate::ffi::host::harvester::stop();
+    crate::ffi::host::harvester::harvest(s, 0);
 }
 
 #[cfg_attr(test, allow(dead_code))]

@@ -1,12 +1,13 @@
 //! Services of the process the guard lives in: its load, forks and exit, the crash writer,
 //! stderr, trace-file claims, its description and environment, Python frames, backtraces, threads,
-//! and the GPU's health (NVML, the kernel log).
+//! the GPU's health (NVML, the kernel log), and the thread that judges deferred verdicts.
 
 pub(crate) mod backtrace;
 pub(crate) mod claim;
 pub(crate) mod crash;
 pub(crate) mod environment;
 pub(crate) mod files;
+pub(crate) mod harvester;
 pub(crate) mod kernel_log;
 pub(crate) mod lifecycle;
 pub(crate) mod nvml;

@@ -152,18 +152,53 @@ pub(crate) fn stack(thread_name: &str) -> Option<(Vec<PythonFrame>, Option<Strin
     }
 }
 
+/// The innermost frames a deferred verdict keeps from its call.
+const FRAMES_KEPT_AT_CALL: usize = 8;
+
+/// The calling thread's innermost Python frames, read now only if it holds the GIL (it never
+/// waits for it: this runs at every call whose NaN/Inf verdict is deferred). `None` when the
+/// process does not run Python.
+pub(crate) fn frames_if_holding_gil() -> Option<crate::guard::KeptFrames> {
+    let api = api()?;
+    // SAFETY: as in `stack`: these four need no GIL; `read_frames_upto` runs with the GIL this
+    // thread holds.
+    unsafe {
+        if (api.is_initialized)() == 0 || api.is_finalizing.is_some_and(|f| f() != 0) {
+            return None;
+        }
+        let tstate = (api.this_thread_state)();
+        let holds = !tstate.is_null() && api.holds_gil.is_some_and(|holds| holds() == 1);
+        if !tstate.is_null() && !holds {
+            return Some(crate::guard::KeptFrames::GilReleased);
+        }
+        let thread = thread_name();
+        let frames = if holds { read_frames_upto(api, tstate, FRAMES_KEPT_AT_CALL) } else { Vec::new() };
+        let note = frames.is_empty().then(|| no_frames_note(&thread));
+        Some(crate::guard::KeptFrames::Read(frames, note, thread))
+    }
+}
+
 /// The frames of the thread whose state is `tstate`, innermost first.
 ///
 /// # Safety
 /// The caller holds the GIL, and `tstate`'s thread runs no Python code meanwhile.
 unsafe fn read_frames(api: &Api, tstate: Obj) -> Vec<PythonFrame> {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { read_frames_upto(api, tstate, MAX_FRAMES) }
+}
+
+/// As `read_frames`, the innermost `limit` frames.
+///
+/// # Safety
+/// As `read_frames`.
+unsafe fn read_frames_upto(api: &Api, tstate: Obj, limit: usize) -> Vec<PythonFrame> {
     // SAFETY: every call is CPython's public API, used as documented under the GIL (the
     // caller's contract): every new reference (frames, code objects, attributes) is released
     // with Py_DecRef; borrowed strings are copied before their object is released.
     unsafe {
         let mut frames = Vec::new();
         let mut frame = (api.thread_frame)(tstate);
-        while !frame.is_null() && frames.len() < MAX_FRAMES {
+        while !frame.is_null() && frames.len() < limit {
             let code = (api.frame_code)(frame);
             let line = (api.frame_line)(frame);
             if !code.is_null() {

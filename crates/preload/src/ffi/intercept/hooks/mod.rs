@@ -155,6 +155,9 @@ impl Outlet for DeferringOutlet {
     fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
         defer_cancel(|| RealOutlet.python_stack())
     }
+    fn python_frames_at_call(&self) -> Option<crate::guard::KeptFrames> {
+        RealOutlet.python_frames_at_call()
+    }
     fn kernel_name(&self, func: u64) -> Option<String> {
         defer_cancel(|| RealOutlet.kernel_name(func))
     }
@@ -236,6 +239,9 @@ impl Device for DeferringDevice<'_> {
     }
     fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>> {
         self.0.param_layout(func, driver)
+    }
+    fn verdict_memory(&self) -> Option<&dyn crate::check::VerdictMemory> {
+        self.0.verdict_memory()
     }
 }
 

@@ -1,0 +1,100 @@
+//! The guard's own thread that judges deferred NaN/Inf verdicts as their scans land
+//! (CUBLASGUARD_SYNC=deferred): within about a millisecond of a mark landing, the call's fault
+//! (if any) is recorded and published, so it is on disk and in the crash writer's slots as
+//! soon as it is known, without a hooked call of the program's doing the work. It calls no
+//! CUDA function: it only reads the guard's mapped memory. The crash writer gives it a bounded
+//! moment to finish (`settle`); at exit it is stopped before the last verdicts are judged.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+/// The process whose harvester runs (a forked child starts its own).
+static RUNNING_IN: AtomicU32 = AtomicU32::new(0);
+static STOP: AtomicBool = AtomicBool::new(false);
+static STOPPED: AtomicBool = AtomicBool::new(false);
+static WAKE: Mutex<()> = Mutex::new(());
+static WOKEN: Condvar = Condvar::new();
+
+/// How often the thread looks while verdicts wait.
+const POLL: Duration = Duration::from_millis(1);
+/// How long it sleeps when none waits (a new one wakes it).
+const IDLE: Duration = Duration::from_millis(100);
+
+/// A verdict waits: the thread (started once per process) looks soon.
+pub(crate) fn judge_soon() {
+    let pid = std::process::id();
+    if RUNNING_IN.load(Ordering::Acquire) != pid && RUNNING_IN.swap(pid, Ordering::AcqRel) != pid {
+        STOP.store(false, Ordering::SeqCst);
+        STOPPED.store(false, Ordering::SeqCst);
+        // A small stack: it rebuilds a call's check and scans what landed (its scan buffer is
+        // on the heap).
+        if std::thread::Builder::new().name("cublasguard-verdicts".into()).stack_size(512 * 1024).spawn(run).is_err() {
+            // Without it, verdicts are judged at the program's synchronisations and at exit.
+            STOPPED.store(true, Ordering::SeqCst);
+        }
+    }
+    WOKEN.notify_one();
+}
+
+fn run() {
+    // The thread's own calls (none into CUDA) pass through the guard's hooks untouched.
+    let _inside = crate::ffi::intercept::reentry::Reentry::enter();
+    while !STOP.load(Ordering::SeqCst) {
+        let waiting = crate::ffi::host::lifecycle::session().is_some_and(|s| s.verdicts.any_waiting());
+        if waiting {
+            let _ = std::panic::catch_unwind(|| {
+                if let Some(s) = crate::ffi::host::lifecycle::session() {
+                    harvest(s, s.total_calls());
+                }
+            });
+        }
+        let guard = WAKE.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = WOKEN.wait_timeout(guard, if waiting { POLL } else { IDLE });
+    }
+    STOPPED.store(true, Ordering::SeqCst);
+}
+
+/// Judges what landed, as found at call `found_at` (0: at exit).
+pub(crate) fn harvest(s: &'static crate::session::Session, found_at: u64) {
+    let _ = crate::ffi::host::thread::PER_THREAD.try_with(|t| {
+        let device = crate::ffi::cuda_client::device::RealDevice::new(s, t);
+        let forward = || 0;
+        let call = crate::guard::Call::uncounted(s, crate::Hook::cudaDeviceSynchronize, &device, &crate::ffi::host::lifecycle::RealOutlet, &forward, &t.memo);
+        crate::guard::verdicts::harvest(&call, found_at);
+    });
+}
+
+/// Stops the thread (at exit, before the last verdicts are judged there), waiting for it at
+/// most a quarter of a second.
+pub(crate) fn stop() {
+    if RUNNING_IN.load(Ordering::Acquire) != std::process::id() {
+        return;
+    }
+    STOP.store(true, Ordering::SeqCst);
+    WOKEN.notify_one();
+    for _ in 0..250 {
+        if STOPPED.load(Ordering::SeqCst) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// For the crash writer (async-signal-safe: atomics and `nanosleep`): while verdicts wait
+/// (`waiting`), gives the thread up to `limit_ms` to judge them as they land, so what the GPU
+/// had finished is judged and published before the crash record is written. Bounded: the GPU
+/// may never finish, or the thread be stuck behind a lock the crashed thread holds.
+pub(crate) fn settle(waiting: impl Fn() -> bool, limit_ms: u32) {
+    if RUNNING_IN.load(Ordering::Acquire) != std::process::id() || STOPPED.load(Ordering::SeqCst) {
+        return;
+    }
+    let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+    for _ in 0..limit_ms {
+        if !waiting() {
+            return;
+        }
+        // SAFETY: nanosleep is async-signal-safe.
+        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+    }
+}

@@ -1,0 +1,413 @@
+//! Deferred NaN/Inf verdicts (CUBLASGUARD_SYNC=deferred, the scans on): a guarded call's scans
+//! run the same checks as ever, through a device that queues their reads on the call's stream
+//! instead of waiting for them (`Recording`): the scan kernel's counts and the host scan's
+//! copies land in device-mapped host memory, and a mark queued after the call says when they
+//! have. The call returns at once. Later (at a hooked call, a synchronisation of the program's,
+//! exit) the same checks run again through a device that answers each read with what landed
+//! (`Replay`), and a NaN/Inf they find is recorded on the call that made it, with what was kept
+//! from it: its description, arguments, allocations and Python frames.
+
+use std::cell::{Cell, RefCell};
+
+use super::operand_call::ExArgs;
+use super::{Call, Hook, Outlet, Recorded};
+use crate::check::operand_call::{CheckFacts, OperandCall, OperandCallCheck};
+use crate::check::{init, lt, scan_grid, BatchScan, Device, VerdictArena, VerdictMemory};
+use crate::config::{OnFault, SyncMode};
+use crate::cuda::{MemoryType, PointerMode};
+use crate::recorder::CallArgs;
+use crate::scan::{DType, MatrixScan};
+use crate::session::verdicts::{Pending, ScanLog};
+use crate::session::Session;
+use crate::trace::PythonFrame;
+use crate::validate::StoredShape;
+
+/// Whether the verdict of a call that scans may wait: under `deferred`, unless the program
+/// needs it before the call returns (`ON_FAULT=error` refuses, `abort` stops) or something
+/// else reads the operands at the call (origin mode, a dump).
+pub(crate) fn may_wait(call: &Call<'_, i32>, record: &CallArgs) -> bool {
+    let c = &call.session.config;
+    c.sync == SyncMode::Deferred && c.on_fault == OnFault::Continue && !c.nan_origin && !super::dump::wanted(call, record)
+}
+
+/// A thread's Python frames, why it has none, and its name (as `Outlet::python_stack` gives).
+type PythonFrames = (Vec<PythonFrame>, Option<String>, String);
+
+/// What a call's verdict is judged from, besides its scans.
+struct Verdict {
+    hook: Hook,
+    thread: u32,
+    time_ns: u64,
+    call: OperandCall,
+    facts: CheckFacts,
+    record: CallArgs,
+    extra: ExArgs,
+    returned: i32,
+    python: Option<super::KeptFrames>,
+}
+
+/// Why a call judged later has no Python frames: its thread had released the GIL.
+const GIL_RELEASED_NOTE: &str = "Python frames not kept: the thread had released the GIL at the call (PyTorch's operators do) \
+     and a deferred verdict does not wait for it; CUBLASGUARD_SYNC=gemm judges the call before it returns, with its frames";
+
+/// Phases of a call's scans: its inputs before it, its outputs after it.
+const BEFORE: bool = false;
+const AFTER: bool = true;
+
+/// The device the scans of a call read through while their verdict waits: every read is a
+/// copy queued into the region, every on-device scan a kernel whose counts land there; what
+/// they return now is a placeholder (zeros: finite), so the checks find nothing at the call.
+pub(crate) struct Recording<'a> {
+    device: &'a dyn Device,
+    memory: &'a dyn VerdictMemory,
+    session: &'a Session,
+    arena: VerdictArena,
+    stream: u64,
+    /// The mark's word, reserved first: without it nothing else is.
+    mark: Option<u64>,
+    phase: Cell<bool>,
+    log: RefCell<ScanLog>,
+}
+
+impl<'a> Recording<'a> {
+    /// `None`: no region here (the checks scan as under `gemm`).
+    pub fn begin(call: &Call<'a, i32>, stream: u64) -> Option<Self> {
+        let memory = call.device.verdict_memory()?;
+        let arena = memory.arena()?;
+        let session = call.session;
+        let mark = session.verdicts.reserve(arena, 8, session.config.staging_bytes);
+        let mut log = ScanLog::default();
+        log.reserved.extend(mark);
+        Some(Self { device: call.device, memory, session, arena, stream, mark, phase: Cell::new(BEFORE), log: RefCell::new(log) })
+    }
+
+    /// The call has run: what is read from now on is its output.
+    pub fn after_call(&self) {
+        self.phase.set(AFTER);
+    }
+
+    fn reserve(&self, bytes: u64) -> Option<u64> {
+        let offset = self.mark.and_then(|_| self.session.verdicts.reserve(self.arena, bytes, self.session.config.staging_bytes));
+        let mut log = self.log.borrow_mut();
+        match offset {
+            Some(offset) => log.reserved.push(offset),
+            None => log.skipped += 1,
+        }
+        offset
+    }
+
+    /// Keeps the call for its verdict (`judge`: false when a fault was already recorded at
+    /// it: its scans' bytes are only given back once they landed), with a mark queued after
+    /// its scans; nothing waits, unless the driver refuses the mark (then the stream is
+    /// synchronised, as under `gemm`).
+    pub fn keep(self, call: &Call<'_, i32>, check: &OperandCallCheck<'_>, record: CallArgs, extra: ExArgs, returned: i32) {
+        let s = call.session;
+        let judge = check.finding.is_none();
+        if judge {
+            // alpha and beta as the fault's arguments give them (host scalars, read now).
+            let host_mode = check.call.pointer_mode.or(check.handle.map(|h| h.pointer_mode)).map(PointerMode::decode) == Some(PointerMode::Host);
+            let size = check.call.scalar.size().unwrap_or(0).min(16) as usize;
+            for ptr in [check.call.alpha, check.call.beta].into_iter().flatten() {
+                if host_mode && ptr != 0 && size > 0 && s.allocations.containing(ptr).is_none() {
+                    let mut bytes = [0u8; 16];
+                    self.read_host(ptr, &mut bytes[..size]);
+                }
+            }
+        }
+        let mut log = self.log.into_inner();
+        let queued = !(log.copies.is_empty() && log.scans.is_empty());
+        let Some(mark) = self.mark.filter(|_| queued) else {
+            // Nothing in flight: the reservations are free again now.
+            s.verdicts.note_skipped(log.skipped as u64);
+            log.skipped = 0;
+            s.verdicts.release(self.arena, &log);
+            return;
+        };
+        let marked = self.memory.clear(self.arena, mark, 8) && self.memory.queue_mark(self.arena, mark, call.seq, self.stream);
+        if !marked {
+            call.device.synchronize(self.stream);
+        }
+        let python = if judge { call.outlet.python_frames_at_call() } else { None };
+        let verdict = Verdict {
+            hook: call.hook,
+            thread: call.outlet.thread_id(),
+            time_ns: call.outlet.now_ns(),
+            call: check.call.clone(),
+            facts: check.facts(),
+            record,
+            extra,
+            returned: if judge { returned } else { i32::MIN },
+            python,
+        };
+        s.verdicts.add(Pending { seq: call.seq, arena: self.arena, mark: marked.then_some(mark), log, call: Box::new(verdict) });
+        self.memory.judge_soon();
+    }
+}
+
+impl Device for Recording<'_> {
+    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
+        self.device.memory_type(ptr)
+    }
+    fn read(&self, addr: u64, out: &mut [u8], _stream: u64) -> Result<(), i32> {
+        let offset = self.reserve(out.len() as u64).ok_or(-1)?;
+        if !self.memory.queue_copy(self.arena, offset, addr, out.len(), self.stream) {
+            return Err(-1);
+        }
+        self.log.borrow_mut().copies.push((addr, out.len(), offset, self.phase.get()));
+        out.fill(0);
+        Ok(())
+    }
+    fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
+        let ok = self.device.read_host(addr, out);
+        if ok {
+            self.log.borrow_mut().host.push((addr, out.to_vec()));
+        }
+        ok
+    }
+    fn synchronize(&self, stream: u64) -> i32 {
+        self.device.synchronize(stream)
+    }
+    fn is_capturing(&self, stream: u64) -> Result<bool, i32> {
+        self.device.is_capturing(stream)
+    }
+    fn scan_on_device(&self, addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<MatrixScan> {
+        scan_one(self, addr, shape, dtype, stream)
+    }
+    fn scan_batch_on_device(&self, jobs: &[BatchScan], _stream: u64) -> Option<Vec<(MatrixScan, Option<u64>)>> {
+        if self.session.config.device_scan == crate::config::DeviceScan::Off || self.session.device_scan.failed() {
+            return None;
+        }
+        let bytes = 24 * jobs.len();
+        let offset = self.reserve(bytes as u64)?;
+        if !(self.memory.clear(self.arena, offset, bytes) && self.memory.queue_scans(self.arena, offset, jobs, self.stream)) {
+            return None;
+        }
+        self.log.borrow_mut().scans.push((jobs.to_vec(), offset, self.phase.get()));
+        Some(jobs.iter().map(|_| (MatrixScan { on_device: true, ..MatrixScan::default() }, None)).collect())
+    }
+    fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
+        self.device.is_on_this_threads_stack(ptr)
+    }
+    fn compute_capability(&self) -> Option<(i32, i32)> {
+        self.device.compute_capability()
+    }
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        self.device.memory_info()
+    }
+    fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> init::DriverProbe {
+        self.device.probe_driver(device_count)
+    }
+    fn lt_layout(&self, layout: u64) -> Option<lt::Layout> {
+        self.device.lt_layout(layout)
+    }
+    fn lt_matmul_desc(&self, desc: u64) -> Option<lt::MatmulDesc> {
+        self.device.lt_matmul_desc(desc)
+    }
+    fn read_parameter(&self, ptr: u64, out: &mut [u8]) -> bool {
+        self.device.read_parameter(ptr, out)
+    }
+    fn parameter_string(&self, ptr: u64) -> Option<String> {
+        self.device.parameter_string(ptr)
+    }
+    fn address_range(&self, ptr: u64) -> Option<(u64, u64)> {
+        self.device.address_range(ptr)
+    }
+    fn breadcrumb(&self, stream: u64, seq: u64, hook: u16) -> bool {
+        self.device.breadcrumb(stream, seq, hook)
+    }
+    fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>> {
+        self.device.param_layout(func, driver)
+    }
+    fn verdict_memory(&self) -> Option<&dyn VerdictMemory> {
+        self.device.verdict_memory()
+    }
+    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
+        self.device.with_scan_buffer(body)
+    }
+}
+
+/// One matrix's scan as a batch of one (the queued kernel is always the batched one); a shape
+/// with nothing to scan is answered without launching, as `device_scan::scan` answers it.
+fn scan_one(device: &dyn Device, addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<MatrixScan> {
+    if shape.rows <= 0 || shape.cols <= 0 || shape.ld < shape.rows {
+        return Some(MatrixScan::default());
+    }
+    let job = BatchScan { addr, shape, dtype, members: 1, stride: 0, array: false };
+    device.scan_batch_on_device(&[job], stream).and_then(|r| r.into_iter().next()).map(|(scan, _)| scan)
+}
+
+/// The device a waiting call's checks read through once its mark landed: each read answered
+/// with the bytes its queued copy left, in the order and phase they were asked at the call.
+struct Replay<'a> {
+    device: &'a dyn Device,
+    memory: &'a dyn VerdictMemory,
+    arena: VerdictArena,
+    log: &'a ScanLog,
+    phase: Cell<bool>,
+    copies_used: RefCell<Vec<bool>>,
+    scans_used: RefCell<Vec<bool>>,
+}
+
+impl<'a> Replay<'a> {
+    fn new(device: &'a dyn Device, memory: &'a dyn VerdictMemory, arena: VerdictArena, log: &'a ScanLog) -> Self {
+        Self {
+            device,
+            memory,
+            arena,
+            log,
+            phase: Cell::new(BEFORE),
+            copies_used: RefCell::new(vec![false; log.copies.len()]),
+            scans_used: RefCell::new(vec![false; log.scans.len()]),
+        }
+    }
+}
+
+impl Device for Replay<'_> {
+    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
+        self.device.memory_type(ptr)
+    }
+    fn read(&self, addr: u64, out: &mut [u8], _stream: u64) -> Result<(), i32> {
+        let mut used = self.copies_used.borrow_mut();
+        let phase = self.phase.get();
+        let found = self.log.copies.iter().enumerate().find(|(i, c)| !used[*i] && c.0 == addr && c.1 == out.len() && c.3 == phase);
+        let (i, &(_, _, offset, _)) = found.ok_or(-1)?;
+        used[i] = true;
+        self.memory.read(self.arena, offset, out).then_some(()).ok_or(-1)
+    }
+    fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
+        match self.log.host.iter().find(|(a, bytes)| *a == addr && bytes.len() >= out.len()) {
+            Some((_, bytes)) => {
+                out.copy_from_slice(&bytes[..out.len()]);
+                true
+            }
+            None => false,
+        }
+    }
+    fn synchronize(&self, _stream: u64) -> i32 {
+        0
+    }
+    fn is_capturing(&self, _stream: u64) -> Result<bool, i32> {
+        Ok(false)
+    }
+    fn scan_on_device(&self, addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<MatrixScan> {
+        scan_one(self, addr, shape, dtype, stream)
+    }
+    fn scan_batch_on_device(&self, jobs: &[BatchScan], _stream: u64) -> Option<Vec<(MatrixScan, Option<u64>)>> {
+        let mut used = self.scans_used.borrow_mut();
+        let phase = self.phase.get();
+        let (i, (_, offset, _)) = self.log.scans.iter().enumerate().find(|(i, s)| !used[*i] && s.0 == jobs && s.2 == phase)?;
+        used[i] = true;
+        let mut bytes = vec![0u8; 24 * jobs.len()];
+        if !self.memory.read(self.arena, *offset, &mut bytes) {
+            return None;
+        }
+        let words: Vec<u64> = bytes.chunks_exact(8).map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]])).collect();
+        Some(scan_grid::batch_results(jobs, &words))
+    }
+    // Judged on whichever thread harvests (the guard's own, often): nothing more is asked of
+    // CUDA there, so these answer nothing.
+    fn is_on_this_threads_stack(&self, _ptr: u64) -> bool {
+        false
+    }
+    fn param_layout(&self, _func: u64, _driver: bool) -> Option<Vec<(u32, u32)>> {
+        None
+    }
+    fn verdict_memory(&self) -> Option<&dyn VerdictMemory> {
+        None
+    }
+    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
+        self.device.with_scan_buffer(body)
+    }
+}
+
+/// The outlet of a call judged after it returned: the thread, time and Python frames are the
+/// call's, kept at it; there is no native backtrace of it (the thread has long moved on).
+struct LateOutlet<'a> {
+    outlet: &'a dyn Outlet,
+    thread: u32,
+    python: RefCell<Option<super::KeptFrames>>,
+}
+
+impl Outlet for LateOutlet<'_> {
+    fn publish(&self, session: &Session, recorded: &Recorded) {
+        self.outlet.publish(session, recorded)
+    }
+    fn backtrace(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn abort(&self) {
+        self.outlet.abort()
+    }
+    fn now_ns(&self) -> u64 {
+        self.outlet.now_ns()
+    }
+    fn thread_id(&self) -> u32 {
+        self.thread
+    }
+    fn python_stack(&self) -> Option<PythonFrames> {
+        match self.python.borrow_mut().take()? {
+            super::KeptFrames::Read(frames, note, thread) => Some((frames, note, thread)),
+            super::KeptFrames::GilReleased => Some((Vec::new(), Some(GIL_RELEASED_NOTE.to_string()), String::new())),
+        }
+    }
+    fn python_frames_at_call(&self) -> Option<super::KeptFrames> {
+        None
+    }
+    fn kernel_name(&self, func: u64) -> Option<String> {
+        self.outlet.kernel_name(func)
+    }
+    fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth> {
+        self.outlet.gpu_health()
+    }
+    fn create_file(
+        &self,
+        dir: &str,
+        name: &str,
+        extension: &str,
+        fill: &mut dyn FnMut(&mut std::io::BufWriter<&std::fs::File>) -> std::io::Result<()>,
+    ) -> std::io::Result<String> {
+        self.outlet.create_file(dir, name, extension, fill)
+    }
+}
+
+/// Judges the waiting calls whose scans have landed, recording what they found on them, found
+/// at call `found_at` (`found_at_seq`; 0: at exit). Cheap when none waits: one atomic load.
+pub(crate) fn harvest<R: Copy>(call: &Call<'_, R>, found_at: u64) {
+    let s = call.session;
+    if !s.verdicts.any_waiting() {
+        return;
+    }
+    let Some(memory) = call.device.verdict_memory() else { return };
+    for pending in s.verdicts.take_landed(&|arena, offset| memory.mark(arena, offset), false) {
+        judge(call, memory, &pending, found_at);
+        s.verdicts.release(pending.arena, &pending.log);
+        s.verdicts.judged();
+    }
+}
+
+fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pending, found_at: u64) {
+    let Some(v) = pending.call.downcast_ref::<Verdict>() else { return };
+    if v.returned == i32::MIN {
+        return; // a fault was recorded at the call: its scans only had to land
+    }
+    let s = call.session;
+    let replay = Replay::new(call.device, memory, pending.arena, &pending.log);
+    let outlet = LateOutlet { outlet: call.outlet, thread: v.thread, python: RefCell::new(v.python.clone()) };
+    let forward = || v.returned;
+    let past = Call::judged_later(s, v.hook, pending.seq, &replay, &outlet, &forward, call.memo);
+    let started = call.outlet.now_ns();
+    let mut check = OperandCallCheck::from_facts(&v.call, &v.facts);
+    let scan_bytes = s.config.scan_bytes;
+    call.device.with_scan_buffer(&mut |buf| {
+        check.scan_inputs(past.allocations(), &replay, buf, scan_bytes);
+        if check.finding.is_none() && v.returned == crate::cuda::CUBLAS_SUCCESS {
+            replay.phase.set(AFTER);
+            check.scan_outputs(&replay, buf, scan_bytes);
+        }
+    });
+    s.add_scan_time(call.outlet.now_ns().saturating_sub(started));
+    super::operand_call::note_finite(&past, &check);
+    if check.finding.is_some() {
+        super::operand_call::finish_late(&past, &check, v.returned, v.record, v.extra, found_at, v.time_ns);
+    }
+}

@@ -1,0 +1,222 @@
+//! Deferred NaN/Inf verdicts (CUBLASGUARD_SYNC=deferred): a guarded call's scans are queued on
+//! its stream, landing in a context's region of device-mapped host memory, and judged later,
+//! once the mark queued after them has landed. Here: which bytes of a region each call holds
+//! (a ring, so a full region skips a scan rather than waits), what each call's scans read
+//! (the log its verdict is judged from), and the calls waiting for a verdict.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::check::{BatchScan, VerdictArena};
+
+/// Reservations are aligned to this, so that a mark is a whole, aligned word.
+const ALIGN: u64 = 16;
+
+/// One region's bytes, handed out in order and given back in any order: a reservation is free
+/// again once every one before it is.
+#[derive(Debug, Default)]
+struct Ring {
+    /// (start, length, released), oldest first.
+    live: VecDeque<(u64, u64, bool)>,
+}
+
+impl Ring {
+    fn reserve(&mut self, bytes: u64, capacity: u64) -> Option<u64> {
+        let bytes = bytes.max(1).checked_next_multiple_of(ALIGN)?;
+        if bytes > capacity {
+            return None;
+        }
+        let start = match (self.live.front(), self.live.back()) {
+            (None, _) | (_, None) => 0,
+            (Some(&(first, ..)), Some(&(last, len, _))) => {
+                let head = last + len;
+                if last >= first {
+                    // Not wrapped: free are [head, capacity) and [0, first).
+                    if capacity - head >= bytes {
+                        head
+                    } else if first >= bytes {
+                        0
+                    } else {
+                        return None;
+                    }
+                } else if first - head >= bytes {
+                    // Wrapped: free is [head, first).
+                    head
+                } else {
+                    return None;
+                }
+            }
+        };
+        self.live.push_back((start, bytes, false));
+        Some(start)
+    }
+
+    fn release(&mut self, start: u64) {
+        if let Some(entry) = self.live.iter_mut().find(|(s, _, released)| *s == start && !*released) {
+            entry.2 = true;
+        }
+        while self.live.front().is_some_and(|(.., released)| *released) {
+            self.live.pop_front();
+        }
+    }
+}
+
+/// What a call's scans asked for, in order: what its verdict is judged from.
+#[derive(Debug, Default)]
+pub struct ScanLog {
+    /// Device memory copied to the region: (address, length, offset, after the call).
+    pub copies: Vec<(u64, usize, u64, bool)>,
+    /// Host memory read at the call: (address, its bytes).
+    pub host: Vec<(u64, Vec<u8>)>,
+    /// Scan kernels queued: the jobs, the offset of their counts, after the call.
+    pub scans: Vec<(Vec<BatchScan>, u64, bool)>,
+    /// Every reservation of the call, to release once its mark landed.
+    pub reserved: Vec<u64>,
+    /// Scans that found no room in the region (not scanned, counted).
+    pub skipped: u32,
+}
+
+/// A call waiting for its verdict.
+pub struct Pending {
+    pub seq: u64,
+    pub arena: VerdictArena,
+    /// The offset of the mark queued after the call's scans (its value is `seq` once landed);
+    /// `None`: nothing is in flight (the call's stream was synchronised instead).
+    pub mark: Option<u64>,
+    pub log: ScanLog,
+    /// What the guard needs to judge the call (its description, as at the call).
+    pub call: Box<dyn Any + Send>,
+}
+
+impl Pending {
+    fn landed(&self, mark: &dyn Fn(VerdictArena, u64) -> u64) -> bool {
+        self.mark.is_none_or(|offset| mark(self.arena, offset) == self.seq)
+    }
+}
+
+/// The regions' rings and the calls waiting for a verdict.
+#[derive(Default)]
+pub struct Verdicts {
+    rings: Mutex<Vec<(u64, Ring)>>,
+    pending: Mutex<Vec<Pending>>,
+    waiting: AtomicUsize,
+    /// Taken by a harvest and not yet judged.
+    judging: AtomicUsize,
+    deferred: AtomicU64,
+    skipped: AtomicU64,
+}
+
+impl Verdicts {
+    /// Reserves `bytes` of `arena`'s region of `capacity` bytes (CUBLASGUARD_STAGING_BYTES: the
+    /// scan kernel's counts take 24 bytes an operand, the host scan's copies the operand's
+    /// bytes); `None` when it is full.
+    pub fn reserve(&self, arena: VerdictArena, bytes: u64, capacity: u64) -> Option<u64> {
+        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let index = match rings.iter().position(|(c, _)| *c == arena.context) {
+            Some(i) => i,
+            None => {
+                rings.push((arena.context, Ring::default()));
+                rings.len() - 1
+            }
+        };
+        rings[index].1.reserve(bytes, capacity)
+    }
+
+    /// Gives back what a judged (or abandoned) call held.
+    pub fn release(&self, arena: VerdictArena, log: &ScanLog) {
+        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, ring)) = rings.iter_mut().find(|(c, _)| *c == arena.context) {
+            log.reserved.iter().for_each(|&start| ring.release(start));
+        }
+    }
+
+    /// A call whose verdict waits for its mark.
+    pub fn add(&self, pending: Pending) {
+        self.deferred.fetch_add(1, Ordering::Relaxed);
+        self.skipped.fetch_add(pending.log.skipped as u64, Ordering::Relaxed);
+        let mut list = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        list.push(pending);
+        self.waiting.store(list.len(), Ordering::Release);
+    }
+
+    /// Whether any call waits: one atomic load, asked at every hooked call.
+    pub fn any_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) > 0
+    }
+
+    /// Takes the calls whose mark has landed (all of them: `everything`), oldest first.
+    pub fn take_landed(&self, mark: &dyn Fn(VerdictArena, u64) -> u64, everything: bool) -> Vec<Pending> {
+        let mut list = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let (landed, waiting): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut *list).into_iter().partition(|p| everything || p.landed(mark));
+        *list = waiting;
+        self.waiting.store(list.len(), Ordering::Release);
+        self.judging.fetch_add(landed.len(), Ordering::AcqRel);
+        let mut landed = landed;
+        landed.sort_by_key(|p| p.seq);
+        landed
+    }
+
+    /// A call taken by `take_landed` has been judged (its fault, if any, published).
+    pub fn judged(&self) {
+        self.judging.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Whether any call waits or is being judged: what the crash writer gives a moment to.
+    pub fn unsettled(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) > 0 || self.judging.load(Ordering::Acquire) > 0
+    }
+
+    /// (calls whose verdict was deferred, operands not scanned for want of room, calls still
+    /// waiting).
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (self.deferred.load(Ordering::Relaxed), self.skipped.load(Ordering::Relaxed), self.waiting.load(Ordering::Relaxed) as u64)
+    }
+
+    /// Operands of a call judged without their scan (its mark never landed).
+    pub fn note_skipped(&self, operands: u64) {
+        self.skipped.fetch_add(operands, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_hands_out_aligned_bytes_in_order_and_takes_them_back_in_any_order() {
+        let mut ring = Ring::default();
+        assert_eq!(ring.reserve(10, 64), Some(0));
+        assert_eq!(ring.reserve(16, 64), Some(16));
+        assert_eq!(ring.reserve(32, 64), Some(32));
+        assert_eq!(ring.reserve(1, 64), None, "full");
+        ring.release(16);
+        assert_eq!(ring.reserve(16, 64), None, "the oldest is still held, so nothing is free before it");
+        ring.release(0);
+        assert_eq!(ring.reserve(32, 64), Some(0), "the first two are free again: wraps to the start");
+        assert_eq!(ring.reserve(1, 64), None);
+        ring.release(32);
+        assert_eq!(ring.reserve(16, 64), Some(32), "after the newest");
+        assert_eq!(ring.reserve(16, 64), Some(48));
+        assert_eq!(ring.reserve(1, 64), None, "full to the byte");
+        assert_eq!(ring.reserve(65, 64), None, "larger than the region");
+    }
+
+    #[test]
+    fn calls_are_taken_when_their_mark_landed_oldest_first() {
+        let v = Verdicts::default();
+        let arena = VerdictArena { context: 1 };
+        for (seq, mark) in [(3, Some(0)), (1, Some(8)), (2, None)] {
+            v.add(Pending { seq, arena, mark, log: ScanLog::default(), call: Box::new(()) });
+        }
+        assert!(v.any_waiting());
+        // Only the mark at offset 8 has its call's number.
+        let taken = v.take_landed(&|_, offset| if offset == 8 { 1 } else { 0 }, false);
+        assert_eq!(taken.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(v.counts(), (3, 0, 1));
+        let rest = v.take_landed(&|_, _| 0, true);
+        assert_eq!(rest.iter().map(|p| p.seq).collect::<Vec<_>>(), [3]);
+        assert!(!v.any_waiting());
+    }
+}

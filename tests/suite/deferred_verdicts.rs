@@ -1,0 +1,157 @@
+//! CUBLASGUARD_SYNC=deferred with the NaN/Inf scan on: a guarded call queues its scans on its
+//! stream and returns; the verdict is judged once they landed (by the guard's own thread, at
+//! the program's synchronisations, at exit, before a crash record) and a NaN/Inf found then is
+//! recorded on the call that made it, as complete as one found at the call, with
+//! `found_at_seq`. Run on the asynchronous stand-in with the GPU kept behind the host, so that
+//! nothing is known at the call.
+
+use crate::common;
+
+use common::*;
+use cublasguard_format::trace::{Fault, FaultKind, Trace};
+
+const DEFERRED: (&str, &str) = ("CUBLASGUARD_SYNC", "deferred");
+const GEMM_MODE: (&str, &str) = ("CUBLASGUARD_SYNC", "gemm");
+/// The stand-in's queued work runs 20 ms after it was queued: a GEMM's scans land long after
+/// its call returned.
+const GPU_BEHIND: (&str, &str) = ("CUDASHIM_WORKER_DELAY_US", "20000");
+
+fn gemm_seqs(trace: &Trace) -> Vec<u64> {
+    trace.recent_calls.iter().filter(|c| c.api == "cublasSgemm_v2").map(|c| c.seq).collect()
+}
+
+/// What a fault says of its call, whenever it was found, with the addresses (another process's
+/// each run) left out.
+fn as_at_the_call(f: &Fault) -> String {
+    let operands = serde_json::to_string(&f.operands).unwrap_or_default();
+    let args = serde_json::to_string(&f.args).unwrap_or_default();
+    let handle = serde_json::to_string(&f.handle).unwrap_or_default();
+    let text = format!("{:?} {} #{} {} {} {} {} {:?}", f.kind, f.api, f.seq, f.message, args, operands, handle, f.stream);
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("0x") {
+        out.push_str(&rest[..at + 2]);
+        rest = rest[at + 2..].trim_start_matches(|c: char| c.is_ascii_hexdigit());
+        out.push('_');
+    }
+    out + rest
+}
+
+fn both_scan_paths() -> [(&'static str, &'static str); 2] {
+    [("CUBLASGUARD_DEVICE_SCAN", "on"), ("CUBLASGUARD_DEVICE_SCAN", "off")]
+}
+
+#[test]
+fn an_overflow_at_a_gemm_is_recorded_on_it_though_found_later_and_says_where_it_was_found() {
+    for path in both_scan_paths() {
+        let run = scenario("overflow", &[DEFERRED, GPU_BEHIND, path]);
+        let t = run.trace();
+        let gemms = gemm_seqs(&t);
+        let f = only_fault(&t);
+        assert_eq!((f.kind, f.seq), (FaultKind::NonfiniteOutput, gemms[0]), "{path:?}: {}", f.message);
+        let found = f.found_at_seq.unwrap_or_else(|| panic!("{path:?}: found after its call: {f:#?}"));
+        assert!(found == 0 || found > f.seq, "{path:?}: found at #{found}, after #{}", f.seq);
+        assert_eq!(f.operands.iter().find(|o| o.name == "C").and_then(|o| o.inf), Some(16), "{path:?}: {:#?}", f.operands);
+        assert_eq!(t.summary.deferred_verdicts.get("deferred"), Some(&2), "{path:?}: {:?}", t.summary);
+        assert!(!t.summary.deferred_verdicts.contains_key("waiting"), "every verdict judged: {:?}", t.summary);
+        // In gemm mode the same fault, found at its call.
+        let gemm_mode = scenario("overflow", &[GEMM_MODE, GPU_BEHIND, path]).trace();
+        let g = only_fault(&gemm_mode);
+        assert_eq!(g.found_at_seq, None);
+        assert_eq!(as_at_the_call(f), as_at_the_call(g), "{path:?}: as complete as one found at the call");
+    }
+}
+
+#[test]
+fn a_nan_read_by_a_gemm_is_recorded_as_it_is_in_gemm_mode() {
+    for path in both_scan_paths() {
+        for scene in ["nan_a", "nan_c_beta1"] {
+            let deferred = scenario(scene, &[DEFERRED, GPU_BEHIND, path]).trace();
+            let gemm_mode = scenario(scene, &[GEMM_MODE, path]).trace();
+            let (f, g) = (only_fault(&deferred), only_fault(&gemm_mode));
+            assert_eq!(f.kind, FaultKind::NonfiniteInput, "{scene} {path:?}");
+            assert!(f.found_at_seq.is_some(), "{scene} {path:?}: {f:#?}");
+            assert_eq!(as_at_the_call(f), as_at_the_call(g), "{scene} {path:?}");
+        }
+        // beta = 0: C is not read, so its NaN is no fault, now or later.
+        let t = scenario("nan_c_beta0", &[DEFERRED, GPU_BEHIND, path]).trace();
+        assert!(t.faults.is_empty(), "{path:?}: {:#?}", t.faults);
+    }
+}
+
+#[test]
+fn a_clean_run_leaves_the_program_s_output_as_it_is_bare() {
+    for path in both_scan_paths() {
+        let program = scenarios();
+        let env = [DEFERRED, GPU_BEHIND, path];
+        let bare = run(Launch { env: &env, guarded: false, ..Launch::new(&program, &["clean"]) });
+        let guarded = run(Launch { env: &env, ..Launch::new(&program, &["clean"]) });
+        assert_eq!(bare.stdout(), guarded.stdout(), "{path:?}");
+        let t = guarded.trace();
+        assert!(t.faults.is_empty(), "{:#?}", t.faults);
+        assert_eq!(t.summary.deferred_verdicts.get("deferred"), Some(&2), "{:?}", t.summary);
+    }
+}
+
+#[test]
+fn a_crash_keeps_the_verdicts_that_had_landed() {
+    // No synchronisation between the GEMM that reads the NaN and the segfault: the guard's
+    // thread judges the verdict as it lands, and the crash writer waits a moment for it.
+    let run = scenario("fault_then_crash", &[DEFERRED]);
+    let t = run.trace();
+    assert!(t.crash.is_some(), "a crash trace: {}", run.stderr());
+    let f = only_fault(&t);
+    assert_eq!((f.kind, f.seq), (FaultKind::NonfiniteInput, gemm_seqs(&t)[0]), "{f:#?}");
+    assert_eq!(t.summary.deferred_verdicts.get("deferred"), Some(&1), "{:?}", t.summary);
+    assert!(!t.summary.deferred_verdicts.contains_key("waiting"), "{:?}", t.summary);
+}
+
+#[test]
+fn on_fault_error_still_refuses_the_call_that_makes_a_nan_so_it_waits_for_the_verdict() {
+    let program = scenarios();
+    for mode in [DEFERRED, GEMM_MODE] {
+        let env = [mode, ("CUBLASGUARD_ON_FAULT", "error")];
+        let run = run(Launch { env: &env, ..Launch::new(&program, &["overflow"]) });
+        assert!(run.stdout().contains("sgemm status=13"), "{mode:?}: EXECUTION_FAILED for the overflow: {}", run.stdout());
+        assert_eq!(only_fault(&run.trace()).found_at_seq, None);
+    }
+    assert!(blocking_per_further_gemm(&[DEFERRED, ("CUBLASGUARD_ON_FAULT", "error")]) > 0, "it synchronises as gemm mode does");
+}
+
+#[test]
+fn when_the_region_is_full_a_scan_is_skipped_and_counted_never_waited_for() {
+    // A region of one page: the host scan's copies of the second GEMM's operands find no room
+    // while the first GEMM's have not landed.
+    let env = [DEFERRED, GPU_BEHIND, ("CUBLASGUARD_DEVICE_SCAN", "off"), ("CUBLASGUARD_STAGING_BYTES", "4096")];
+    let t = scenario("big_nan", &env).trace();
+    assert!(t.faults.is_empty(), "the 16 KiB operands are not scanned: {:#?}", t.faults);
+    assert!(t.summary.deferred_verdicts.get("no_room").is_some_and(|n| *n >= 1), "{:?}", t.summary);
+    assert_eq!(blocking_per_further_gemm(&env), 0);
+}
+
+#[test]
+fn a_verdict_judged_later_carries_the_python_frames_kept_at_its_call_when_the_gil_was_held() {
+    let script = manifest_dir().join("tests/python/late_frames.py");
+    let script_s = script.display().to_string();
+    let python = std::path::PathBuf::from("python3");
+    let path = std::env::var("PATH").unwrap_or_default();
+    let env = [("PATH", path.as_str()), DEFERRED, GPU_BEHIND];
+    let run = run(Launch { env: &env, ..Launch::new(&python, &[&script_s]) });
+    assert!(run.stdout().contains("done"), "{}\n{}", run.stdout(), run.stderr());
+    let t = run.trace();
+    let nan = faults_of(&t, FaultKind::NonfiniteInput);
+    assert_eq!(nan.len(), 2, "{:#?}", t.faults);
+    let sync = t.recent_calls.iter().find(|c| c.api == "cudaDeviceSynchronize").map(|c| c.seq);
+    for f in &nan {
+        assert_eq!(f.found_at_seq, sync, "found at the program's synchronisation: {f:#?}");
+    }
+    let held = &nan[0].python_stack;
+    assert!(held.len() >= 2, "{:#?}", nan[0]);
+    assert_eq!(
+        (held[1].file.as_str(), held[1].function.as_str(), held[1].line),
+        (script_s.as_str(), "layer_holding_the_gil", line_of(&script, "# FRAME held"))
+    );
+    assert!(nan[1].python_stack.is_empty(), "{:#?}", nan[1]);
+    let note = nan[1].python_stack_note.as_deref().unwrap_or_default();
+    assert!(note.contains("released the GIL") && note.contains("CUBLASGUARD_SYNC=gemm"), "{note}");
+}
