@@ -157,6 +157,11 @@ fn command(launch: &Launch) -> (Command, PathBuf, PathBuf) {
     if let Ok(mode) = std::env::var("CUBLASGUARD_TEST_DEVICE_SCAN") {
         cmd.env("CUBLASGUARD_DEVICE_SCAN", mode);
     }
+    // And the NaN/Inf tests with deferred verdicts (CUBLASGUARD_TEST_SYNC=deferred): each
+    // verdict judged after its call must say what the call-time one says.
+    if let Ok(mode) = std::env::var("CUBLASGUARD_TEST_SYNC") {
+        cmd.env("CUBLASGUARD_SYNC", mode);
+    }
     for (k, v) in launch.env {
         cmd.env(k, v);
     }

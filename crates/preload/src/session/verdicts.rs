@@ -150,9 +150,11 @@ impl Verdicts {
     pub fn take_landed(&self, mark: &dyn Fn(VerdictArena, u64) -> u64, everything: bool) -> Vec<Pending> {
         let mut list = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let (landed, waiting): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut *list).into_iter().partition(|p| everything || p.landed(mark));
+        // Counted as being judged before they stop counting as waiting: `unsettled` never sees
+        // a moment with neither.
+        self.judging.fetch_add(landed.len(), Ordering::AcqRel);
         *list = waiting;
         self.waiting.store(list.len(), Ordering::Release);
-        self.judging.fetch_add(landed.len(), Ordering::AcqRel);
         let mut landed = landed;
         landed.sort_by_key(|p| p.seq);
         landed

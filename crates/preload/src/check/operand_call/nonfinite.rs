@@ -243,7 +243,9 @@ impl OperandCallCheck<'_> {
                 None => all_finite = false,
             }
         }
-        self.inputs_scanned_finite = all_finite;
+        // What a recording reads is a placeholder (what it reads of host memory, a result
+        // there, is not): nothing is known finite until the verdict is judged.
+        self.inputs_scanned_finite = all_finite && !self.recording;
         if let Some(i) = first_bad {
             let Some(o) = self.operands[i] else { return };
             let scan = o.scan.unwrap_or_default();

@@ -361,7 +361,9 @@ pub(crate) fn check_breadcrumbs_at_exit() {
     let Some(_inside) = crate::ffi::intercept::reentry::Reentry::enter() else { return };
     let Some(s) = current() else { return };
     let crumbs_out = s.known_error().is_none() && s.breadcrumbs.progress().iter().any(|p| p.unfinished > 0);
-    if DISABLED.load(Ordering::Relaxed) || !(crumbs_out || s.verdicts.any_waiting()) {
+    // A verdict being judged by the guard's thread right now counts too: the trace written
+    // after this must hold its fault.
+    if DISABLED.load(Ordering::Relaxed) || !(crumbs_out || s.verdicts.unsettled()) {
         return;
     }
     let code = crate::ffi::cuda_client::breadcrumbs::synchronise_device();
