@@ -267,6 +267,9 @@ pub struct RecordedCall {
 const WORDS: usize = 12;
 
 impl RecordedCall {
+    /// Inlined into `record`, so a known form's words are computed in place of being built
+    /// in an array first.
+    #[inline(always)]
     fn encode(&self) -> [u64; WORDS] {
         let mut w = [0u64; WORDS];
         w[0] = self.seq;
@@ -420,12 +423,13 @@ impl Recorder {
         Self { slots: (0..capacity).map(|_| Slot::new()).collect(), next: AtomicU64::new(0) }
     }
 
+    /// Inlined: a caller that knows its call's form has it encoded as stores of its words,
+    /// without the other forms' branches (the hook layer's lean path).
+    #[inline]
     pub fn record(&self, call: &RecordedCall) {
-        let n = self.slots.len() as u64;
-        if n == 0 {
-            return;
-        }
-        let slot = &self.slots[(self.next.fetch_add(1, Ordering::Relaxed) % n) as usize];
+        // No slot at all (a zero capacity): nothing is kept.
+        let Some(i) = self.next.fetch_add(1, Ordering::Relaxed).checked_rem(self.slots.len() as u64) else { return };
+        let Some(slot) = self.slots.get(i as usize) else { return };
         // Two writers meet in one slot only when the ring wraps around during a write: the
         // second waits for the first's few stores.
         let mark = loop {

@@ -302,8 +302,9 @@ impl Session {
     /// Whether a matrix multiply is only forwarded and recorded: every check that reads one
     /// is off and no dump can be written (the hook layer's lean path).
     pub fn matmul_unchecked(&self) -> bool {
-        let c = self.config.checks;
-        !(c.args || c.bounds || c.nan || c.sync || self.dumps_left())
+        let c = &self.config.checks;
+        // `|`, not `||`: the four flags side by side are read as one word.
+        !(c.args | c.bounds | c.nan | c.sync) && !self.dumps_left()
     }
 
     pub fn dumps_left(&self) -> bool {

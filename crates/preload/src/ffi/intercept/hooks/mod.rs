@@ -18,7 +18,7 @@ use crate::guard::launch::{self, Dim3, DriverLaunchConfig, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
 use crate::guard::{blas, gemm, handles, lt, memory, sync, Call, OnThread, Outlet};
 use crate::recorder::{CallArgs, RecordedCall};
-use crate::session::{Recorded, Session};
+use crate::session::{KnownError, Recorded, Session};
 
 /// Opaque CUDA handles and streams, as the C API passes them.
 type Handle = *mut c_void;
@@ -34,25 +34,12 @@ type P = *const c_void;
 /// real function is called if the handler had not yet called it). A forced unwind (thread
 /// cancellation, `pthread_exit`) or a foreign exception from the real function passes through
 /// to the caller's frames, as it would without the guard (`reentry::catch_panic`).
-fn intercept<R: HookReturn, L: FnOnce() -> CallArgs>(hook: Hook, forward: impl Fn() -> R, lean: Option<L>, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
-    let forward = &forward;
-    // The thread's one block of thread-local state, reached once per call (a cdylib pays
-    // `__tls_get_addr` for each access): the re-entry flag, the thread's id and its memo of the
-    // shared tables all come from it. The block has no destructor, so it is never gone.
-    PER_THREAD.try_with(move |t| intercept_on(t, hook, forward, lean, handler)).unwrap_or_else(|_| forward())
-}
-
-/// `lean`: for a matrix multiply, its arguments for the flight recorder. With every check of
-/// a matrix multiply off (and no dump to write), such a call is numbered, counted, forwarded,
-/// timed and recorded here, without a `Call` or its handler: only one that fails goes on to
-/// its handler (already forwarded), which describes it for its `api_error` fault.
-fn intercept_on<R: HookReturn, L: FnOnce() -> CallArgs>(
-    t: &PerThread,
-    hook: Hook,
-    forward: &impl Fn() -> R,
-    lean: Option<L>,
-    handler: impl FnOnce(&Call<'_, R>) -> R,
-) -> R {
+///
+/// `t` is the thread's one block of thread-local state, reached once per call by the export (a
+/// cdylib pays `__tls_get_addr` for each access): the re-entry flag, the thread's id and its
+/// memo of the shared tables all come from it. A matrix multiply with every check off does not
+/// come here when it can be helped (`LeanCall`).
+fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, forward: &impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
     let Some(_inside) = ReentryOn::enter(t) else { return forward() };
     let result = Cell::new(None);
     let tracked = || {
@@ -70,31 +57,6 @@ fn intercept_on<R: HookReturn, L: FnOnce() -> CallArgs>(
         Some(s) if hook.is_registration() => {
             let device = DeferringDevice(RealDevice::new(s, t));
             handler(&Call::uncounted(s, hook, &device, &DeferringOutlet, tracked, &t.memo))
-        }
-        Some(s) if lean.is_some() && s.matmul_unchecked() => {
-            // As `Call::begin`, `operand_call::guard`'s unchecked path and `Call::record`, in order.
-            let thread = OnThread { id: process::thread_id_of(t), memo: &t.memo };
-            let seq = s.begin(hook.index());
-            let started_ns = process::now_ns();
-            let known = s.known_error();
-            let r = tracked();
-            s.note_matmul(seq);
-            let status = r.status();
-            if status != crate::cuda::CUBLAS_SUCCESS {
-                let device = DeferringDevice(RealDevice::new(s, t));
-                let ran = move || r;
-                let call = Call::resumed(s, hook, seq, started_ns, &device, &DeferringOutlet, &ran, thread, (status, known));
-                let r = handler(&call);
-                if !call.was_recorded() {
-                    call.record(r.status(), CallArgs::None);
-                }
-                return r;
-            }
-            let args = lean.map_or(CallArgs::None, |lean| lean());
-            let time_ns = process::now_ns();
-            let duration_ns = time_ns.saturating_sub(started_ns);
-            s.recorder.record(&RecordedCall { seq, hook: hook.index() as u16, status, time_ns, duration_ns, thread: thread.id, args, scanned: false });
-            r
         }
         Some(s) => {
             let device = DeferringDevice(RealDevice::new(s, t));
@@ -117,17 +79,117 @@ fn intercept_on<R: HookReturn, L: FnOnce() -> CallArgs>(
     }
 }
 
-/// The recorder's arguments of a hook with a lean path (`lean` in the table), unpacked from
-/// the hook's argument tuple; `None` for the others.
-macro_rules! lean_job {
-    ( ; $args:ident ; $( $arg:ident ),* ) => {
-        None::<fn() -> CallArgs>
-    };
-    ( $lean:path ; $args:ident ; $( $arg:ident ),* ) => {
-        Some(move || {
-            let ( $( $arg, )* ) = *$args;
-            $lean( $( $arg ),* )
+/// A plain GEMM (a hook with `lean` in the table) with every check of a matrix multiply off
+/// and no dump to write: numbered, counted, timed, forwarded and recorded with its arguments by
+/// the export itself, without a `Call`, its handler or the panic catcher (as `Call::begin`,
+/// `operand_call::guard`'s unchecked path and `Call::record`, in order). Only a call that fails
+/// goes on to its handler, already forwarded, inside the panic catcher, which describes it for
+/// its `api_error` fault. Nothing on a clean call's way can panic: atomics, the clock, the
+/// real function and the recorder's stores (no index, allocation or checked arithmetic).
+///
+/// Taken once the session is armed and the thread has its id: the first call, which arms the
+/// one or asks the other, goes the whole way (`intercept_on`), with the same outcome.
+struct LeanCall<'t> {
+    t: &'t PerThread,
+    _inside: ReentryOn<'t>,
+    s: &'static Session,
+    hook: Hook,
+    tid: u32,
+    seq: u64,
+    started_ns: u64,
+    known: Option<KnownError>,
+}
+
+impl<'t> LeanCall<'t> {
+    /// Numbers, counts and times the call about to be forwarded; `None` when it is not lean
+    /// (or this thread is already inside a hook: `intercept_on` forwards it).
+    #[inline(always)]
+    fn enter(t: &'t PerThread, hook: Hook) -> Option<Self> {
+        let s = lifecycle::armed_session()?;
+        let tid = t.tid.get();
+        if tid == 0 || !s.matmul_unchecked() {
+            return None;
+        }
+        let inside = ReentryOn::enter(t)?;
+        let seq = s.begin(hook.index());
+        let started_ns = process::now_ns();
+        Some(Self { t, _inside: inside, s, hook, tid, seq, started_ns, known: s.known_error() })
+    }
+
+    /// After the real function returned `r`: recorded with the arguments `lean` gives; when it
+    /// failed, given back for `failed` (so the handler's closure is made on that branch only).
+    #[inline(always)]
+    fn finish<R: HookReturn>(self, r: R, lean: impl FnOnce() -> CallArgs) -> Result<R, Self> {
+        self.s.note_matmul(self.seq);
+        let status = r.status();
+        if status != crate::cuda::CUBLAS_SUCCESS {
+            return Err(self);
+        }
+        let time_ns = process::now_ns();
+        let duration_ns = time_ns.saturating_sub(self.started_ns);
+        let call = RecordedCall { seq: self.seq, hook: self.hook.index() as u16, status, time_ns, duration_ns, thread: self.tid, args: lean(), scanned: false };
+        self.s.recorder.record(&call);
+        Ok(r)
+    }
+
+    /// A failed call, handed to its handler (inside the panic catcher) for its fault.
+    #[cold]
+    #[inline(never)]
+    fn failed<R: HookReturn>(self, r: R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
+        let Self { t, s, hook, tid, seq, started_ns, known, .. } = self;
+        let outcome = catch_panic(move || {
+            let device = DeferringDevice(RealDevice::new(s, t));
+            let ran = move || r;
+            let thread = OnThread { id: tid, memo: &t.memo };
+            let call = Call::resumed(s, hook, seq, started_ns, &device, &DeferringOutlet, &ran, thread, (r.status(), known));
+            let r = handler(&call);
+            if !call.was_recorded() {
+                call.record(r.status(), CallArgs::None);
+            }
+            r
+        });
+        outcome.unwrap_or_else(|| {
+            defer_cancel(|| lifecycle::disable("internal error inside a hook"));
+            r
         })
+    }
+}
+
+/// The body of a hook's export and of its guarded copies, around `$real`: the thread's block
+/// reached once, the lean path of a hook that has one, `intercept_on` otherwise.
+macro_rules! guarded_call {
+    ( $name:ident ; $real:ident ; $handler:path ; $( $lean:path )? ; $( $arg:ident ),* ) => {
+        PER_THREAD
+            .try_with(|t| {
+                lean_path!( $( $lean )? ; t ; $name ; $real ; $handler ; $( $arg ),* );
+                let args = &( $( $arg, )* );
+                intercept_on(
+                    t,
+                    Hook::$name,
+                    // SAFETY: the caller's arguments, passed on unchanged to the real function.
+                    &move || { let ( $( $arg, )* ) = *args; unsafe { $real( $( $arg ),* ) } },
+                    move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
+                )
+            })
+            // The block has no destructor, so it is never gone; were it, the call passes.
+            // SAFETY: as above.
+            .unwrap_or_else(|_| unsafe { $real( $( $arg ),* ) })
+    };
+}
+
+/// `LeanCall` for a hook with `lean` in the table: the arguments passed to the real function
+/// straight from the export's own, and to the recorder through `$lean`.
+macro_rules! lean_path {
+    ( ; $t:ident ; $name:ident ; $real:ident ; $handler:path ; $( $arg:ident ),* ) => {};
+    ( $lean:path ; $t:ident ; $name:ident ; $real:ident ; $handler:path ; $( $arg:ident ),* ) => {
+        if let Some(lean) = LeanCall::enter($t, Hook::$name) {
+            // SAFETY: the caller's arguments, passed on unchanged to the real function.
+            let r = unsafe { $real( $( $arg ),* ) };
+            return match lean.finish(r, || $lean( $( $arg ),* )) {
+                Ok(r) => r,
+                Err(lean) => lean.failed(r, |call| $handler(call, $( $arg ),* )),
+            };
+        }
     };
 }
 
@@ -374,14 +436,7 @@ macro_rules! hook_table {
                 #[inline(never)]
                 #[allow(clippy::too_many_arguments)]
                 unsafe fn through(real: Real, $( $arg : $ty ),* ) -> $ret {
-                    let args = &( $( $arg, )* );
-                    intercept(
-                        Hook::$name,
-                        // SAFETY: the caller's arguments, passed on unchanged to the function found.
-                        move || { let ( $( $arg, )* ) = *args; unsafe { real( $( $arg ),* ) } },
-                        lean_job!( $( $lean )? ; args ; $( $arg ),* ),
-                        move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
-                    )
+                    guarded_call!( $name ; real ; $handler ; $( $lean )? ; $( $arg ),* )
                 }
             }
         )*
@@ -396,14 +451,7 @@ macro_rules! hook_table {
                 let Some(real) = (unsafe { reals::$name.get::<$name::Real>() }) else {
                     return missing_real::<$ret>(stringify!($name), Library::$lib);
                 };
-                let args = &( $( $arg, )* );
-                intercept(
-                    Hook::$name,
-                    // SAFETY: the caller's arguments, passed on unchanged to the real function.
-                    move || { let ( $( $arg, )* ) = *args; unsafe { real( $( $arg ),* ) } },
-                    lean_job!( $( $lean )? ; args ; $( $arg ),* ),
-                    move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
-                )
+                guarded_call!( $name ; real ; $handler ; $( $lean )? ; $( $arg ),* )
             }
         )*
     };
