@@ -24,6 +24,19 @@ mod scans;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub use crate::check::operand_call::KnownError;
+
+/// How the hook layer may take a plain GEMM (`Session::lean_gemm`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeanGemm {
+    /// Through its handler and the checks.
+    No,
+    /// Every check of a matrix multiply off and no dump to write: only forwarded and recorded.
+    Unchecked,
+    /// Only `args` and `bounds` of them on (no scan, no synchronisation, no dump, no origin
+    /// watch): forwarded and recorded when `gemm::LeanGemm::clean_before` vouches that the checks
+    /// would find nothing; otherwise through its handler.
+    Prechecked,
+}
 use crate::config::Config;
 use crate::recorder::{RecordedCall, Recorder};
 use crate::state::{Allocations, HandleLookup, Handles, LiveObjects, ThreadMemo};
@@ -298,15 +311,25 @@ impl Session {
         self.last_clean_sync.load(Ordering::Relaxed)
     }
 
-    /// Whether a fault could still get an operand dump (dumps are on and not all used).
-    /// Whether a matrix multiply is only forwarded and recorded: every check that reads one
-    /// is off and no dump can be written (the hook layer's lean path).
-    pub fn matmul_unchecked(&self) -> bool {
+    /// How the hook layer may take a plain GEMM (its lean path): read from the configuration at
+    /// each call, not cached, so a configuration changed after the session is built cannot
+    /// leave it stale.
+    #[inline]
+    pub fn lean_gemm(&self) -> LeanGemm {
         let c = &self.config.checks;
-        // `|`, not `||`: the four flags side by side are read as one word.
-        !(c.args | c.bounds | c.nan | c.sync) && !self.dumps_left()
+        // `|`, not `||`: the flags side by side are read together.
+        if c.nan | c.sync || self.dumps_left() {
+            LeanGemm::No
+        } else if !(c.args | c.bounds) {
+            LeanGemm::Unchecked
+        } else if self.config.nan_origin {
+            LeanGemm::No
+        } else {
+            LeanGemm::Prechecked
+        }
     }
 
+    /// Whether a fault could still get an operand dump (dumps are on and not all used).
     pub fn dumps_left(&self) -> bool {
         self.config.dump_dir.is_some() && self.counts.dumps.load(Ordering::Relaxed) < self.config.dump_max as u64
     }

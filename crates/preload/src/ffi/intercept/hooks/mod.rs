@@ -18,7 +18,7 @@ use crate::guard::launch::{self, Dim3, DriverLaunchConfig, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
 use crate::guard::{blas, gemm, handles, lt, memory, sync, Call, OnThread, Outlet};
 use crate::recorder::{CallArgs, RecordedCall};
-use crate::session::{KnownError, Recorded, Session};
+use crate::session::{KnownError, LeanGemm, Recorded, Session};
 
 /// Opaque CUDA handles and streams, as the C API passes them.
 type Handle = *mut c_void;
@@ -102,15 +102,29 @@ struct LeanCall<'t> {
 
 impl<'t> LeanCall<'t> {
     /// Numbers, counts and times the call about to be forwarded; `None` when it is not lean
-    /// (or this thread is already inside a hook: `intercept_on` forwards it).
+    /// (or this thread is already inside a hook: `intercept_on` forwards it). With `args` or
+    /// `bounds` on, only a call `clean_before` vouches for is lean: one the checks before the
+    /// call would find nothing in.
     #[inline(always)]
-    fn enter(t: &'t PerThread, hook: Hook) -> Option<Self> {
+    fn enter(t: &'t PerThread, hook: Hook, clean_before: impl FnOnce(&Session, &PerThread) -> bool) -> Option<Self> {
         let s = lifecycle::armed_session()?;
         let tid = t.tid.get();
-        if tid == 0 || !s.matmul_unchecked() {
+        let lean = s.lean_gemm();
+        if tid == 0 || lean == LeanGemm::No {
             return None;
         }
         let inside = ReentryOn::enter(t)?;
+        if lean == LeanGemm::Prechecked {
+            // It reads the guard's tables: inside the panic catcher, as every check is.
+            match catch_panic(|| clean_before(s, t)) {
+                Some(true) => {}
+                Some(false) => return None,
+                None => {
+                    defer_cancel(|| lifecycle::disable("internal error inside a hook"));
+                    return None;
+                }
+            }
+        }
         let seq = s.begin(hook.index());
         let started_ns = process::now_ns();
         Some(Self { t, _inside: inside, s, hook, tid, seq, started_ns, known: s.known_error() })
@@ -182,10 +196,13 @@ macro_rules! guarded_call {
 macro_rules! lean_path {
     ( ; $t:ident ; $name:ident ; $real:ident ; $handler:path ; $( $arg:ident ),* ) => {};
     ( $lean:path ; $t:ident ; $name:ident ; $real:ident ; $handler:path ; $( $arg:ident ),* ) => {
-        if let Some(lean) = LeanCall::enter($t, Hook::$name) {
+        let clean_before = |s: &Session, t: &PerThread| {
+            $lean.clean_before(s, &t.memo, |ptr| crate::ffi::host::thread::is_on_stack_of(t, ptr), $( $arg ),* )
+        };
+        if let Some(lean) = LeanCall::enter($t, Hook::$name, clean_before) {
             // SAFETY: the caller's arguments, passed on unchanged to the real function.
             let r = unsafe { $real( $( $arg ),* ) };
-            return match lean.finish(r, || $lean( $( $arg ),* )) {
+            return match lean.finish(r, || $lean.record( $( $arg ),* )) {
                 Ok(r) => r,
                 Err(lean) => lean.failed(r, |call| $handler(call, $( $arg ),* )),
             };
@@ -463,12 +480,12 @@ hook_table! {
     Cublas fn cublasSetStream_v2(handle: Handle, stream: Stream) -> c_int => handles::set_stream;
     Cublas fn cublasSetPointerMode_v2(handle: Handle, mode: c_int) -> c_int => handles::set_pointer_mode;
     Cublas fn cublasSetMathMode(handle: Handle, mode: c_int) -> c_int => handles::set_math_mode;
-    Cublas fn cublasSgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::sgemm, lean gemm::record;
-    Cublas fn cublasSgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::sgemm, lean gemm::record;
-    Cublas fn cublasDgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::dgemm, lean gemm::record;
-    Cublas fn cublasDgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::dgemm, lean gemm::record;
-    Cublas fn cublasHgemm(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::hgemm, lean gemm::record;
-    Cublas fn cublasHgemm_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::hgemm, lean gemm::record;
+    Cublas fn cublasSgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::sgemm, lean gemm::SGEMM;
+    Cublas fn cublasSgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::sgemm, lean gemm::SGEMM;
+    Cublas fn cublasDgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::dgemm, lean gemm::DGEMM;
+    Cublas fn cublasDgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::dgemm, lean gemm::DGEMM;
+    Cublas fn cublasHgemm(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::hgemm, lean gemm::HGEMM;
+    Cublas fn cublasHgemm_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::hgemm, lean gemm::HGEMM;
     Cublas fn cublasSgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::sgemm_strided;
     Cublas fn cublasSgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::sgemm_strided;
     Cublas fn cublasDgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::dgemm_strided;
@@ -485,9 +502,9 @@ hook_table! {
     Cublas fn cublasGemmBatchedEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, b: P, bt: c_int, ldb: i64, beta: P, c: P, ct: c_int, ldc: i64, count: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_batched_ex;
     Cublas fn cublasSetWorkspace_v2(handle: Handle, workspace: *mut c_void, bytes: usize) -> c_int => handles::set_workspace;
     Cublas fn cublasSgemmEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, b: P, bt: c_int, ldb: c_int, beta: P, c: P, ct: c_int, ldc: c_int) -> c_int => gemm::sgemm_ex;
-    Cublas fn cublasCgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::cgemm, lean gemm::record;
+    Cublas fn cublasCgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::cgemm, lean gemm::CGEMM;
     Cublas fn cublasCgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::cgemm_strided;
-    Cublas fn cublasZgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::zgemm, lean gemm::record;
+    Cublas fn cublasZgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::zgemm, lean gemm::ZGEMM;
     Cublas fn cublasZgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::zgemm_strided;
     Cublas fn cublasSgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::sgemv;
     Cublas fn cublasDgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::dgemv;
