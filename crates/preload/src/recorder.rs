@@ -425,7 +425,7 @@ impl Recorder {
 
     /// Inlined: a caller that knows its call's form has it encoded as stores of its words,
     /// without the other forms' branches (the hook layer's lean path).
-    #[inline]
+    #[inline(always)]
     pub fn record(&self, call: &RecordedCall) {
         // No slot at all (a zero capacity): nothing is kept.
         let Some(i) = self.next.fetch_add(1, Ordering::Relaxed).checked_rem(self.slots.len() as u64) else { return };

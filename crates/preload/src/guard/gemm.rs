@@ -172,20 +172,11 @@ impl PlainGemm {
         gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc).record()
     }
 
-    /// With `args` and `bounds` the only checks of a matrix multiply on (`LeanGemm::Prechecked`):
-    /// true when the checks before the call (`OperandCallCheck::check_before`, as the handler
-    /// describes the call) would find nothing, so that a clean call can be forwarded and
-    /// recorded as its handler would record it. What it cannot vouch for cheaply answers false
-    /// and the call goes to its handler, which checks and reports it: a handle not alive, an
-    /// argument rule broken, an operand or the handle's workspace not inside an allocation the
-    /// guard saw, a scalar neither where the pointer mode wants it nor plainly elsewhere.
-    /// `on_stack`: whether an address is on the calling thread's stack.
+    /// The call's arguments, widened, for `PlainCall::clean_before`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn clean_before<I: Into<i64>>(
+    #[inline(always)]
+    pub(crate) fn call<I: Into<i64>>(
         self,
-        session: &Session,
-        memo: &ThreadMemo,
-        on_stack: impl Fn(u64) -> bool,
         handle: Handle,
         transa: c_int,
         transb: c_int,
@@ -200,8 +191,38 @@ impl PlainGemm {
         beta: Ptr,
         c: Ptr,
         ldc: I,
-    ) -> bool {
-        let g = gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    ) -> PlainCall {
+        PlainCall(gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), self.0)
+    }
+}
+
+/// As `check_operand_pointers` for a single matrix: an operand of no extent is not looked at;
+/// one whose extent overflows, or that is not inside one allocation, is left to the checks.
+#[inline(always)]
+fn inside(allocations: AllocationView<'_>, ptr: u64, shape: validate::StoredShape, dtype: DType) -> bool {
+    match validate::operand_extent(shape, dtype.size().unwrap_or(1)) {
+        Some(0) => true,
+        Some(extent) => allocations.span_containing(ptr).is_some_and(|span| validate::containment(ptr, extent, span) == Containment::Inside),
+        None => false,
+    }
+}
+
+/// One plain GEMM's arguments and element type (`PlainGemm::call`).
+#[derive(Clone, Copy)]
+pub(crate) struct PlainCall(Gemm, DType);
+
+impl PlainCall {
+    /// With `args` and `bounds` the only checks of a matrix multiply on (`LeanGemm::Prechecked`):
+    /// true when the checks before the call (`OperandCallCheck::check_before`, as the handler
+    /// describes the call) would find nothing, so that a clean call can be forwarded and
+    /// recorded as its handler would record it. What it cannot vouch for cheaply answers false
+    /// and the call goes to its handler, which checks and reports it: a handle not alive, an
+    /// argument rule broken, an operand or the handle's workspace not inside an allocation the
+    /// guard saw, a scalar neither where the pointer mode wants it nor plainly elsewhere.
+    /// `stack`: the calling thread's stack.
+    pub(crate) fn clean_before(&self, session: &Session, memo: &ThreadMemo, stack: std::ops::Range<u64>) -> bool {
+        let PlainCall(g, dtype) = self;
+        let dtype = *dtype;
         let args = g.args(1);
         if validate::check_gemm_args(&args).is_some() {
             return false;
@@ -211,38 +232,23 @@ impl PlainGemm {
             return true;
         }
         let allocations = AllocationView::new(&session.allocations, memo);
-        // As `check_operand_pointers` for a single matrix: an operand of no extent is not
-        // looked at; one whose extent overflows, or that is not inside one allocation, is
-        // left to the checks.
-        let inside = |ptr: u64, shape, dtype: DType| match validate::operand_extent(shape, dtype.size().unwrap_or(1)) {
-            Some(0) => true,
-            Some(extent) => allocations.span_containing(ptr).is_some_and(|span| validate::containment(ptr, extent, span) == Containment::Inside),
-            None => false,
-        };
-        let workspace = |(ptr, bytes)| {
-            bytes == 0 || {
-                let spec = OperandSpec::workspace(ptr, bytes);
-                inside(spec.ptr, spec.shape, spec.dtype)
-            }
-        };
-        if !(inside(g.a as u64, validate::shape_of_a(&args), self.0)
-            && inside(g.b as u64, validate::shape_of_b(&args), self.0)
-            && inside(g.c as u64, validate::shape_of_c(&args), self.0)
-            && workspace(state.workspace))
+        let (workspace, workspace_bytes) = state.workspace;
+        let workspace = OperandSpec::workspace(workspace, workspace_bytes);
+        if !(inside(allocations, g.a as u64, validate::shape_of_a(&args), dtype)
+            && inside(allocations, g.b as u64, validate::shape_of_b(&args), dtype)
+            && inside(allocations, g.c as u64, validate::shape_of_c(&args), dtype)
+            && (workspace_bytes == 0 || inside(allocations, workspace.ptr, workspace.shape, workspace.dtype)))
         {
             return false;
         }
         // As `check_scalars`.
         let mode = PointerMode::decode(if state.pointer_mode >= 2 { 1 } else { state.pointer_mode });
-        [g.alpha, g.beta].into_iter().all(|ptr| {
-            let ptr = ptr as u64;
-            let tracked = !on_stack(ptr) && allocations.containing(ptr).is_some();
-            match mode {
-                PointerMode::Host => !tracked,
-                PointerMode::Device => tracked,
-                PointerMode::Unknown(_) => true,
-            }
-        })
+        let tracked = |ptr: Ptr| !stack.contains(&(ptr as u64)) && allocations.span_containing(ptr as u64).is_some();
+        match mode {
+            PointerMode::Host => !tracked(g.alpha) && !tracked(g.beta),
+            PointerMode::Device => tracked(g.alpha) && tracked(g.beta),
+            PointerMode::Unknown(_) => true,
+        }
     }
 }
 
@@ -526,8 +532,8 @@ mod tests {
         let memo = ThreadMemo::new();
         let args = |case: Case| (case.handle as Handle, 0, 0, case.m, 2, 2, case.alpha as Ptr, case.a as Ptr, case.lda, B as Ptr, 2, BETA as Ptr, C as Ptr, 2);
         let (h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) = args(case);
-        // The model device says nothing is on the thread's stack; so does the lean path here.
-        let lean = SGEMM.clean_before(&s, &memo, |_| false, h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        // The model device says nothing is on the thread's stack: an empty one here.
+        let lean = SGEMM.call(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc).clean_before(&s, &memo, 0..0);
         let outlet = ModelOutlet::default();
         let forward = || 0;
         let call = Call::begin(&s, Hook::cublasSgemm_v2, &device, &outlet, &forward, OnThread { id: 7, memo: &memo });

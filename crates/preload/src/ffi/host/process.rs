@@ -89,6 +89,7 @@ pub fn hostname() -> String {
     }
 }
 
+#[inline(always)]
 pub fn now_ns() -> u64 {
     // clock_gettime itself, not SystemTime: read twice per guarded call, and std's conversion
     // through Duration cost more than the clock (BENCHMARKS.md, issue 27).

@@ -101,33 +101,37 @@ struct LeanCall<'t> {
 }
 
 impl<'t> LeanCall<'t> {
-    /// Numbers, counts and times the call about to be forwarded; `None` when it is not lean
-    /// (or this thread is already inside a hook: `intercept_on` forwards it). With `args` or
-    /// `bounds` on, only a call `clean_before` vouches for is lean: one the checks before the
-    /// call would find nothing in.
+    /// Whether a plain GEMM may take the lean path on this thread now, and how: the session
+    /// armed, the thread's id known, not inside a hook already, and the checks as `LeanGemm`
+    /// says (`None`: `intercept_on` takes the call).
     #[inline(always)]
-    fn enter(t: &'t PerThread, hook: Hook, clean_before: impl FnOnce(&Session, &PerThread) -> bool) -> Option<Self> {
+    fn allowed(t: &PerThread) -> Option<(&'static Session, LeanGemm)> {
         let s = lifecycle::armed_session()?;
-        let tid = t.tid.get();
         let lean = s.lean_gemm();
-        if tid == 0 || lean == LeanGemm::No {
-            return None;
-        }
-        let inside = ReentryOn::enter(t)?;
-        if lean == LeanGemm::Prechecked {
-            // It reads the guard's tables: inside the panic catcher, as every check is.
-            match catch_panic(|| clean_before(s, t)) {
-                Some(true) => {}
-                Some(false) => return None,
-                None => {
-                    defer_cancel(|| lifecycle::disable("internal error inside a hook"));
-                    return None;
-                }
+        (lean != LeanGemm::No && t.tid.get() != 0 && !t.inside.get()).then_some((s, lean))
+    }
+
+    /// With `args` or `bounds` on (`LeanGemm::Prechecked`): whether `clean_before` vouches for
+    /// the call, that the checks before it would find nothing. It reads the guard's tables:
+    /// inside the panic catcher, as every check is (a panic turns the guard off).
+    #[inline(never)]
+    fn vouched(s: &Session, t: &PerThread, clean_before: impl FnOnce(&Session, &PerThread) -> bool) -> bool {
+        match catch_panic(|| clean_before(s, t)) {
+            Some(vouched) => vouched,
+            None => {
+                defer_cancel(|| lifecycle::disable("internal error inside a hook"));
+                false
             }
         }
+    }
+
+    /// Numbers, counts and times the call about to be forwarded (`allowed` said it may be).
+    #[inline(always)]
+    fn enter(t: &'t PerThread, s: &'static Session, hook: Hook) -> Option<Self> {
+        let inside = ReentryOn::enter(t)?;
         let seq = s.begin(hook.index());
         let started_ns = process::now_ns();
-        Some(Self { t, _inside: inside, s, hook, tid, seq, started_ns, known: s.known_error() })
+        Some(Self { t, _inside: inside, s, hook, tid: t.tid.get(), seq, started_ns, known: s.known_error() })
     }
 
     /// After the real function returned `r`: recorded with the arguments `lean` gives; when it
@@ -196,16 +200,21 @@ macro_rules! guarded_call {
 macro_rules! lean_path {
     ( ; $t:ident ; $name:ident ; $real:ident ; $handler:path ; $( $arg:ident ),* ) => {};
     ( $lean:path ; $t:ident ; $name:ident ; $real:ident ; $handler:path ; $( $arg:ident ),* ) => {
-        let clean_before = |s: &Session, t: &PerThread| {
-            $lean.clean_before(s, &t.memo, |ptr| crate::ffi::host::thread::is_on_stack_of(t, ptr), $( $arg ),* )
-        };
-        if let Some(lean) = LeanCall::enter($t, Hook::$name, clean_before) {
-            // SAFETY: the caller's arguments, passed on unchanged to the real function.
-            let r = unsafe { $real( $( $arg ),* ) };
-            return match lean.finish(r, || $lean.record( $( $arg ),* )) {
-                Ok(r) => r,
-                Err(lean) => lean.failed(r, |call| $handler(call, $( $arg ),* )),
+        if let Some((s, how)) = LeanCall::allowed($t) {
+            // The arguments widened only where they are checked, and the check handed one
+            // reference to them.
+            let vouched = how == LeanGemm::Unchecked || {
+                let plain = $lean.call( $( $arg ),* );
+                LeanCall::vouched(s, $t, |s, t| plain.clean_before(s, &t.memo, crate::ffi::host::thread::stack_of(t)))
             };
+            if let Some(lean) = vouched.then(|| LeanCall::enter($t, s, Hook::$name)).flatten() {
+                // SAFETY: the caller's arguments, passed on unchanged to the real function.
+                let r = unsafe { $real( $( $arg ),* ) };
+                return match lean.finish(r, || $lean.record( $( $arg ),* )) {
+                    Ok(r) => r,
+                    Err(lean) => lean.failed(r, |call| $handler(call, $( $arg ),* )),
+                };
+            }
         }
     };
 }
