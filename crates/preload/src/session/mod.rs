@@ -401,6 +401,16 @@ impl Session {
         self.facts.known_error()
     }
 
+    /// `known_error` in two steps: its code now, the error later (`Facts::known_error_of`).
+    #[inline]
+    pub fn known_error_code(&self) -> i32 {
+        self.facts.known_error_code()
+    }
+
+    pub fn known_error_of(&self, code: i32) -> Option<KnownError> {
+        self.facts.known_error_of(code)
+    }
+
     /// Remembers a sticky error first revealed at call `seq`.
     pub fn note_error(&self, code: i32, seq: u64) {
         self.facts.note_error(code, seq);

@@ -18,7 +18,7 @@ use crate::guard::launch::{self, Dim3, DriverLaunchConfig, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
 use crate::guard::{blas, gemm, handles, lt, memory, sync, Call, OnThread, Outlet};
 use crate::recorder::{CallArgs, RecordedCall};
-use crate::session::{KnownError, LeanGemm, Recorded, Session};
+use crate::session::{LeanGemm, Recorded, Session};
 
 /// Opaque CUDA handles and streams, as the C API passes them.
 type Handle = *mut c_void;
@@ -97,7 +97,8 @@ struct LeanCall<'t> {
     tid: u32,
     seq: u64,
     started_ns: u64,
-    known: Option<KnownError>,
+    /// The sticky error known before the call, by its code (`Session::known_error_of`).
+    known: i32,
 }
 
 impl<'t> LeanCall<'t> {
@@ -114,7 +115,7 @@ impl<'t> LeanCall<'t> {
     /// With `args` or `bounds` on (`LeanGemm::Prechecked`): whether `clean_before` vouches for
     /// the call, that the checks before it would find nothing. It reads the guard's tables:
     /// inside the panic catcher, as every check is (a panic turns the guard off).
-    #[inline(never)]
+    #[inline(always)]
     fn vouched(s: &Session, t: &PerThread, clean_before: impl FnOnce(&Session, &PerThread) -> bool) -> bool {
         match catch_panic(|| clean_before(s, t)) {
             Some(vouched) => vouched,
@@ -131,7 +132,7 @@ impl<'t> LeanCall<'t> {
         let inside = ReentryOn::enter(t)?;
         let seq = s.begin(hook.index());
         let started_ns = process::now_ns();
-        Some(Self { t, _inside: inside, s, hook, tid: t.tid.get(), seq, started_ns, known: s.known_error() })
+        Some(Self { t, _inside: inside, s, hook, tid: t.tid.get(), seq, started_ns, known: s.known_error_code() })
     }
 
     /// After the real function returned `r`: recorded with the arguments `lean` gives; when it
@@ -159,7 +160,7 @@ impl<'t> LeanCall<'t> {
             let device = DeferringDevice(RealDevice::new(s, t));
             let ran = move || r;
             let thread = OnThread { id: tid, memo: &t.memo };
-            let call = Call::resumed(s, hook, seq, started_ns, &device, &DeferringOutlet, &ran, thread, (r.status(), known));
+            let call = Call::resumed(s, hook, seq, started_ns, &device, &DeferringOutlet, &ran, thread, (r.status(), s.known_error_of(known)));
             let r = handler(&call);
             if !call.was_recorded() {
                 call.record(r.status(), CallArgs::None);
