@@ -37,8 +37,8 @@ type P = *const c_void;
 ///
 /// `t` is the thread's one block of thread-local state, reached once per call by the export (a
 /// cdylib pays `__tls_get_addr` for each access): the re-entry flag, the thread's id and its
-/// memo of the shared tables all come from it. A matrix multiply with every check off does not
-/// come here when it can be helped (`LeanCall`).
+/// memo of the shared tables all come from it. A plain GEMM whose checks are off, or find
+/// nothing, does not come here when it can be helped (`LeanCall`).
 fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, forward: &impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
     let Some(_inside) = ReentryOn::enter(t) else { return forward() };
     let result = Cell::new(None);
@@ -79,13 +79,15 @@ fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, forward: &impl Fn() ->
     }
 }
 
-/// A plain GEMM (a hook with `lean` in the table) with every check of a matrix multiply off
-/// and no dump to write: numbered, counted, timed, forwarded and recorded with its arguments by
-/// the export itself, without a `Call`, its handler or the panic catcher (as `Call::begin`,
-/// `operand_call::guard`'s unchecked path and `Call::record`, in order). Only a call that fails
-/// goes on to its handler, already forwarded, inside the panic catcher, which describes it for
-/// its `api_error` fault. Nothing on a clean call's way can panic: atomics, the clock, the
-/// real function and the recorder's stores (no index, allocation or checked arithmetic).
+/// A plain GEMM (a hook with `lean` in the table) with every check of a matrix multiply off and
+/// no dump to write (`LeanGemm::Unchecked`), or with only `args` and `bounds` on and vouched for
+/// by `PlainCall::clean_before` (`LeanGemm::Prechecked`): numbered, counted, timed, forwarded and
+/// recorded with its arguments by the export itself, without a `Call` or its handler (as
+/// `Call::begin`, `operand_call::guard`'s path for a clean call and `Call::record`, in order).
+/// Only a call that fails goes on to its handler, already forwarded, inside the panic catcher,
+/// which describes it for its `api_error` fault. Outside the check, nothing on a clean call's
+/// way can panic, so no panic catcher is paid for: atomics, the clock, the real function and
+/// the recorder's stores (no index, allocation or checked arithmetic).
 ///
 /// Taken once the session is armed and the thread has its id: the first call, which arms the
 /// one or asks the other, goes the whole way (`intercept_on`), with the same outcome.
