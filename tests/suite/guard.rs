@@ -334,6 +334,37 @@ fn checks_can_be_narrowed() {
 }
 
 #[test]
+fn with_args_and_bounds_only_a_gemm_faults_as_with_every_check() {
+    // With `args,bounds` a clean plain GEMM skips its handler (the hook layer's lean path);
+    // one the checks would find something in must not: each fault found before the call is
+    // the same as with every check on, and a clean run's GEMMs are recorded all the same.
+    let cases = ["bad_lda", "bad_handle", "host_pointer", "out_of_bounds", "use_after_free", "device_scalars"].map(|c| (c, None));
+    // A clean call the library fails: forwarded once, then described for its api_error fault.
+    for (case, fail) in cases.into_iter().chain([("api_error", Some(("CUDASHIM_FAIL", "cublasSgemm_v2:1:14")))]) {
+        let narrowed = scenario(case, &[("CUBLASGUARD_CHECKS", "args,bounds")].into_iter().chain(fail).collect::<Vec<_>>()).trace();
+        let all = scenario(case, &fail.into_iter().collect::<Vec<_>>()).trace();
+        // Addresses differ from run to run: compared without their digits.
+        let unaddressed = |m: &str| {
+            m.split("0x")
+                .enumerate()
+                .map(|(i, p)| if i == 0 { p.to_string() } else { p.trim_start_matches(|c: char| c.is_ascii_hexdigit()).to_string() })
+                .collect::<Vec<_>>()
+                .join("0x")
+        };
+        let seen = |t: &cublasguard_format::trace::Trace| t.faults.iter().map(|f| (f.kind, f.api.clone(), f.seq, unaddressed(&f.message))).collect::<Vec<_>>();
+        assert!(!narrowed.faults.is_empty(), "{case}");
+        assert_eq!(seen(&narrowed)[0], seen(&all)[0], "{case}");
+    }
+    let run = scenario("clean", &[("CUBLASGUARD_CHECKS", "args,bounds")]);
+    assert_eq!(run.code(), Some(0));
+    let trace = run.trace();
+    assert!(trace.faults.is_empty(), "{:#?}", trace.faults);
+    let gemms: Vec<_> = trace.recent_calls.iter().filter(|c| c.api == "cublasSgemm_v2").collect();
+    assert_eq!(gemms.len(), 2);
+    assert!(gemms.iter().all(|c| c.status == 0 && c.args["m"].as_i64().is_some() && c.args["transa"] == "N"), "{gemms:#?}");
+}
+
+#[test]
 fn default_trace_is_written_only_when_a_fault_occurred() {
     let program = scenarios();
     let clean = run(Launch { trace: false, ..Launch::new(&program, &["clean"]) });

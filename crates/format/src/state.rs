@@ -112,13 +112,16 @@ impl Handles {
 
     /// `lookup`, answered from `memo` when the table has not changed since this thread last
     /// asked it about `handle` (no lock: the usual GEMM names the handle of its last call).
+    #[inline]
     pub fn lookup_in(&self, handle: u64, memo: &ThreadMemo) -> HandleLookup {
         let table = self as *const Self as usize;
         let generation = self.generation.load(Ordering::Acquire);
-        let mut kept = memo.handles.get();
-        if let Some(m) = kept.iter().find(|m| m.table == table && m.generation == generation && m.handle == handle) {
+        // Entry by entry, so that a clean call reads the keys and one answer, not both entries.
+        let entries: &Cell<[HandleMemo]> = &memo.handles;
+        if let Some(m) = entries.as_slice_of_cells().iter().map(Cell::get).find(|m| m.table == table && m.generation == generation && m.handle == handle) {
             return m.found;
         }
+        let mut kept = memo.handles.get();
         let (found, generation) = {
             let map = self.map.lock();
             // Read under the lock: the generation of what was found.
@@ -293,6 +296,7 @@ impl<'a> AllocationView<'a> {
         Self { table, memo: Some(memo) }
     }
 
+    #[inline]
     pub fn containing(self, ptr: u64) -> Option<Allocation> {
         match self.memo {
             Some(memo) => self.table.containing_with(ptr, memo),
@@ -300,8 +304,15 @@ impl<'a> AllocationView<'a> {
         }
     }
 
+    /// Inlined, and only the range read out of the memo's entry (an operand's lookup on every
+    /// checked call).
+    #[inline(always)]
     pub fn span_containing(self, ptr: u64) -> Option<Span> {
-        self.containing(ptr).map(|a| Span { base: a.base, size: a.size })
+        let span = |a: &Allocation| Span { base: a.base, size: a.size };
+        match self.memo {
+            Some(memo) => self.table.containing_in(ptr, &memo.recent, span),
+            None => self.table.containing(ptr).as_ref().map(span),
+        }
     }
 
     pub fn freed_containing(self, ptr: u64) -> Option<Freed> {
@@ -406,32 +417,45 @@ impl Allocations {
     /// compiler hoists the access above the branch).
     #[inline(never)]
     pub fn containing(&self, ptr: u64) -> Option<Allocation> {
-        RECENT_HITS.try_with(|recent| self.containing_in(ptr, recent)).unwrap_or_else(|_| self.containing_in(ptr, &RefCell::new(Recent::EMPTY)))
+        let whole = |a: &Allocation| *a;
+        RECENT_HITS.try_with(|recent| self.containing_in(ptr, recent, whole)).unwrap_or_else(|_| self.containing_in(ptr, &RefCell::new(Recent::EMPTY), whole))
     }
 
     /// `containing`, with the recent lookups of the calling thread's `memo`.
+    #[inline]
     pub fn containing_with(&self, ptr: u64, memo: &ThreadMemo) -> Option<Allocation> {
-        self.containing_in(ptr, &memo.recent)
+        self.containing_in(ptr, &memo.recent, |a| *a)
     }
 
-    fn containing_in(&self, ptr: u64, recent: &RefCell<Recent>) -> Option<Allocation> {
-        let holds = |a: &Allocation| ptr.wrapping_sub(a.base) < a.size.max(1);
-        let table = self as *const Self as usize;
+    /// `containing` through `recent`: its answer when it knows one (inlined: this is every
+    /// operand's lookup on a clean call, and a caller that reads only the range then copies
+    /// nothing else), the table's otherwise.
+    #[inline(always)]
+    fn containing_in<T>(&self, ptr: u64, recent: &RefCell<Recent>, read: impl Fn(&Allocation) -> T) -> Option<T> {
         let generation = self.generation.load(Ordering::Acquire);
-        // Some(answer) when this thread's recent lookups already know it.
-        let known = (|| {
-            let r = recent.try_borrow().ok()?;
-            if r.table != table || r.generation != generation {
-                return None;
+        if let Ok(r) = recent.try_borrow() {
+            if r.table == self as *const Self as usize && r.generation == generation {
+                if let Some(hit) = r.hits.iter().flatten().find(|a| Self::holds(a, ptr)) {
+                    return Some(read(hit));
+                }
+                if ptr != 0 && r.misses.contains(&ptr) {
+                    return None;
+                }
             }
-            if let Some(hit) = r.hits.iter().flatten().find(|a| holds(a)) {
-                return Some(Some(*hit));
-            }
-            (ptr != 0 && r.misses.contains(&ptr)).then_some(None)
-        })();
-        if let Some(answer) = known {
-            return answer;
         }
+        self.containing_in_table(ptr, recent).as_ref().map(read)
+    }
+
+    #[inline(always)]
+    fn holds(a: &Allocation, ptr: u64) -> bool {
+        ptr.wrapping_sub(a.base) < a.size.max(1)
+    }
+
+    /// `containing_in` when `recent` does not know: the table's answer, kept in `recent`.
+    #[inline(never)]
+    fn containing_in_table(&self, ptr: u64, recent: &RefCell<Recent>) -> Option<Allocation> {
+        let holds = |a: &Allocation| Self::holds(a, ptr);
+        let table = self as *const Self as usize;
         let (found, generation) = {
             let map = self.map.read();
             // Read under the lock: the generation that matches what was found.

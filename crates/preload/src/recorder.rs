@@ -267,6 +267,9 @@ pub struct RecordedCall {
 const WORDS: usize = 12;
 
 impl RecordedCall {
+    /// Inlined into `record`, so a known form's words are computed in place of being built
+    /// in an array first.
+    #[inline(always)]
     fn encode(&self) -> [u64; WORDS] {
         let mut w = [0u64; WORDS];
         w[0] = self.seq;
@@ -409,6 +412,9 @@ impl Slot {
 pub struct Recorder {
     slots: Box<[Slot]>,
     next: AtomicU64,
+    /// The slot count less one when it is a power of two (the default 256): a slot is then
+    /// taken by a mask, not a division. 0 otherwise.
+    mask: u64,
 }
 
 /// A reader gives up on a slot that keeps changing after this many attempts (the crash handler
@@ -417,15 +423,23 @@ const READ_TRIES: u32 = 64;
 
 impl Recorder {
     pub fn new(capacity: usize) -> Self {
-        Self { slots: (0..capacity).map(|_| Slot::new()).collect(), next: AtomicU64::new(0) }
+        let mask = if capacity.is_power_of_two() { capacity as u64 - 1 } else { 0 };
+        Self { slots: (0..capacity).map(|_| Slot::new()).collect(), next: AtomicU64::new(0), mask }
     }
 
+    /// Inlined: a caller that knows its call's form has it encoded as stores of its words,
+    /// without the other forms' branches (the hook layer's lean path).
+    #[inline(always)]
     pub fn record(&self, call: &RecordedCall) {
-        let n = self.slots.len() as u64;
-        if n == 0 {
-            return;
-        }
-        let slot = &self.slots[(self.next.fetch_add(1, Ordering::Relaxed) % n) as usize];
+        let next = self.next.fetch_add(1, Ordering::Relaxed);
+        let i = match self.mask {
+            0 => match next.checked_rem(self.slots.len() as u64) {
+                Some(i) => i,
+                None => return, // no slot at all (a zero capacity): nothing is kept
+            },
+            mask => next & mask,
+        };
+        let Some(slot) = self.slots.get(i as usize) else { return };
         // Two writers meet in one slot only when the ring wraps around during a write: the
         // second waits for the first's few stores.
         let mark = loop {
@@ -490,6 +504,13 @@ mod tests {
         }
         let seqs: Vec<u64> = r.snapshot().iter().map(|c| c.seq).collect();
         assert_eq!(seqs, [3, 4, 5]);
+        // A power-of-two ring takes its slots by a mask: the same outcome.
+        let r = Recorder::new(4);
+        for seq in 1..=9 {
+            r.record(&call(seq, CallArgs::None));
+        }
+        let seqs: Vec<u64> = r.snapshot().iter().map(|c| c.seq).collect();
+        assert_eq!(seqs, [6, 7, 8, 9]);
     }
 
     #[test]

@@ -106,24 +106,54 @@ pub struct StoredShape {
 }
 
 /// A as stored: m x k when not transposed, k x m otherwise.
+#[inline]
 pub fn shape_of_a(args: &GemmArgs) -> StoredShape {
     let (rows, cols) = if args.transa.transposes() { (args.k, args.m) } else { (args.m, args.k) };
     StoredShape { rows, cols, ld: args.lda }
 }
 
 /// B as stored: k x n when not transposed, n x k otherwise.
+#[inline]
 pub fn shape_of_b(args: &GemmArgs) -> StoredShape {
     let (rows, cols) = if args.transb.transposes() { (args.n, args.k) } else { (args.k, args.n) };
     StoredShape { rows, cols, ld: args.ldb }
 }
 
 /// C is always m x n.
+#[inline]
 pub fn shape_of_c(args: &GemmArgs) -> StoredShape {
     StoredShape { rows: args.m, cols: args.n, ld: args.ldc }
 }
 
 /// Checks a GEMM's arguments against NVIDIA's documented rules; `None` when all hold.
+#[inline]
 pub fn check_gemm_args(args: &GemmArgs) -> Option<ArgProblem> {
+    // Checked on every GEMM: the common answer first, without naming anything.
+    if gemm_rules_hold(args) {
+        return None;
+    }
+    gemm_rule_broken(args)
+}
+
+/// Every rule of `gemm_rule_broken` holds (it would answer `None`).
+#[inline]
+fn gemm_rules_hold(args: &GemmArgs) -> bool {
+    let known = |op: Operation| !matches!(op, Operation::Unknown(_));
+    let a_rows = if args.transa.transposes() { args.k } else { args.m };
+    let b_rows = if args.transb.transposes() { args.n } else { args.k };
+    (args.m | args.n | args.k | args.batch_count) >= 0
+        && known(args.transa)
+        && known(args.transb)
+        && args.lda >= a_rows.max(1)
+        && args.ldb >= b_rows.max(1)
+        && args.ldc >= args.m.max(1)
+        && !args.alpha_is_null
+        && !args.beta_is_null
+}
+
+/// The first rule the arguments break, named.
+#[inline(never)]
+fn gemm_rule_broken(args: &GemmArgs) -> Option<ArgProblem> {
     for (name, value) in [("m", args.m), ("n", args.n), ("k", args.k), ("batchCount", args.batch_count)] {
         if value < 0 {
             return Some(ArgProblem::Negative { name, value });
@@ -201,6 +231,7 @@ pub fn scale_type(compute: ComputeType) -> DType {
 
 /// Bytes a column-major matrix spans: `(ld * (cols - 1) + rows) * elem_size`, or 0 when it
 /// has no elements; `None` when a dimension is negative or the product overflows.
+#[inline]
 pub fn operand_extent(shape: StoredShape, elem_size: u64) -> Option<u64> {
     if shape.rows < 0 || shape.cols < 0 || shape.ld < 0 {
         return None;
@@ -227,6 +258,7 @@ pub enum Containment {
     Overruns(u64),
 }
 
+#[inline]
 pub fn containment(ptr: u64, extent: u64, allocation: Span) -> Containment {
     let offset = ptr.saturating_sub(allocation.base);
     let available = allocation.size.saturating_sub(offset);
@@ -255,6 +287,27 @@ mod tests {
             alpha_is_null: false,
             beta_is_null: false,
             batch_count: 1,
+        }
+    }
+
+    #[test]
+    fn the_quick_answer_is_the_named_rules_answer() {
+        let values = [-1i64, 0, 1, 2, 3];
+        for (transa, transb) in [(0, 0), (1, 2), (2, 0), (0, 7), (-1, 1)] {
+            for &m in &values {
+                for &n in &values {
+                    for &k in &values {
+                        for &ld in &values {
+                            for (lda, ldb, ldc) in [(ld, 2, 2), (2, ld, 2), (2, 2, ld), (ld, ld, ld)] {
+                                for (alpha_is_null, beta_is_null, batch_count) in [(false, false, 1), (true, false, 1), (false, true, 0), (false, false, -1)] {
+                                    let a = GemmArgs { alpha_is_null, beta_is_null, batch_count, ..args(transa, transb, m, n, k, lda, ldb, ldc) };
+                                    assert_eq!(gemm_rules_hold(&a), gemm_rule_broken(&a).is_none(), "{a:?}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -7,10 +7,12 @@ use std::ffi::{c_int, c_void};
 use super::operand_call::{self, ExArgs};
 use super::Call;
 use crate::check::operand_call::{Members, OperandCall, OperandSpec, Role, MAX_OPERANDS};
-use crate::cuda::{ComputeType, Operation};
+use crate::cuda::{ComputeType, Operation, PointerMode};
 use crate::recorder::CallArgs;
 use crate::scan::DType;
-use crate::validate::{self, GemmArgs};
+use crate::session::Session;
+use crate::state::{AllocationView, HandleLookup, ThreadMemo};
+use crate::validate::{self, Containment, GemmArgs};
 
 type Ptr = *const c_void;
 type Handle = *mut c_void;
@@ -134,26 +136,120 @@ fn gemm<I: Into<i64>>(
     Gemm { handle, transa, transb, m: m.into(), n: n.into(), k: k.into(), alpha, a, lda: lda.into(), b, ldb: ldb.into(), beta, c, ldc: ldc.into() }
 }
 
-/// What the flight recorder keeps of a plain GEMM, for the hook layer's lean path (every
-/// check off): the same arguments its handler records.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn record<I: Into<i64>>(
-    handle: Handle,
-    transa: c_int,
-    transb: c_int,
-    m: I,
-    n: I,
-    k: I,
-    alpha: Ptr,
-    a: Ptr,
-    lda: I,
-    b: Ptr,
-    ldb: I,
-    beta: Ptr,
-    c: Ptr,
-    ldc: I,
-) -> CallArgs {
-    gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc).record()
+/// A plain GEMM of one element type (`cublas[SDHCZ]gemm[_v2][_64]`), as the hook layer's lean
+/// path takes it (`lean` in the hook table): what the flight recorder keeps of it, and the
+/// check that lets a clean one skip its handler while `args` and `bounds` are on.
+#[derive(Clone, Copy)]
+pub(crate) struct PlainGemm(DType);
+
+pub(crate) const SGEMM: PlainGemm = PlainGemm(DType::F32);
+pub(crate) const DGEMM: PlainGemm = PlainGemm(DType::F64);
+pub(crate) const HGEMM: PlainGemm = PlainGemm(DType::F16);
+pub(crate) const CGEMM: PlainGemm = PlainGemm(DType::C32);
+pub(crate) const ZGEMM: PlainGemm = PlainGemm(DType::C64);
+
+impl PlainGemm {
+    /// What the flight recorder keeps of the call: the same arguments its handler records.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn record<I: Into<i64>>(
+        self,
+        handle: Handle,
+        transa: c_int,
+        transb: c_int,
+        m: I,
+        n: I,
+        k: I,
+        alpha: Ptr,
+        a: Ptr,
+        lda: I,
+        b: Ptr,
+        ldb: I,
+        beta: Ptr,
+        c: Ptr,
+        ldc: I,
+    ) -> CallArgs {
+        gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc).record()
+    }
+
+    /// The call's arguments, widened, for `PlainCall::clean_before`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn call<I: Into<i64>>(
+        self,
+        handle: Handle,
+        transa: c_int,
+        transb: c_int,
+        m: I,
+        n: I,
+        k: I,
+        alpha: Ptr,
+        a: Ptr,
+        lda: I,
+        b: Ptr,
+        ldb: I,
+        beta: Ptr,
+        c: Ptr,
+        ldc: I,
+    ) -> PlainCall {
+        PlainCall(gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), self.0)
+    }
+}
+
+/// As `check_operand_pointers` for a single matrix: an operand of no extent is not looked at;
+/// one whose extent overflows, or that is not inside one allocation, is left to the checks.
+#[inline(always)]
+fn inside(allocations: AllocationView<'_>, ptr: u64, shape: validate::StoredShape, dtype: DType) -> bool {
+    match validate::operand_extent(shape, dtype.size().unwrap_or(1)) {
+        Some(0) => true,
+        Some(extent) => allocations.span_containing(ptr).is_some_and(|span| validate::containment(ptr, extent, span) == Containment::Inside),
+        None => false,
+    }
+}
+
+/// One plain GEMM's arguments and element type (`PlainGemm::call`).
+#[derive(Clone, Copy)]
+pub(crate) struct PlainCall(Gemm, DType);
+
+impl PlainCall {
+    /// With `args` and `bounds` the only checks of a matrix multiply on (`LeanGemm::Prechecked`):
+    /// true when the checks before the call (`OperandCallCheck::check_before`, as the handler
+    /// describes the call) would find nothing, so that a clean call can be forwarded and
+    /// recorded as its handler would record it. What it cannot vouch for cheaply answers false
+    /// and the call goes to its handler, which checks and reports it: a handle not alive, an
+    /// argument rule broken, an operand or the handle's workspace not inside an allocation the
+    /// guard saw, a scalar neither where the pointer mode wants it nor plainly elsewhere.
+    /// `stack`: the calling thread's stack.
+    pub(crate) fn clean_before(&self, session: &Session, memo: &ThreadMemo, stack: std::ops::Range<u64>) -> bool {
+        let PlainCall(g, dtype) = self;
+        let dtype = *dtype;
+        let args = g.args(1);
+        if validate::check_gemm_args(&args).is_some() {
+            return false;
+        }
+        let HandleLookup::Alive(state) = session.matmul_handle_in(false, g.handle as u64, memo) else { return false };
+        if !session.config.checks.bounds {
+            return true;
+        }
+        let allocations = AllocationView::new(&session.allocations, memo);
+        let (workspace, workspace_bytes) = state.workspace;
+        let workspace = OperandSpec::workspace(workspace, workspace_bytes);
+        if !(inside(allocations, g.a as u64, validate::shape_of_a(&args), dtype)
+            && inside(allocations, g.b as u64, validate::shape_of_b(&args), dtype)
+            && inside(allocations, g.c as u64, validate::shape_of_c(&args), dtype)
+            && (workspace_bytes == 0 || inside(allocations, workspace.ptr, workspace.shape, workspace.dtype)))
+        {
+            return false;
+        }
+        // As `check_scalars`.
+        let mode = PointerMode::decode(if state.pointer_mode >= 2 { 1 } else { state.pointer_mode });
+        let tracked = |ptr: Ptr| !stack.contains(&(ptr as u64)) && allocations.span_containing(ptr as u64).is_some();
+        match mode {
+            PointerMode::Host => !tracked(g.alpha) && !tracked(g.beta),
+            PointerMode::Device => tracked(g.alpha) && tracked(g.beta),
+            PointerMode::Unknown(_) => true,
+        }
+    }
 }
 
 fn typed(call: &Call<'_, c_int>, g: Gemm, dtype: DType, batch: Batch) -> c_int {
@@ -388,4 +484,93 @@ pub(crate) fn gemm_batched_ex<I: Into<i64>>(
     let g = gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     let batch = Batch::Arrays { count: batch_count.into() };
     ex(call, g, (a_type, b_type, c_type), compute, algo, batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::{session, ModelDevice, ModelOutlet};
+    use super::super::{Call, Hook, OnThread};
+    use super::*;
+    use crate::config::{Checks, Config};
+    use crate::state::ThreadMemo;
+
+    const HANDLE: u64 = 0x4000;
+    const A: u64 = 0x1000;
+    const B: u64 = 0x2000;
+    const C: u64 = 0x3000;
+    const ALPHA: u64 = 0x10;
+    const BETA: u64 = 0x20;
+    const DEVICE_SCALARS: u64 = 0x5000;
+
+    /// One 2 x 2 x 2 (or `m` x 2 x 2) sgemm's arguments that a case changes.
+    #[derive(Clone, Copy)]
+    struct Case {
+        handle: u64,
+        m: i32,
+        a: u64,
+        lda: i32,
+        alpha: u64,
+    }
+
+    const CLEAN: Case = Case { handle: HANDLE, m: 2, a: A, lda: 2, alpha: ALPHA };
+
+    /// The lean path's verdict, and the faults the handler's checks report, for one case.
+    fn judged(checks: &str, case: Case, handle: impl Fn(&mut crate::state::HandleState)) -> (bool, Vec<crate::trace::FaultKind>) {
+        let mut s = session(Config { quiet: true, ..Config::default() });
+        s.config.checks = Checks::parse(checks).unwrap();
+        s.handles.created(HANDLE);
+        s.handles.update(HANDLE, handle);
+        let device = ModelDevice::default();
+        for base in [A, B, C] {
+            device.put(&s.allocations, base, vec![0; 16]);
+        }
+        device.put(&s.allocations, DEVICE_SCALARS, vec![0; 8]);
+        device.put(&s.allocations, 0x6000, vec![0; 64]);
+        s.handles.created(0x4100);
+        s.handles.destroyed(0x4100, 1);
+        assert_eq!(s.lean_gemm(), crate::session::LeanGemm::Prechecked);
+        let memo = ThreadMemo::new();
+        let args = |case: Case| (case.handle as Handle, 0, 0, case.m, 2, 2, case.alpha as Ptr, case.a as Ptr, case.lda, B as Ptr, 2, BETA as Ptr, C as Ptr, 2);
+        let (h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) = args(case);
+        // The model device says nothing is on the thread's stack: an empty one here.
+        let lean = SGEMM.call(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc).clean_before(&s, &memo, 0..0);
+        let outlet = ModelOutlet::default();
+        let forward = || 0;
+        let call = Call::begin(&s, Hook::cublasSgemm_v2, &device, &outlet, &forward, OnThread { id: 7, memo: &memo });
+        sgemm(&call, h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        (lean, s.trace(Default::default()).faults.iter().map(|f| f.kind).collect())
+    }
+
+    #[test]
+    fn the_lean_path_vouches_only_for_a_call_the_checks_find_nothing_in() {
+        use crate::trace::FaultKind::*;
+        let keep = |_: &mut crate::state::HandleState| {};
+        let device_mode = |h: &mut crate::state::HandleState| h.pointer_mode = 1;
+        // A case, how it sets the handle up, the lean path's verdict and the checks' faults.
+        type Judged<'a> = (&'a str, Case, &'a dyn Fn(&mut crate::state::HandleState), bool, &'a [crate::trace::FaultKind]);
+        let cases: Vec<Judged> = vec![
+            ("clean", CLEAN, &keep, true, &[]),
+            ("lda below m", Case { lda: 1, ..CLEAN }, &keep, false, &[InvalidArgument]),
+            ("null alpha", Case { alpha: 0, ..CLEAN }, &keep, false, &[InvalidArgument]),
+            ("unknown handle", Case { handle: 0x4200, ..CLEAN }, &keep, false, &[InvalidHandle]),
+            ("destroyed handle", Case { handle: 0x4100, ..CLEAN }, &keep, false, &[InvalidHandle]),
+            ("A overruns", Case { lda: 4, ..CLEAN }, &keep, false, &[OutOfBounds]),
+            ("A in host memory", Case { a: 0x9000, ..CLEAN }, &keep, false, &[HostPointer]),
+            ("nothing to read in A", Case { m: 0, a: 0x9000, ..CLEAN }, &keep, true, &[]),
+            ("alpha on the device, host mode", Case { alpha: DEVICE_SCALARS, ..CLEAN }, &keep, false, &[InvalidArgument]),
+            ("alpha on the host, device mode", CLEAN, &device_mode, false, &[HostPointer]),
+            ("workspace inside", CLEAN, &|h| h.workspace = (0x6000, 64), true, &[]),
+            ("workspace overruns", CLEAN, &|h| h.workspace = (0x6000, 65), false, &[OutOfBounds]),
+        ];
+        for (name, case, handle, lean, faults) in cases {
+            assert_eq!(judged("args,bounds", case, handle), (lean, faults.to_vec()), "{name}");
+        }
+        // Device scalars in device mode: both clean.
+        let scalars = Case { alpha: DEVICE_SCALARS, ..CLEAN };
+        let (lean, faults) = judged("args,bounds", scalars, device_mode);
+        assert!(faults.contains(&HostPointer) && !lean, "beta is still on the host");
+        // Bounds off: operands are not held against the allocations.
+        assert_eq!(judged("args", Case { a: 0x9000, ..CLEAN }, keep), (true, vec![]));
+        assert_eq!(judged("args", Case { lda: 1, ..CLEAN }, keep), (false, vec![InvalidArgument]));
+    }
 }

@@ -90,10 +90,21 @@ impl ProcessFacts {
     }
 
     pub fn known_error(&self) -> Option<KnownError> {
-        match self.known_code.load(Ordering::Acquire) {
-            0 => None,
-            code => Some(KnownError { code, seq: self.known_seq.load(Ordering::Acquire) }),
-        }
+        self.known_error_of(self.known_error_code())
+    }
+
+    /// The known error's code alone (0: none), for a caller that wants the error as it was at
+    /// this moment but reads it only if its call fails (`known_error_of`).
+    #[inline]
+    pub fn known_error_code(&self) -> i32 {
+        self.known_code.load(Ordering::Acquire)
+    }
+
+    /// The known error whose code `known_error_code` read, then or later: the same as
+    /// `known_error` then, since the seq is stored before the code is published and neither
+    /// changes once set.
+    pub fn known_error_of(&self, code: i32) -> Option<KnownError> {
+        (code != 0).then(|| KnownError { code, seq: self.known_seq.load(Ordering::Acquire) })
     }
 
     /// The first sticky error wins; its seq is stored before its code is published.

@@ -25,6 +25,19 @@ pub mod verdicts;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub use crate::check::operand_call::KnownError;
+
+/// How the hook layer may take a plain GEMM (`Session::lean_gemm`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeanGemm {
+    /// Through its handler and the checks.
+    No,
+    /// Every check of a matrix multiply off and no dump to write: only forwarded and recorded.
+    Unchecked,
+    /// Only `args` and `bounds` of them on (no scan, no synchronisation, no dump, no origin
+    /// watch): forwarded and recorded when `gemm::PlainCall::clean_before` vouches that the checks
+    /// would find nothing; otherwise through its handler.
+    Prechecked,
+}
 use crate::config::Config;
 use crate::recorder::{RecordedCall, Recorder};
 use crate::state::{Allocations, HandleLookup, Handles, LiveObjects, ThreadMemo};
@@ -303,14 +316,25 @@ impl Session {
         self.last_clean_sync.load(Ordering::Relaxed)
     }
 
-    /// Whether a fault could still get an operand dump (dumps are on and not all used).
-    /// Whether a matrix multiply is only forwarded and recorded: every check that reads one
-    /// is off and no dump can be written (the hook layer's lean path).
-    pub fn matmul_unchecked(&self) -> bool {
-        let c = self.config.checks;
-        !(c.args || c.bounds || c.nan || c.sync || self.dumps_left())
+    /// How the hook layer may take a plain GEMM (its lean path): read from the configuration at
+    /// each call, not cached, so a configuration changed after the session is built cannot
+    /// leave it stale.
+    #[inline]
+    pub fn lean_gemm(&self) -> LeanGemm {
+        let c = &self.config.checks;
+        // `|`, not `||`: the flags side by side are read together.
+        if c.nan | c.sync || self.dumps_left() {
+            LeanGemm::No
+        } else if !(c.args | c.bounds) {
+            LeanGemm::Unchecked
+        } else if self.config.nan_origin {
+            LeanGemm::No
+        } else {
+            LeanGemm::Prechecked
+        }
     }
 
+    /// Whether a fault could still get an operand dump (dumps are on and not all used).
     pub fn dumps_left(&self) -> bool {
         self.config.dump_dir.is_some() && self.counts.dumps.load(Ordering::Relaxed) < self.config.dump_max as u64
     }
@@ -380,6 +404,16 @@ impl Session {
 
     pub fn known_error(&self) -> Option<KnownError> {
         self.facts.known_error()
+    }
+
+    /// `known_error` in two steps: its code now, the error later (`Facts::known_error_of`).
+    #[inline]
+    pub fn known_error_code(&self) -> i32 {
+        self.facts.known_error_code()
+    }
+
+    pub fn known_error_of(&self, code: i32) -> Option<KnownError> {
+        self.facts.known_error_of(code)
     }
 
     /// Remembers a sticky error first revealed at call `seq`.

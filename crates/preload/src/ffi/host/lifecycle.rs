@@ -113,13 +113,16 @@ pub(crate) fn warn_once(flag: &AtomicBool, line: &str) {
 /// The session, created on first use; `None` once the guard has disabled itself, or in a
 /// set-uid/set-gid process.
 pub(crate) fn session() -> Option<&'static Session> {
+    armed_session().or_else(session_slow)
+}
+
+/// The session once armed, else `None` (nothing started, nothing asked: one atomic load).
+#[inline(always)]
+pub(crate) fn armed_session() -> Option<&'static Session> {
     let active = ACTIVE.load(Ordering::Acquire);
-    if !active.is_null() {
-        // SAFETY: ACTIVE holds only sessions that live to the end of the process (the static
-        // one, or a leaked child session).
-        return Some(unsafe { &*active });
-    }
-    session_slow()
+    // SAFETY: ACTIVE holds only sessions that live to the end of the process (the static one,
+    // or a leaked child session).
+    (!active.is_null()).then(|| unsafe { &*active })
 }
 
 /// `session` until the session is armed (and after the guard turned itself off).

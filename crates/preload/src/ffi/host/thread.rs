@@ -51,12 +51,18 @@ pub(crate) fn with_scan_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
 /// Whether `addr` is in the stack of the calling thread, whose block is `t` (asked of the
 /// thread library once per thread).
 pub(crate) fn is_on_stack_of(t: &PerThread, addr: u64) -> bool {
+    stack_of(t).contains(&addr)
+}
+
+/// The stack of the calling thread, whose block is `t` (empty when unknown).
+#[inline(always)]
+pub(crate) fn stack_of(t: &PerThread) -> std::ops::Range<u64> {
     let (mut low, mut high) = t.stack.get();
     if high == 0 {
         (low, high) = own_stack().unwrap_or((1, 1));
         t.stack.set((low, high));
     }
-    (low as u64..high as u64).contains(&addr)
+    low as u64..high as u64
 }
 
 fn own_stack() -> Option<(usize, usize)> {

@@ -96,21 +96,33 @@ impl RealSymbol {
     ///
     /// # Safety
     /// `F` must be the function's true C signature.
+    #[inline(always)]
     pub unsafe fn get<F: Copy>(&self) -> Option<F> {
         const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
         let unloads = UNLOADS.load(Ordering::Acquire);
         let mut p = self.ptr.load(Ordering::Acquire);
         if p.is_null() || self.found_at.load(Ordering::Acquire) != unloads {
-            p = resolve(self.name, self.library);
+            p = self.find(unloads);
             if p.is_null() {
                 return None; // not cached: the library may be loaded later
             }
-            self.found_at.store(unloads, Ordering::Release);
-            self.ptr.store(p, Ordering::Release);
         }
         // SAFETY: `F` is pointer-sized (checked above) and, by the caller's contract, the
         // function's signature; `p` is the function's address.
         Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+    }
+
+    /// `get`'s first lookup, and its lookup again after a library was unloaded: cached when
+    /// found (as of `unloads`).
+    #[cold]
+    #[inline(never)]
+    fn find(&self, unloads: u64) -> *mut c_void {
+        let p = resolve(self.name, self.library);
+        if !p.is_null() {
+            self.found_at.store(unloads, Ordering::Release);
+            self.ptr.store(p, Ordering::Release);
+        }
+        p
     }
 }
 

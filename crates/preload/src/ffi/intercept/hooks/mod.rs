@@ -18,7 +18,7 @@ use crate::guard::launch::{self, Dim3, DriverLaunchConfig, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
 use crate::guard::{blas, gemm, handles, lt, memory, sync, Call, OnThread, Outlet};
 use crate::recorder::{CallArgs, RecordedCall};
-use crate::session::{Recorded, Session};
+use crate::session::{LeanGemm, Recorded, Session};
 
 /// Opaque CUDA handles and streams, as the C API passes them.
 type Handle = *mut c_void;
@@ -34,25 +34,12 @@ type P = *const c_void;
 /// real function is called if the handler had not yet called it). A forced unwind (thread
 /// cancellation, `pthread_exit`) or a foreign exception from the real function passes through
 /// to the caller's frames, as it would without the guard (`reentry::catch_panic`).
-fn intercept<R: HookReturn, L: FnOnce() -> CallArgs>(hook: Hook, forward: impl Fn() -> R, lean: Option<L>, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
-    let forward = &forward;
-    // The thread's one block of thread-local state, reached once per call (a cdylib pays
-    // `__tls_get_addr` for each access): the re-entry flag, the thread's id and its memo of the
-    // shared tables all come from it. The block has no destructor, so it is never gone.
-    PER_THREAD.try_with(move |t| intercept_on(t, hook, forward, lean, handler)).unwrap_or_else(|_| forward())
-}
-
-/// `lean`: for a matrix multiply, its arguments for the flight recorder. With every check of
-/// a matrix multiply off (and no dump to write), such a call is numbered, counted, forwarded,
-/// timed and recorded here, without a `Call` or its handler: only one that fails goes on to
-/// its handler (already forwarded), which describes it for its `api_error` fault.
-fn intercept_on<R: HookReturn, L: FnOnce() -> CallArgs>(
-    t: &PerThread,
-    hook: Hook,
-    forward: &impl Fn() -> R,
-    lean: Option<L>,
-    handler: impl FnOnce(&Call<'_, R>) -> R,
-) -> R {
+///
+/// `t` is the thread's one block of thread-local state, reached once per call by the export (a
+/// cdylib pays `__tls_get_addr` for each access): the re-entry flag, the thread's id and its
+/// memo of the shared tables all come from it. A plain GEMM whose checks are off, or find
+/// nothing, does not come here when it can be helped (`LeanCall`).
+fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, forward: &impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
     let Some(_inside) = ReentryOn::enter(t) else { return forward() };
     let result = Cell::new(None);
     let tracked = || {
@@ -70,31 +57,6 @@ fn intercept_on<R: HookReturn, L: FnOnce() -> CallArgs>(
         Some(s) if hook.is_registration() => {
             let device = DeferringDevice(RealDevice::new(s, t));
             handler(&Call::uncounted(s, hook, &device, &DeferringOutlet, tracked, &t.memo))
-        }
-        Some(s) if lean.is_some() && s.matmul_unchecked() => {
-            // As `Call::begin`, `operand_call::guard`'s unchecked path and `Call::record`, in order.
-            let thread = OnThread { id: process::thread_id_of(t), memo: &t.memo };
-            let seq = s.begin(hook.index());
-            let started_ns = process::now_ns();
-            let known = s.known_error();
-            let r = tracked();
-            s.note_matmul(seq);
-            let status = r.status();
-            if status != crate::cuda::CUBLAS_SUCCESS {
-                let device = DeferringDevice(RealDevice::new(s, t));
-                let ran = move || r;
-                let call = Call::resumed(s, hook, seq, started_ns, &device, &DeferringOutlet, &ran, thread, (status, known));
-                let r = handler(&call);
-                if !call.was_recorded() {
-                    call.record(r.status(), CallArgs::None);
-                }
-                return r;
-            }
-            let args = lean.map_or(CallArgs::None, |lean| lean());
-            let time_ns = process::now_ns();
-            let duration_ns = time_ns.saturating_sub(started_ns);
-            s.recorder.record(&RecordedCall { seq, hook: hook.index() as u16, status, time_ns, duration_ns, thread: thread.id, args, scanned: false });
-            r
         }
         Some(s) => {
             let device = DeferringDevice(RealDevice::new(s, t));
@@ -117,17 +79,146 @@ fn intercept_on<R: HookReturn, L: FnOnce() -> CallArgs>(
     }
 }
 
-/// The recorder's arguments of a hook with a lean path (`lean` in the table), unpacked from
-/// the hook's argument tuple; `None` for the others.
-macro_rules! lean_job {
-    ( ; $args:ident ; $( $arg:ident ),* ) => {
-        None::<fn() -> CallArgs>
-    };
-    ( $lean:path ; $args:ident ; $( $arg:ident ),* ) => {
-        Some(move || {
-            let ( $( $arg, )* ) = *$args;
-            $lean( $( $arg ),* )
+/// A plain GEMM (a hook with `lean` in the table) with every check of a matrix multiply off and
+/// no dump to write (`LeanGemm::Unchecked`), or with only `args` and `bounds` on and vouched for
+/// by `PlainCall::clean_before` (`LeanGemm::Prechecked`): numbered, counted, timed, forwarded and
+/// recorded with its arguments by the export itself, without a `Call` or its handler (as
+/// `Call::begin`, `operand_call::guard`'s path for a clean call and `Call::record`, in order).
+/// Only a call that fails goes on to its handler, already forwarded, inside the panic catcher,
+/// which describes it for its `api_error` fault. Outside the check, nothing on a clean call's
+/// way can panic, so no panic catcher is paid for: atomics, the clock, the real function and
+/// the recorder's stores (no index, allocation or checked arithmetic).
+///
+/// Taken once the session is armed and the thread has its id: the first call, which arms the
+/// one or asks the other, goes the whole way (`intercept_on`), with the same outcome.
+struct LeanCall<'t> {
+    t: &'t PerThread,
+    _inside: ReentryOn<'t>,
+    s: &'static Session,
+    hook: Hook,
+    tid: u32,
+    seq: u64,
+    started_ns: u64,
+    /// The sticky error known before the call, by its code (`Session::known_error_of`).
+    known: i32,
+}
+
+impl<'t> LeanCall<'t> {
+    /// Whether a plain GEMM may take the lean path on this thread now, and how: the session
+    /// armed, the thread's id known, not inside a hook already, and the checks as `LeanGemm`
+    /// says (`None`: `intercept_on` takes the call).
+    #[inline(always)]
+    fn allowed(t: &PerThread) -> Option<(&'static Session, LeanGemm)> {
+        let s = lifecycle::armed_session()?;
+        let lean = s.lean_gemm();
+        (lean != LeanGemm::No && t.tid.get() != 0 && !t.inside.get()).then_some((s, lean))
+    }
+
+    /// With `args` or `bounds` on (`LeanGemm::Prechecked`): whether `clean_before` vouches for
+    /// the call, that the checks before it would find nothing. It reads the guard's tables:
+    /// inside the panic catcher, as every check is (a panic turns the guard off).
+    #[inline(always)]
+    fn vouched(s: &Session, t: &PerThread, clean_before: impl FnOnce(&Session, &PerThread) -> bool) -> bool {
+        match catch_panic(|| clean_before(s, t)) {
+            Some(vouched) => vouched,
+            None => {
+                defer_cancel(|| lifecycle::disable("internal error inside a hook"));
+                false
+            }
+        }
+    }
+
+    /// Numbers, counts and times the call about to be forwarded (`allowed` said it may be).
+    #[inline(always)]
+    fn enter(t: &'t PerThread, s: &'static Session, hook: Hook) -> Option<Self> {
+        let inside = ReentryOn::enter(t)?;
+        let seq = s.begin(hook.index());
+        let started_ns = process::now_ns();
+        Some(Self { t, _inside: inside, s, hook, tid: t.tid.get(), seq, started_ns, known: s.known_error_code() })
+    }
+
+    /// After the real function returned `r`: recorded with the arguments `lean` gives; when it
+    /// failed, given back for `failed` (so the handler's closure is made on that branch only).
+    #[inline(always)]
+    fn finish<R: HookReturn>(self, r: R, lean: impl FnOnce() -> CallArgs) -> Result<R, Self> {
+        self.s.note_matmul(self.seq);
+        let status = r.status();
+        if status != crate::cuda::CUBLAS_SUCCESS {
+            return Err(self);
+        }
+        let time_ns = process::now_ns();
+        let duration_ns = time_ns.saturating_sub(self.started_ns);
+        let call = RecordedCall { seq: self.seq, hook: self.hook.index() as u16, status, time_ns, duration_ns, thread: self.tid, args: lean(), scanned: false };
+        self.s.recorder.record(&call);
+        Ok(r)
+    }
+
+    /// A failed call, handed to its handler (inside the panic catcher) for its fault.
+    #[cold]
+    #[inline(never)]
+    fn failed<R: HookReturn>(self, r: R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
+        let Self { t, s, hook, tid, seq, started_ns, known, .. } = self;
+        let outcome = catch_panic(move || {
+            let device = DeferringDevice(RealDevice::new(s, t));
+            let ran = move || r;
+            let thread = OnThread { id: tid, memo: &t.memo };
+            let call = Call::resumed(s, hook, seq, started_ns, &device, &DeferringOutlet, &ran, thread, (r.status(), s.known_error_of(known)));
+            let r = handler(&call);
+            if !call.was_recorded() {
+                call.record(r.status(), CallArgs::None);
+            }
+            r
+        });
+        outcome.unwrap_or_else(|| {
+            defer_cancel(|| lifecycle::disable("internal error inside a hook"));
+            r
         })
+    }
+}
+
+/// The body of a hook's export and of its guarded copies, around `$real`: the thread's block
+/// reached once, the lean path of a hook that has one, `intercept_on` otherwise.
+macro_rules! guarded_call {
+    ( $name:ident ; $real:ident ; $handler:path ; $( $lean:path )? ; $( $arg:ident ),* ) => {
+        PER_THREAD
+            .try_with(|t| {
+                lean_path!( $( $lean )? ; t ; $name ; $real ; $handler ; $( $arg ),* );
+                let args = &( $( $arg, )* );
+                intercept_on(
+                    t,
+                    Hook::$name,
+                    // SAFETY: the caller's arguments, passed on unchanged to the real function.
+                    &move || { let ( $( $arg, )* ) = *args; unsafe { $real( $( $arg ),* ) } },
+                    move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
+                )
+            })
+            // The block has no destructor, so it is never gone; were it, the call passes.
+            // SAFETY: as above.
+            .unwrap_or_else(|_| unsafe { $real( $( $arg ),* ) })
+    };
+}
+
+/// `LeanCall` for a hook with `lean` in the table: the arguments passed to the real function
+/// straight from the export's own, and to the recorder through `$lean`.
+macro_rules! lean_path {
+    ( ; $t:ident ; $name:ident ; $real:ident ; $handler:path ; $( $arg:ident ),* ) => {};
+    ( $lean:path ; $t:ident ; $name:ident ; $real:ident ; $handler:path ; $( $arg:ident ),* ) => {
+        if let Some((s, how)) = LeanCall::allowed($t) {
+            // The arguments widened only where they are checked, and the check handed one
+            // reference to them.
+            let vouched = how == LeanGemm::Unchecked || {
+                let plain = $lean.call( $( $arg ),* );
+                LeanCall::vouched(s, $t, |s, t| plain.clean_before(s, &t.memo, crate::ffi::host::thread::stack_of(t)))
+            };
+            if let Some(lean) = vouched.then(|| LeanCall::enter($t, s, Hook::$name)).flatten() {
+                // SAFETY: the caller's arguments, passed on unchanged to the real function.
+                let r = unsafe { $real( $( $arg ),* ) };
+                return match lean.finish(r, || $lean.record( $( $arg ),* )) {
+                    Ok(r) => r,
+                    Err(lean) => lean.failed(r, |call| $handler(call, $( $arg ),* )),
+                };
+            }
+        }
     };
 }
 
@@ -380,14 +471,7 @@ macro_rules! hook_table {
                 #[inline(never)]
                 #[allow(clippy::too_many_arguments)]
                 unsafe fn through(real: Real, $( $arg : $ty ),* ) -> $ret {
-                    let args = &( $( $arg, )* );
-                    intercept(
-                        Hook::$name,
-                        // SAFETY: the caller's arguments, passed on unchanged to the function found.
-                        move || { let ( $( $arg, )* ) = *args; unsafe { real( $( $arg ),* ) } },
-                        lean_job!( $( $lean )? ; args ; $( $arg ),* ),
-                        move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
-                    )
+                    guarded_call!( $name ; real ; $handler ; $( $lean )? ; $( $arg ),* )
                 }
             }
         )*
@@ -402,14 +486,7 @@ macro_rules! hook_table {
                 let Some(real) = (unsafe { reals::$name.get::<$name::Real>() }) else {
                     return missing_real::<$ret>(stringify!($name), Library::$lib);
                 };
-                let args = &( $( $arg, )* );
-                intercept(
-                    Hook::$name,
-                    // SAFETY: the caller's arguments, passed on unchanged to the real function.
-                    move || { let ( $( $arg, )* ) = *args; unsafe { real( $( $arg ),* ) } },
-                    lean_job!( $( $lean )? ; args ; $( $arg ),* ),
-                    move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
-                )
+                guarded_call!( $name ; real ; $handler ; $( $lean )? ; $( $arg ),* )
             }
         )*
     };
@@ -421,12 +498,12 @@ hook_table! {
     Cublas fn cublasSetStream_v2(handle: Handle, stream: Stream) -> c_int => handles::set_stream;
     Cublas fn cublasSetPointerMode_v2(handle: Handle, mode: c_int) -> c_int => handles::set_pointer_mode;
     Cublas fn cublasSetMathMode(handle: Handle, mode: c_int) -> c_int => handles::set_math_mode;
-    Cublas fn cublasSgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::sgemm, lean gemm::record;
-    Cublas fn cublasSgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::sgemm, lean gemm::record;
-    Cublas fn cublasDgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::dgemm, lean gemm::record;
-    Cublas fn cublasDgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::dgemm, lean gemm::record;
-    Cublas fn cublasHgemm(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::hgemm, lean gemm::record;
-    Cublas fn cublasHgemm_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::hgemm, lean gemm::record;
+    Cublas fn cublasSgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::sgemm, lean gemm::SGEMM;
+    Cublas fn cublasSgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::sgemm, lean gemm::SGEMM;
+    Cublas fn cublasDgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::dgemm, lean gemm::DGEMM;
+    Cublas fn cublasDgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::dgemm, lean gemm::DGEMM;
+    Cublas fn cublasHgemm(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::hgemm, lean gemm::HGEMM;
+    Cublas fn cublasHgemm_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::hgemm, lean gemm::HGEMM;
     Cublas fn cublasSgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::sgemm_strided;
     Cublas fn cublasSgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::sgemm_strided;
     Cublas fn cublasDgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::dgemm_strided;
@@ -443,9 +520,9 @@ hook_table! {
     Cublas fn cublasGemmBatchedEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, b: P, bt: c_int, ldb: i64, beta: P, c: P, ct: c_int, ldc: i64, count: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_batched_ex;
     Cublas fn cublasSetWorkspace_v2(handle: Handle, workspace: *mut c_void, bytes: usize) -> c_int => handles::set_workspace;
     Cublas fn cublasSgemmEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, b: P, bt: c_int, ldb: c_int, beta: P, c: P, ct: c_int, ldc: c_int) -> c_int => gemm::sgemm_ex;
-    Cublas fn cublasCgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::cgemm, lean gemm::record;
+    Cublas fn cublasCgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::cgemm, lean gemm::CGEMM;
     Cublas fn cublasCgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::cgemm_strided;
-    Cublas fn cublasZgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::zgemm, lean gemm::record;
+    Cublas fn cublasZgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::zgemm, lean gemm::ZGEMM;
     Cublas fn cublasZgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::zgemm_strided;
     Cublas fn cublasSgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::sgemv;
     Cublas fn cublasDgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::dgemv;
