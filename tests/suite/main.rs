@@ -9,7 +9,9 @@ mod common;
 mod async_standin;
 mod blas_family;
 mod breadcrumbs;
+
 mod cli;
+mod cudnn;
 mod device_scan;
 mod doctor;
 mod doctor_health;
