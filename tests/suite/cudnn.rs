@@ -212,6 +212,60 @@ fn a_cudnn_built_for_a_newer_runtime_compares_its_cudart_version_with_the_runtim
     assert!(cause.message.contains("built for CUDA 13.4") && cause.message.contains("runtime is CUDA 12.9"), "{}", cause.message);
 }
 
+/// `cublasguard doctor --json`'s cuDNN rows (name, status, evidence), with `libpath` as the
+/// library path and no Python to ask.
+fn doctor_cudnn(libpath: &str) -> Vec<(String, String, String)> {
+    let out = Command::new(cli())
+        .args(["doctor", "--json", "--python", "/nonexistent/python3"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("LD_LIBRARY_PATH", libpath)
+        .output()
+        .expect("doctor");
+    let checks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    checks
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|c| {
+            (c["name"].as_str().unwrap_or("").to_string(), c["status"].as_str().unwrap_or("").to_string(), c["evidence"].as_str().unwrap_or("").to_string())
+        })
+        .filter(|c| c.0.starts_with("cudnn"))
+        .collect()
+}
+
+#[test]
+fn the_doctor_finds_every_sublibrary_of_one_version_and_names_a_missing_or_mixed_one() {
+    let driver = standin().join("driver").display().to_string();
+    let whole = doctor_cudnn(&format!("{driver}:{}", standin_cudnn().display()));
+    assert_eq!(whole.len(), 1, "{whole:#?}");
+    assert_eq!((whole[0].0.as_str(), whole[0].1.as_str()), ("cudnn libraries", "ok"), "{}", whole[0].2);
+    assert!(whole[0].2.contains("libcudnn_graph.so.9 9.26.0") && whole[0].2.contains("one version"), "{}", whole[0].2);
+    let missing = doctor_cudnn(&format!("{driver}:{}", cudnn_folder("doctor-missing", &["libcudnn_cnn.so.9"], &[]).display()));
+    assert_eq!(missing[0].1, "fail", "{missing:#?}");
+    assert!(
+        missing[0].2.contains("cannot load libcudnn_cnn (none of libcudnn_cnn.so.9.26.0, libcudnn_cnn.so.9.26, libcudnn_cnn.so.9, libcudnn_cnn.so"),
+        "{}",
+        missing[0].2
+    );
+    let mixed = doctor_cudnn(&format!("{driver}:{}", cudnn_folder("doctor-mixed", &[], &["libcudnn_ops.so.9"]).display()));
+    assert_eq!(mixed[0].1, "fail", "{mixed:#?}");
+    assert!(mixed[0].2.contains("mixed cuDNN versions") && mixed[0].2.contains("libcudnn_ops.so.9 is 9.1.0"), "{}", mixed[0].2);
+}
+
+#[test]
+fn the_doctor_says_cudnn_8_needs_the_unversioned_libcuda_so() {
+    let dir = temp_dir("cudnn8");
+    std::fs::write(dir.join("libcudnn.so.8"), b"").expect("a cuDNN 8 dispatcher's file");
+    let without = doctor_cudnn(&dir.display().to_string());
+    let row = without.iter().find(|c| c.0 == "cudnn 8").expect("the cuDNN 8 row");
+    assert_eq!(row.1, "fail", "{row:?}");
+    assert!(row.2.contains("unversioned libcuda.so") && row.2.contains("libcudnn_cnn_infer.so.8"), "{}", row.2);
+    // The stand-in's driver folder holds the development link libcuda.so.
+    let with = doctor_cudnn(&format!("{}:{}", dir.display(), standin().join("driver").display()));
+    assert_eq!(with.iter().find(|c| c.0 == "cudnn 8").map(|c| c.1.as_str()), Some("ok"), "{with:#?}");
+}
+
 // ---- NVIDIA's cuDNN 9.26, as PyTorch 2.15 installs it ----
 
 /// NVIDIA's cuDNN: the nvidia/cudnn/lib folder of scripts/fetch-torch.sh's environment.
@@ -256,6 +310,15 @@ fn nvidias_cudnn_create_fails_without_a_gpu_attributed_with_its_versions_and_the
     assert_eq!(graph.version.as_deref(), Some("9.26.0"), "read from its cudnn_graph_version");
     assert!(cudnn.sublibraries.iter().all(|s| s.loaded.is_some() || s.on_disk.is_some()), "the wheel is whole: {:#?}", cudnn.sublibraries);
     assert!(f.args.get("cudnn_message").is_some(), "{:?}", f.args);
+}
+
+#[test]
+#[cfg_attr(not(cublasguard_has_torch), ignore = "needs PyTorch's cuDNN: run scripts/fetch-torch.sh")]
+fn the_doctor_finds_nvidias_cudnn_whole_and_of_one_version() {
+    let rows = doctor_cudnn(&nvidia_cudnn().display().to_string());
+    let row = rows.iter().find(|c| c.0 == "cudnn libraries").expect("the cuDNN row");
+    assert_eq!(row.1, "ok", "{}", row.2);
+    assert!(row.2.contains("libcudnn.so.9 9.26.0") && row.2.contains("libcudnn_graph.so.9 9.26.0"), "{}", row.2);
 }
 
 /// cuDNN functions PyTorch 2.15 imports that need no check, each with its reason; every other
