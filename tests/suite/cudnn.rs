@@ -54,12 +54,15 @@ fn cudnn_folder(label: &str, leave_out: &[&str], swap: &[&str]) -> PathBuf {
     dir
 }
 
-/// Runs the program on the stand-in CUDA stack with `cudnn` (a folder) on the library path.
+/// Runs the program on the stand-in CUDA stack with `cudnn` (a folder) on the library path
+/// (unless `env` sets the path itself).
 fn run_with(cudnn: &Path, args: &[&str], env: &[(&str, &str)], guarded: bool) -> Run {
     let s = standin();
     let libpath = format!("{}:{}:{}", s.join("lib").display(), s.join("driver").display(), cudnn.display());
     let mut env: Vec<(&str, &str)> = env.to_vec();
-    env.push(("LD_LIBRARY_PATH", &libpath));
+    if !env.iter().any(|(k, _)| *k == "LD_LIBRARY_PATH") {
+        env.push(("LD_LIBRARY_PATH", &libpath));
+    }
     let program = program();
     run(Launch { env: &env, guarded, ..Launch::new(&program, args) })
 }
@@ -251,6 +254,21 @@ fn the_doctor_finds_every_sublibrary_of_one_version_and_names_a_missing_or_mixed
     let mixed = doctor_cudnn(&format!("{driver}:{}", cudnn_folder("doctor-mixed", &[], &["libcudnn_ops.so.9"]).display()));
     assert_eq!(mixed[0].1, "fail", "{mixed:#?}");
     assert!(mixed[0].2.contains("mixed cuDNN versions") && mixed[0].2.contains("libcudnn_ops.so.9 is 9.1.0"), "{}", mixed[0].2);
+}
+
+#[test]
+fn a_stray_sublibrary_earlier_on_the_library_path_does_not_shadow_the_dispatchers_own() {
+    // The dispatcher's RPATH ($ORIGIN) comes before LD_LIBRARY_PATH: its own folder wins.
+    let stray = temp_dir("cudnn-stray");
+    std::fs::copy(standin().join("cudnn-9.1/libcudnn_ops.so.9"), stray.join("libcudnn_ops.so.9")).expect("a stray libcudnn_ops");
+    let whole = cudnn_folder("cudnn-whole", &[], &[]);
+    let rows = doctor_cudnn(&format!("{}:{}:{}", stray.display(), standin().join("driver").display(), whole.display()));
+    assert_eq!(rows.iter().find(|c| c.0 == "cudnn libraries").map(|c| c.1.as_str()), Some("ok"), "{rows:#?}");
+    let s = standin();
+    let libpath = format!("{}:{}:{}:{}", stray.display(), s.join("lib").display(), s.join("driver").display(), whole.display());
+    let (run, t) = both(&whole, "create", &[("LD_LIBRARY_PATH", &libpath)]);
+    assert!(run.stdout().contains("cudnnCreate=0"), "{}", run.stdout());
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
 }
 
 #[test]
