@@ -141,3 +141,35 @@ status_t cudnnConvolutionForward(void *handle, const void *alpha, void *x_desc, 
     fn f = (fn)function(&cnn, "cudnnConvolutionForward", &s);
     return f ? f(handle, alpha, x_desc, x, w_desc, w, conv, algo, ws, ws_bytes, beta, y_desc, y) : s;
 }
+
+/* The other legacy entry points the guard hooks (those PyTorch 2.15 runs on the device): here so
+ * that every hooked function has a definition to find, not computed by the stand-in. Their
+ * arguments are never read. */
+#define NOT_IN_STANDIN(name)                                                                   \
+    status_t name(void *first, ...) {                                                          \
+        (void)first;                                                                           \
+        snprintf(last_error, sizeof last_error, "%s is not implemented by the stand-in", #name); \
+        return 3000; /* CUDNN_STATUS_NOT_SUPPORTED */                                          \
+    }
+
+NOT_IN_STANDIN(cudnnConvolutionBackwardData)
+NOT_IN_STANDIN(cudnnConvolutionBackwardFilter)
+NOT_IN_STANDIN(cudnnConvolutionBiasActivationForward)
+NOT_IN_STANDIN(cudnnFindConvolutionForwardAlgorithmEx)
+NOT_IN_STANDIN(cudnnFindConvolutionBackwardDataAlgorithmEx)
+NOT_IN_STANDIN(cudnnFindConvolutionBackwardFilterAlgorithmEx)
+NOT_IN_STANDIN(cudnnBatchNormalizationForwardInference)
+NOT_IN_STANDIN(cudnnBatchNormalizationForwardTrainingEx)
+NOT_IN_STANDIN(cudnnBatchNormalizationBackwardEx)
+NOT_IN_STANDIN(cudnnPoolingForward)
+NOT_IN_STANDIN(cudnnCTCLoss)
+NOT_IN_STANDIN(cudnnCTCLoss_v8)
+NOT_IN_STANDIN(cudnnRNNForward)
+NOT_IN_STANDIN(cudnnRNNBackwardData_v8)
+NOT_IN_STANDIN(cudnnRNNBackwardWeights_v8)
+NOT_IN_STANDIN(cudnnSpatialTfGridGeneratorForward)
+NOT_IN_STANDIN(cudnnSpatialTfGridGeneratorBackward)
+NOT_IN_STANDIN(cudnnSpatialTfSamplerForward)
+NOT_IN_STANDIN(cudnnSpatialTfSamplerBackward)
+NOT_IN_STANDIN(cudnnSetDropoutDescriptor)
+NOT_IN_STANDIN(cudnnRestoreDropoutDescriptor)
