@@ -140,6 +140,21 @@ fn an_execution_failure_names_its_status_sub_code_message_and_the_cuda_error_pen
 }
 
 #[test]
+fn under_deferred_sync_a_faulting_execute_is_pinned_by_its_breadcrumb_when_the_next_one_fails() {
+    let env = [("CUDASHIM_CUDNN_EXEC_FAULT", "1"), ("CUBLASGUARD_SYNC", "deferred")];
+    let (run, t) = both(&standin_cudnn(), "exec_twice", &env);
+    assert!(run.stdout().contains("execute again=5003"), "{}", run.stdout());
+    let executes: Vec<u64> = t.recent_calls.iter().filter(|c| c.api == "cudnnBackendExecute").map(|c| c.seq).collect();
+    assert_eq!(executes.len(), 2, "{:?}", t.recent_calls.iter().map(|c| &c.api).collect::<Vec<_>>());
+    let pinned = t.faults.iter().find(|f| f.kind == FaultKind::AsyncError).expect("the kernel's fault, pinned");
+    assert_eq!((pinned.seq, pinned.api.as_str()), (executes[0], "cudnnBackendExecute"), "the first execute, whose breadcrumb never landed: {}", pinned.message);
+    assert_eq!(pinned.error.as_ref().map(|e| e.code), Some(700));
+    assert!(!pinned.breadcrumbs.is_empty(), "the streams' progress as evidence");
+    let failed = t.faults.iter().find(|f| f.kind == FaultKind::ApiError).expect("the second execute's failure");
+    assert_eq!((failed.seq, failed.status), (executes[1], 5003));
+}
+
+#[test]
 fn a_legacy_convolution_given_freed_memory_is_use_after_free() {
     let (_, t) = both(&standin_cudnn(), "legacy_freed", &[]);
     let f = only_fault(&t);

@@ -71,7 +71,7 @@ pub(crate) fn destroy(call: &Call<'_, c_int>, handle: Handle) -> c_int {
     }
     call.record(status, CallArgs::Cudnn { handle, stream: stream_of(before), plan: 0, pack: 0 });
     if status != cuda::CUDNN_SUCCESS {
-        failed(call, status, handle, before, false);
+        failed(call, status, handle, before, None);
     }
     status
 }
@@ -86,7 +86,7 @@ pub(crate) fn set_stream(call: &Call<'_, c_int>, handle: Handle, stream: *mut c_
     }
     call.record(status, CallArgs::Cudnn { handle, stream: stream as u64, plan: 0, pack: 0 });
     if status != cuda::CUDNN_SUCCESS {
-        failed(call, status, handle, before, false);
+        failed(call, status, handle, before, None);
     }
     status
 }
@@ -98,7 +98,7 @@ pub(crate) fn backend_create_descriptor(call: &Call<'_, c_int>, kind: c_int, out
     let created = if status == cuda::CUDNN_SUCCESS { super::parameters::written_u64(call, out as u64).unwrap_or(0) } else { 0 };
     call.record(status, CallArgs::Handle { handle: created, value: kind.into() });
     if status != cuda::CUDNN_SUCCESS {
-        failed(call, status, 0, HandleLookup::Unknown, false);
+        failed(call, status, 0, HandleLookup::Unknown, None);
     }
     status
 }
@@ -109,7 +109,7 @@ pub(crate) fn backend_finalize(call: &Call<'_, c_int>, descriptor: Handle) -> c_
     let status = call.forward();
     call.record(status, CallArgs::Handle { handle: descriptor as u64, value: 0 });
     if status != cuda::CUDNN_SUCCESS {
-        failed(call, status, 0, HandleLookup::Unknown, false);
+        failed(call, status, 0, HandleLookup::Unknown, None);
     }
     status
 }
@@ -176,7 +176,11 @@ fn guarded(call: &Call<'_, c_int>, handle: u64, before: HandleLookup, record: Ca
     let status = call.forward();
     call.record(status, record);
     if status != cuda::CUDNN_SUCCESS {
-        failed(call, status, handle, before, true);
+        failed(call, status, handle, before, Some(record));
+    } else if !s.config.sync.synchronises_calls() {
+        // CUBLASGUARD_SYNC=deferred: the call's breadcrumb, as after a guarded cuBLAS call, so a
+        // kernel of this execute that faults is pinned to it wherever its error surfaces.
+        super::launch::leave_breadcrumb(call, stream_of(before), record);
     }
     status
 }
@@ -199,10 +203,11 @@ fn stream_of(lookup: HandleLookup) -> u64 {
 }
 
 /// A failing status after the call: named, with cuDNN's message, the handle, its stream and a
-/// cause; `executes`: the call ran work on the device, so an execution failure is looked
-/// behind (the CUDA error pending on its stream, the kernels launched since the device was last
-/// found clean).
-fn failed(call: &Call<'_, c_int>, status: c_int, handle: u64, before: HandleLookup, executes: bool) {
+/// cause; `executes` (the call's recorded arguments): the call ran work on the device, so an
+/// execution failure is looked behind (the CUDA error pending on its stream, the kernels
+/// launched since the device was last found clean; under CUBLASGUARD_SYNC=deferred the error is
+/// also recorded on the first call whose breadcrumb never landed).
+fn failed(call: &Call<'_, c_int>, status: c_int, handle: u64, before: HandleLookup, executes: Option<CallArgs>) {
     let s = call.session;
     let name = cuda::cudnn_status_name(status);
     let message = take_message(call);
@@ -220,13 +225,17 @@ fn failed(call: &Call<'_, c_int>, status: c_int, handle: u64, before: HandleLook
         finding.message.push_str(&format!(": {m}"));
     }
     let mut pending = None;
-    if executes && (cuda::CUDNN_EXECUTION_FAILED..cuda::CUDNN_EXECUTION_FAILED + 1000).contains(&status) {
+    let execution_failed = (cuda::CUDNN_EXECUTION_FAILED..cuda::CUDNN_EXECUTION_FAILED + 1000).contains(&status);
+    if let Some(record) = executes.filter(|_| execution_failed) {
         // As for cuBLAS: what is pending on the stream is what failed underneath.
         let code = match call.device.is_capturing(stream) {
             Ok(false) => call.device.synchronize(stream),
             Err(code) if cuda::cuda_error_is_sticky(code) => code,
             _ => 0,
         };
+        if code != 0 && !s.config.sync.synchronises_calls() && s.known_error().is_none() {
+            super::attribution::surfaced(call, code, &format!("{}'s failure ({name})", call.api()), record, Some(stream));
+        }
         if code != 0 {
             finding.message.push_str(&format!(
                 "; behind it, {} ({code}) was pending on stream {}: a kernel queued before this call, or this call's own, \
