@@ -178,6 +178,9 @@ fn a_missing_sublibrary_is_named_with_every_file_the_dispatcher_looked_for() {
     assert!(graph.loaded.is_none() && graph.on_disk.is_none());
     assert!(cause.message.contains("could not load libcudnn_graph"), "{}", cause.message);
     assert_eq!(f.args.get("cudnn_message").map(|m| matches!(m, Arg::Label(s) if s.contains("libcudnn_graph"))), Some(true), "{:?}", f.args);
+    let report = Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("could not load libcudnn_graph") && text.contains("it resolves cuDNN's dispatcher and every sublibrary"), "{text}");
 }
 
 #[test]
