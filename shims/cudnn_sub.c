@@ -231,6 +231,8 @@ status_t cudnnBackendGetAttribute(void *d, int name, int type, int64_t requested
 status_t cudnnBackendFinalize(void *d) {
     struct descriptor *desc = descriptor(d);
     if (!desc) return fail(BAD_PARAM, "not a descriptor");
+    int injected = cudashim_inject("cudnnBackendFinalize");
+    if (injected) return fail(injected, "injected (CUDASHIM_FAIL)");
     desc->finalized = 1;
     return SUCCESS;
 }

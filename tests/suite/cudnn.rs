@@ -155,6 +155,18 @@ fn under_deferred_sync_a_faulting_execute_is_pinned_by_its_breadcrumb_when_the_n
 }
 
 #[test]
+fn an_engine_that_does_not_support_the_plan_is_no_fault_at_finalize_but_an_incompatible_runtime_is() {
+    // The plan is the program's 8th finalize.
+    let (run, t) = both(&standin_cudnn(), "conv", &[("CUDASHIM_FAIL", "cudnnBackendFinalize:8:3000")]);
+    assert!(run.stdout().contains("finalize=3000"), "{}", run.stdout());
+    assert!(t.faults.iter().all(|f| f.api != "cudnnBackendFinalize"), "cudnn-frontend tries the next engine: {:#?}", t.faults);
+    let (run, t) = both(&standin_cudnn(), "conv", &[("CUDASHIM_FAIL", "cudnnBackendFinalize:8:3006")]);
+    assert!(run.stdout().contains("finalize=3006"), "{}", run.stdout());
+    let f = t.faults.iter().find(|f| f.api == "cudnnBackendFinalize").expect("the finalize's fault");
+    assert_eq!((f.kind, f.status_name.as_str()), (FaultKind::ApiError, "CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART"));
+}
+
+#[test]
 fn a_legacy_convolution_given_freed_memory_is_use_after_free() {
     let (_, t) = both(&standin_cudnn(), "legacy_freed", &[]);
     let f = only_fault(&t);

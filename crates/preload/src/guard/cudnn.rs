@@ -104,14 +104,25 @@ pub(crate) fn backend_create_descriptor(call: &Call<'_, c_int>, kind: c_int, out
 }
 
 /// cudnnBackendFinalize: where a missing sublibrary surfaced as NOT_INITIALIZED
-/// (pytorch/builder#1859).
+/// (pytorch/builder#1859). An engine that does not support the graph is no fault:
+/// cudnn-frontend (PyTorch's convolutions) finalizes the heuristics' candidates in turn and
+/// takes the first that finalizes, so their NOT_SUPPORTED answers are routine; those that say
+/// the environment is wrong (an incompatible driver or runtime, a missing prerequisite or
+/// sublibrary) are faults.
 pub(crate) fn backend_finalize(call: &Call<'_, c_int>, descriptor: Handle) -> c_int {
     let status = call.forward();
     call.record(status, CallArgs::Handle { handle: descriptor as u64, value: 0 });
-    if status != cuda::CUDNN_SUCCESS {
+    if status != cuda::CUDNN_SUCCESS && !engine_refusal(status) {
         failed(call, status, 0, HandleLookup::Unknown, None);
     }
     status
+}
+
+/// A NOT_SUPPORTED status (3000-3014) other than those that name the environment: the driver
+/// (3005), the runtime (3006), a runtime prerequisite (3008), a sublibrary (3009).
+fn engine_refusal(status: c_int) -> bool {
+    (3000..4000).contains(&status)
+        && !matches!(status, cuda::CUDNN_INCOMPATIBLE_CUDA_DRIVER | cuda::CUDNN_INCOMPATIBLE_CUDART | 3008 | cuda::CUDNN_SUBLIBRARY_UNAVAILABLE)
 }
 
 /// cudnnBackendExecute: the handle live, the variant pack's tensors and workspace inside live
