@@ -61,6 +61,7 @@ static int backend(const char *mode) {
     cudaMalloc(&ws, strcmp(mode, "small_workspace") == 0 ? 128 : 256);
     cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice);
     cudaMemcpy(w, hw, sizeof hw, cudaMemcpyHostToDevice);
+    cudaMemcpy(y, hy, sizeof hy, cudaMemcpyHostToDevice);
 
     cudnnBackendDescriptor_t tx = tensor('x', 4, 4), tw = tensor('w', 2, 2), ty = tensor('y', 3, 3);
     cudnnBackendDescriptor_t op = NULL;

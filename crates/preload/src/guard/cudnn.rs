@@ -18,9 +18,20 @@ use crate::trace::{hex, Arg, Fault, FaultKind, InitCauseKind};
 
 type Handle = *mut c_void;
 
-/// cudnnCreate: the new handle into its table; a failure is reported with its cause.
+/// cudnnCreate: the new handle into its table; a failure is reported with its cause. Before
+/// the first one, a libcudnn_graph the dispatcher cannot find anywhere is reported before the
+/// call: NVIDIA's dispatcher then aborts the process inside it.
 pub(crate) fn create(call: &Call<'_, c_int>, out: *mut Handle) -> c_int {
+    let early = graph_missing(call);
     let status = call.forward();
+    if let Some(mut fault) = early {
+        // The dispatcher returned (the stand-in's does): the fault says how.
+        (fault.status, fault.status_name) = (status, cuda::cudnn_status_name(status).to_string());
+        describe(&mut fault, status, 0, None, take_message(call));
+        call.record(status, CallArgs::Cudnn { handle: 0, stream: 0, plan: 0, pack: 0 });
+        call.amend(fault);
+        return status;
+    }
     let mut handle = 0u64;
     if status == cuda::CUDNN_SUCCESS {
         handle = super::parameters::written_u64(call, out as u64).unwrap_or(0);
@@ -33,6 +44,23 @@ pub(crate) fn create(call: &Call<'_, c_int>, out: *mut Handle) -> c_int {
         create_failed(call, status);
     }
     status
+}
+
+/// The fault of a cudnnCreate whose dispatcher cannot find libcudnn_graph in any folder it
+/// searches, reported now (`None` once libcudnn_graph is loaded, or where it is found).
+fn graph_missing(call: &Call<'_, c_int>) -> Option<Fault> {
+    let facts = call.device.cudnn_libraries()?;
+    let graph = facts.sublibraries.iter().find(|s| s.name == "libcudnn_graph")?;
+    if graph.loaded.is_some() || graph.on_disk.is_some() {
+        return None;
+    }
+    let mut cause = rules::explain(cuda::CUDNN_SUBLIBRARY_LOADING_FAILED, &facts, None, None)?;
+    cause.message.push_str(" (NVIDIA's cuDNN 9 aborts the process here: \"Invalid handle. Cannot load symbol cudnnCreate\")");
+    let finding = Finding::new(FaultKind::InitFailed, format!("cannot succeed: {}", cause.message));
+    let mut fault = call.fault(finding, -1, "not returned (the fault was recorded before the call ran)");
+    fault.cause = Some(cause);
+    call.report(fault.clone());
+    Some(fault)
 }
 
 /// cudnnCreate failed: cuDNN's libraries first (a sublibrary it could not load is named as

@@ -1,16 +1,41 @@
 //! What the guard reads of cuDNN: the last error message, the versions, the libraries loaded
 //! and looked for, and a variant pack's pointers. Only from libraries the program already
 //! loaded (never one loaded here); the sublibraries' files are only looked for on disk.
+//!
+//! Every function of cuDNN 9's dispatcher (cudnnGetVersion and cudnnGetLastErrorString too)
+//! loads libcudnn_graph on first use, and aborts the process when it cannot ("Invalid handle.
+//! Cannot load symbol cudnnCreate", 9.26): the guard calls none of them until libcudnn_graph
+//! is loaded.
 
 use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::check::cudnn::{candidates, VariantPack, DISPATCHED, MAX_TENSORS};
 use crate::ffi::cuda_client::cuda_api as api;
 use crate::ffi::intercept::real;
 use crate::trace::{CudnnLibraries, CudnnLibrary, CudnnSublibrary};
 
+/// Set once libcudnn_graph is seen loaded (the dispatcher keeps it).
+static GRAPH_LOADED: AtomicBool = AtomicBool::new(false);
+
+/// Whether libcudnn_graph is loaded, so that the dispatcher's functions neither load it nor
+/// abort.
+fn graph_loaded() -> bool {
+    if GRAPH_LOADED.load(Ordering::Acquire) {
+        return true;
+    }
+    let loaded = real::loaded_objects().iter().any(|(path, _)| real::file_name(path).starts_with("libcudnn_graph"));
+    if loaded {
+        GRAPH_LOADED.store(true, Ordering::Release);
+    }
+    loaded
+}
+
 /// `cudnnGetLastErrorString` (which clears it); `None` when cuDNN is not loaded or has none.
 pub(crate) fn last_error() -> Option<String> {
+    if !graph_loaded() {
+        return None;
+    }
     let mut buf = [0u8; 512];
     // SAFETY: `buf` is writable for the size passed.
     unsafe { api::cudnnGetLastErrorString(buf.as_mut_ptr() as *mut c_char, buf.len()) }?;
@@ -50,10 +75,13 @@ pub(crate) fn libraries() -> Option<CudnnLibraries> {
         return None;
     }
     let dispatcher = cudnn.iter().find(|p| real::file_name(p).starts_with("libcudnn.so")).map(|p| p.to_string());
-    // SAFETY: no arguments; cuDNN's version queries.
-    let version = unsafe { api::cudnnGetVersion() }.filter(|&v| v > 0).map(|v| crate::cuda::cudnn_version(v as u64));
-    // SAFETY: no arguments.
-    let cudart_version = unsafe { api::cudnnGetCudartVersion() }.and_then(|v| i32::try_from(v).ok()).filter(|&v| v > 0);
+    let graph = graph_loaded();
+    // SAFETY: no arguments; cuDNN's version queries, asked only with libcudnn_graph loaded.
+    let version = graph.then(|| unsafe { api::cudnnGetVersion() }).flatten().filter(|&v| v > 0).map(|v| crate::cuda::cudnn_version(v as u64));
+    // SAFETY: as above.
+    let cudart_version = graph.then(|| unsafe { api::cudnnGetCudartVersion() }).flatten().and_then(|v| i32::try_from(v).ok()).filter(|&v| v > 0);
+    // Without the version, the names the dispatcher tries from its soname's major on.
+    let major = dispatcher.as_deref().and_then(|d| real::file_name(d).strip_prefix("libcudnn.so.")).map(str::to_string);
     let loaded: Vec<CudnnLibrary> = cudnn
         .iter()
         .map(|path| {
@@ -78,7 +106,7 @@ pub(crate) fn libraries() -> Option<CudnnLibraries> {
     let sublibraries = DISPATCHED
         .iter()
         .map(|name| {
-            let looked_for = candidates(name, version.as_deref());
+            let looked_for = candidates(name, version.as_deref().or(major.as_deref()));
             let loaded_path = cudnn.iter().find(|p| looked_for.iter().any(|c| real::file_name(p) == c)).map(|p| p.to_string());
             let on_disk = if loaded_path.is_some() {
                 None
@@ -116,6 +144,9 @@ fn attribute(desc: u64, name: c_int, kind: c_int, out: &mut [u64]) -> Option<usi
 
 /// A variant pack's tensors (unique id, device pointer) and workspace.
 pub(crate) fn variant_pack(pack: u64) -> Option<VariantPack> {
+    if !graph_loaded() {
+        return None;
+    }
     let mut uids = [0u64; MAX_TENSORS];
     let mut pointers = [0u64; MAX_TENSORS];
     let n = attribute(pack, ATTR_VARIANT_PACK_UNIQUE_IDS, TYPE_INT64, &mut uids)?;
@@ -127,6 +158,9 @@ pub(crate) fn variant_pack(pack: u64) -> Option<VariantPack> {
 
 /// An execution plan's workspace size (`CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE`).
 pub(crate) fn plan_workspace(plan: u64) -> Option<u64> {
+    if !graph_loaded() {
+        return None;
+    }
     let mut size = [0u64; 1];
     attribute(plan, ATTR_PLAN_WORKSPACE_SIZE, TYPE_INT64, &mut size).filter(|&n| n == 1).map(|_| size[0])
 }
