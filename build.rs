@@ -9,6 +9,9 @@
 //!   bin/      example programs
 //!   vendored/ libcublas-5e3a1f0c.so.12: the stand-in cuBLAS renamed as auditwheel renames the
 //!             libraries it bundles into a wheel (file and soname; symbol versions kept)
+//!   cudnn/    the stand-in cuDNN 9.26.0: the dispatcher libcudnn.so.9 and its sublibraries
+//!             libcudnn_{graph,ops,cnn,adv,ext}.so.9, apart so a test chooses which are there
+//!   cudnn-9.1/ libcudnn_ops.so.9 of version 9.1.0, for a test that mixes versions
 //! The folder reaches the code as `env!("CUBLASGUARD_STANDIN_DIR")`.
 
 use std::env;
@@ -135,6 +138,53 @@ fn stress_tests() {
     }
 }
 
+/// The stand-in cuDNN (shims/cudnn.c, shims/cudnn_sub.c): the dispatcher, and each sublibrary
+/// with its own soname and symbol version, as NVIDIA's (`cudnnCreate@@libcudnn_graph.so.9`).
+fn build_cudnn(compiler: &cc::Tool, shims: &Path, root: &Path, out: &Path) {
+    const VERSION: u32 = 9 << 16 | 26 << 8;
+    let mut cmd = compiler.to_command();
+    cmd.args(["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(root.join("cudnn/libcudnn.so.9"))
+        .arg(shims.join("cudnn.c"))
+        .arg("-Wl,-soname,libcudnn.so.9")
+        // NVIDIA's dispatcher has RPATH $ORIGIN (not RUNPATH): its sublibraries beside it first.
+        .arg("-Wl,-rpath,$ORIGIN")
+        .arg("-Wl,--disable-new-dtags")
+        .arg(format!("-Wl,--version-script={}", shims.join("cudnn.map").display()))
+        .args(["-ldl", "-lpthread"]);
+    run(cmd);
+    let subs: [(&str, &str, u32); 6] = [
+        ("graph", "cudnn", VERSION),
+        ("ops", "cudnn", VERSION),
+        ("cnn", "cudnn", VERSION),
+        ("adv", "cudnn", VERSION),
+        ("ext", "cudnn", VERSION),
+        ("ops", "cudnn-9.1", 9 << 16 | 1 << 8),
+    ];
+    for (name, folder, version) in subs {
+        let soname = format!("libcudnn_{name}.so.9");
+        let map = out.join(format!("cudnn_{name}.map"));
+        fs::write(&map, format!("{soname} {{\n  global: *;\n}};\n")).expect("write a sublibrary's version script");
+        let mut cmd = compiler.to_command();
+        cmd.args(["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(root.join(folder).join(&soname))
+            .arg(shims.join("cudnn_sub.c"))
+            .arg(format!("-DSUBLIB={name}"))
+            .arg(format!("-DSUBLIB_VERSION={version}u"))
+            .arg(format!("-DSUBLIB_IS_{}", name.to_uppercase()))
+            .arg(format!("-Wl,-soname,{soname}"))
+            .arg("-Wl,-rpath,$ORIGIN:$ORIGIN/../lib")
+            .arg("-Wl,--enable-new-dtags")
+            .arg(format!("-Wl,--version-script={}", map.display()))
+            .arg(format!("-L{}", root.join("lib").display()))
+            .args(["-lcudart", "-lpthread"]);
+        run(cmd);
+    }
+    for file in ["cudnn.c", "cudnn_sub.c", "cudnn.map"] {
+        println!("cargo:rerun-if-changed=shims/{file}");
+    }
+}
+
 fn main() {
     stress_tests();
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
@@ -142,7 +192,7 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
     let root = out.join("stand-in");
     let shims = manifest.join("shims");
-    for dir in ["lib", "driver", "nvml", "bin", "vendored"] {
+    for dir in ["lib", "driver", "nvml", "bin", "vendored", "cudnn", "cudnn-9.1"] {
         fs::create_dir_all(root.join(dir)).expect("create stand-in dirs");
     }
     let compiler = cc::Build::new().opt_level(2).get_compiler();
@@ -197,6 +247,7 @@ fn main() {
             .args(["-lcudart", "-lpthread", "-lm"]);
         run(cmd);
     }
+    build_cudnn(&compiler, &shims, &root, &out);
     println!("cargo:rerun-if-changed=shims/elements.h");
     println!("cargo:rerun-if-changed=shims/counting.h");
     println!("cargo:rerun-if-changed=shims/engine.h");

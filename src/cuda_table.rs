@@ -102,6 +102,9 @@ cuda_table! {
     CublasLtRelease from ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"] {
         get_version: fn cublasLtGetVersion() -> usize;
     }
+    CudnnRelease from ["libcudnn.so.9"] {
+        get_version: fn cudnnGetVersion() -> usize;
+    }
     Runtime from ["libcudart.so.13", "libcudart.so.12", "libcudart.so"] {
         malloc: fn cudaMalloc(*mut *mut c_void, usize) -> c_int;
         memcpy: fn cudaMemcpy(*mut c_void, *const c_void, usize, c_int) -> c_int;

@@ -231,6 +231,17 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
                 "Sticky errors (illegal address, launch failure) leave the CUDA context unusable: the process must restart.",
             ]),
         ),
+        FaultKind::ApiError if fault.cause.as_ref().is_some_and(|c| matches!(c.kind, InitCauseKind::CudnnSublibrary | InitCauseKind::CudnnIncompatible)) => {
+            let cause = fault.cause.as_ref().map(|c| c.message.clone()).unwrap_or_default();
+            (cause, cudnn_steps(fault.cause.as_ref().map(|c| c.kind)))
+        }
+        FaultKind::ApiError if fault.status_name.starts_with("CUDNN_STATUS_EXECUTION_FAILED") => (
+            format!("cuDNN returned {}: its kernels could not run", fault.status_name),
+            steps(&[
+                "Usually the symptom of an earlier asynchronous fault (the CUDA error this fault names, if any): read the earliest fault in this report.",
+                "Rerun with CUBLASGUARD_SYNC=launches (or CUDA_LAUNCH_BLOCKING=1) to pin the kernel that faulted.",
+            ]),
+        ),
         FaultKind::ApiError => {
             let steps_for = match fault.status_name.as_str() {
                 "CUBLAS_STATUS_EXECUTION_FAILED" => &[
@@ -336,6 +347,7 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
                         "A CUDA context does not survive fork(): start CUDA only in the child, after the fork, or start workers with posix_spawn/exec instead of a bare fork.",
                     ]),
                 },
+                Some(kind @ (InitCauseKind::CudnnSublibrary | InitCauseKind::CudnnIncompatible)) => cudnn_steps(Some(kind)),
                 Some(InitCauseKind::ContextLost) => steps(&[
                     "This is not the first fault: read the earlier one, whose call number the cause names; every call after it fails the same way.",
                     "Run again with the guard (or CUDA_LAUNCH_BLOCKING=1) to pin that first fault to its call.",
@@ -479,6 +491,21 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
 
 /// What the GPU's health says beside a fault's cause: the Xids and ECC errors of the run (a
 /// hardware Xid is the cause itself), and heat, slowdowns, pending repairs as context.
+/// Next steps for a cuDNN cause: its libraries, or the CUDA it was built for.
+fn cudnn_steps(kind: Option<InitCauseKind>) -> Vec<String> {
+    let steps = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    match kind {
+        Some(InitCauseKind::CudnnIncompatible) => steps(&[
+            "Install the cuDNN built for this CUDA (nvidia-cudnn-cu12 for CUDA 12, -cu13 for CUDA 13), or upgrade the runtime and the driver to the CUDA cuDNN was built for.",
+            "Run `cublasguard doctor` to see the driver's CUDA version and the libraries the program loads.",
+        ]),
+        _ => steps(&[
+            "Run `cublasguard doctor`: it resolves cuDNN's dispatcher and every sublibrary as cuDNN does and names the missing or mismatched one.",
+            "Install one cuDNN whole, in one folder (pip install --force-reinstall nvidia-cudnn-cu13, or -cu12), and take any other cuDNN off LD_LIBRARY_PATH (or out of /etc/ld.so.conf.d, then sudo ldconfig).",
+        ]),
+    }
+}
+
 pub fn gpu_context(h: &GpuHealth) -> Vec<String> {
     let mut out = Vec::new();
     let who = |index: u32| if h.standin { format!("stand-in device {index}") } else { format!("GPU {index}") };

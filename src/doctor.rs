@@ -325,6 +325,8 @@ pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
     }
     let cublas_majors: Vec<u32> = libs.get("libcublas").map(|m| m.keys().copied().collect()).unwrap_or_default();
     checks.extend(crate::setup_checks::cublas_pair_checks(&cublas_majors));
+    let torch_cudnn = answer.as_ref().ok().and_then(|f| f.torch.as_ref()).and_then(|t| t.cudnn);
+    checks.extend(crate::setup_checks::cudnn_checks(&search_dirs(&python_dirs), torch_cudnn));
     checks.push(crate::setup_checks::cache_check());
     match std::env::var("CUDA_VISIBLE_DEVICES") {
         Ok(v) if v.trim().is_empty() || v.trim() == "-1" => checks.push(check(

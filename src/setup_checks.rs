@@ -1,5 +1,6 @@
 //! The doctor's checks of the machine's layout around the driver: WSL2's driver files, the
-//! CUDA cache folder, and whether libcublas and libcublasLt come from one place and one release.
+//! CUDA cache folder, whether libcublas and libcublasLt come from one place and one release, and
+//! whether cuDNN's dispatcher finds every sublibrary it loads at run time, all of its version.
 
 use std::ffi::{c_int, c_void, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -314,9 +315,149 @@ pub fn cublas_pair_checks(majors: &[u32]) -> Vec<Check> {
     out
 }
 
+/// The sublibraries cuDNN 9's dispatcher loads itself (9.26's; `libcudnn_ext` since 9.10, so it
+/// is not required of an older dispatcher).
+const CUDNN_SUBLIBRARIES: &[&str] = &["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv", "libcudnn_ext"];
+
+/// The file names cuDNN's dispatcher tries for `name`, in its order: the full version,
+/// major.minor, major, the bare name.
+pub fn cudnn_candidates(name: &str, (major, minor, patch): (u32, u32, u32)) -> [String; 4] {
+    [format!("{name}.so.{major}.{minor}.{patch}"), format!("{name}.so.{major}.{minor}"), format!("{name}.so.{major}"), format!("{name}.so")]
+}
+
+/// Where a `dlopen` of `candidates` from the dispatcher in `origin` resolves, in the loader's
+/// order for each name (the dispatcher's RPATH $ORIGIN, LD_LIBRARY_PATH, the system's
+/// folders), the names in cuDNN's order.
+fn resolve(candidates: &[String], origin: &Path) -> Option<PathBuf> {
+    let mut folders = vec![origin.to_path_buf()];
+    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+        folders.extend(std::env::split_paths(&paths).filter(|p| !p.as_os_str().is_empty()));
+    }
+    folders.extend(["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu"].map(PathBuf::from));
+    candidates.iter().find_map(|name| folders.iter().map(|f| f.join(name)).find(|p| p.exists()))
+}
+
+/// A cuDNN library's version: its exported `cudnn_<name>_version` (or `_infer_version`) datum,
+/// major << 16 | minor << 8 | patch, else the full version its file name carries. The library is
+/// loaded to be asked, as the doctor loads cuBLAS.
+fn cudnn_library_version(path: &Path) -> Option<(u32, u32, u32)> {
+    let file = path.file_name()?.to_str()?;
+    let short = file.split(".so").next()?.strip_prefix("libcudnn_")?;
+    use libloading::os::unix::{Library, RTLD_LAZY, RTLD_LOCAL};
+    // SAFETY: loading a cuDNN library runs its initialisers, as any program using cuDNN does.
+    if let Ok(lib) = unsafe { Library::open(Some(path), RTLD_LAZY | RTLD_LOCAL) } {
+        for symbol in [format!("cudnn_{short}_version\0"), format!("cudnn_{short}_infer_version\0")] {
+            // SAFETY: the library's own version datum, a 32-bit integer (NVIDIA's cudnn_graph_version).
+            if let Ok(v) = unsafe { lib.get::<*const u32>(symbol.as_bytes()) } {
+                // SAFETY: as above: the symbol's address holds the 32-bit version.
+                let v = unsafe { std::ptr::read_unaligned(*v) };
+                std::mem::forget(lib);
+                return Some((v >> 16 & 0xff, v >> 8 & 0xff, v & 0xff));
+            }
+        }
+        std::mem::forget(lib);
+    }
+    release_of_file(&path.canonicalize().unwrap_or_else(|_| path.to_path_buf()))
+}
+
+const CUDNN_FIX: &str = "cuDNN 9 loads its sublibraries at run time (ldd shows none of them) from its own folder first: keep one cuDNN \
+    whole in one folder (pip install --force-reinstall nvidia-cudnn-cu13, or -cu12), and take any other cuDNN off LD_LIBRARY_PATH \
+    (or out of /etc/ld.so.conf.d, then sudo ldconfig)";
+
+/// cuDNN as a program loading `libcudnn.so.N` from `dirs` (in the doctor's search order) finds
+/// it: the dispatcher, every sublibrary it loads resolvable in cuDNN's order of names, all of
+/// the dispatcher's version, and that version PyTorch's (`torch.backends.cudnn.version()`).
+/// cuDNN 8 needs the unversioned libcuda.so, which WSL2 lacks.
+pub fn cudnn_checks(dirs: &[PathBuf], torch_cudnn: Option<i64>) -> Vec<Check> {
+    let mut out = Vec::new();
+    if let Some(dir) = dirs.iter().find(|d| d.join("libcudnn.so.9").exists()) {
+        out.push(cudnn9_check(&dir.join("libcudnn.so.9"), torch_cudnn));
+    }
+    if let Some(dir) = dirs.iter().find(|d| d.join("libcudnn.so.8").exists()) {
+        let dispatcher = dir.join("libcudnn.so.8");
+        let unversioned = resolve(&["libcuda.so".to_string()], dir).or_else(|| {
+            let cache = Command::new("ldconfig").arg("-p").output().ok()?;
+            String::from_utf8_lossy(&cache.stdout)
+                .lines()
+                .find(|l| l.trim_start().starts_with("libcuda.so "))
+                .map(|l| PathBuf::from(l.rsplit("=> ").next().unwrap_or("").trim()))
+        });
+        out.push(match unversioned {
+            Some(p) => check("cudnn 8", Status::Ok, format!("{}: the unversioned libcuda.so it loads is {}", dispatcher.display(), p.display()), None),
+            None => check(
+                "cudnn 8",
+                Status::Fail,
+                format!(
+                    "{}: its sublibraries load the unversioned libcuda.so, which no folder holds (WSL2 ships only libcuda.so.1): \
+                     \"Could not load library libcudnn_cnn_infer.so.8\"",
+                    dispatcher.display()
+                ),
+                Some("make a link libcuda.so -> libcuda.so.1 in a folder on LD_LIBRARY_PATH (on WSL2: ln -s /usr/lib/wsl/lib/libcuda.so.1 ~/cuda-link/libcuda.so), or move to cuDNN 9"),
+            ),
+        });
+    }
+    out
+}
+
+fn cudnn9_check(dispatcher: &Path, torch_cudnn: Option<i64>) -> Check {
+    let origin = dispatcher.parent().unwrap_or(Path::new("/"));
+    let version = crate::cuda_table::CudnnRelease::open(&dispatcher.display().to_string()).ok().and_then(|lib| {
+        // SAFETY: cudnnGetVersion takes nothing and returns major * 10000 + minor * 100 + patch.
+        let v = lib.get_version.map(|f| unsafe { f() });
+        lib.keep_loaded();
+        v
+    });
+    let Some(v) = version.filter(|&v| v >= 90000) else {
+        return check("cudnn libraries", Status::Fail, format!("{} cannot be loaded or has no cudnnGetVersion", dispatcher.display()), Some(CUDNN_FIX));
+    };
+    let own = ((v / 10000) as u32, (v / 100 % 100) as u32, (v % 100) as u32);
+    let mut missing = Vec::new();
+    let mut found = Vec::new();
+    let mut other = Vec::new();
+    for name in CUDNN_SUBLIBRARIES {
+        let candidates = cudnn_candidates(name, own);
+        match resolve(&candidates, origin) {
+            None if *name == "libcudnn_ext" && own.1 < 10 => {}
+            None => missing.push(format!("{name} (none of {} in {} or on the library path)", candidates.join(", "), origin.display())),
+            Some(path) => {
+                let release = cudnn_library_version(&path);
+                if release.is_some_and(|r| r != own) {
+                    other.push(format!("{} is {}", path.display(), release_text(release)));
+                }
+                found.push(format!("{} {}", path.display(), release_text(release)));
+            }
+        }
+    }
+    let head = format!("{} {}", dispatcher.display(), release_text(Some(own)));
+    if !missing.is_empty() {
+        return check("cudnn libraries", Status::Fail, format!("{head}: its dispatcher cannot load {}", missing.join("; ")), Some(CUDNN_FIX));
+    }
+    if !other.is_empty() {
+        return check("cudnn libraries", Status::Fail, format!("mixed cuDNN versions: the dispatcher {head}, but {}", other.join(", ")), Some(CUDNN_FIX));
+    }
+    let torch = torch_cudnn.map(|t| ((t / 10000) as u32, (t / 100 % 100) as u32, (t % 100) as u32));
+    if let Some(t) = torch.filter(|t| *t != own) {
+        return check(
+            "cudnn libraries",
+            Status::Warn,
+            format!("{head}, whole, is what the library path finds first; PyTorch reports cuDNN {} (torch.backends.cudnn.version())", release_text(Some(t))),
+            Some("a program linking libcudnn.so.9 by name outside PyTorch loads the other copy: keep one cuDNN on the library path"),
+        );
+    }
+    check("cudnn libraries", Status::Ok, format!("{head} with its sublibraries, one version: {}", found.join(", ")), None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cudnns_dispatcher_tries_the_full_version_first_and_the_bare_name_last() {
+        assert_eq!(
+            cudnn_candidates("libcudnn_graph", (9, 26, 0)),
+            ["libcudnn_graph.so.9.26.0", "libcudnn_graph.so.9.26", "libcudnn_graph.so.9", "libcudnn_graph.so"]
+        );
+    }
 
     #[test]
     fn a_library_files_release_comes_from_its_name() {

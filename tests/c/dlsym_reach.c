@@ -2,7 +2,7 @@
  * and every function through dlsym on the library's handle (the program links neither).
  *   dlsym_reach clean|oob|nan       a 2 x 2 GEMM: clean, B's allocation short, a NaN in A
  *   dlsym_reach dlvsym              as clean, with the functions taken by dlvsym
- *   dlsym_reach every NAME...       looks each NAME up on its library's handle and prints
+ *   dlsym_reach every NAME...       looks each NAME up on its library's handle (cuDNN's: libcudnn.so.9) and prints
  *                                   "NAME guarded", "NAME real" or "NAME missing"
  *   dlsym_reach two VENDORED_PATH   a second, renamed copy of cuBLAS loaded beside the first:
  *                                   each copy's handle works with its own functions only
@@ -51,7 +51,11 @@ static struct cublas load_cublas(const char *path, int versioned) {
 }
 
 /* Which library a hooked name lives in, by its prefix, as XLA's stubs pick their handle. */
+static void *cudnn;
+
 static void *handle_for(const char *name, void *rt, void *blas, void *lt, void *driver) {
+    /* cuDNN's dispatcher, opened at its first name (the stand-in's cudnn/ on the library path). */
+    if (!strncmp(name, "cudnn", 5)) return cudnn ? cudnn : (cudnn = must(dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL), "libcudnn.so.9"));
     if (!strncmp(name, "cublasLt", 8)) return lt;
     if (!strncmp(name, "cublas", 6)) return blas;
     if (!strncmp(name, "cuda", 4) || !strncmp(name, "__cuda", 6)) return rt;

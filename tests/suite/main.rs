@@ -10,6 +10,7 @@ mod async_standin;
 mod blas_family;
 mod breadcrumbs;
 mod cli;
+mod cudnn;
 mod deferred_verdicts;
 mod device_scan;
 mod doctor;

@@ -209,8 +209,14 @@ fn every_hooked_function_looked_up_on_its_librarys_handle_is_the_guards() {
         .collect();
     assert!(hooked.len() > 80, "the guard exports its hooks: {hooked:?}");
     let names: Vec<&str> = hooked.iter().map(String::as_str).collect();
+    // cuDNN's dispatcher is the stand-in's cudnn/ folder.
+    let s = standin();
+    let libpath = ["lib", "driver", "cudnn"].map(|d| s.join(d).display().to_string()).join(":");
+    let program = build_c("dlsym_reach", &["dlsym_reach.c"], false);
     let looked_up = |guarded: bool| -> Vec<(String, String)> {
-        let out = reach(&[&["every"], names.as_slice()].concat(), guarded);
+        let args = [&["every"], names.as_slice()].concat();
+        let env = [("LD_LIBRARY_PATH", libpath.as_str())];
+        let out = run(Launch { env: &env, guarded, ..Launch::new(&program, &args) });
         assert!(out.output.status.success(), "{}", out.stderr());
         out.stdout().lines().filter_map(|l| l.split_once(' ')).map(|(n, w)| (n.to_string(), w.to_string())).collect()
     };

@@ -18,6 +18,90 @@ pub fn cublas_status_name(status: i32) -> &'static str {
     }
 }
 
+/// `cudnnStatus_t` names, as cuDNN 9's `cudnn_graph.h` spells them (9.26: the deprecated
+/// aliases share these values, so each value has the one current name).
+pub fn cudnn_status_name(status: i32) -> &'static str {
+    match status {
+        0 => "CUDNN_STATUS_SUCCESS",
+        1001 => "CUDNN_STATUS_NOT_INITIALIZED",
+        1002 => "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH",
+        1003 => "CUDNN_STATUS_SERIALIZATION_VERSION_MISMATCH",
+        1004 => "CUDNN_STATUS_DEPRECATED",
+        1005 => "CUDNN_STATUS_LICENSE_ERROR",
+        1006 => "CUDNN_STATUS_RUNTIME_IN_PROGRESS",
+        1007 => "CUDNN_STATUS_RUNTIME_FP_OVERFLOW",
+        1008 => "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED",
+        2000 => "CUDNN_STATUS_BAD_PARAM",
+        2001 => "CUDNN_STATUS_INVALID_VALUE",
+        2002 => "CUDNN_STATUS_BAD_PARAM_NULL_POINTER",
+        2003 => "CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER",
+        2004 => "CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED",
+        2005 => "CUDNN_STATUS_BAD_PARAM_OUT_OF_BOUND",
+        2006 => "CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT",
+        2007 => "CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH",
+        2008 => "CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH",
+        2009 => "CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES",
+        2010 => "CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE",
+        2011 => "CUDNN_STATUS_BAD_PARAM_CUDA_GRAPH_MISMATCH",
+        2012 => "CUDNN_STATUS_BAD_PARAM_DESCRIPTOR_TYPE",
+        3000 => "CUDNN_STATUS_NOT_SUPPORTED",
+        3001 => "CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN",
+        3002 => "CUDNN_STATUS_NOT_SUPPORTED_SHAPE",
+        3003 => "CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE",
+        3004 => "CUDNN_STATUS_NOT_SUPPORTED_LAYOUT",
+        3005 => "CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER",
+        3006 => "CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART",
+        3007 => "CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH",
+        3008 => "CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING",
+        3009 => "CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE",
+        3010 => "CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT",
+        3011 => "CUDNN_STATUS_NOT_SUPPORTED_PADDING",
+        3012 => "CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM",
+        3013 => "CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API",
+        3014 => "CUDNN_STATUS_NOT_SUPPORTED_INVALID_DYNAMIC_SHAPE",
+        4000 => "CUDNN_STATUS_INTERNAL_ERROR",
+        4001 => "CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED",
+        4002 => "CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE",
+        4003 => "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED",
+        4004 => "CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED",
+        4005 => "CUDNN_STATUS_INTERNAL_ERROR_BAD_LAUNCH_PARAM",
+        4006 => "CUDNN_STATUS_INTERNAL_ERROR_TEXTURE_CREATION_FAILED",
+        5000 => "CUDNN_STATUS_EXECUTION_FAILED",
+        5001 => "CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER",
+        5002 => "CUDNN_STATUS_EXECUTION_FAILED_CUBLAS",
+        5003 => "CUDNN_STATUS_EXECUTION_FAILED_CUDART",
+        5004 => "CUDNN_STATUS_EXECUTION_FAILED_CURAND",
+        _ => "CUDNN_STATUS_UNKNOWN",
+    }
+}
+
+/// A cuDNN status's category (`CUDNN_STATUS_CATEGORY`: 1000, 2000, ...) and its specific
+/// sub-code within it (`CUDNN_STATUS_SPECIFIC_ERROR`), as `cudnn_graph.h` splits them.
+pub fn cudnn_status_parts(status: i32) -> (i32, i32) {
+    (status / 1000 * 1000, status % 1000)
+}
+
+pub const CUDNN_SUCCESS: i32 = 0;
+pub const CUDNN_NOT_INITIALIZED: i32 = 1001;
+pub const CUDNN_BAD_PARAM: i32 = 2000;
+pub const CUDNN_SUBLIBRARY_VERSION_MISMATCH: i32 = 1002;
+pub const CUDNN_SUBLIBRARY_LOADING_FAILED: i32 = 1008;
+pub const CUDNN_INCOMPATIBLE_CUDA_DRIVER: i32 = 3005;
+pub const CUDNN_INCOMPATIBLE_CUDART: i32 = 3006;
+pub const CUDNN_SUBLIBRARY_UNAVAILABLE: i32 = 3009;
+pub const CUDNN_DEVICE_ALLOCATION_FAILED: i32 = 4004;
+pub const CUDNN_EXECUTION_FAILED: i32 = 5000;
+
+/// A cuDNN version number as `cudnnGetVersion` gives it (9.x: major·10000 + minor·100 + patch;
+/// 8.x: major·1000 + minor·100 + patch), as "9.26.0".
+pub fn cudnn_version(v: u64) -> String {
+    if v >= 90000 {
+        format!("{}.{}.{}", v / 10000, v % 10000 / 100, v % 100)
+    } else {
+        format!("{}.{}.{}", v / 1000, v % 1000 / 100, v % 100)
+    }
+}
+
 pub const CUBLAS_SUCCESS: i32 = 0;
 pub const CUBLAS_NOT_INITIALIZED: i32 = 1;
 pub const CUBLAS_ALLOC_FAILED: i32 = 3;
@@ -321,6 +405,29 @@ mod tests {
         assert_eq!(MemoryType::decode(42), MemoryType::Unknown(42));
         assert_eq!(cublas_status_name(13), "CUBLAS_STATUS_EXECUTION_FAILED");
         assert_eq!(cublas_status_name(99), "CUBLAS_STATUS_UNKNOWN");
+    }
+
+    #[test]
+    fn cudnn_statuses_are_named_as_cudnn_graph_h_names_them() {
+        // cuDNN 9.26's cudnn_graph.h (nvidia-cudnn-cu13 9.26.0.51).
+        for (code, name) in [
+            (1001, "CUDNN_STATUS_NOT_INITIALIZED"),
+            (1002, "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH"),
+            (1008, "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED"),
+            (3005, "CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER"),
+            (3006, "CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART"),
+            (5000, "CUDNN_STATUS_EXECUTION_FAILED"),
+            (5001, "CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER"),
+            (5002, "CUDNN_STATUS_EXECUTION_FAILED_CUBLAS"),
+            (5003, "CUDNN_STATUS_EXECUTION_FAILED_CUDART"),
+            (5004, "CUDNN_STATUS_EXECUTION_FAILED_CURAND"),
+        ] {
+            assert_eq!(cudnn_status_name(code), name);
+        }
+        assert_eq!(cudnn_status_name(1), "CUDNN_STATUS_UNKNOWN");
+        assert_eq!(cudnn_status_parts(5003), (5000, 3));
+        assert_eq!(cudnn_version(92600), "9.26.0");
+        assert_eq!(cudnn_version(8907), "8.9.7");
     }
 
     #[test]

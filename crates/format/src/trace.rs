@@ -382,6 +382,12 @@ named_enum! {
         /// The GPU logged a hardware-class Xid (ECC, fallen off the bus, firmware) during the
         /// run: the hardware failed, not the program.
         GpuHardware = "gpu_hardware",
+        /// A cuDNN sublibrary the dispatcher (`libcudnn.so.9`) could not load, or loaded in
+        /// another version than its own (`cudnn` says which file it looked for and found).
+        CudnnSublibrary = "cudnn_sublibrary",
+        /// cuDNN built for a newer CUDA runtime or driver than the process has
+        /// (`cudnnGetCudartVersion` against the loaded runtime and the driver).
+        CudnnIncompatible = "cudnn_incompatible",
         Other = "other",
     }
 }
@@ -424,6 +430,57 @@ pub struct InitCause {
     /// gpu_hardware: the Xid that names the hardware (docs/trace-format.md lists them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xid: Option<u64>,
+    /// A cuDNN fault: the cuDNN libraries loaded and looked for (`cudnn_sublibrary`,
+    /// `cudnn_incompatible`, and any cause of a failing cuDNN call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cudnn: Option<CudnnLibraries>,
+}
+
+/// What the process holds of cuDNN when one of its calls failed.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CudnnLibraries {
+    /// The dispatcher's path (`libcudnn.so.9`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatcher: Option<String>,
+    /// `cudnnGetVersion`, as "9.26.0".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// `cudnnGetCudartVersion`: the CUDA runtime cuDNN was built for (13040: 13.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cudart_version: Option<i32>,
+    /// Every loaded libcudnn* with its version (its `cudnn_*_version` or `cudnnGetVersion`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loaded: Vec<CudnnLibrary>,
+    /// The sublibraries the dispatcher loads, each with the file names it tries in order and
+    /// where one was found (loaded or on disk).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sublibraries: Vec<CudnnSublibrary>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CudnnLibrary {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CudnnSublibrary {
+    /// e.g. "libcudnn_graph".
+    pub name: String,
+    /// The file names in the order the dispatcher tries them (full version, major.minor,
+    /// major, bare), and the folders searched.
+    pub looked_for: Vec<String>,
+    pub folders: Vec<String>,
+    /// The path loaded in this process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded: Option<String>,
+    /// Its version (loaded ones only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Not loaded: the first candidate found on disk, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_disk: Option<String>,
 }
 
 impl InitCause {
@@ -443,6 +500,7 @@ impl InitCause {
             pending_error: None,
             pending_since_seq: None,
             xid: None,
+            cudnn: None,
         }
     }
 }

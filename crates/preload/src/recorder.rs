@@ -77,6 +77,14 @@ pub enum CallArgs {
         exec: u64,
         stream: u64,
     },
+    /// A cuDNN call on a handle: the handle, the stream it works on (cudnnSetStream's), and
+    /// for cudnnBackendExecute the execution plan and the variant pack (0: none).
+    Cudnn {
+        handle: u64,
+        stream: u64,
+        plan: u64,
+        pack: u64,
+    },
 }
 
 /// Which arguments a `CallArgs::Blas` holds, in order.
@@ -231,6 +239,16 @@ impl CallArgs {
                 f("graphExec", ArgValue::Address(exec));
                 f("stream", ArgValue::Address(stream));
             }
+            Self::Cudnn { handle, stream, plan, pack } => {
+                f("handle", ArgValue::Address(handle));
+                f("stream", ArgValue::Address(stream));
+                if plan != 0 {
+                    f("executionPlan", ArgValue::Address(plan));
+                }
+                if pack != 0 {
+                    f("variantPack", ArgValue::Address(pack));
+                }
+            }
             Self::Workspace { handle, ptr, bytes } => {
                 f("handle", ArgValue::Address(handle));
                 f("workspace", ArgValue::Address(ptr));
@@ -315,6 +333,7 @@ impl RecordedCall {
             CallArgs::Stream { stream } => (9, [stream, 0, 0, 0, 0, 0, 0]),
             CallArgs::Event { event } => (10, [event, 0, 0, 0, 0, 0, 0]),
             CallArgs::Graph { exec, stream } => (11, [exec, stream, 0, 0, 0, 0, 0]),
+            CallArgs::Cudnn { handle, stream, plan, pack } => (12, [handle, stream, plan, pack, 0, 0, 0]),
         };
         w[3] = self.hook as u64 | tag << 16 | (self.scanned as u64) << 32;
         w[4..11].copy_from_slice(&payload);
@@ -365,6 +384,7 @@ impl RecordedCall {
             9 => CallArgs::Stream { stream: w[4] },
             10 => CallArgs::Event { event: w[4] },
             11 => CallArgs::Graph { exec: w[4], stream: w[5] },
+            12 => CallArgs::Cudnn { handle: w[4], stream: w[5], plan: w[6], pack: w[7] },
             _ => return None,
         };
         Some(Self {
@@ -538,6 +558,7 @@ mod tests {
             CallArgs::Blas { form: BlasForm::Gels, enums: [0, 0, 0, 0], ints: [4, 2, 1, 4, 4, 8, 0, 0] },
             CallArgs::Workspace { handle: 0x77, ptr: 0x7f00_0000_2000, bytes: u64::MAX },
             CallArgs::Range { ptr: 0x7f00_0020_0000, size: 2 << 20 },
+            CallArgs::Cudnn { handle: 0x5a, stream: 0x7, plan: 0x7f00_0000_4000, pack: 0x7f00_0000_5000 },
         ];
         let r = Recorder::new(forms.len());
         for (i, args) in forms.iter().enumerate() {

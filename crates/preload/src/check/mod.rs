@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cudnn;
 pub mod hardware;
 pub mod init;
 pub mod lt;
@@ -122,6 +123,19 @@ pub trait Device {
     /// Host memory the device writes into without the host waiting (deferred NaN/Inf verdicts);
     /// `None` where there is none. No default: a device that wraps another must pass it on.
     fn verdict_memory(&self) -> Option<&dyn VerdictMemory>;
+    /// `cudnnGetLastErrorString`: cuDNN's last error message on this thread, which reading
+    /// clears (the guard hands it to the program's own next call for it); `None` when cuDNN is
+    /// not loaded or has none. No default, as `param_layout`.
+    fn cudnn_last_error(&self) -> Option<String>;
+    /// The cuDNN libraries loaded and looked for, with their versions; `None` without cuDNN.
+    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries>;
+    /// A backend variant pack's tensors and workspace; `None` when cuDNN refuses the object.
+    fn cudnn_variant_pack(&self, pack: u64) -> Option<cudnn::VariantPack>;
+    /// A backend execution plan's workspace size.
+    fn cudnn_plan_workspace(&self, plan: u64) -> Option<u64>;
+    /// Writes `bytes` into the output buffer at `ptr` that the program passed the hooked call
+    /// (no more than the size it gave); `false` for NULL.
+    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool;
     /// Runs `body` with this thread's scan buffer, reused from scan to scan.
     fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
         body(&mut Vec::new())

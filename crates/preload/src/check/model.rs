@@ -28,6 +28,13 @@ pub struct ModelDevice {
     pub verdicts_work: Cell<bool>,
     pub region: RefCell<BTreeMap<u64, Vec<u8>>>,
     pub queued: RefCell<Vec<Queued>>,
+    /// What cuDNN answers: its last error message (taken when read), its libraries, the
+    /// variant packs and plans by address, and what was written into the program's buffers.
+    pub cudnn_message: RefCell<Option<String>>,
+    pub cudnn_libraries: RefCell<Option<crate::trace::CudnnLibraries>>,
+    pub cudnn_packs: RefCell<BTreeMap<u64, super::cudnn::VariantPack>>,
+    pub cudnn_plans: RefCell<BTreeMap<u64, u64>>,
+    pub written: RefCell<Vec<(u64, Vec<u8>)>>,
 }
 
 /// Work the model queued into its verdict region.
@@ -133,6 +140,22 @@ impl Device for ModelDevice {
     }
     fn param_layout(&self, _func: u64, _driver: bool) -> Option<Vec<(u32, u32)>> {
         None
+    }
+    fn cudnn_last_error(&self) -> Option<String> {
+        self.cudnn_message.borrow_mut().take()
+    }
+    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries> {
+        self.cudnn_libraries.borrow().clone()
+    }
+    fn cudnn_variant_pack(&self, pack: u64) -> Option<super::cudnn::VariantPack> {
+        self.cudnn_packs.borrow().get(&pack).cloned()
+    }
+    fn cudnn_plan_workspace(&self, plan: u64) -> Option<u64> {
+        self.cudnn_plans.borrow().get(&plan).copied()
+    }
+    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool {
+        self.written.borrow_mut().push((ptr, bytes.to_vec()));
+        ptr != 0
     }
     fn breadcrumb(&self, stream: u64, seq: u64, _hook: u16) -> bool {
         if self.breadcrumbs_work.get() {

@@ -353,7 +353,7 @@ fn launched_graph(call: &Call<'_, c_int>, exec: u64, stream: u64) -> c_int {
 /// a graph (the write would become part of the graph). A capture query that fails with a
 /// sticky error means the context broke before the breadcrumb could be left: attributed now,
 /// this launch being the work in flight on its stream (`args`: the launch's, as recorded).
-fn leave_breadcrumb(call: &Call<'_, c_int>, stream: u64, args: CallArgs) {
+pub(crate) fn leave_breadcrumb(call: &Call<'_, c_int>, stream: u64, args: CallArgs) {
     let mut capturing = call.device.is_capturing(stream);
     if capturing == Ok(false) && !call.device.breadcrumb(stream, call.seq, call.hook.index() as u16) {
         // Refused: perhaps because this launch's fault broke the context in between.

@@ -8,6 +8,7 @@
 
 pub(crate) mod attribution;
 pub(crate) mod blas;
+pub(crate) mod cudnn;
 pub(crate) mod dump;
 pub(crate) mod gemm;
 pub(crate) mod handles;
@@ -367,7 +368,7 @@ impl<'a, R: Copy> Call<'a, R> {
     /// a sticky error already pending, and (when a handle is being created) the memory.
     pub fn init_context(&self, alloc_failed: bool) -> init::InitContext {
         let s = self.session;
-        let creating_handle = matches!(self.hook, Hook::cublasCreate_v2 | Hook::cublasLtCreate);
+        let creating_handle = matches!(self.hook, Hook::cublasCreate_v2 | Hook::cublasLtCreate | Hook::cudnnCreate);
         let memory = creating_handle.then(|| {
             let totals = s.allocations.totals();
             let device = self.device.memory_info();

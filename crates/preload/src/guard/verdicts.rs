@@ -221,6 +221,21 @@ impl Device for Recording<'_> {
     fn verdict_memory(&self) -> Option<&dyn VerdictMemory> {
         self.device.verdict_memory()
     }
+    fn cudnn_last_error(&self) -> Option<String> {
+        self.device.cudnn_last_error()
+    }
+    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries> {
+        self.device.cudnn_libraries()
+    }
+    fn cudnn_variant_pack(&self, pack: u64) -> Option<crate::check::cudnn::VariantPack> {
+        self.device.cudnn_variant_pack(pack)
+    }
+    fn cudnn_plan_workspace(&self, plan: u64) -> Option<u64> {
+        self.device.cudnn_plan_workspace(plan)
+    }
+    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool {
+        self.device.write_parameter(ptr, bytes)
+    }
     fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
         self.device.with_scan_buffer(body)
     }
@@ -314,6 +329,22 @@ impl Device for Replay<'_> {
     }
     fn verdict_memory(&self) -> Option<&dyn VerdictMemory> {
         None
+    }
+    // cuDNN is never asked about when a matrix call is judged.
+    fn cudnn_last_error(&self) -> Option<String> {
+        None
+    }
+    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries> {
+        None
+    }
+    fn cudnn_variant_pack(&self, _pack: u64) -> Option<crate::check::cudnn::VariantPack> {
+        None
+    }
+    fn cudnn_plan_workspace(&self, _plan: u64) -> Option<u64> {
+        None
+    }
+    fn write_parameter(&self, _ptr: u64, _bytes: &[u8]) -> bool {
+        false
     }
     fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
         self.device.with_scan_buffer(body)

@@ -90,6 +90,8 @@ pub struct Inherited {
     pub handles: Handles,
     /// cublasLt handles, a table of their own.
     pub lt_handles: Handles,
+    /// cuDNN handles (cudnnCreate), with the stream cudnnSetStream gave each.
+    pub cudnn_handles: Handles,
     pub allocations: Allocations,
     /// Pinned host memory (cudaMallocHost, cudaHostAlloc, cuMemAllocHost): not device memory,
     /// but named as what it is when a GEMM is given it.
@@ -112,6 +114,7 @@ impl Inherited {
             hook_names,
             handles: Handles::default(),
             lt_handles: Handles::default(),
+            cudnn_handles: Handles::default(),
             allocations: Allocations::default(),
             pinned: Allocations::default(),
             lt_descriptors: LiveObjects::default(),
@@ -127,6 +130,7 @@ impl Inherited {
             hook_names: self.hook_names,
             handles: self.handles.copy(),
             lt_handles: self.lt_handles.copy(),
+            cudnn_handles: self.cudnn_handles.copy(),
             allocations: self.allocations.copy(),
             pinned: self.pinned.copy(),
             lt_descriptors: self.lt_descriptors.copy(),
@@ -157,6 +161,9 @@ pub struct Session {
     /// The last call at which a synchronisation by the guard found the device clean: launches
     /// before it did not fault.
     last_clean_sync: AtomicU64,
+    /// The cuDNN error messages the guard read (`cudnnGetLastErrorString` clears what it
+    /// returns), by thread, handed to the program's own next `cudnnGetLastErrorString`.
+    pub cudnn_messages: parking_lot::Mutex<Vec<(u32, String)>>,
     counts: CallCounts,
     faults: FaultLog,
     scans: ScanPolicy,
@@ -218,6 +225,7 @@ impl Session {
             finite_seen: launch_memory::FiniteSeen::default(),
             watched: launch_memory::Watched::default(),
             last_clean_sync: AtomicU64::new(0),
+            cudnn_messages: parking_lot::Mutex::new(Vec::new()),
             counts: CallCounts::new(inherited.hook_names, inherited.config.ignore.len()),
             faults: FaultLog::default(),
             scans: ScanPolicy::new(started),

@@ -72,6 +72,10 @@ cuda_functions! {
     CublasLt fn cublasLtGetVersion() -> usize;
     CublasLt fn cublasLtMatrixLayoutGetAttribute(layout: Ptr, attr: c_int, buf: Ptr, size: usize, written: *mut usize) -> c_int;
     CublasLt fn cublasLtMatmulDescGetAttribute(desc: Ptr, attr: c_int, buf: Ptr, size: usize, written: *mut usize) -> c_int;
+    Cudnn fn cudnnGetLastErrorString(message: *mut c_char, max_size: usize) -> ();
+    Cudnn fn cudnnGetVersion() -> usize;
+    Cudnn fn cudnnGetCudartVersion() -> usize;
+    Cudnn fn cudnnBackendGetAttribute(desc: Ptr, name: c_int, kind: c_int, requested: i64, count: *mut i64, elements: Ptr) -> c_int;
     Driver fn cuDriverGetVersion(version: *mut c_int) -> c_int;
     Driver fn cuInit(flags: c_uint) -> c_int;
     Driver fn cuCtxGetCurrent(ctx: *mut Ptr) -> c_int;

@@ -214,6 +214,26 @@ impl Device for RealDevice<'_> {
         Some(layout)
     }
 
+    fn cudnn_last_error(&self) -> Option<String> {
+        crate::ffi::cuda_client::cudnn::last_error()
+    }
+
+    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries> {
+        crate::ffi::cuda_client::cudnn::libraries()
+    }
+
+    fn cudnn_variant_pack(&self, pack: u64) -> Option<crate::check::cudnn::VariantPack> {
+        crate::ffi::cuda_client::cudnn::variant_pack(pack)
+    }
+
+    fn cudnn_plan_workspace(&self, plan: u64) -> Option<u64> {
+        crate::ffi::cuda_client::cudnn::plan_workspace(plan)
+    }
+
+    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool {
+        crate::ffi::intercept::out_param::write_bytes(ptr, bytes)
+    }
+
     fn breadcrumb(&self, stream: u64, seq: u64, hook: u16) -> bool {
         crate::ffi::cuda_client::breadcrumbs::drop_breadcrumb(&self.session.breadcrumbs, stream, seq, hook)
     }

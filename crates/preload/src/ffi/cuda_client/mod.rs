@@ -3,6 +3,7 @@
 
 pub(crate) mod breadcrumbs;
 pub(crate) mod cuda_api;
+pub(crate) mod cudnn;
 pub(crate) mod device;
 pub(crate) mod device_scan;
 pub(crate) mod verdict_memory;

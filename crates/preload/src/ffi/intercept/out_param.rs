@@ -23,3 +23,16 @@ pub(crate) fn c_string(ptr: *const std::ffi::c_char) -> Option<String> {
     // NUL-terminated C strings.
     Some(unsafe { std::ffi::CStr::from_ptr(ptr) }.to_string_lossy().into_owned())
 }
+
+/// Writes `bytes` to `ptr`, a buffer of at least that many bytes the program passed a hooked
+/// call to be written into (see `Device::write_parameter`); `false` for NULL.
+pub(crate) fn write_bytes(ptr: u64, bytes: &[u8]) -> bool {
+    if ptr == 0 {
+        return false;
+    }
+    // SAFETY: the callers (guard/, through `Device::write_parameter`) write into an output
+    // buffer the program gave the hooked call, no more bytes than the size it passed with it,
+    // after the real function wrote into the same buffer itself.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr as *mut u8, bytes.len()) };
+    true
+}

@@ -25,11 +25,14 @@ pub enum Library {
     CublasLt,
     Cudart,
     Driver,
+    /// cuDNN's dispatcher, `libcudnn.so.9` (its sublibraries define the same names under their
+    /// own file names, and are not it).
+    Cudnn,
 }
 
 impl Library {
     /// Every library, in the order of `index`.
-    pub const ALL: [Library; 4] = [Self::Cublas, Self::CublasLt, Self::Cudart, Self::Driver];
+    pub const ALL: [Library; 5] = [Self::Cublas, Self::CublasLt, Self::Cudart, Self::Driver, Self::Cudnn];
 
     /// The library's place in `ALL`.
     pub fn index(self) -> usize {
@@ -42,6 +45,7 @@ impl Library {
             Self::CublasLt => &["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11"],
             Self::Cudart => &["libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"],
             Self::Driver => &["libcuda.so.1"],
+            Self::Cudnn => &["libcudnn.so.9", "libcudnn.so.8"],
         }
     }
 
@@ -52,6 +56,7 @@ impl Library {
             Self::CublasLt => "libcublasLt.so",
             Self::Cudart => "libcudart.so",
             Self::Driver => "libcuda.so",
+            Self::Cudnn => "libcudnn.so",
         }
     }
 
@@ -69,6 +74,7 @@ impl Library {
             Self::Cublas | Self::CublasLt => crate::cuda::CUBLAS_NOT_INITIALIZED,
             Self::Cudart => crate::cuda::CUDA_ERROR_INITIALIZATION,
             Self::Driver => 3, // CUDA_ERROR_NOT_INITIALIZED
+            Self::Cudnn => crate::cuda::CUDNN_NOT_INITIALIZED,
         }
     }
 }
@@ -265,6 +271,12 @@ pub unsafe extern "C-unwind" fn dlclose(handle: *mut c_void) -> c_int {
         crate::ffi::intercept::hooks::forget_unloaded_copies();
     }
     status
+}
+
+/// The address of `name` in the loaded object at `path` (a function or a datum); null when it
+/// is not loaded or does not define it. Never loads anything.
+pub(crate) fn loaded_symbol(path: &str, name: &CStr) -> *mut c_void {
+    crate::ffi::intercept::loader_gate::through(|| from_loaded(path, name, None))
 }
 
 /// Looks `name` up in an already loaded object, never loading anything.

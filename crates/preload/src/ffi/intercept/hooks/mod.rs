@@ -16,7 +16,7 @@ use crate::ffi::intercept::real::{Library, RealSymbol};
 use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, ReentryOn};
 use crate::guard::launch::{self, Dim3, DriverLaunchConfig, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
-use crate::guard::{blas, gemm, handles, lt, memory, sync, Call, OnThread, Outlet};
+use crate::guard::{blas, cudnn, gemm, handles, lt, memory, sync, Call, OnThread, Outlet};
 use crate::recorder::{CallArgs, RecordedCall};
 use crate::session::{LeanGemm, Recorded, Session};
 
@@ -334,6 +334,21 @@ impl Device for DeferringDevice<'_> {
     fn verdict_memory(&self) -> Option<&dyn crate::check::VerdictMemory> {
         self.0.verdict_memory()
     }
+    fn cudnn_last_error(&self) -> Option<String> {
+        self.0.cudnn_last_error()
+    }
+    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries> {
+        defer_cancel(|| self.0.cudnn_libraries())
+    }
+    fn cudnn_variant_pack(&self, pack: u64) -> Option<crate::check::cudnn::VariantPack> {
+        self.0.cudnn_variant_pack(pack)
+    }
+    fn cudnn_plan_workspace(&self, plan: u64) -> Option<u64> {
+        self.0.cudnn_plan_workspace(plan)
+    }
+    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool {
+        self.0.write_parameter(ptr, bytes)
+    }
 }
 
 impl Hook {
@@ -627,6 +642,37 @@ hook_table! {
     Cudart fn cudaGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch_ptsz(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
+    Cudnn fn cudnnCreate(handle: *mut Handle) -> c_int => cudnn::create;
+    Cudnn fn cudnnDestroy(handle: Handle) -> c_int => cudnn::destroy;
+    Cudnn fn cudnnSetStream(handle: Handle, stream: Stream) -> c_int => cudnn::set_stream;
+    Cudnn fn cudnnGetLastErrorString(message: *mut std::ffi::c_char, max_size: usize) -> () => cudnn::get_last_error_string;
+    Cudnn fn cudnnBackendCreateDescriptor(kind: c_int, descriptor: *mut Handle) -> c_int => cudnn::backend_create_descriptor;
+    Cudnn fn cudnnBackendFinalize(descriptor: Handle) -> c_int => cudnn::backend_finalize;
+    Cudnn fn cudnnBackendExecute(handle: Handle, plan: Handle, pack: Handle) -> c_int => cudnn::backend_execute;
+    // The legacy entry points PyTorch 2.15 imports that run work on the device: data pointers
+    // are `P`, descriptors and handles `Handle` (cudnn::Word tells them apart by that).
+    Cudnn fn cudnnConvolutionForward(h: Handle, alpha: P, x_desc: Handle, x: P, w_desc: Handle, w: P, conv: Handle, algo: c_int, ws: P, ws_bytes: usize, beta: P, y_desc: Handle, y: P) -> c_int => cudnn::legacy13;
+    Cudnn fn cudnnConvolutionBackwardData(h: Handle, alpha: P, w_desc: Handle, w: P, dy_desc: Handle, dy: P, conv: Handle, algo: c_int, ws: P, ws_bytes: usize, beta: P, dx_desc: Handle, dx: P) -> c_int => cudnn::legacy13;
+    Cudnn fn cudnnConvolutionBackwardFilter(h: Handle, alpha: P, x_desc: Handle, x: P, dy_desc: Handle, dy: P, conv: Handle, algo: c_int, ws: P, ws_bytes: usize, beta: P, dw_desc: Handle, dw: P) -> c_int => cudnn::legacy13;
+    Cudnn fn cudnnConvolutionBiasActivationForward(h: Handle, alpha1: P, x_desc: Handle, x: P, w_desc: Handle, w: P, conv: Handle, algo: c_int, ws: P, ws_bytes: usize, alpha2: P, z_desc: Handle, z: P, bias_desc: Handle, bias: P, act: Handle, y_desc: Handle, y: P) -> c_int => cudnn::legacy18;
+    Cudnn fn cudnnFindConvolutionForwardAlgorithmEx(h: Handle, x_desc: Handle, x: P, w_desc: Handle, w: P, conv: Handle, y_desc: Handle, y: P, requested: c_int, returned: P, perf: P, ws: P, ws_bytes: usize) -> c_int => cudnn::legacy13;
+    Cudnn fn cudnnFindConvolutionBackwardDataAlgorithmEx(h: Handle, w_desc: Handle, w: P, dy_desc: Handle, dy: P, conv: Handle, dx_desc: Handle, dx: P, requested: c_int, returned: P, perf: P, ws: P, ws_bytes: usize) -> c_int => cudnn::legacy13;
+    Cudnn fn cudnnFindConvolutionBackwardFilterAlgorithmEx(h: Handle, x_desc: Handle, x: P, dy_desc: Handle, y: P, conv: Handle, dw_desc: Handle, dw: P, requested: c_int, returned: P, perf: P, ws: P, ws_bytes: usize) -> c_int => cudnn::legacy13;
+    Cudnn fn cudnnBatchNormalizationForwardInference(h: Handle, mode: c_int, alpha: P, beta: P, x_desc: Handle, x: P, y_desc: Handle, y: P, bn_desc: Handle, scale: P, bias: P, mean: P, variance: P, epsilon: f64) -> c_int => cudnn::legacy14;
+    Cudnn fn cudnnBatchNormalizationForwardTrainingEx(h: Handle, mode: c_int, ops: c_int, alpha: P, beta: P, x_desc: Handle, x: P, z_desc: Handle, z: P, y_desc: Handle, y: P, bn_desc: Handle, scale: P, bias: P, factor: f64, running_mean: P, running_var: P, epsilon: f64, save_mean: P, save_inv_var: P, act: Handle, ws: P, ws_bytes: usize, reserve: P, reserve_bytes: usize) -> c_int => cudnn::legacy25;
+    Cudnn fn cudnnBatchNormalizationBackwardEx(h: Handle, mode: c_int, ops: c_int, alpha_data: P, beta_data: P, alpha_param: P, beta_param: P, x_desc: Handle, x: P, y_desc: Handle, y: P, dy_desc: Handle, dy: P, dz_desc: Handle, dz: P, dx_desc: Handle, dx: P, dbn_desc: Handle, scale: P, bias: P, dscale: P, dbias: P, epsilon: f64, save_mean: P, save_inv_var: P, act: Handle, ws: P, ws_bytes: usize, reserve: P, reserve_bytes: usize) -> c_int => cudnn::legacy30;
+    Cudnn fn cudnnPoolingForward(h: Handle, pooling: Handle, alpha: P, x_desc: Handle, x: P, beta: P, y_desc: Handle, y: P) -> c_int => cudnn::legacy8;
+    Cudnn fn cudnnCTCLoss(h: Handle, probs_desc: Handle, probs: P, labels: P, label_lengths: P, input_lengths: P, costs: P, grads_desc: Handle, grads: P, algo: c_int, ctc: Handle, ws: P, ws_bytes: usize) -> c_int => cudnn::legacy13;
+    Cudnn fn cudnnCTCLoss_v8(h: Handle, algo: c_int, ctc: Handle, probs_desc: Handle, probs: P, labels: P, label_lengths: P, input_lengths: P, costs: P, grads_desc: Handle, grads: P, ws_bytes: usize, ws: P) -> c_int => cudnn::legacy13;
+    Cudnn fn cudnnRNNForward(h: Handle, rnn: Handle, mode: c_int, seq_lengths: P, x_desc: Handle, x: P, y_desc: Handle, y: P, h_desc: Handle, hx: P, hy: P, c_desc: Handle, cx: P, cy: P, weight_bytes: usize, weights: P, ws_bytes: usize, ws: P, reserve_bytes: usize, reserve: P) -> c_int => cudnn::legacy20;
+    Cudnn fn cudnnRNNBackwardData_v8(h: Handle, rnn: Handle, seq_lengths: P, y_desc: Handle, y: P, dy: P, x_desc: Handle, dx: P, h_desc: Handle, hx: P, dhy: P, dhx: P, c_desc: Handle, cx: P, dcy: P, dcx: P, weight_bytes: usize, weights: P, ws_bytes: usize, ws: P, reserve_bytes: usize, reserve: P) -> c_int => cudnn::legacy22;
+    Cudnn fn cudnnRNNBackwardWeights_v8(h: Handle, rnn: Handle, add: c_int, seq_lengths: P, x_desc: Handle, x: P, h_desc: Handle, hx: P, y_desc: Handle, y: P, weight_bytes: usize, dweights: P, ws_bytes: usize, ws: P, reserve_bytes: usize, reserve: P) -> c_int => cudnn::legacy16;
+    Cudnn fn cudnnSpatialTfGridGeneratorForward(h: Handle, st: Handle, theta: P, grid: P) -> c_int => cudnn::legacy4;
+    Cudnn fn cudnnSpatialTfGridGeneratorBackward(h: Handle, st: Handle, dgrid: P, dtheta: P) -> c_int => cudnn::legacy4;
+    Cudnn fn cudnnSpatialTfSamplerForward(h: Handle, st: Handle, alpha: P, x_desc: Handle, x: P, grid: P, beta: P, y_desc: Handle, y: P) -> c_int => cudnn::legacy9;
+    Cudnn fn cudnnSpatialTfSamplerBackward(h: Handle, st: Handle, alpha: P, x_desc: Handle, x: P, beta: P, dx_desc: Handle, dx: P, alpha_dgrid: P, dy_desc: Handle, dy: P, grid: P, beta_dgrid: P, dgrid: P) -> c_int => cudnn::legacy14;
+    Cudnn fn cudnnSetDropoutDescriptor(desc: Handle, h: Handle, dropout: f32, states: P, bytes: usize, seed: u64) -> c_int => cudnn::dropout;
+    Cudnn fn cudnnRestoreDropoutDescriptor(desc: Handle, h: Handle, dropout: f32, states: P, bytes: usize, seed: u64) -> c_int => cudnn::dropout;
     Cudart fn __cudaRegisterFunction(handle: *mut *mut c_void, host: P, device_fun: *mut std::ffi::c_char, device_name: *const std::ffi::c_char, limit: c_int, tid: P, bid: P, block_dim: P, grid_dim: P, warp_size: *mut c_int) -> () => launch::register_function;
 }
 
@@ -691,7 +737,13 @@ fn still_loaded(base: usize, library: Library) -> bool {
 /// Whether `file` is a copy of `library` (under any file name that starts like it), and not
 /// the guard (whose name starts like cuBLAS's).
 fn is_library_file(file: &str, library: Library) -> bool {
-    file.starts_with(library.stem()) && !file.starts_with("libcublasguard")
+    let Some(rest) = file.strip_prefix(library.stem()) else { return false };
+    // cuDNN's sublibraries (libcudnn_graph.so.9, ...) define the dispatcher's names too, and
+    // are reached through it: only the dispatcher's own file (or a vendored copy) is cuDNN's.
+    if library == Library::Cudnn && !(rest.starts_with('.') || rest.starts_with('-')) {
+        return false;
+    }
+    !file.starts_with("libcublasguard")
 }
 
 /// The load address of the object holding `found`, when it is a copy of `library` and not this
