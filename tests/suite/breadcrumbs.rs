@@ -174,3 +174,17 @@ fn a_fault_inside_a_graph_is_pinned_to_its_graph_launch_and_nothing_is_enqueued_
     let gemm = trace.recent_calls.iter().find(|c| c.api == "cublasSgemm_v2").expect("the captured GEMM").seq;
     assert!(f.breadcrumbs.iter().all(|p| p.last_landed != Some(gemm) && p.first_unfinished != Some(gemm)), "{:#?}", f.breadcrumbs);
 }
+
+#[test]
+fn the_kernel_fault_of_a_call_already_blamed_for_its_operands_is_attached_to_that_fault() {
+    // B overruns its allocation: found before the call; the kernel then faults, and the error
+    // surfaces at the program's synchronisation. One fault, as gemm mode gives.
+    for mode in [DEFERRED, ("CUBLASGUARD_SYNC", "gemm")] {
+        let t = scenario("out_of_bounds", &[mode, GPU_BEHIND]).trace();
+        let f = only_fault(&t);
+        assert_eq!((f.kind, f.seq), (FaultKind::OutOfBounds, gemm_seqs(&t)[0]), "{mode:?}");
+        assert_eq!(f.error.as_ref().map(|e| e.code), Some(700), "{mode:?}: {f:#?}");
+    }
+    let t = scenario("out_of_bounds", &[DEFERRED, GPU_BEHIND]).trace();
+    assert!(only_fault(&t).message.contains("the kernel it launched then faulted"), "{}", only_fault(&t).message);
+}

@@ -116,6 +116,21 @@ fn blame_unfinished<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, stre
         0 => "no breadcrumb on it had landed yet".to_string(),
         seq => format!("the one of call #{seq} before it did"),
     };
+    if let Some(mut earlier) = s.stored_fault(first.seq, api).filter(|f| f.error.is_none()) {
+        // The call already has its fault (an operand out of bounds, host memory, freed): the
+        // kernel's error is its consequence, attached to it as `gemm` mode's synchronisation
+        // after the call attaches it, not a second fault.
+        earlier.error = Some(crate::trace::CudaErrorRecord { code: status, name: cuda::cuda_error_name(status).to_string(), call: call.api().to_string() });
+        earlier.message.push_str(&format!(
+            " [the kernel it launched then faulted: {} ({status}) surfaced later, at {where_} (call #{}), and this call's \
+             breadcrumb on stream {} never landed while {landed}]",
+            cuda::cuda_error_name(status),
+            call.seq,
+            hex(stream.stream)
+        ));
+        call.amend(earlier);
+        return;
+    }
     let mut finding = Finding::new(
         FaultKind::AsyncError,
         format!(

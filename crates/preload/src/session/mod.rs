@@ -358,6 +358,11 @@ impl Session {
         self.faults.stored_index(seq, api).is_some()
     }
 
+    /// The stored fault of call `seq` to `api`, as it is now.
+    pub fn stored_fault(&self, seq: u64, api: &str) -> Option<Fault> {
+        self.faults.stored_index(seq, api).and_then(|i| self.faults.with_fault(i, Fault::clone))
+    }
+
     /// Remembers the first matrix multiply of the process.
     pub fn note_matmul(&self, seq: u64) {
         if self.counts.first_matmul.load(Ordering::Relaxed) == 0 {
