@@ -155,3 +155,15 @@ fn a_verdict_judged_later_carries_the_python_frames_kept_at_its_call_when_the_gi
     let note = nan[1].python_stack_note.as_deref().unwrap_or_default();
     assert!(note.contains("released the GIL") && note.contains("CUBLASGUARD_SYNC=gemm"), "{note}");
 }
+
+#[test]
+fn a_crash_amid_a_storm_of_verdicts_waits_while_they_are_still_being_judged() {
+    // 500 GEMMs read a NaN, then the segfault: the guard's thread is still publishing faults
+    // when the crash writer starts; it waits for as long as they keep coming.
+    let env = [DEFERRED, ("CUBLASGUARD_STDERR_LINES", "0"), ("CUBLASGUARD_MAX_FAULTS", "100000"), ("CUBLASGUARD_QUIET", "1")];
+    let run = run(Launch { env: &env, ..Launch::new(&scenarios(), &["storm_then_crash", "500"]) });
+    let t = run.trace();
+    assert!(t.crash.is_some(), "{}", run.stderr());
+    assert_eq!((t.faults.len(), t.summary.faults), (500, 500), "{:?}", t.summary);
+    assert!(t.faults.windows(2).all(|w| w[0].seq < w[1].seq), "in call order");
+}

@@ -104,6 +104,8 @@ pub struct Verdicts {
     waiting: AtomicUsize,
     /// Taken by a harvest and not yet judged.
     judging: AtomicUsize,
+    /// Calls judged so far: the crash writer waits while this moves.
+    judged: AtomicU64,
     deferred: AtomicU64,
     skipped: AtomicU64,
 }
@@ -162,7 +164,13 @@ impl Verdicts {
 
     /// A call taken by `take_landed` has been judged (its fault, if any, published).
     pub fn judged(&self) {
+        self.judged.fetch_add(1, Ordering::AcqRel);
         self.judging.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// How many calls have been judged (lock-free, for the crash writer).
+    pub fn judged_count(&self) -> u64 {
+        self.judged.load(Ordering::Acquire)
     }
 
     /// Whether any call waits or is being judged: what the crash writer gives a moment to.

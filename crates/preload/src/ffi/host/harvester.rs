@@ -13,13 +13,17 @@ use std::time::Duration;
 static RUNNING_IN: AtomicU32 = AtomicU32::new(0);
 static STOP: AtomicBool = AtomicBool::new(false);
 static STOPPED: AtomicBool = AtomicBool::new(false);
+/// The thread sleeps the long, idle sleep: a new verdict wakes it (otherwise it looks again
+/// within POLL by itself, and the caller makes no system call).
+static IDLE_SLEEP: AtomicBool = AtomicBool::new(false);
 static WAKE: Mutex<()> = Mutex::new(());
 static WOKEN: Condvar = Condvar::new();
 
 /// How often the thread looks while verdicts wait.
 const POLL: Duration = Duration::from_millis(1);
-/// How long it sleeps when none waits (a new one wakes it).
-const IDLE: Duration = Duration::from_millis(100);
+/// How long it sleeps when none waits (a new one wakes it, or, added just as it went to
+/// sleep, waits at most this long).
+const IDLE: Duration = Duration::from_millis(10);
 
 /// A verdict waits: the thread (started once per process) looks soon.
 pub(crate) fn judge_soon() {
@@ -34,7 +38,9 @@ pub(crate) fn judge_soon() {
             STOPPED.store(true, Ordering::SeqCst);
         }
     }
-    WOKEN.notify_one();
+    if IDLE_SLEEP.load(Ordering::Acquire) {
+        WOKEN.notify_one();
+    }
 }
 
 fn run() {
@@ -50,7 +56,9 @@ fn run() {
             });
         }
         let guard = WAKE.lock().unwrap_or_else(|e| e.into_inner());
+        IDLE_SLEEP.store(!waiting, Ordering::Release);
         let _ = WOKEN.wait_timeout(guard, if waiting { POLL } else { IDLE });
+        IDLE_SLEEP.store(false, Ordering::Release);
     }
     STOPPED.store(true, Ordering::SeqCst);
 }
@@ -81,20 +89,25 @@ pub(crate) fn stop() {
     }
 }
 
-/// For the crash writer (async-signal-safe: atomics and `nanosleep`): while verdicts wait
-/// (`waiting`), gives the thread up to `limit_ms` to judge them as they land, so what the GPU
-/// had finished is judged and published before the crash record is written. Bounded: the GPU
-/// may never finish, or the thread be stuck behind a lock the crashed thread holds.
-pub(crate) fn settle(waiting: impl Fn() -> bool, limit_ms: u32) {
+/// For the crash writer (async-signal-safe: atomics and `nanosleep`): while verdicts wait or
+/// are being judged (`unsettled`), gives the thread time to judge them as they land, so what
+/// the GPU had finished is published before the crash record is written. Bounded: it stops
+/// waiting once `stall_ms` pass without a verdict judged (the GPU may never finish, or the thread
+/// be stuck behind a lock the crashed thread holds), and after `limit_ms` in all (a storm of
+/// faults takes the thread a while to publish).
+pub(crate) fn settle(unsettled: impl Fn() -> bool, judged: impl Fn() -> u64, stall_ms: u32, limit_ms: u32) {
     if RUNNING_IN.load(Ordering::Acquire) != std::process::id() || STOPPED.load(Ordering::SeqCst) {
         return;
     }
     let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+    let (mut last, mut since) = (judged(), 0);
     for _ in 0..limit_ms {
-        if !waiting() {
+        if !unsettled() || since >= stall_ms {
             return;
         }
         // SAFETY: nanosleep is async-signal-safe.
         unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+        let now = judged();
+        (last, since) = if now != last { (now, 0) } else { (last, since + 1) };
     }
 }
