@@ -139,7 +139,7 @@ impl<'a> Recording<'a> {
             returned: if judge { returned } else { i32::MIN },
             python,
         };
-        s.verdicts.add(Pending { seq: call.seq, arena: self.arena, mark: marked.then_some(mark), log, call: Box::new(verdict) });
+        s.verdicts.add(Pending { seq: call.seq, arena: self.arena, stream: self.stream, mark: marked.then_some(mark), log, call: Box::new(verdict) });
         self.memory.judge_soon();
     }
 }

@@ -82,6 +82,9 @@ pub struct ScanLog {
 pub struct Pending {
     pub seq: u64,
     pub arena: VerdictArena,
+    /// The call's stream: its marks land in call order, so only each stream's oldest waiting
+    /// call is looked at.
+    pub stream: u64,
     /// The offset of the mark queued after the call's scans (its value is `seq` once landed);
     /// `None`: nothing is in flight (the call's stream was synchronised instead).
     pub mark: Option<u64>,
@@ -96,11 +99,19 @@ impl Pending {
     }
 }
 
+/// The calls waiting on one stream of one context, in call order.
+struct StreamQueue {
+    context: u64,
+    stream: u64,
+    calls: VecDeque<Pending>,
+}
+
 /// The regions' rings and the calls waiting for a verdict.
 #[derive(Default)]
 pub struct Verdicts {
     rings: Mutex<Vec<(u64, Ring)>>,
-    pending: Mutex<Vec<Pending>>,
+    /// The calls waiting, one queue per (context, stream), oldest first.
+    pending: Mutex<Vec<StreamQueue>>,
     waiting: AtomicUsize,
     /// Taken by a harvest and not yet judged.
     judging: AtomicUsize,
@@ -138,9 +149,13 @@ impl Verdicts {
     pub fn add(&self, pending: Pending) {
         self.deferred.fetch_add(1, Ordering::Relaxed);
         self.skipped.fetch_add(pending.log.skipped as u64, Ordering::Relaxed);
-        let mut list = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        list.push(pending);
-        self.waiting.store(list.len(), Ordering::Release);
+        let mut queues = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let (context, stream) = (pending.arena.context, pending.stream);
+        match queues.iter_mut().find(|q| q.context == context && q.stream == stream) {
+            Some(q) => q.calls.push_back(pending),
+            None => queues.push(StreamQueue { context, stream, calls: VecDeque::from([pending]) }),
+        }
+        self.waiting.fetch_add(1, Ordering::Release);
     }
 
     /// Whether any call waits: one atomic load, asked at every hooked call.
@@ -148,16 +163,22 @@ impl Verdicts {
         self.waiting.load(Ordering::Acquire) > 0
     }
 
-    /// Takes the calls whose mark has landed (all of them: `everything`), oldest first.
+    /// Takes the calls whose mark has landed (all of them: `everything`), oldest first. Only
+    /// each stream's oldest calls are looked at: a mark lands after every one queued before it
+    /// on its stream.
     pub fn take_landed(&self, mark: &dyn Fn(VerdictArena, u64) -> u64, everything: bool) -> Vec<Pending> {
-        let mut list = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let (landed, waiting): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut *list).into_iter().partition(|p| everything || p.landed(mark));
+        let mut queues = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut landed = Vec::new();
+        for q in queues.iter_mut() {
+            while q.calls.front().is_some_and(|p| everything || p.landed(mark)) {
+                landed.extend(q.calls.pop_front());
+            }
+        }
+        queues.retain(|q| !q.calls.is_empty());
         // Counted as being judged before they stop counting as waiting: `unsettled` never sees
         // a moment with neither.
         self.judging.fetch_add(landed.len(), Ordering::AcqRel);
-        *list = waiting;
-        self.waiting.store(list.len(), Ordering::Release);
-        let mut landed = landed;
+        self.waiting.fetch_sub(landed.len(), Ordering::AcqRel);
         landed.sort_by_key(|p| p.seq);
         landed
     }
@@ -217,14 +238,22 @@ mod tests {
     fn calls_are_taken_when_their_mark_landed_oldest_first() {
         let v = Verdicts::default();
         let arena = VerdictArena { context: 1 };
-        for (seq, mark) in [(3, Some(0)), (1, Some(8)), (2, None)] {
-            v.add(Pending { seq, arena, mark, log: ScanLog::default(), call: Box::new(()) });
+        // Stream 5: calls 1 and 4; stream 6: calls 2 (synchronised: nothing in flight) and 3.
+        for (seq, stream, mark) in [(1, 5, Some(8)), (2, 6, None), (3, 6, Some(0)), (4, 5, Some(16))] {
+            v.add(Pending { seq, arena, stream, mark, log: ScanLog::default(), call: Box::new(()) });
         }
         assert!(v.any_waiting());
-        // Only the mark at offset 8 has its call's number.
-        let taken = v.take_landed(&|_, offset| if offset == 8 { 1 } else { 0 }, false);
-        assert_eq!(taken.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 2]);
-        assert_eq!(v.counts(), (3, 0, 1));
+        // The marks at 8 and 16 have their calls' numbers; the one at 0 has not landed.
+        let landed = |_: VerdictArena, offset: u64| match offset {
+            8 => 1,
+            16 => 4,
+            _ => 0,
+        };
+        let taken = v.take_landed(&landed, false);
+        assert_eq!(taken.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 2, 4], "oldest first, across streams");
+        assert_eq!(v.counts(), (4, 0, 1));
+        assert!(v.unsettled(), "three being judged");
+        taken.iter().for_each(|_| v.judged());
         let rest = v.take_landed(&|_, _| 0, true);
         assert_eq!(rest.iter().map(|p| p.seq).collect::<Vec<_>>(), [3]);
         assert!(!v.any_waiting());
