@@ -409,14 +409,22 @@ pub(crate) fn harvest<R: Copy>(call: &Call<'_, R>, found_at: u64) {
         return;
     }
     let Some(memory) = call.device.verdict_memory() else { return };
-    for pending in s.verdicts.take_landed(&|arena, offset| memory.mark(arena, offset), false) {
-        judge(call, memory, &pending, found_at);
-        s.verdicts.release(pending.arena, &pending.log);
-        s.verdicts.judged();
+    let landed = s.verdicts.take_landed(&|arena, offset| memory.mark(arena, offset), false);
+    if landed.is_empty() {
+        return;
     }
+    // One scan buffer for all of them (at exit the thread's own may be gone already, and a
+    // fresh one per verdict would be cleared a megabyte at a time).
+    call.device.with_scan_buffer(&mut |buf| {
+        for pending in &landed {
+            judge(call, memory, pending, found_at, buf);
+            s.verdicts.release(pending.arena, &pending.log);
+            s.verdicts.judged();
+        }
+    });
 }
 
-fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pending, found_at: u64) {
+fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pending, found_at: u64, buf: &mut Vec<u8>) {
     let Some(v) = pending.call.downcast_ref::<Verdict>() else { return };
     if v.returned == i32::MIN {
         return; // a fault was recorded at the call: its scans only had to land
@@ -429,13 +437,11 @@ fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pend
     let started = call.outlet.now_ns();
     let mut check = OperandCallCheck::from_facts(&v.call, &v.facts);
     let scan_bytes = s.config.scan_bytes;
-    call.device.with_scan_buffer(&mut |buf| {
-        check.scan_inputs(past.allocations(), &replay, buf, scan_bytes);
-        if check.finding.is_none() && v.returned == crate::cuda::CUBLAS_SUCCESS {
-            replay.phase.set(AFTER);
-            check.scan_outputs(&replay, buf, scan_bytes);
-        }
-    });
+    check.scan_inputs(past.allocations(), &replay, buf, scan_bytes);
+    if check.finding.is_none() && v.returned == crate::cuda::CUBLAS_SUCCESS {
+        replay.phase.set(AFTER);
+        check.scan_outputs(&replay, buf, scan_bytes);
+    }
     s.add_scan_time(call.outlet.now_ns().saturating_sub(started));
     super::operand_call::note_finite(&past, &check);
     if check.finding.is_some() {
