@@ -43,6 +43,8 @@ struct Verdict {
     record: CallArgs,
     extra: ExArgs,
     returned: i32,
+    /// False when a fault was already recorded at the call: its scans only had to land.
+    judge: bool,
     python: Option<super::KeptFrames>,
 }
 
@@ -103,15 +105,11 @@ impl<'a> Recording<'a> {
     pub fn keep(self, call: &Call<'_, i32>, check: &OperandCallCheck<'_>, record: CallArgs, extra: ExArgs, returned: i32) {
         let s = call.session;
         let judge = check.finding.is_none();
-        if judge {
-            // alpha and beta as the fault's arguments give them (host scalars, read now).
-            let host_mode = check.call.pointer_mode.or(check.handle.map(|h| h.pointer_mode)).map(PointerMode::decode) == Some(PointerMode::Host);
-            let size = check.call.scalar.size().unwrap_or(0).min(16) as usize;
-            for ptr in [check.call.alpha, check.call.beta].into_iter().flatten() {
-                if host_mode && ptr != 0 && size > 0 && s.allocations.containing(ptr).is_none() {
-                    let mut bytes = [0u8; 16];
-                    self.read_host(ptr, &mut bytes[..size]);
-                }
+        if judge && check.pointer_mode() == PointerMode::Host {
+            // alpha and beta as the fault's arguments give them: host scalars, read now (and
+            // kept in the log, where the replay finds them).
+            for ptr in [check.call.alpha, check.call.beta] {
+                check.read_scalar(ptr, call.allocations(), &self);
             }
         }
         let mut log = self.log.into_inner();
@@ -136,7 +134,8 @@ impl<'a> Recording<'a> {
             facts: check.facts(),
             record,
             extra,
-            returned: if judge { returned } else { i32::MIN },
+            returned,
+            judge,
             python,
         };
         s.verdicts.add(Pending { seq: call.seq, arena: self.arena, stream: self.stream, mark: marked.then_some(mark), log, call: Box::new(verdict) });
@@ -174,6 +173,8 @@ impl Device for Recording<'_> {
         scan_one(self, addr, shape, dtype, stream)
     }
     fn scan_batch_on_device(&self, jobs: &[BatchScan], _stream: u64) -> Option<Vec<(MatrixScan, Option<u64>)>> {
+        // Asked before reserving (queue_scans refuses these too): a refused kernel's bytes would
+        // stay reserved until the call's mark lands, and crowd the host path's copies out.
         if self.session.config.device_scan == crate::config::DeviceScan::Off || self.session.device_scan.failed() {
             return None;
         }
@@ -426,8 +427,8 @@ pub(crate) fn harvest<R: Copy>(call: &Call<'_, R>, found_at: u64) {
 
 fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pending, found_at: u64, buf: &mut Vec<u8>) {
     let Some(v) = pending.call.downcast_ref::<Verdict>() else { return };
-    if v.returned == i32::MIN {
-        return; // a fault was recorded at the call: its scans only had to land
+    if !v.judge {
+        return;
     }
     let s = call.session;
     let replay = Replay::new(call.device, memory, pending.arena, &pending.log);

@@ -306,7 +306,7 @@ impl<'a> OperandCallCheck<'a> {
         self.call.stream.unwrap_or_else(|| self.handle.map(|h| h.stream).unwrap_or(0))
     }
 
-    pub(super) fn pointer_mode(&self) -> PointerMode {
+    pub fn pointer_mode(&self) -> PointerMode {
         let raw = self.call.pointer_mode.unwrap_or_else(|| self.handle.map(|h| h.pointer_mode).unwrap_or(0));
         // cublasLt's vector modes (2..4) are device pointers too.
         PointerMode::decode(if raw >= 2 { 1 } else { raw })

@@ -208,8 +208,8 @@ impl OperandCallCheck<'_> {
     }
 
     pub fn scan_inputs(&mut self, allocations: AllocationView<'_>, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
-        if !(self.deferred && self.beta_is_zero.is_some() && !self.recording) {
-            // A verdict judged after the call keeps what was read of beta on the host at it.
+        if self.beta_is_zero.is_none() {
+            // A verdict judged after its call keeps what was read of beta on the host at it.
             self.beta_is_zero = self.read_beta_is_zero(allocations, device);
         }
         let reads_scaled = self.beta_is_zero != Some(true);
