@@ -83,8 +83,8 @@ pub(crate) trait Outlet {
 #[derive(Clone, Debug)]
 pub(crate) enum KeptFrames {
     /// The frames (innermost first), why there are none, and the thread's name.
-    Read(Vec<crate::trace::PythonFrame>, Option<String>, String),
-    /// The thread had released the GIL: none were read (nothing is spent on it).
+    Read(Vec<std::sync::Arc<crate::trace::PythonFrame>>, Option<String>, String),
+    /// The thread had released the GIL, and this Python's frames cannot be read without it.
     GilReleased,
 }
 

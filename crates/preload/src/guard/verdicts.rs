@@ -49,8 +49,9 @@ struct Verdict {
 }
 
 /// Why a call judged later has no Python frames: its thread had released the GIL.
-const GIL_RELEASED_NOTE: &str = "Python frames not kept: the thread had released the GIL at the call (PyTorch's operators do) \
-     and a deferred verdict does not wait for it; CUBLASGUARD_SYNC=gemm judges the call before it returns, with its frames";
+const GIL_RELEASED_NOTE: &str = "Python frames not kept: the thread had released the GIL at the call (PyTorch's operators do), \
+     a deferred verdict does not wait for it, and this Python's frames cannot be read without it (CPython 3.10 to 3.13's \
+     standard builds can); CUBLASGUARD_SYNC=gemm judges the call before it returns, with its frames";
 
 /// Phases of a call's scans: its inputs before it, its outputs after it.
 const BEFORE: bool = false;
@@ -378,7 +379,7 @@ impl Outlet for LateOutlet<'_> {
     }
     fn python_stack(&self) -> Option<PythonFrames> {
         match self.python.borrow_mut().take()? {
-            super::KeptFrames::Read(frames, note, thread) => Some((frames, note, thread)),
+            super::KeptFrames::Read(frames, note, thread) => Some((frames.iter().map(|f| (**f).clone()).collect(), note, thread)),
             super::KeptFrames::GilReleased => Some((Vec::new(), Some(GIL_RELEASED_NOTE.to_string()), String::new())),
         }
     }

@@ -84,7 +84,7 @@ impl Outlet for RealOutlet {
         crate::ffi::host::python::stack(&thread).map(|(frames, note)| (frames, note, thread))
     }
     fn python_frames_at_call(&self) -> Option<crate::guard::KeptFrames> {
-        crate::ffi::host::python::frames_if_holding_gil()
+        crate::ffi::host::python::frames_at_call()
     }
 }
 

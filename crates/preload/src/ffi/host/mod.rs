@@ -13,5 +13,6 @@ pub(crate) mod lifecycle;
 pub(crate) mod nvml;
 pub mod process;
 pub(crate) mod python;
+pub(crate) mod python_internals;
 pub(crate) mod stderr;
 pub(crate) mod thread;

@@ -49,7 +49,7 @@ struct Api {
     version: unsafe extern "C" fn() -> *const c_char,
 }
 
-fn lookup(name: &CStr) -> *mut c_void {
+pub(super) fn lookup(name: &CStr) -> *mut c_void {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads the loader's tables.
     crate::ffi::intercept::loader_gate::through(|| unsafe { crate::ffi::intercept::dl::real_dlsym(libc::RTLD_DEFAULT, name.as_ptr()) })
 }
@@ -153,26 +153,33 @@ pub(crate) fn stack(thread_name: &str) -> Option<(Vec<PythonFrame>, Option<Strin
 }
 
 /// The innermost frames a deferred verdict keeps from its call.
-const FRAMES_KEPT_AT_CALL: usize = 8;
+const FRAMES_KEPT_AT_CALL: usize = 12;
 
-/// The calling thread's innermost Python frames, read now only if it holds the GIL (it never
-/// waits for it: this runs at every call whose NaN/Inf verdict is deferred). `None` when the
-/// process does not run Python.
-pub(crate) fn frames_if_holding_gil() -> Option<crate::guard::KeptFrames> {
+/// The calling thread's innermost Python frames, for a call whose NaN/Inf verdict is judged
+/// later: read now, and never by waiting for the GIL. A thread that holds it reads them through
+/// the public API; one that released it (PyTorch's operators, ctypes.CDLL) reads CPython's own
+/// structures (`python_internals`). `None` when the process does not run Python.
+pub(crate) fn frames_at_call() -> Option<crate::guard::KeptFrames> {
     let api = api()?;
     // SAFETY: as in `stack`: these four need no GIL; `read_frames_upto` runs with the GIL this
-    // thread holds.
+    // thread holds, `innermost_frames` on this thread's own state while it is in the hook.
     unsafe {
         if (api.is_initialized)() == 0 || api.is_finalizing.is_some_and(|f| f() != 0) {
             return None;
         }
         let tstate = (api.this_thread_state)();
         let holds = !tstate.is_null() && api.holds_gil.is_some_and(|holds| holds() == 1);
-        if !tstate.is_null() && !holds {
-            return Some(crate::guard::KeptFrames::GilReleased);
-        }
+        let frames = if tstate.is_null() {
+            Vec::new()
+        } else if holds {
+            read_frames_upto(api, tstate, FRAMES_KEPT_AT_CALL).into_iter().map(std::sync::Arc::new).collect()
+        } else {
+            match super::python_internals::innermost_frames(tstate, FRAMES_KEPT_AT_CALL) {
+                Some(frames) => frames,
+                None => return Some(crate::guard::KeptFrames::GilReleased),
+            }
+        };
         let thread = thread_name();
-        let frames = if holds { read_frames_upto(api, tstate, FRAMES_KEPT_AT_CALL) } else { Vec::new() };
         let note = frames.is_empty().then(|| no_frames_note(&thread));
         Some(crate::guard::KeptFrames::Read(frames, note, thread))
     }
