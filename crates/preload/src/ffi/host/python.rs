@@ -156,33 +156,42 @@ pub(crate) fn stack(thread_name: &str) -> Option<(Vec<PythonFrame>, Option<Strin
 const FRAMES_KEPT_AT_CALL: usize = 12;
 
 /// The calling thread's innermost Python frames, for a call whose NaN/Inf verdict is judged
-/// later: read now, and never by waiting for the GIL. A thread that holds it reads them through
-/// the public API; one that released it (PyTorch's operators, ctypes.CDLL) reads CPython's own
-/// structures (`python_internals`). `None` when the process does not run Python.
+/// later: read now, and never by waiting for the GIL. They are read from CPython's own
+/// structures (`python_internals`), with the GIL held or released (PyTorch's operators and
+/// ctypes.CDLL release it); where this Python's layout is not known, through its public API by a
+/// thread that holds the GIL, and not at all by one that released it. `None` when the process
+/// does not run Python.
 pub(crate) fn frames_at_call() -> Option<crate::guard::KeptFrames> {
     let api = api()?;
-    // SAFETY: as in `stack`: these four need no GIL; `read_frames_upto` runs with the GIL this
-    // thread holds, `innermost_frames` on this thread's own state while it is in the hook.
+    // SAFETY: as in `stack`: these four need no GIL; `innermost_frames` reads this thread's own
+    // state while it is in the hook; `read_frames_upto` runs with the GIL this thread holds.
     unsafe {
         if (api.is_initialized)() == 0 || api.is_finalizing.is_some_and(|f| f() != 0) {
             return None;
         }
         let tstate = (api.this_thread_state)();
-        let holds = !tstate.is_null() && api.holds_gil.is_some_and(|holds| holds() == 1);
         let frames = if tstate.is_null() {
             Vec::new()
-        } else if holds {
+        } else if let Some(frames) = super::python_internals::innermost_frames(tstate, FRAMES_KEPT_AT_CALL) {
+            frames
+        } else if api.holds_gil.is_some_and(|holds| holds() == 1) {
             read_frames_upto(api, tstate, FRAMES_KEPT_AT_CALL).into_iter().map(std::sync::Arc::new).collect()
         } else {
-            match super::python_internals::innermost_frames(tstate, FRAMES_KEPT_AT_CALL) {
-                Some(frames) => frames,
-                None => return Some(crate::guard::KeptFrames::GilReleased),
-            }
+            return Some(crate::guard::KeptFrames::GilReleased);
         };
-        let thread = thread_name();
+        let thread = this_thread_name();
         let note = frames.is_empty().then(|| no_frames_note(&thread));
         Some(crate::guard::KeptFrames::Read(frames, note, thread))
     }
+}
+
+/// The calling thread's name, asked once per thread (a system call): programs name their
+/// threads when they start them (PyTorch's autograd workers, Python's `threading` from 3.14).
+fn this_thread_name() -> String {
+    thread_local! {
+        static NAME: std::cell::OnceCell<String> = const { std::cell::OnceCell::new() };
+    }
+    NAME.with(|name| name.get_or_init(thread_name).clone())
 }
 
 /// The frames of the thread whose state is `tstate`, innermost first.

@@ -20,7 +20,6 @@
 //! a code object may be freed once the thread returns to Python.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, OnceLock};
 
@@ -125,7 +124,7 @@ struct Resolved {
 const PLACES_KEPT: usize = 4096;
 
 thread_local! {
-    static RESOLVED: RefCell<HashMap<Place, Resolved>> = RefCell::new(HashMap::new());
+    static RESOLVED: RefCell<foldhash::HashMap<Place, Resolved>> = RefCell::new(foldhash::HashMap::default());
 }
 
 /// The innermost `limit` frames of the thread whose state is `tstate`, innermost first, or
