@@ -65,12 +65,7 @@ fn run() {
 
 /// Judges what landed, as found at call `found_at` (0: at exit).
 pub(crate) fn harvest(s: &'static crate::session::Session, found_at: u64) {
-    let _ = crate::ffi::host::thread::PER_THREAD.try_with(|t| {
-        let device = crate::ffi::cuda_client::device::RealDevice::new(s, t);
-        let forward = || 0;
-        let call = crate::guard::Call::uncounted(s, crate::Hook::cudaDeviceSynchronize, &device, &crate::ffi::host::lifecycle::RealOutlet, &forward, &t.memo);
-        crate::guard::verdicts::harvest(&call, found_at);
-    });
+    crate::ffi::host::lifecycle::as_guard_sync(s, 0, |call| crate::guard::verdicts::harvest(call, found_at));
 }
 
 /// Stops the thread (at exit, before the last verdicts are judged there), waiting for it at

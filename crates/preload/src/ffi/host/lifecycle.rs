@@ -88,6 +88,17 @@ impl Outlet for RealOutlet {
     }
 }
 
+/// Runs `body` with a call of the guard's own (a device synchronisation that returned
+/// `status`, not counted, never the program's) on this thread's state: how the exit and the
+/// verdict thread reach the guard's checks. Nothing runs once the thread's state is gone.
+pub(crate) fn as_guard_sync(s: &'static Session, status: i32, body: impl FnOnce(&crate::guard::Call<i32>)) {
+    let _ = crate::ffi::host::thread::PER_THREAD.try_with(|t| {
+        let device = crate::ffi::cuda_client::device::RealDevice::new(s, t);
+        let forward = || status;
+        body(&crate::guard::Call::uncounted(s, crate::Hook::cudaDeviceSynchronize, &device, &RealOutlet, &forward, &t.memo));
+    });
+}
+
 /// The session in force: a forked child's own, else the one this process started.
 fn current() -> Option<&'static Session> {
     let child = CHILD_SESSION.load(Ordering::Acquire);
@@ -371,11 +382,8 @@ pub(crate) fn check_breadcrumbs_at_exit() {
     }
     let code = crate::ffi::cuda_client::breadcrumbs::synchronise_device();
     if crumbs_out && crate::cuda::cuda_error_is_sticky(code) {
-        let _ = crate::ffi::host::thread::PER_THREAD.try_with(|t| {
-            let device = crate::ffi::cuda_client::device::RealDevice::new(s, t);
-            let forward = || code;
-            let call = crate::guard::Call::uncounted(s, crate::Hook::cudaDeviceSynchronize, &device, &RealOutlet, &forward, &t.memo);
-            crate::guard::attribution::surfaced(&call, code, "exit (the guard's one synchronisation there)", crate::recorder::CallArgs::None, None);
+        as_guard_sync(s, code, |call| {
+            crate::guard::attribution::surfaced(call, code, "exit (the guard's one synchronisation there)", crate::recorder::CallArgs::None, None);
         });
     }
     // The verdicts still waiting have landed now, unless the context broke: judged here, with
