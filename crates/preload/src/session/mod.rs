@@ -54,7 +54,9 @@ use scans::ScanPolicy;
 /// Calls per hooked function and the running sequence number.
 struct CallCounts {
     hook_names: &'static [&'static str],
-    calls: Box<[AtomicU64]>,
+    /// One per hooked function, in the session itself: a hook's count is one atomic add at a
+    /// fixed place (no slice to follow, no bounds to test).
+    calls: [AtomicU64; crate::HOOK_COUNT],
     /// The sequence number of the process's first matrix multiply (0: none yet).
     first_matmul: AtomicU64,
     /// Faults kept out by each CUBLASGUARD_IGNORE rule.
@@ -71,7 +73,7 @@ impl CallCounts {
         Self {
             hook_names,
             ignored: (0..rules).map(|_| AtomicU64::new(0)).collect(),
-            calls: hook_names.iter().map(|_| AtomicU64::new(0)).collect(),
+            calls: [const { AtomicU64::new(0) }; crate::HOOK_COUNT],
             first_matmul: AtomicU64::new(0),
             init_reported: hook_names.iter().map(|_| AtomicBool::new(false)).collect(),
             seq: AtomicU64::new(0),

@@ -433,7 +433,7 @@ macro_rules! hook_table {
         }
 
         /// How many hooked functions there are.
-        const HOOK_COUNT: usize = [$( stringify!($name) ),*].len();
+        pub(crate) const HOOK_COUNT: usize = [$( stringify!($name) ),*].len();
 
         impl Hook {
             /// The library that defines the function.
