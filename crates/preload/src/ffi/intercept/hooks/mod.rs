@@ -110,7 +110,7 @@ impl<'t> LeanCall<'t> {
     #[inline(always)]
     fn allowed(t: &PerThread) -> Option<(&'static Session, LeanGemm)> {
         let s = lifecycle::armed_session()?;
-        let lean = s.lean_gemm();
+        let lean = s.lean_gemm_kept();
         (lean != LeanGemm::No && t.tid.get() != 0 && !t.inside.get()).then_some((s, lean))
     }
 
