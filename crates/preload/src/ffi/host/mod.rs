@@ -14,4 +14,5 @@ pub(crate) mod nvml;
 pub mod process;
 pub(crate) mod python;
 pub(crate) mod stderr;
+pub(crate) mod stopwatch;
 pub(crate) mod thread;
