@@ -401,7 +401,7 @@ impl RecordedCall {
 }
 
 struct Slot {
-    /// Even: stable; odd: a writer is storing. Bumped by 2 per write.
+    /// Even: stable; odd: a writer is storing. Bumped by 2 per write (odd, then even).
     mark: AtomicU64,
     words: [AtomicU64; WORDS],
 }
@@ -433,7 +433,7 @@ pub struct Recorder {
     slots: Box<[Slot]>,
     next: AtomicU64,
     /// The slot count less one when it is a power of two (the default 256): a slot is then
-    /// taken by a mask, not a division. 0 otherwise.
+    /// taken by a mask, not a division. Every bit otherwise (`slot_by_division`).
     mask: u64,
 }
 
@@ -443,7 +443,7 @@ const READ_TRIES: u32 = 64;
 
 impl Recorder {
     pub fn new(capacity: usize) -> Self {
-        let mask = if capacity.is_power_of_two() { capacity as u64 - 1 } else { 0 };
+        let mask = if capacity.is_power_of_two() { capacity as u64 - 1 } else { u64::MAX };
         Self { slots: (0..capacity).map(|_| Slot::new()).collect(), next: AtomicU64::new(0), mask }
     }
 
@@ -452,28 +452,31 @@ impl Recorder {
     #[inline(always)]
     pub fn record(&self, call: &RecordedCall) {
         let next = self.next.fetch_add(1, Ordering::Relaxed);
-        let i = match self.mask {
-            0 => match next.checked_rem(self.slots.len() as u64) {
-                Some(i) => i,
-                None => return, // no slot at all (a zero capacity): nothing is kept
-            },
-            mask => next & mask,
-        };
-        let Some(slot) = self.slots.get(i as usize) else { return };
+        let Some(slot) = usize::try_from(next & self.mask).ok().and_then(|i| self.slots.get(i)).or_else(|| self.slot_by_division(next)) else { return };
         // Two writers meet in one slot only when the ring wraps around during a write: the
-        // second waits for the first's few stores.
-        let mark = loop {
-            let mark = slot.mark.load(Ordering::Relaxed);
-            if mark & 1 == 0 && slot.mark.compare_exchange_weak(mark, mark + 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                break mark;
-            }
+        // second waits for the first's few stores. The slot is taken by setting the mark's low
+        // bit (one instruction on x86, `lock bts`, where a load and a compare-exchange were two
+        // and a loop); a mark already odd is left as it is, and once the bit is this writer's
+        // the mark is its own to read.
+        while slot.mark.fetch_or(1, Ordering::Acquire) & 1 == 1 {
             std::hint::spin_loop();
-        };
+        }
+        let mark = slot.mark.load(Ordering::Relaxed);
         fence(Ordering::Release);
         for (word, value) in slot.words.iter().zip(call.encode()) {
             word.store(value, Ordering::Relaxed);
         }
-        slot.mark.store(mark + 2, Ordering::Release);
+        slot.mark.store(mark + 1, Ordering::Release);
+    }
+
+    /// `record`'s slot for call `next` when the ring is not a power of two (its mask keeps every
+    /// bit, so only the first lap finds its slot by the mask); `None`: no slot at all (a zero
+    /// capacity), nothing is kept.
+    #[cold]
+    #[inline(never)]
+    fn slot_by_division(&self, next: u64) -> Option<&Slot> {
+        let i = next.checked_rem(self.slots.len() as u64)?;
+        self.slots.get(i as usize)
     }
 
     /// Visits the recorded calls, unordered, without locks or allocation (for a signal

@@ -22,9 +22,15 @@ pub mod launch_memory;
 mod scans;
 pub mod verdicts;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 pub use crate::check::operand_call::KnownError;
+
+/// `Session::lean_kept`: not known yet (or not kept: dumps are on), then each answer.
+const LEAN_UNKNOWN: u8 = 0;
+const LEAN_NO: u8 = 1;
+const LEAN_UNCHECKED: u8 = 2;
+const LEAN_PRECHECKED: u8 = 3;
 
 /// How the hook layer may take a plain GEMM (`Session::lean_gemm`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,7 +60,9 @@ use scans::ScanPolicy;
 /// Calls per hooked function and the running sequence number.
 struct CallCounts {
     hook_names: &'static [&'static str],
-    calls: Box<[AtomicU64]>,
+    /// One per hooked function, in the session itself: a hook's count is one atomic add at a
+    /// fixed place (no slice to follow, no bounds to test).
+    calls: [AtomicU64; crate::HOOK_COUNT],
     /// The sequence number of the process's first matrix multiply (0: none yet).
     first_matmul: AtomicU64,
     /// Faults kept out by each CUBLASGUARD_IGNORE rule.
@@ -71,7 +79,7 @@ impl CallCounts {
         Self {
             hook_names,
             ignored: (0..rules).map(|_| AtomicU64::new(0)).collect(),
-            calls: hook_names.iter().map(|_| AtomicU64::new(0)).collect(),
+            calls: [const { AtomicU64::new(0) }; crate::HOOK_COUNT],
             first_matmul: AtomicU64::new(0),
             init_reported: hook_names.iter().map(|_| AtomicBool::new(false)).collect(),
             seq: AtomicU64::new(0),
@@ -161,6 +169,8 @@ pub struct Session {
     /// The last call at which a synchronisation by the guard found the device clean: launches
     /// before it did not fault.
     last_clean_sync: AtomicU64,
+    /// `lean_gemm`'s answer, kept by the first call that asks (`lean_gemm_kept`).
+    lean_kept: AtomicU8,
     /// The cuDNN error messages the guard read (`cudnnGetLastErrorString` clears what it
     /// returns), by thread, handed to the program's own next `cudnnGetLastErrorString`.
     pub cudnn_messages: parking_lot::Mutex<Vec<(u32, String)>>,
@@ -225,6 +235,7 @@ impl Session {
             finite_seen: launch_memory::FiniteSeen::default(),
             watched: launch_memory::Watched::default(),
             last_clean_sync: AtomicU64::new(0),
+            lean_kept: AtomicU8::new(LEAN_UNKNOWN),
             cudnn_messages: parking_lot::Mutex::new(Vec::new()),
             counts: CallCounts::new(inherited.hook_names, inherited.config.ignore.len()),
             faults: FaultLog::default(),
@@ -324,9 +335,9 @@ impl Session {
         self.last_clean_sync.load(Ordering::Relaxed)
     }
 
-    /// How the hook layer may take a plain GEMM (its lean path): read from the configuration at
-    /// each call, not cached, so a configuration changed after the session is built cannot
-    /// leave it stale.
+    /// How the hook layer may take a plain GEMM (its lean path), from the configuration as it
+    /// is now (a test changes it on a session of its own); the hook layer asks
+    /// `lean_gemm_kept`.
     #[inline]
     pub fn lean_gemm(&self) -> LeanGemm {
         let c = &self.config.checks;
@@ -340,6 +351,38 @@ impl Session {
         } else {
             LeanGemm::Prechecked
         }
+    }
+
+    /// `lean_gemm`, as the hook layer asks it at every plain GEMM: one byte read. The answer is
+    /// kept by the first call that asks, as the configuration of a session in use cannot change
+    /// any more (it is shared); not where dumps are on, as their quota runs out as calls go.
+    #[inline(always)]
+    pub fn lean_gemm_kept(&self) -> LeanGemm {
+        let kept = self.lean_kept.load(Ordering::Relaxed);
+        // The cheapest answer first: with every check off it is the only test.
+        if kept == LEAN_UNCHECKED {
+            return LeanGemm::Unchecked;
+        }
+        match kept {
+            LEAN_PRECHECKED => LeanGemm::Prechecked,
+            LEAN_NO => LeanGemm::No,
+            _ => self.keep_lean_gemm(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn keep_lean_gemm(&self) -> LeanGemm {
+        let lean = self.lean_gemm();
+        if self.config.dump_dir.is_none() {
+            let kept = match lean {
+                LeanGemm::No => LEAN_NO,
+                LeanGemm::Unchecked => LEAN_UNCHECKED,
+                LeanGemm::Prechecked => LEAN_PRECHECKED,
+            };
+            self.lean_kept.store(kept, Ordering::Relaxed);
+        }
+        lean
     }
 
     /// Whether a fault could still get an operand dump (dumps are on and not all used).
@@ -611,6 +654,26 @@ mod tests {
         assert_eq!(t.summary.calls.get("cublasSgemm_v2"), Some(&2));
         assert_eq!(t.summary.calls.get("cudaMalloc"), Some(&1));
         assert_eq!(t.format, trace::FORMAT);
+    }
+
+    #[test]
+    fn the_kept_lean_answer_is_the_configurations_and_follows_the_dump_quota() {
+        for (checks, nan_origin) in [("none", false), ("args,bounds", false), ("args,bounds", true), ("args,nan", false), ("sync", false)] {
+            let mut s = session(10);
+            s.config.checks = crate::config::Checks::parse(checks).unwrap();
+            s.config.nan_origin = nan_origin;
+            let answer = s.lean_gemm();
+            assert_eq!(s.lean_gemm_kept(), answer, "{checks}");
+            assert_eq!(s.lean_gemm_kept(), answer, "{checks}, kept");
+        }
+        // With dumps on, nothing is kept: the answer changes once the quota is used up.
+        let mut s = session(10);
+        s.config.checks = crate::config::Checks::NONE;
+        s.config.dump_dir = Some("dumps".into());
+        s.config.dump_max = 1;
+        assert_eq!(s.lean_gemm_kept(), LeanGemm::No);
+        assert!(s.claim_dump());
+        assert_eq!(s.lean_gemm_kept(), LeanGemm::Unchecked);
     }
 
     #[test]

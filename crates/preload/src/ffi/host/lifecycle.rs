@@ -173,6 +173,9 @@ pub(crate) fn existing_session() -> Option<&'static Session> {
 
 /// What the session needs once it exists: the fatal-signal handlers and the fork handlers.
 fn arm(s: &'static Session) {
+    // Before the session is published: the lean path's first calls find the measurement of
+    // the counter's rate under way.
+    super::stopwatch::begin_measuring();
     // The crash writer's head says NVML is starting; the NVML thread makes it again as that
     // changes, so it starts once the head is there.
     super::nvml::prepare(s.config.nvml, &s.config.kernel_log);

@@ -15,4 +15,5 @@ pub mod process;
 pub(crate) mod python;
 pub(crate) mod python_internals;
 pub(crate) mod stderr;
+pub(crate) mod stopwatch;
 pub(crate) mod thread;

@@ -91,12 +91,18 @@ pub fn hostname() -> String {
 
 #[inline(always)]
 pub fn now_ns() -> u64 {
-    // clock_gettime itself, not SystemTime: read twice per guarded call, and std's conversion
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// `clock`'s time in nanoseconds (0: the clock cannot be read, or reads before its epoch).
+#[inline(always)]
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
+    // clock_gettime itself, not SystemTime: read on every guarded call, and std's conversion
     // through Duration cost more than the clock (BENCHMARKS.md, issue 27).
     // Not zeroed first: two stores on every guarded call for nothing.
     let mut ts = std::mem::MaybeUninit::<libc::timespec>::uninit();
-    // SAFETY: a valid clock id and a local out-parameter.
-    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, ts.as_mut_ptr()) } != 0 {
+    // SAFETY: a local out-parameter; an unknown clock id is refused with an error.
+    if unsafe { libc::clock_gettime(clock, ts.as_mut_ptr()) } != 0 {
         return 0;
     }
     // SAFETY: clock_gettime returned 0, so it filled `ts`.

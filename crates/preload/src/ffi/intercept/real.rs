@@ -19,6 +19,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 /// Bumped whenever `dlclose` unmapped an object: cached real functions may point into it.
 static UNLOADS: AtomicU64 = AtomicU64::new(0);
 
+/// `RealSymbol::found_at` before its first lookup: a count of unloads never reached.
+const NEVER_FOUND: u64 = u64::MAX;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Library {
     Cublas,
@@ -84,13 +87,14 @@ pub struct RealSymbol {
     name: &'static str, // NUL-terminated
     library: Library,
     ptr: AtomicPtr<c_void>,
-    /// `UNLOADS` when `ptr` was found.
+    /// `UNLOADS` when `ptr` was found; `NEVER_FOUND` before. Stored after `ptr`, so a call that
+    /// finds it current finds `ptr` set: one comparison, no test of the pointer as well.
     found_at: AtomicU64,
 }
 
 impl RealSymbol {
     pub const fn new(name: &'static str, library: Library) -> Self {
-        Self { name, library, ptr: AtomicPtr::new(null_mut()), found_at: AtomicU64::new(0) }
+        Self { name, library, ptr: AtomicPtr::new(null_mut()), found_at: AtomicU64::new(NEVER_FOUND) }
     }
 
     #[cfg(test)]
@@ -106,12 +110,15 @@ impl RealSymbol {
     pub unsafe fn get<F: Copy>(&self) -> Option<F> {
         const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
         let unloads = UNLOADS.load(Ordering::Acquire);
-        let mut p = self.ptr.load(Ordering::Acquire);
-        if p.is_null() || self.found_at.load(Ordering::Acquire) != unloads {
-            p = self.find(unloads);
-            if p.is_null() {
-                return None; // not cached: the library may be loaded later
-            }
+        if self.found_at.load(Ordering::Acquire) == unloads {
+            let p = self.ptr.load(Ordering::Acquire);
+            // SAFETY: as below; `p` is not null: `find` stores a found function's address
+            // before the `found_at` read here, and nothing stores a null one.
+            return Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) });
+        }
+        let p = self.find(unloads);
+        if p.is_null() {
+            return None; // not cached: the library may be loaded later
         }
         // SAFETY: `F` is pointer-sized (checked above) and, by the caller's contract, the
         // function's signature; `p` is the function's address.
@@ -125,8 +132,8 @@ impl RealSymbol {
     fn find(&self, unloads: u64) -> *mut c_void {
         let p = resolve(self.name, self.library);
         if !p.is_null() {
-            self.found_at.store(unloads, Ordering::Release);
             self.ptr.store(p, Ordering::Release);
+            self.found_at.store(unloads, Ordering::Release);
         }
         p
     }

@@ -11,6 +11,7 @@ use crate::cuda::MemoryType;
 use crate::ffi::cuda_client::device::RealDevice;
 use crate::ffi::host::lifecycle::{self, RealOutlet};
 use crate::ffi::host::process;
+use crate::ffi::host::stopwatch::Started;
 use crate::ffi::host::thread::{PerThread, PER_THREAD};
 use crate::ffi::intercept::real::{Library, RealSymbol};
 use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, ReentryOn};
@@ -98,7 +99,8 @@ struct LeanCall<'t> {
     hook: Hook,
     tid: u32,
     seq: u64,
-    started_ns: u64,
+    /// From the CPU's counter where it can be (`stopwatch`): one wall-clock read per call.
+    started: Started,
     /// The sticky error known before the call, by its code (`Session::known_error_of`).
     known: i32,
 }
@@ -110,7 +112,7 @@ impl<'t> LeanCall<'t> {
     #[inline(always)]
     fn allowed(t: &PerThread) -> Option<(&'static Session, LeanGemm)> {
         let s = lifecycle::armed_session()?;
-        let lean = s.lean_gemm();
+        let lean = s.lean_gemm_kept();
         (lean != LeanGemm::No && t.tid.get() != 0 && !t.inside.get()).then_some((s, lean))
     }
 
@@ -133,8 +135,8 @@ impl<'t> LeanCall<'t> {
     fn enter(t: &'t PerThread, s: &'static Session, hook: Hook) -> Option<Self> {
         let inside = ReentryOn::enter(t)?;
         let seq = s.begin(hook.index());
-        let started_ns = process::now_ns();
-        Some(Self { t, _inside: inside, s, hook, tid: t.tid.get(), seq, started_ns, known: s.known_error_code() })
+        let started = Started::now();
+        Some(Self { t, _inside: inside, s, hook, tid: t.tid.get(), seq, started, known: s.known_error_code() })
     }
 
     /// After the real function returned `r`: recorded with the arguments `lean` gives; when it
@@ -147,7 +149,7 @@ impl<'t> LeanCall<'t> {
             return Err(self);
         }
         let time_ns = process::now_ns();
-        let duration_ns = time_ns.saturating_sub(self.started_ns);
+        let duration_ns = self.started.elapsed_ns(time_ns);
         let call = RecordedCall { seq: self.seq, hook: self.hook.index() as u16, status, time_ns, duration_ns, thread: self.tid, args: lean(), scanned: false };
         self.s.recorder.record(&call);
         Ok(r)
@@ -157,7 +159,9 @@ impl<'t> LeanCall<'t> {
     #[cold]
     #[inline(never)]
     fn failed<R: HookReturn>(self, r: R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
-        let Self { t, s, hook, tid, seq, started_ns, known, .. } = self;
+        let Self { t, s, hook, tid, seq, started, known, .. } = self;
+        let now = process::now_ns();
+        let started_ns = now.saturating_sub(started.elapsed_ns(now));
         let outcome = catch_panic(move || {
             let device = DeferringDevice(RealDevice::new(s, t));
             let ran = move || r;
@@ -433,7 +437,7 @@ macro_rules! hook_table {
         }
 
         /// How many hooked functions there are.
-        const HOOK_COUNT: usize = [$( stringify!($name) ),*].len();
+        pub(crate) const HOOK_COUNT: usize = [$( stringify!($name) ),*].len();
 
         impl Hook {
             /// The library that defines the function.
