@@ -5,10 +5,11 @@
 #     bash scripts/gpu-check.sh
 # It runs examples/train.py and examples/gpt.py (a GPT-2-small step) with each injected fault
 # under the guard and checks each trace for the expected fault and call; times the same
-# train.py steps nine ways (bare; the guard's default checks; args only; CUBLASGUARD_SYNC=deferred
-# with and without the scan; origin mode, CUBLASGUARD_NAN_ORIGIN=1; CUDA_LAUNCH_BLOCKING=1; set_detect_anomaly; compute-sanitizer
+# train.py steps nine ways (bare; the guard's default checks, CUBLASGUARD_SYNC=deferred, with and
+# without the scan; args only; CUBLASGUARD_SYNC=gemm; origin mode, CUBLASGUARD_NAN_ORIGIN=1; CUDA_LAUNCH_BLOCKING=1; set_detect_anomaly; compute-sanitizer
 # memcheck where it runs) and the GPT-2 step seven ways (bare; the default checks; the scan off,
-# args,bounds,sync; deferred with and without the scan; CUDA_LAUNCH_BLOCKING=1; anomaly mode),
+# args,bounds,sync; CUBLASGUARD_SYNC=gemm with and without the scan; CUDA_LAUNCH_BLOCKING=1;
+# anomaly mode),
 # each as a ratio to bare; checks breadcrumbs on the GPU (tests/c/breadcrumb_check.cu, built
 # with the machine's nvcc); runs the C workloads (examples/mlp.c, every GEMM variant,
 # cublasLt as nn.Linear) against the machine's NVIDIA CUDA 13 libraries, and the GPU health the
@@ -240,8 +241,8 @@ timed() { # key, way, the command...: one run, its time appended to times[key:wa
     guard) CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
     args) CUBLASGUARD_CHECKS=args,bounds CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
     scan-off) CUBLASGUARD_CHECKS=args,bounds,sync CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
-    deferred) CUBLASGUARD_SYNC=deferred CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
-    deferred-scan-off) CUBLASGUARD_SYNC=deferred CUBLASGUARD_CHECKS=args,bounds,sync CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
+    gemm) CUBLASGUARD_SYNC=gemm CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
+    gemm-scan-off) CUBLASGUARD_SYNC=gemm CUBLASGUARD_CHECKS=args,bounds,sync CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
     origin) CUBLASGUARD_NAN_ORIGIN=1 CUBLASGUARD_QUIET=1 LD_PRELOAD=$lib timeout "$limit" "$@" ;;
     blocking) CUDA_LAUNCH_BLOCKING=1 timeout "$limit" "$@" ;;
     anomaly) timeout "$limit" "$@" --anomaly ;;
@@ -284,7 +285,7 @@ if [ -n "$python" ]; then
     steps=100
     [ $dry = 1 ] && steps=2
     train=("$python" examples/train.py --device "$device" --steps "$steps" --batch 512 --hidden 1024 --quiet)
-    ways=(bare guard args deferred deferred-scan-off origin blocking anomaly)
+    ways=(bare guard scan-off args gemm origin blocking anomaly)
     for _ in $(seq "$rounds"); do
         for way in "${ways[@]}"; do timed train "$way" "${train[@]}"; done
     done
@@ -297,7 +298,7 @@ if [ -n "$python" ]; then
     time_rows train "time: " "$label" s "${ways[@]}"
 fi
 
-# The GPT-2 step timed seven ways (bare; the guard's default checks; the scan off; deferred with and without the scan; the launches
+# The GPT-2 step timed seven ways (bare; the guard's default checks; the scan off; gemm mode with and without the scan; the launches
 # blocking; anomaly mode): medians of the time per step gpt.py prints (steps 2 and later).
 # Target (issue 30): the guard's default at most 1.10x bare.
 if [ -n "$python" ]; then
@@ -310,7 +311,7 @@ if [ -n "$python" ]; then
         gpt=("$python" examples/gpt.py --device cpu --steps "$gpt_steps" "${gpt_tiny[@]}" --quiet --time)
         gpt_label="gpt.py tiny step (dry run, CPU)"
     fi
-    gpt_ways=(bare guard scan-off deferred deferred-scan-off blocking anomaly)
+    gpt_ways=(bare guard scan-off gemm gemm-scan-off blocking anomaly)
     for _ in $(seq "$rounds"); do
         for way in "${gpt_ways[@]}"; do timed gpt "$way" "${gpt[@]}"; done
     done

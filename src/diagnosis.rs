@@ -21,6 +21,28 @@ pub struct Diagnosis {
 }
 
 /// cuBLAS GEMMs as PyTorch issues them for y = x W^T: transa = T, transb = N, m = out, n = batch, k = in.
+/// Why an asynchronous error is on its call: the guard's synchronisation right after it (gemm
+/// mode), or the breadcrumbs (deferred: the default), which blame a call only when its own work
+/// was the first on its stream not to complete, and otherwise leave the error where it surfaced.
+fn async_cause(fault: &Fault) -> String {
+    if fault.breadcrumbs.is_empty() {
+        return "the kernel launched by this call faulted; the guard synchronised right after it (as CUDA_LAUNCH_BLOCKING=1 would), so this call is the culprit, not a later one".into();
+    }
+    match fault.found_at_seq {
+        Some(found) => {
+            let there = if found == 0 { "the exit".to_string() } else { format!("call #{found}") };
+            format!(
+                "the kernel launched by this call faulted: the work queued before it on its stream completed and this call's did not (its breadcrumb never landed),                  so this call is the culprit, as CUDA_LAUNCH_BLOCKING=1 would have shown, not {there}, where the error surfaced"
+            )
+        }
+        // Blamed where it surfaced with a success status: its own work was the first unfinished.
+        None if fault.status == 0 => "the kernel launched by this call faulted: every breadcrumb left before it landed and its own work did not complete,              so this call is the culprit, as CUDA_LAUNCH_BLOCKING=1 would have shown"
+            .into(),
+        None => "a kernel queued on the device faulted and the error surfaced at this call, which is not necessarily the culprit: the message above says, from              the breadcrumbs each guarded call left on its stream, which calls had not completed (CUBLASGUARD_SYNC=launches pins it to its launch)"
+            .into(),
+    }
+}
+
 pub fn linear_layer(fault: &Fault) -> Option<String> {
     let args = &fault.args;
     if args.label("transa")? != "T" || args.label("transb")? != "N" {
@@ -225,7 +247,7 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
             },
         ),
         FaultKind::AsyncError => (
-            "the kernel launched by this call faulted; the guard synchronised right after it (as CUDA_LAUNCH_BLOCKING=1 would), so this call is the culprit, not a later one".into(),
+            async_cause(fault),
             steps(&[
                 "Check this call's operands above (pointers, extents); an illegal address means it touched memory outside its buffers.",
                 "Sticky errors (illegal address, launch failure) leave the CUDA context unusable: the process must restart.",
@@ -648,6 +670,33 @@ mod tests {
     fn later_nonfinite_inputs_are_propagation() {
         let d = diagnose(&fault(FaultKind::NonfiniteInput), Some(3), Program::Native);
         assert!(d.cause.starts_with("propagation") && d.cause.contains("#3"), "{}", d.cause);
+    }
+
+    #[test]
+    fn an_asynchronous_error_is_called_this_calls_only_when_a_synchronisation_or_the_breadcrumbs_say_so() {
+        let cause = |breadcrumbs: bool, found_at_seq: Option<u64>, status: i32| {
+            let mut f = fault(FaultKind::AsyncError);
+            (f.found_at_seq, f.status) = (found_at_seq, status);
+            if breadcrumbs {
+                f.breadcrumbs.push(cublasguard_format::trace::StreamProgress {
+                    stream: "0x0".into(),
+                    context: "1".into(),
+                    last_landed: Some(6),
+                    first_unfinished: Some(7),
+                    first_unfinished_api: Some("cublasSgemm_v2".into()),
+                    unfinished: 2,
+                });
+            }
+            diagnose(&f, None, Program::Native).cause
+        };
+        assert!(cause(false, None, 0).contains("the guard synchronised right after it"), "gemm mode");
+        let later = cause(true, Some(9), 0);
+        assert!(later.contains("this call is the culprit") && later.contains("not call #9, where the error surfaced"), "{later}");
+        assert!(!later.contains("synchronised"), "deferred: nothing synchronised: {later}");
+        assert!(cause(true, Some(0), 0).contains("not the exit, where the error surfaced"));
+        assert!(cause(true, None, 0).contains("this call is the culprit"), "its own work was the first unfinished");
+        let surfaced = cause(true, None, 700);
+        assert!(surfaced.contains("not necessarily the culprit") && surfaced.contains("CUBLASGUARD_SYNC=launches"), "{surfaced}");
     }
 
     #[test]

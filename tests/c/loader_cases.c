@@ -228,6 +228,10 @@ static int reload(int count, const char *vendored) {
         int status = sgemm(h, 0, 0, 2, 2, 2, &one, o.a, 2, o.b, 2, &zero, o.c, 2);
         destroy(h);
         printf("load %d: create=%d gemm=%d\n", i, created, status);
+        /* The GEMM's work is done before its library goes: the stand-in's kernels are the
+         * library's own host code, run by its worker thread, so unloading it with the GEMM still
+         * queued (a GPU behind the host, or a guard that does not synchronise) would crash. */
+        cudaDeviceSynchronize();
         dlclose(lib);
         /* Keep the range the copy had, so the next load cannot land there again. */
         if (e.end > e.start)

@@ -109,9 +109,11 @@ fn events_complete_in_stream_order_and_time_what_ran_between_them() {
 
 #[test]
 fn the_host_blocking_counter_pins_what_todays_gemm_mode_costs_per_gemm() {
-    let host = blocking_added_per_gemm(&[("CUBLASGUARD_DEVICE_SCAN", "off")]);
-    let device = blocking_added_per_gemm(&[("CUBLASGUARD_DEVICE_SCAN", "on")]);
-    let unchecked = blocking_added_per_gemm(&[("CUBLASGUARD_CHECKS", "none"), ("CUBLASGUARD_DEVICE_SCAN", "off")]);
+    // gemm mode named: the default, deferred, blocks 0 times (breadcrumbs.rs pins that).
+    const GEMM_MODE: (&str, &str) = ("CUBLASGUARD_SYNC", "gemm");
+    let host = blocking_added_per_gemm(&[GEMM_MODE, ("CUBLASGUARD_DEVICE_SCAN", "off")]);
+    let device = blocking_added_per_gemm(&[GEMM_MODE, ("CUBLASGUARD_DEVICE_SCAN", "on")]);
+    let unchecked = blocking_added_per_gemm(&[GEMM_MODE, ("CUBLASGUARD_CHECKS", "none"), ("CUBLASGUARD_DEVICE_SCAN", "off")]);
     assert_eq!((host.0, device.0, unchecked.0), (HOST_SCAN, DEVICE_SCAN, NO_CHECKS), "per GEMM: host scan, device scan, CUBLASGUARD_CHECKS=none");
 }
 

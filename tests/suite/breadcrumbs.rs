@@ -123,7 +123,7 @@ fn a_fault_nothing_waited_for_is_found_at_exit_and_recorded_on_its_gemm() {
     assert!(f.message.contains("at exit"), "{}", f.message);
     assert_eq!(f.found_at_seq, Some(0), "found at no call: at exit");
     // In gemm mode it is found at the GEMM itself.
-    let env = [("CUDASHIM_ASYNC_FAULT", "2"), GPU_BEHIND];
+    let env = [("CUDASHIM_ASYNC_FAULT", "2"), GPU_BEHIND, ("CUBLASGUARD_SYNC", "gemm")];
     let gemm_mode = run(Launch { env: &env, ..Launch::new(&program, &["async_exit"]) }).trace();
     assert_eq!((only_fault(&gemm_mode).seq, only_fault(&gemm_mode).found_at_seq), (gemm_seqs(&gemm_mode)[1], None));
 }

@@ -126,7 +126,9 @@ fn an_execute_on_a_destroyed_handle_is_invalid_handle_before_it_runs() {
 
 #[test]
 fn an_execution_failure_names_its_status_sub_code_message_and_the_cuda_error_pending_behind_it() {
-    let (run, t) = both(&standin_cudnn(), "exec_twice", &[("CUDASHIM_CUDNN_EXEC_FAULT", "1")]);
+    // gemm mode: the guard's synchronisation finds the error pending behind the execute (under
+    // deferred the first execute's breadcrumb pins it: the next test).
+    let (run, t) = both(&standin_cudnn(), "exec_twice", &[("CUDASHIM_CUDNN_EXEC_FAULT", "1"), ("CUBLASGUARD_SYNC", "gemm")]);
     // The guard read cuDNN's message for its fault; the program still gets it.
     assert!(run.stdout().contains("execute again=5003 message=\"cudaLaunchKernel failed"), "{}", run.stdout());
     let f = t.faults.iter().find(|f| f.api == "cudnnBackendExecute").expect("the second execute's fault");

@@ -15,10 +15,12 @@ fn report_text(run: &Run) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// scenarios.c's async case: the second GEMM's kernel faults (cudaErrorIllegalAddress).
+/// scenarios.c's async case: the second GEMM's kernel faults (cudaErrorIllegalAddress). In
+/// gemm mode, where the guard's synchronisation finds it at the GEMM however fast the stand-in
+/// GPU is, so two runs' faults compare (under deferred where it surfaces depends on that speed).
 fn async_fault(extra: &[(&str, &str)]) -> Run {
     let program = scenarios();
-    let mut env = vec![("CUDASHIM_ASYNC_FAULT", "2")];
+    let mut env = vec![("CUDASHIM_ASYNC_FAULT", "2"), ("CUBLASGUARD_SYNC", "gemm")];
     env.extend_from_slice(extra);
     run(Launch { env: &env, ..Launch::new(&program, &["async"]) })
 }
@@ -51,6 +53,14 @@ fn xid_79_during_a_gemm_makes_the_gpu_the_cause_with_nvidias_reboot_advice() {
     let text = report_text(&run);
     assert!(text.contains("the GPU failed, not the program") && text.contains("Xid 79") && text.contains("reboot the node"), "{text}");
     assert!(text.contains("GPU health of pid"), "{text}");
+    // Deferred (the default), with the GPU kept behind: found at the program's copy, pinned to
+    // the GEMM by its breadcrumb, and the GPU is still the cause.
+    let deferred =
+        async_fault(&[("LD_LIBRARY_PATH", &nvml), ("CUDASHIM_NVML_XID", "79"), ("CUBLASGUARD_SYNC", "deferred"), ("CUDASHIM_WORKER_DELAY_US", "20000")]);
+    let t = deferred.trace();
+    let f = the_async_fault(&t);
+    assert!(f.api == "cublasSgemm_v2" && f.found_at_seq.is_some(), "{f:#?}");
+    assert_eq!(f.cause.as_ref().map(|c| (c.kind, c.xid)), Some((InitCauseKind::GpuHardware, Some(79))), "{f:#?}");
 }
 
 #[test]
@@ -124,10 +134,12 @@ fn a_hanging_nvml_start_never_holds_the_program_up() {
     let program = scenarios();
     let nvml = with_standin_nvml();
     // nvmlInit_v2 sleeps for an hour.
-    let env = [("LD_LIBRARY_PATH", nvml.as_str()), ("CUDASHIM_ASYNC_FAULT", "2"), ("CUDASHIM_NVML_HANG", "1")];
-    // The program as the guard without NVML leaves it (in gemm mode the guard's synchronisation
-    // shows the third GEMM the error, with or without NVML).
-    let reference = run(Launch { env: &[env[0], env[1], ("CUBLASGUARD_NVML", "0")], ..Launch::new(&program, &["async"]) });
+    // gemm mode named: its synchronisation after the faulting GEMM shows the third GEMM the
+    // error, with or without NVML, whenever the stand-in GPU runs it (under deferred, what the
+    // third GEMM sees depends on how far the GPU is behind).
+    let env = [("LD_LIBRARY_PATH", nvml.as_str()), ("CUDASHIM_ASYNC_FAULT", "2"), ("CUBLASGUARD_SYNC", "gemm"), ("CUDASHIM_NVML_HANG", "1")];
+    // The program as the guard without NVML leaves it.
+    let reference = run(Launch { env: &[env[0], env[1], env[2], ("CUBLASGUARD_NVML", "0")], ..Launch::new(&program, &["async"]) });
     let guarded = run_within(Launch { env: &env, ..Launch::new(&program, &["async"]) }, std::time::Duration::from_secs(60))
         .expect("the program ended long before the hour nvmlInit sleeps");
     assert_eq!((guarded.stdout(), guarded.code()), (reference.stdout(), reference.code()), "{}", guarded.stderr());

@@ -43,10 +43,16 @@ fn clean_run_is_identical_to_unguarded_and_records_no_fault() {
 
 #[test]
 fn nonfinite_input_names_operand_counts_and_first_position() {
-    let run = scenario("nan_a", &[]);
+    for mode in ["deferred", "gemm"] {
+        nonfinite_input_in(mode);
+    }
+}
+
+fn nonfinite_input_in(mode: &str) {
+    let run = scenario("nan_a", &[("CUBLASGUARD_SYNC", mode)]);
     let trace = run.trace();
     let f = only_fault(&trace);
-    assert_eq!(f.kind, FaultKind::NonfiniteInput);
+    assert_eq!(f.kind, FaultKind::NonfiniteInput, "{mode}");
     assert_eq!(f.api, "cublasSgemm_v2");
     assert!(f.message.contains("operand A"), "{}", f.message);
     let a = operand(f, "A");
@@ -65,8 +71,12 @@ fn nonfinite_input_names_operand_counts_and_first_position() {
     let memory = f.memory.expect("memory");
     assert_eq!(memory.tracked_live_count, 3);
     assert_eq!(memory.tracked_live_bytes, 3 * 64);
-    assert!(memory.free.is_some() && memory.total.is_some());
-    assert!(!f.backtrace.is_empty());
+    // The device's free/total memory and the native backtrace are the moment's: a verdict
+    // judged at the call has them; a deferred one, judged later on the guard's thread, has
+    // neither (they would be another moment's), and says where it was found instead.
+    let at_the_call = mode == "gemm";
+    assert_eq!((memory.free.is_some(), memory.total.is_some(), !f.backtrace.is_empty()), (at_the_call, at_the_call, at_the_call), "{mode}");
+    assert_eq!(f.found_at_seq.is_some(), !at_the_call, "{mode}");
     assert!(run.stderr().contains("cublasguard: cublasSgemm_v2 #"), "{}", run.stderr());
 }
 
@@ -139,7 +149,9 @@ fn out_of_bounds_names_the_allocation_and_the_overrun() {
 #[test]
 fn asynchronous_fault_is_pinned_to_the_call_that_caused_it() {
     let program = scenarios();
-    let env = [("CUDASHIM_ASYNC_FAULT", "2")];
+    // gemm mode named: its synchronisation is what makes the error visible one call earlier
+    // (breadcrumbs.rs: under deferred the program sees it where it would bare).
+    let env = [("CUDASHIM_ASYNC_FAULT", "2"), ("CUBLASGUARD_SYNC", "gemm")];
     let bare = run(Launch { env: &env, guarded: false, ..Launch::new(&program, &["async"]) });
     // Unguarded, the fault surfaces late: the faulting GEMM itself returns success, and the
     // error shows at a later call, the third GEMM or the copy after it, as the (asynchronous)
@@ -340,9 +352,12 @@ fn with_args_and_bounds_only_a_gemm_faults_as_with_every_check() {
     // the same as with every check on, and a clean run's GEMMs are recorded all the same.
     let cases = ["bad_lda", "bad_handle", "host_pointer", "out_of_bounds", "use_after_free", "device_scalars"].map(|c| (c, None));
     // A clean call the library fails: forwarded once, then described for its api_error fault.
+    // gemm mode: the kernel fault a bad operand then causes is found at the call as the fault's
+    // `error`; under deferred, with `sync` on, it surfaces later and is added to the message.
+    const GEMM_MODE: (&str, &str) = ("CUBLASGUARD_SYNC", "gemm");
     for (case, fail) in cases.into_iter().chain([("api_error", Some(("CUDASHIM_FAIL", "cublasSgemm_v2:1:14")))]) {
-        let narrowed = scenario(case, &[("CUBLASGUARD_CHECKS", "args,bounds")].into_iter().chain(fail).collect::<Vec<_>>()).trace();
-        let all = scenario(case, &fail.into_iter().collect::<Vec<_>>()).trace();
+        let narrowed = scenario(case, &[GEMM_MODE, ("CUBLASGUARD_CHECKS", "args,bounds")].into_iter().chain(fail).collect::<Vec<_>>()).trace();
+        let all = scenario(case, &[GEMM_MODE].into_iter().chain(fail).collect::<Vec<_>>()).trace();
         // Addresses differ from run to run: compared without their digits.
         let unaddressed = |m: &str| {
             m.split("0x")
@@ -437,8 +452,10 @@ fn driver_calls_scanning(guarded: bool, checks: &str, device_scan: &str) -> std:
     calls_scanning(guarded, checks, device_scan, "CUDASHIM_COUNT_DRIVER_CALLS")
 }
 
+/// In gemm mode: these counts pin what its synchronisations and call-time scans cost (deferred
+/// mode's host-blocking calls are breadcrumbs.rs's).
 fn calls_scanning(guarded: bool, checks: &str, device_scan: &str, counter: &str) -> std::collections::BTreeMap<String, u64> {
-    let env = [("CUBLASGUARD_CHECKS", checks), ("CUBLASGUARD_DEVICE_SCAN", device_scan)];
+    let env = [("CUBLASGUARD_SYNC", "gemm"), ("CUBLASGUARD_CHECKS", checks), ("CUBLASGUARD_DEVICE_SCAN", device_scan)];
     counted_calls(&scenarios(), &["clean"], guarded, &env, counter)
 }
 
@@ -555,7 +572,11 @@ fn a_python_programs_faults_carry_its_frames_on_the_main_thread_and_on_a_thread(
     let script = manifest_dir().join("tests/python/frames.py");
     let python = std::path::PathBuf::from("python3");
     let script_s = script.display().to_string();
-    let run = run(Launch { env: &[("PATH", &std::env::var("PATH").unwrap_or_default())], ..Launch::new(&python, &[&script_s]) });
+    // gemm mode named: ctypes releases the GIL around the call, so only a verdict judged at
+    // the call (which takes the GIL back for a moment) has the frames; a deferred one has a
+    // note (deferred_verdicts.rs).
+    let path = std::env::var("PATH").unwrap_or_default();
+    let run = run(Launch { env: &[("PATH", &path), ("CUBLASGUARD_SYNC", "gemm")], ..Launch::new(&python, &[&script_s]) });
     assert!(run.stdout().contains("done"), "the program finished (no deadlock with a busy thread)\n{}\n{}", run.stdout(), run.stderr());
     let t = run.trace();
     assert!(t.environment.python_version.as_deref().is_some_and(|v| v.starts_with('3')), "{:?}", t.environment.python_version);
@@ -608,7 +629,9 @@ fn a_fault_on_a_thread_without_python_frames_says_why() {
 #[test]
 fn native_frames_are_named_even_for_functions_the_library_does_not_export() {
     // scenarios.c calls cuBLAS from `static int gemm(...)`: only the symbol table names it.
-    let t = scenario("nan_a", &[]).trace();
+    // gemm mode named: a NaN verdict judged at the call has the native backtrace (a deferred
+    // one, judged on the guard's thread, has none).
+    let t = scenario("nan_a", &[("CUBLASGUARD_SYNC", "gemm")]).trace();
     let f = only_fault(&t);
     let frame = f.backtrace.iter().find(|l| l.starts_with("gemm ")).unwrap_or_else(|| panic!("{:#?}", f.backtrace));
     // Built with -g: the source line too.
@@ -644,7 +667,9 @@ fn an_ignore_rule_by_python_line_keeps_the_fault_from_another_line() {
     let script_s = script.display().to_string();
     let rule = format!("py=frames.py:{}", line_of(&script, "# FRAME forward_main"));
     let path = std::env::var("PATH").unwrap_or_default();
-    let env = [("PATH", path.as_str()), ("CUBLASGUARD_IGNORE", rule.as_str())];
+    // gemm mode named: the rule matches the Python frames, which a deferred verdict of a call
+    // made with the GIL released (ctypes) does not have.
+    let env = [("PATH", path.as_str()), ("CUBLASGUARD_IGNORE", rule.as_str()), ("CUBLASGUARD_SYNC", "gemm")];
     let run = run(Launch { env: &env, ..Launch::new(std::path::Path::new("python3"), &[&script_s]) });
     let t = run.trace();
     assert_eq!(t.summary.ignored_faults.get(&rule), Some(&1), "the main thread's fault");
@@ -656,8 +681,11 @@ fn an_ignore_rule_by_python_line_keeps_the_fault_from_another_line() {
 fn a_batch_is_scanned_with_one_synchronisation_per_operand_on_either_path() {
     // cublasSgemmStridedBatched, 3 members of 4 x 4, beta = 0: A and B before, C after.
     let program = build_c("gemm_family", &["gemm_family.c"], false);
+    // gemm mode named: the synchronisations counted are its own (under deferred the scans'
+    // reads are queued, never waited for).
     let counts = |guarded: bool, device_scan: &str| {
-        counted_calls(&program, &["cublasSgemmStridedBatched", "clean"], guarded, &[("CUBLASGUARD_DEVICE_SCAN", device_scan)], "CUDASHIM_COUNT_CALLS")
+        let env = [("CUBLASGUARD_SYNC", "gemm"), ("CUBLASGUARD_DEVICE_SCAN", device_scan)];
+        counted_calls(&program, &["cublasSgemmStridedBatched", "clean"], guarded, &env, "CUDASHIM_COUNT_CALLS")
     };
     let bare = counts(false, "off");
     let extra = |name: &str, c: &std::collections::BTreeMap<String, u64>| c.get(name).copied().unwrap_or(0) - bare.get(name).copied().unwrap_or(0);

@@ -42,6 +42,9 @@ fn a_fault_under_the_programs_own_lock_while_another_thread_holds_the_gil_does_n
         .env("LD_LIBRARY_PATH", format!("{}:{}", s.join("lib").display(), s.join("driver").display()))
         .env("LD_PRELOAD", guard_lib())
         .env("CUBLASGUARD_TRACE", &trace_path)
+        // gemm mode: the worker's fault is judged on the worker, which then waits for the GIL
+        // (a deferred verdict of a call made with the GIL released never asks for it).
+        .env("CUBLASGUARD_SYNC", "gemm")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -285,7 +285,9 @@ fn replay_shows_escape_sequences_newlines_and_bidirectional_overrides_from_a_dum
 /// A trace of the stand-in's MLP with a NaN injected, as JSON text.
 fn mlp_trace() -> String {
     let program = standin().join("bin/mlp");
-    let run = run(Launch::new(&program, &["--inject", "nan"]));
+    // gemm mode named: its NaN verdicts, judged at the call, carry the native frames that name
+    // the source the report must not read from a FIFO or a device.
+    let run = run(Launch { env: &[("CUBLASGUARD_SYNC", "gemm")], ..Launch::new(&program, &["--inject", "nan"]) });
     std::fs::read_to_string(&run.trace_path).unwrap()
 }
 

@@ -67,6 +67,9 @@ fn overrides_url_passwords_and_short_options_are_redacted_in_the_trace_and_the_c
         .env("LD_PRELOAD", guard_lib())
         .env("CUBLASGUARD_TRACE", &trace_path)
         .env("CUBLASGUARD_QUIET", "1")
+        // gemm mode: the trace is on disk before the faulting call returns, so before "ready"
+        // (a deferred verdict is written within moments, by the guard's thread).
+        .env("CUBLASGUARD_SYNC", "gemm")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -12,12 +12,12 @@ use std::process::{Command, Stdio};
 
 /// Starts `scenarios fault_then_wait` under the guard, waits for its fault, sends `signal`.
 fn kill_after_fault(signal: i32) -> (std::process::ExitStatus, std::path::PathBuf) {
-    kill_after_fault_with(signal, |_, _| ())
+    kill_after_fault_with(signal, &[], |_, _| ())
 }
 
-/// As `kill_after_fault`, calling `plant(dir, pid)` first; a process still alive 10 s after
-/// the signal is killed and the test fails.
-fn kill_after_fault_with(signal: i32, plant: impl FnOnce(&std::path::Path, u32)) -> (std::process::ExitStatus, std::path::PathBuf) {
+/// As `kill_after_fault`, with `env` added, calling `plant(dir, pid)` first; a process still
+/// alive 10 s after the signal is killed and the test fails.
+fn kill_after_fault_with(signal: i32, env: &[(&str, &str)], plant: impl FnOnce(&std::path::Path, u32)) -> (std::process::ExitStatus, std::path::PathBuf) {
     let dir = temp_dir("signal");
     let trace_path = dir.join("trace.json");
     let s = standin();
@@ -29,6 +29,7 @@ fn kill_after_fault_with(signal: i32, plant: impl FnOnce(&std::path::Path, u32))
         .env("LD_PRELOAD", guard_lib())
         .env("CUBLASGUARD_TRACE", &trace_path)
         .env("CUBLASGUARD_QUIET", "1")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -69,11 +70,29 @@ fn fatal_signals_after_a_fault_leave_a_valid_trace_and_the_same_death() {
 }
 
 #[test]
-fn sigkill_after_a_fault_leaves_the_trace_written_at_the_fault() {
-    let (status, path) = kill_after_fault(libc::SIGKILL);
+fn sigkill_after_a_fault_leaves_the_trace_written_when_the_fault_was_found() {
+    // gemm mode judges the GEMM before it returns: the trace is on disk before the program
+    // says "ready".
+    let (status, path) = kill_after_fault_with(libc::SIGKILL, &[("CUBLASGUARD_SYNC", "gemm")], |_, _| ());
     assert_eq!(status.signal(), Some(libc::SIGKILL));
     let t = trace::read(&path).expect("valid trace");
     assert_eq!(only_fault(&t).kind, FaultKind::NonfiniteInput);
+    assert!(t.crash.is_none());
+    // Deferred (the default): the guard's thread judges the verdict once its scan landed and
+    // writes the trace then, while the program sleeps; nothing runs at a SIGKILL, so the kill
+    // waits for that write (a SIGKILL before it would lose the fault: README, "What changes").
+    let (status, path) = kill_after_fault_with(libc::SIGKILL, &[], |dir, _| {
+        let written = dir.join("trace.json");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !written.exists() {
+            assert!(std::time::Instant::now() < deadline, "the deferred verdict was never written");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    });
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    let t = trace::read(&path).expect("valid trace");
+    assert_eq!(only_fault(&t).kind, FaultKind::NonfiniteInput);
+    assert_eq!(t.summary.deferred_verdicts.get("deferred"), Some(&1), "judged after its call: {:?}", t.summary);
     assert!(t.crash.is_none());
 }
 
@@ -498,7 +517,7 @@ fn a_crash_after_thousands_of_stored_faults_keeps_every_one() {
 fn the_crash_writer_never_opens_a_file_planted_at_a_predictable_name() {
     // The old temporary name was .<trace>.crash<pid>: a FIFO planted there hung the dying
     // process, a 0666 file made the trace world-readable.
-    let (status, path) = kill_after_fault_with(libc::SIGSEGV, |dir, pid| {
+    let (status, path) = kill_after_fault_with(libc::SIGSEGV, &[], |dir, pid| {
         let fifo = std::ffi::CString::new(dir.join(format!(".trace.json.crash{pid}")).display().to_string()).unwrap();
         // SAFETY: mkfifo with a valid path.
         unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) };

@@ -129,7 +129,8 @@ pub struct Config {
     /// CUBLASGUARD_EXIT_SUMMARY=0: no "N fault(s) in M intercepted call(s)" line at exit
     /// (`cublasguard run` sets it: its own summary covers every process of the run).
     pub exit_summary: bool,
-    /// CUBLASGUARD_SYNC: how the guard pins an asynchronous error to its call.
+    /// CUBLASGUARD_SYNC: how the guard pins an asynchronous error to its call. `Deferred`
+    /// unless ON_FAULT is error or abort, or origin mode is on: then `Gemm`.
     pub sync: SyncMode,
     /// CUBLASGUARD_LAUNCH_BREADCRUMBS=1 (with CUBLASGUARD_SYNC=deferred): a breadcrumb after
     /// every recorded kernel launch too, which pins a faulting kernel without synchronising.
@@ -159,6 +160,7 @@ pub enum SyncMode {
     /// No synchronisation in a guarded call: a stream-ordered breadcrumb (the call's number,
     /// written into mapped host memory) after each guarded call says which calls completed, and
     /// an error that surfaces later is recorded on the first call whose breadcrumb never landed.
+    /// The default.
     Deferred,
     /// The stream is synchronised before and after each guarded call.
     Gemm,
@@ -228,7 +230,7 @@ impl Default for Config {
             device_scan: DeviceScan::Auto,
             quiet: false,
             exit_summary: true,
-            sync: SyncMode::Gemm,
+            sync: SyncMode::Deferred,
             launch_breadcrumbs: false,
             nan_origin: false,
             nvml: true,
@@ -331,12 +333,6 @@ impl Config {
                 _ => reject("CUBLASGUARD_DEVICE_SCAN", &v, "not auto, on or off".into(), "auto"),
             }
         }
-        if let Some(v) = lookup("CUBLASGUARD_SYNC") {
-            match SyncMode::parse(&v) {
-                Ok(mode) => config.sync = mode,
-                Err(why) => reject("CUBLASGUARD_SYNC", &v, why, Self::default().sync.name()),
-            }
-        }
         if let Some(v) = lookup("CUBLASGUARD_LAUNCH_BREADCRUMBS") {
             match v.trim() {
                 "1" | "on" | "yes" | "true" => config.launch_breadcrumbs = true,
@@ -349,6 +345,18 @@ impl Config {
                 "1" | "on" | "yes" | "true" => config.nan_origin = true,
                 "0" | "off" | "no" | "false" | "" => config.nan_origin = false,
                 _ => reject("CUBLASGUARD_NAN_ORIGIN", &v, "not 1 or 0".into(), "0"),
+            }
+        }
+        // CUBLASGUARD_SYNC after ON_FAULT and NAN_ORIGIN: its default depends on them. A mode
+        // that acts at the faulting call (error refuses it, abort stops there) needs the call's
+        // kernel fault known before it returns, and origin mode, a rerun, synchronises every
+        // launch anyway: for those, the default synchronises around each guarded call as well.
+        let default_sync = if config.on_fault != OnFault::Continue || config.nan_origin { SyncMode::Gemm } else { SyncMode::Deferred };
+        config.sync = default_sync;
+        if let Some(v) = lookup("CUBLASGUARD_SYNC") {
+            match SyncMode::parse(&v) {
+                Ok(mode) => config.sync = mode,
+                Err(why) => reject("CUBLASGUARD_SYNC", &v, why, default_sync.name()),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_NVML") {
@@ -572,6 +580,38 @@ mod tests {
         assert!(problems[0].contains("CUBLASGUARD_CHECKS='args,speed'") && problems[0].contains("speed"));
         assert!(problems[1].contains("CUBLASGUARD_ON_FAULT='explode'"));
         assert!(problems[2].contains("CUBLASGUARD_RING='-3'"));
+    }
+
+    #[test]
+    fn a_guarded_call_blocks_the_host_only_when_a_synchronising_mode_is_named() {
+        let (config, _) = Config::from_lookup(env(&[]));
+        assert_eq!(config.sync, SyncMode::Deferred);
+        assert!(!config.sync.synchronises_calls() && !config.sync.synchronises_launches());
+        for (text, mode, calls, launches) in
+            [(" gemm", SyncMode::Gemm, true, false), ("launches", SyncMode::Launches, true, true), ("deferred", SyncMode::Deferred, false, false)]
+        {
+            let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_SYNC", text)]));
+            assert!(problems.is_empty(), "{text}: {problems:?}");
+            assert_eq!((config.sync, config.sync.synchronises_calls(), config.sync.synchronises_launches()), (mode, calls, launches), "{text}");
+        }
+        // A typo falls back to the default, and says which.
+        let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_SYNC", "always")]));
+        assert_eq!(config.sync, SyncMode::Deferred);
+        assert_eq!(problems, ["CUBLASGUARD_SYNC='always' ignored: not deferred, gemm or launches; using the default (deferred)"]);
+    }
+
+    #[test]
+    fn on_fault_error_or_abort_and_origin_mode_synchronise_unless_deferred_is_named() {
+        for set in [("CUBLASGUARD_ON_FAULT", "error"), ("CUBLASGUARD_ON_FAULT", "abort"), ("CUBLASGUARD_NAN_ORIGIN", "1")] {
+            assert_eq!(Config::from_lookup(env(&[set])).0.sync, SyncMode::Gemm, "{set:?}");
+            let (config, problems) = Config::from_lookup(env(&[set, ("CUBLASGUARD_SYNC", "gmm")]));
+            assert_eq!(config.sync, SyncMode::Gemm, "{set:?}");
+            assert!(problems[0].ends_with("using the default (gemm)"), "{problems:?}");
+            for named in [SyncMode::Deferred, SyncMode::Launches] {
+                assert_eq!(Config::from_lookup(env(&[set, ("CUBLASGUARD_SYNC", named.name())])).0.sync, named, "{set:?}");
+            }
+        }
+        assert_eq!(Config::from_lookup(env(&[("CUBLASGUARD_ON_FAULT", "continue"), ("CUBLASGUARD_NAN_ORIGIN", "0")])).0.sync, SyncMode::Deferred);
     }
 
     #[test]

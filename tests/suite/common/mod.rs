@@ -157,8 +157,9 @@ fn command(launch: &Launch) -> (Command, PathBuf, PathBuf) {
     if let Ok(mode) = std::env::var("CUBLASGUARD_TEST_DEVICE_SCAN") {
         cmd.env("CUBLASGUARD_DEVICE_SCAN", mode);
     }
-    // And the NaN/Inf tests with deferred verdicts (CUBLASGUARD_TEST_SYNC=deferred): each
-    // verdict judged after its call must say what the call-time one says.
+    // And the NaN/Inf tests with verdicts judged at the call (CUBLASGUARD_TEST_SYNC=gemm; the
+    // default defers them): each must say what the deferred one says. A test that names its
+    // own mode (in `launch.env`, applied after this) keeps it.
     if let Ok(mode) = std::env::var("CUBLASGUARD_TEST_SYNC") {
         cmd.env("CUBLASGUARD_SYNC", mode);
     }

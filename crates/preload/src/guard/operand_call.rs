@@ -505,7 +505,10 @@ mod tests {
 
     #[test]
     fn on_fault_error_turns_an_asynchronous_fault_of_the_call_into_a_failure_status() {
-        let s = setup(OnFault::Error, 1.0);
+        let mut s = setup(OnFault::Error, 1.0);
+        // The mode the configuration gives ON_FAULT=error when CUBLASGUARD_SYNC is not set: the
+        // call's kernel fault is only known at the call by synchronising after it.
+        s.session.config.sync = crate::config::SyncMode::Gemm;
         s.device.sync_errors.borrow_mut().extend([0, 700]); // clean before, faulted after
         let calls = Cell::new(0);
         assert_eq!(sgemm(&s, A, 2, 0, &calls), cuda::CUBLAS_EXECUTION_FAILED);
@@ -542,7 +545,10 @@ mod tests {
 
     #[test]
     fn an_error_pending_before_the_call_is_not_blamed_on_it() {
-        let s = setup(OnFault::Continue, 1.0);
+        let mut s = setup(OnFault::Continue, 1.0);
+        // gemm mode's synchronisation before the call is what finds it pending (under deferred
+        // the breadcrumbs attribute it: session::breadcrumbs' and attribution's tests).
+        s.session.config.sync = crate::config::SyncMode::Gemm;
         s.device.sync_errors.borrow_mut().push(719);
         let calls = Cell::new(0);
         sgemm(&s, A, 2, 0, &calls);
@@ -646,6 +652,7 @@ mod tests {
         }
         // gemm mode: before and after, no breadcrumb.
         let mut s = setup(OnFault::Continue, 1.0);
+        s.session.config.sync = crate::config::SyncMode::Gemm;
         s.session.config.checks = crate::config::Checks::parse("args,bounds,sync").unwrap();
         s.device.breadcrumbs_work.set(true);
         sgemm(&s, A, 2, 0, &Cell::new(0));
