@@ -572,31 +572,34 @@ fn a_python_programs_faults_carry_its_frames_on_the_main_thread_and_on_a_thread(
     let script = manifest_dir().join("tests/python/frames.py");
     let python = std::path::PathBuf::from("python3");
     let script_s = script.display().to_string();
-    // gemm mode named: ctypes releases the GIL around the call, so only a verdict judged at
-    // the call (which takes the GIL back for a moment) has the frames; a deferred one has a
-    // note (deferred_verdicts.rs).
+    // ctypes releases the GIL around the call: at a verdict judged at the call (gemm mode) the
+    // guard takes it back for a moment; for one judged later (the default) the frames were
+    // read from CPython's structures at the call.
     let path = std::env::var("PATH").unwrap_or_default();
-    let run = run(Launch { env: &[("PATH", &path), ("CUBLASGUARD_SYNC", "gemm")], ..Launch::new(&python, &[&script_s]) });
-    assert!(run.stdout().contains("done"), "the program finished (no deadlock with a busy thread)\n{}\n{}", run.stdout(), run.stderr());
-    let t = run.trace();
-    assert!(t.environment.python_version.as_deref().is_some_and(|v| v.starts_with('3')), "{:?}", t.environment.python_version);
-    let nan: Vec<_> = t.faults.iter().filter(|f| f.kind == FaultKind::NonfiniteInput).collect();
-    assert_eq!(nan.len(), 2, "{:#?}", t.faults);
-    for (fault, caller) in nan.iter().zip(["forward_main", "forward_worker"]) {
-        let frames = &fault.python_stack;
-        assert!(frames.len() >= 2, "{caller}: {fault:#?}");
-        assert_eq!(
-            (frames[0].file.as_str(), frames[0].function.as_str(), frames[0].line),
-            (script_s.as_str(), "gemm", line_of(&script, "# FRAME gemm")),
-            "{caller}"
-        );
-        assert_eq!((frames[1].function.as_str(), frames[1].line), (caller, line_of(&script, &format!("# FRAME {caller}"))), "{caller}");
-        assert!(fault.python_stack_note.is_none());
+    for mode in ["deferred", "gemm"] {
+        let run = run(Launch { env: &[("PATH", &path), ("CUBLASGUARD_SYNC", mode)], ..Launch::new(&python, &[&script_s]) });
+        assert!(run.stdout().contains("done"), "{mode}: the program finished (no deadlock with a busy thread)\n{}\n{}", run.stdout(), run.stderr());
+        let t = run.trace();
+        assert!(t.environment.python_version.as_deref().is_some_and(|v| v.starts_with('3')), "{:?}", t.environment.python_version);
+        let nan: Vec<_> = t.faults.iter().filter(|f| f.kind == FaultKind::NonfiniteInput).collect();
+        assert_eq!(nan.len(), 2, "{mode}: {:#?}", t.faults);
+        for caller in ["forward_main", "forward_worker"] {
+            let fault = nan.iter().find(|f| f.python_stack.get(1).is_some_and(|s| s.function == caller));
+            let fault = fault.unwrap_or_else(|| panic!("{mode}: no fault from {caller}: {nan:#?}"));
+            let frames = &fault.python_stack;
+            assert_eq!(
+                (frames[0].file.as_str(), frames[0].function.as_str(), frames[0].line),
+                (script_s.as_str(), "gemm", line_of(&script, "# FRAME gemm")),
+                "{mode} {caller}"
+            );
+            assert_eq!(frames[1].line, line_of(&script, &format!("# FRAME {caller}")), "{mode} {caller}");
+            assert!(fault.python_stack_note.is_none());
+        }
+        // The report leads with the user's line.
+        let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+        let text = String::from_utf8_lossy(&report.stdout);
+        assert!(text.contains(&format!("frames.py:{} in gemm", line_of(&script, "# FRAME gemm"))), "{mode}: {text}");
     }
-    // The report leads with the user's line.
-    let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
-    let text = String::from_utf8_lossy(&report.stdout);
-    assert!(text.contains(&format!("frames.py:{} in gemm", line_of(&script, "# FRAME gemm"))), "{text}");
 }
 
 #[test]
@@ -667,14 +670,16 @@ fn an_ignore_rule_by_python_line_keeps_the_fault_from_another_line() {
     let script_s = script.display().to_string();
     let rule = format!("py=frames.py:{}", line_of(&script, "# FRAME forward_main"));
     let path = std::env::var("PATH").unwrap_or_default();
-    // gemm mode named: the rule matches the Python frames, which a deferred verdict of a call
-    // made with the GIL released (ctypes) does not have.
-    let env = [("PATH", path.as_str()), ("CUBLASGUARD_IGNORE", rule.as_str()), ("CUBLASGUARD_SYNC", "gemm")];
-    let run = run(Launch { env: &env, ..Launch::new(std::path::Path::new("python3"), &[&script_s]) });
-    let t = run.trace();
-    assert_eq!(t.summary.ignored_faults.get(&rule), Some(&1), "the main thread's fault");
-    assert_eq!(t.faults.len(), 1, "the worker's fault is kept");
-    assert_eq!(t.faults[0].python_stack[1].function, "forward_worker");
+    // In both modes: the rule matches the Python frames, kept at the call for a verdict judged
+    // later.
+    for mode in ["deferred", "gemm"] {
+        let env = [("PATH", path.as_str()), ("CUBLASGUARD_IGNORE", rule.as_str()), ("CUBLASGUARD_SYNC", mode)];
+        let run = run(Launch { env: &env, ..Launch::new(std::path::Path::new("python3"), &[&script_s]) });
+        let t = run.trace();
+        assert_eq!(t.summary.ignored_faults.get(&rule), Some(&1), "{mode}: the main thread's fault");
+        assert_eq!(t.faults.len(), 1, "{mode}: the worker's fault is kept");
+        assert_eq!(t.faults[0].python_stack[1].function, "forward_worker", "{mode}");
+    }
 }
 
 #[test]

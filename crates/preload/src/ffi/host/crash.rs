@@ -626,8 +626,28 @@ fn is_hardware_fault(sig: libc::c_int, info: *const libc::siginfo_t) -> bool {
     sig != libc::SIGABRT && !info.is_null() && unsafe { (*info).si_code } > 0
 }
 
+/// Hands a signal another process sent with kill() to the main thread, when it was delivered to
+/// another one: the kernel picks any thread that does not block it, and the one it picked may
+/// be one the crash writer waits for (the guard's verdict thread, whose landed verdicts it
+/// gives a moment to be judged; the driver's). A fault of a thread's own instruction, and a
+/// signal sent to one thread (abort(), tgkill), stay where they are.
+fn handed_to_main_thread(sig: libc::c_int, info: *const libc::siginfo_t) -> bool {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler (checked for null);
+    // getpid, gettid and tgkill are async-signal-safe system calls.
+    unsafe {
+        if info.is_null() || (*info).si_code != libc::SI_USER {
+            return false;
+        }
+        let pid = libc::getpid();
+        libc::syscall(libc::SYS_gettid) as libc::pid_t != pid && libc::syscall(libc::SYS_tgkill, pid, pid, sig) == 0
+    }
+}
+
 extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let Some(index) = SIGNALS.iter().position(|(s, _)| *s == sig) else { return };
+    if handed_to_main_thread(sig, info) {
+        return;
+    }
     let name = SIGNALS[index].1;
     // The program's own handler decides first, with the original siginfo and context: it may
     // well recover, and then nothing was fatal.
