@@ -12,6 +12,9 @@
 #           default "none args,bounds all"
 #   REPS    runs of each size, the lowest total kept (default 3)
 #   NVML    CUBLASGUARD_NVML for the runs (default 0; see below)
+#   CUBLASGUARD_SYNC  passed on as set: unset, the guard's default (`deferred` since issue 29;
+#           BENCHMARKS.md's "all checks" rows before it are `gemm`). `none` and `args,bounds`
+#           synchronise in no mode, and read the same in each.
 #
 # Pinned so that runs compare: CUDASHIM_SYNC=1 (the stand-in GPU's worker thread would make the
 # counts noisy), the host scan (CUBLASGUARD_DEVICE_SCAN=off, as the overhead bench pins it), and
