@@ -20,6 +20,21 @@ pub struct Diagnosis {
     pub gpu_context: Vec<String>,
 }
 
+/// A NaN/Inf verdict judged after its call returned (deferred, the default) keeps no native
+/// backtrace; where it has no Python frames either, the trace does not say where in the program
+/// the call was made: the step says how to have it.
+fn late_call_site_step(fault: &Fault) -> Option<String> {
+    let late = matches!(fault.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput) && fault.found_at_seq.is_some();
+    (late && fault.backtrace.is_empty() && fault.python_stack.is_empty()).then(|| {
+        format!(
+            "This verdict was judged after call #{} returned (CUBLASGUARD_SYNC=deferred, the default), so the trace has no backtrace of it: \
+             to see which line of the program made the call, run it again with CUBLASGUARD_SYNC=gemm (each call judged before it returns, with \
+             its native backtrace).",
+            fault.seq
+        )
+    })
+}
+
 /// cuBLAS GEMMs as PyTorch issues them for y = x W^T: transa = T, transb = N, m = out, n = batch, k = in.
 /// Why an asynchronous error is on its call: the guard's synchronisation right after it (gemm
 /// mode), or the breadcrumbs (deferred: the default), which blame a call only when its own work
@@ -32,13 +47,13 @@ fn async_cause(fault: &Fault) -> String {
         Some(found) => {
             let there = if found == 0 { "the exit".to_string() } else { format!("call #{found}") };
             format!(
-                "the kernel launched by this call faulted: the work queued before it on its stream completed and this call's did not (its breadcrumb never landed),                  so this call is the culprit, as CUDA_LAUNCH_BLOCKING=1 would have shown, not {there}, where the error surfaced"
+                "the kernel launched by this call faulted: the work queued before it on its stream completed and this call's did not (its breadcrumb never landed), so this call is the culprit, as CUDA_LAUNCH_BLOCKING=1 would have shown, not {there}, where the error surfaced"
             )
         }
         // Blamed where it surfaced with a success status: its own work was the first unfinished.
-        None if fault.status == 0 => "the kernel launched by this call faulted: every breadcrumb left before it landed and its own work did not complete,              so this call is the culprit, as CUDA_LAUNCH_BLOCKING=1 would have shown"
+        None if fault.status == 0 => "the kernel launched by this call faulted: every breadcrumb left before it landed and its own work did not complete, so this call is the culprit, as CUDA_LAUNCH_BLOCKING=1 would have shown"
             .into(),
-        None => "a kernel queued on the device faulted and the error surfaced at this call, which is not necessarily the culprit: the message above says, from              the breadcrumbs each guarded call left on its stream, which calls had not completed (CUBLASGUARD_SYNC=launches pins it to its launch)"
+        None => "a kernel queued on the device faulted and the error surfaced at this call, which is not necessarily the culprit: the message above says, from the breadcrumbs each guarded call left on its stream, which calls had not completed (CUBLASGUARD_SYNC=launches pins it to its launch)"
             .into(),
     }
 }
@@ -427,6 +442,9 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
             steps(&["Upgrade cublasguard to the version that wrote this trace (the note at the top names it) for its advice on this kind."]),
         ),
     };
+    if let Some(step) = late_call_site_step(fault) {
+        next_steps.push(step);
+    }
     if let Some(e) = &fault.error {
         if !matches!(fault.kind, FaultKind::AsyncError) {
             next_steps.push(format!(
@@ -664,6 +682,23 @@ mod tests {
         assert_eq!(d.row_major, ["B as row-major: [32, 8] f32, first non-finite at [3, 2]"]);
         assert!(d.cause.contains("the features fed to this Linear"), "{}", d.cause);
         assert!(d.next_steps[0].contains("input features"));
+    }
+
+    #[test]
+    fn a_late_verdict_without_frames_says_how_to_have_its_call_site() {
+        let mut f = fault(FaultKind::NonfiniteInput);
+        f.found_at_seq = Some(9);
+        let steps = |f: &Fault| diagnose(f, None, Program::Native).next_steps;
+        assert!(steps(&f).iter().any(|s| s.contains("CUBLASGUARD_SYNC=gemm") && s.contains(&format!("#{}", f.seq))), "{:?}", steps(&f));
+        // Found at the call, or with a backtrace or Python frames: nothing to add.
+        let says = |f: &Fault| steps(f).iter().any(|s| s.contains("CUBLASGUARD_SYNC=gemm"));
+        let mut at_call = f.clone();
+        at_call.found_at_seq = None;
+        let mut with_frames = f.clone();
+        with_frames.python_stack = vec![cublasguard_format::trace::PythonFrame { file: "t.py".into(), line: 3, function: "f".into() }];
+        let mut with_backtrace = f.clone();
+        with_backtrace.backtrace = vec!["main (a.out+0x10) [0x10]".into()];
+        assert!(!says(&at_call) && !says(&with_frames) && !says(&with_backtrace));
     }
 
     #[test]
