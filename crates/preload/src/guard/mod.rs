@@ -165,7 +165,7 @@ impl<'a, R: Copy> Call<'a, R> {
         forward: &'a dyn Fn() -> R,
         memo: &'a ThreadMemo,
     ) -> Self {
-        Self { session, hook, seq: 0, device, outlet, memo, forward, recorded: Cell::new(true), started_ns: 0, thread: 0, ran: None }
+        Self::judged_later(session, hook, 0, device, outlet, forward, memo)
     }
 
     /// The live allocations, looked up through this thread's memo.

@@ -191,7 +191,7 @@ fn this_thread_name() -> String {
     thread_local! {
         static NAME: std::cell::OnceCell<String> = const { std::cell::OnceCell::new() };
     }
-    NAME.with(|name| name.get_or_init(thread_name).clone())
+    NAME.try_with(|name| name.get_or_init(thread_name).clone()).unwrap_or_else(|_| thread_name())
 }
 
 /// The frames of the thread whose state is `tstate`, innermost first.

@@ -106,14 +106,15 @@ fn reader() -> Option<&'static Reader> {
         .as_ref()
 }
 
-/// One frame's place: its code object, the byte offset of its instruction in it, and the code
-/// object's line table (a freed code object's address reused by another is told apart by it).
+/// One frame's place: its code object and the byte offset of its instruction in it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct Place {
     code: usize,
     offset: i32,
 }
 
+/// A place resolved, with its code object's line table then (a freed code object's address
+/// reused by another is told apart by it).
 struct Resolved {
     linetable: usize,
     frame: Arc<PythonFrame>,
@@ -185,7 +186,8 @@ unsafe fn resolve(reader: &Reader, code: usize, offset: i32) -> Arc<PythonFrame>
     let place = Place { code, offset };
     // SAFETY: the caller's contract.
     let linetable = unsafe { read_word(code + reader.layout.code_linetable) };
-    let known = RESOLVED.with(|r| r.borrow().get(&place).filter(|k| k.linetable == linetable).map(|k| Arc::clone(&k.frame)));
+    // `try_with`: a call made while the thread's locals are being destroyed resolves afresh.
+    let known = RESOLVED.try_with(|r| r.borrow().get(&place).filter(|k| k.linetable == linetable).map(|k| Arc::clone(&k.frame))).ok().flatten();
     if let Some(frame) = known {
         return frame;
     }
@@ -205,7 +207,7 @@ unsafe fn resolve(reader: &Reader, code: usize, offset: i32) -> Arc<PythonFrame>
         }
     };
     let frame = Arc::new(frame);
-    RESOLVED.with(|r| {
+    let _ = RESOLVED.try_with(|r| {
         let mut r = r.borrow_mut();
         if r.len() >= PLACES_KEPT {
             r.clear();
