@@ -1,5 +1,6 @@
 //! The `cublasguard` command: runs programs under the guard and interprets its traces.
 
+mod coverage;
 mod cuda_table;
 mod diagnosis;
 mod doctor;

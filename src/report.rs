@@ -879,11 +879,14 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool, limit: Option<usize>) ->
         format!("The guard counted {not_stored} more fault(s) that it did not store (past CUBLASGUARD_MAX_FAULTS): {hold} only their number.")
     });
     let unreadable_line = (unreadable > 0).then(|| format!("{unreadable} stored fault(s) could not be read by this cublasguard: see the note above."));
+    let unscanned = crate::coverage::unscanned_lines(loaded.iter().map(|l| &l.trace.summary));
     if entries.is_empty() {
-        if faults == 0 {
+        if faults == 0 && unscanned.is_empty() {
             doc.para("No faults: every intercepted call passed the guard's checks.");
+        } else if faults == 0 {
+            doc.para("No faults in what the guard checked:");
         }
-        for line in not_stored_line.iter().chain(&unreadable_line) {
+        for line in not_stored_line.iter().chain(&unreadable_line).chain(&unscanned) {
             doc.para(line);
         }
         environment(&mut doc, loaded);
@@ -919,7 +922,7 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool, limit: Option<usize>) ->
         );
         doc.para(&line);
     }
-    for line in not_stored_line.iter().chain(&unreadable_line) {
+    for line in not_stored_line.iter().chain(&unreadable_line).chain(&unscanned) {
         doc.para(line);
     }
     environment(&mut doc, loaded);

@@ -411,8 +411,10 @@ fn summarise(traces: &[PathBuf], pattern: &str) {
     let entries = report::merge(&loaded);
     let calls = report::total_calls(&loaded);
     let names: Vec<String> = traces.iter().map(|p| p.display().to_string()).collect();
+    let unscanned = crate::coverage::unscanned_lines(loaded.iter().map(|l| &l.trace.summary));
     if entries.is_empty() {
         eprintln!("cublasguard: no faults in {calls} calls (trace: {})", names.join(", "));
+        unscanned.iter().for_each(|line| eprintln!("  {line}"));
         return;
     }
     let total = report::total(loaded.iter().map(|l| l.trace.summary.faults));
@@ -425,6 +427,7 @@ fn summarise(traces: &[PathBuf], pattern: &str) {
         eprintln!("  at {}", report::escape_controls(&line));
     }
     eprintln!("  probable cause: {}", report::escape_controls(&first.diagnosis.cause));
+    unscanned.iter().for_each(|line| eprintln!("  {line}"));
     eprintln!("  full report: cublasguard report {}", names.join(" "));
 }
 

@@ -119,14 +119,112 @@ fn on_fault_error_still_refuses_the_call_that_makes_a_nan_so_it_waits_for_the_ve
 }
 
 #[test]
-fn when_the_region_is_full_a_scan_is_skipped_and_counted_never_waited_for() {
-    // A region of one page: the host scan's copies of the second GEMM's operands find no room
-    // while the first GEMM's have not landed.
+fn when_the_region_has_no_room_for_a_calls_scans_it_is_judged_at_the_call_as_in_gemm_mode() {
+    // A region of one page: the 16 KiB operands of big_nan's GEMM cannot be staged in it.
     let env = [DEFERRED, GPU_BEHIND, ("CUBLASGUARD_DEVICE_SCAN", "off"), ("CUBLASGUARD_STAGING_BYTES", "4096")];
     let t = scenario("big_nan", &env).trace();
-    assert!(t.faults.is_empty(), "the 16 KiB operands are not scanned: {:#?}", t.faults);
-    assert!(t.summary.deferred_verdicts.get("no_room").is_some_and(|n| *n >= 1), "{:?}", t.summary);
-    assert_eq!(blocking_per_further_gemm(&env), 0);
+    let g = scenario("big_nan", &[GEMM_MODE, ("CUBLASGUARD_DEVICE_SCAN", "off")]).trace();
+    let f = only_fault(&t);
+    assert_eq!(as_at_the_call(f), as_at_the_call(only_fault(&g)), "the fault gemm mode records");
+    assert_eq!(f.found_at_seq, None, "found at its call: {f:#?}");
+    assert_eq!(t.summary.deferred_verdicts.get("judged_at_call"), Some(&1), "{:?}", t.summary);
+    assert!(!t.summary.deferred_verdicts.contains_key("no_room"), "nothing left unscanned: {:?}", t.summary);
+    assert_eq!(blocking_per_further_gemm(&env), 0, "calls whose scans fit still never wait");
+}
+
+fn large_operands() -> std::path::PathBuf {
+    build_c("large_operands", &["large_operands.c"], false)
+}
+
+/// The stand-in's queued work a little behind the host (a run of thousands of GEMMs, each
+/// 20 ms behind the one before, would take minutes).
+const GPU_A_LITTLE_BEHIND: (&str, &str) = ("CUDASHIM_WORKER_DELAY_US", "200");
+
+/// large_operands.c run with `args` under the guard, the host scan forced, in `mode`, the GPU
+/// behind the host.
+fn large_run(args: &[&str], mode: (&str, &str)) -> Trace {
+    let program = large_operands();
+    let behind = if matches!(args.first(), Some(&"burst" | &"ahead")) { GPU_A_LITTLE_BEHIND } else { GPU_BEHIND };
+    let env = [mode, behind, ("CUBLASGUARD_DEVICE_SCAN", "off")];
+    let run = run(Launch { env: &env, ..Launch::new(&program, args) });
+    assert_eq!(run.code(), Some(0), "{args:?} {mode:?}: {}", run.stderr());
+    run.trace()
+}
+
+/// One sgemm whose A is `mib` MiB, NaN at its start, middle and end: the default mode records
+/// the fault gemm mode records, with its element, whether A fits the 32 MiB staging region or
+/// not; within the scan budget (256 MiB an operand) the NaN is always found.
+fn a_nan_in_a_large_operand_is_found_as_in_gemm_mode(mib: &str) {
+    for at in ["start", "middle", "end"] {
+        let args = ["big", mib, at];
+        let (deferred, gemm_mode) = (large_run(&args, DEFERRED), large_run(&args, GEMM_MODE));
+        assert_eq!(deferred.faults.len(), gemm_mode.faults.len(), "{args:?}: {:#?} against {:#?}", deferred.faults, gemm_mode.faults);
+        for (f, g) in deferred.faults.iter().zip(&gemm_mode.faults) {
+            assert_eq!(as_at_the_call(f), as_at_the_call(g), "{args:?}");
+        }
+        if mib.parse::<u64>().is_ok_and(|m| m <= 256) {
+            let f = only_fault(&deferred);
+            assert_eq!(f.kind, FaultKind::NonfiniteInput, "{args:?}");
+            let a = f.operands.iter().find(|o| o.name == "A").expect("A");
+            assert!(a.first_nonfinite.is_some() && !a.sampled, "{args:?}: {a:#?}");
+        }
+        let calls = deferred.recent_calls.iter().filter(|c| c.api == "cublasSgemm_v2").collect::<Vec<_>>();
+        assert!(calls.iter().all(|c| c.scanned), "{args:?}");
+        assert!(!deferred.summary.deferred_verdicts.contains_key("no_room"), "{args:?}: {:?}", deferred.summary);
+    }
+}
+
+#[test]
+fn a_nan_in_a_31_mib_operand_is_found_as_in_gemm_mode() {
+    a_nan_in_a_large_operand_is_found_as_in_gemm_mode("31");
+}
+
+#[test]
+fn a_nan_in_a_33_mib_operand_larger_than_the_staging_region_is_found_as_in_gemm_mode() {
+    a_nan_in_a_large_operand_is_found_as_in_gemm_mode("33");
+}
+
+#[test]
+fn a_nan_in_a_64_mib_operand_larger_than_the_staging_region_is_found_as_in_gemm_mode() {
+    a_nan_in_a_large_operand_is_found_as_in_gemm_mode("64");
+}
+
+#[test]
+fn a_300_mib_operand_beyond_the_scan_budget_is_sampled_alike_in_both_modes() {
+    a_nan_in_a_large_operand_is_found_as_in_gemm_mode("300");
+}
+
+#[test]
+fn a_batch_whose_members_together_pass_the_staging_region_is_found_as_in_gemm_mode() {
+    let args = ["batch", "40", "4"];
+    let (deferred, gemm_mode) = (large_run(&args, DEFERRED), large_run(&args, GEMM_MODE));
+    let (f, g) = (only_fault(&deferred), only_fault(&gemm_mode));
+    assert_eq!(as_at_the_call(f), as_at_the_call(g));
+    assert_eq!(f.operands.iter().find(|o| o.name == "A").and_then(|o| o.bad_member), Some(3), "{f:#?}");
+}
+
+#[test]
+fn after_a_burst_of_nan_gemms_the_staging_region_comes_back_and_a_later_nan_is_found() {
+    // 21 GEMMs that read a NaN, 3,000 clean ones (16 KiB operands: together far more than the
+    // region), then one more NaN: every fault gemm mode records.
+    let args = ["burst", "21", "3000", "64"];
+    let (deferred, gemm_mode) = (large_run(&args, DEFERRED), large_run(&args, GEMM_MODE));
+    assert_eq!(gemm_mode.faults.len(), 22);
+    assert_eq!(deferred.faults.iter().map(|f| f.seq).collect::<Vec<_>>(), gemm_mode.faults.iter().map(|f| f.seq).collect::<Vec<_>>());
+    assert!(!deferred.summary.deferred_verdicts.contains_key("no_room"), "{:?}", deferred.summary);
+    let deferred_count = deferred.summary.deferred_verdicts.get("deferred").copied().unwrap_or(0);
+    assert!(deferred_count > 2000, "most verdicts still deferred: {:?}", deferred.summary);
+}
+
+#[test]
+fn a_host_running_far_ahead_of_the_device_still_gets_every_verdict() {
+    // 200 GEMMs whose A and C are 1 MiB, queued on a GPU behind the host: 600 MiB of reads
+    // through a 32 MiB region; the last one reads a NaN.
+    let t = large_run(&["ahead", "200"], DEFERRED);
+    let f = only_fault(&t);
+    assert_eq!((f.kind, f.api.as_str()), (FaultKind::NonfiniteInput, "cublasSgemm_v2"));
+    assert_eq!(Some(f.seq), t.recent_calls.iter().filter(|c| c.api == "cublasSgemm_v2").map(|c| c.seq).max());
+    assert!(!t.summary.deferred_verdicts.contains_key("no_room"), "{:?}", t.summary);
 }
 
 /// This machine's CPython interpreters of the `minors` given ("3.11"), one each: on the PATH

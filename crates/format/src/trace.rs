@@ -619,8 +619,8 @@ pub struct Summary {
     #[serde(default)]
     pub ignored_faults: BTreeMap<String, u64>,
     /// CUBLASGUARD_SYNC=deferred: `deferred`, calls whose NaN/Inf verdict was judged after they
-    /// returned; `no_room`, operands not scanned because the region their scans land in was
-    /// full; `waiting`, calls whose verdict had not landed when the trace was written. Left
+    /// returned; `judged_at_call`, calls the region their scans land in had no room for,
+    /// scanned at the call instead; `no_room`, operands not scanned for want of room; `waiting`, calls whose verdict had not landed when the trace was written. Left
     /// out when all are 0.
     #[serde(default)]
     pub deferred_verdicts: BTreeMap<String, u64>,

@@ -85,18 +85,39 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
     let site = (call.hook.index() as u64) ^ d0 << 8 ^ d1 << 24 ^ d2 << 40;
     let scan_started = if checks.nan { call.outlet.now_ns() } else { 0 };
     checks.nan = checks.nan && s.should_scan(site, scan_started);
+    let may_wait = checks.nan && super::verdicts::may_wait(call, &record);
+    if may_wait && s.verdicts.crowded(s.config.staging_bytes) {
+        // The calls holding the staging region are judged here, those whose scans landed,
+        // before this one reserves more: a host that runs ahead of the guard's verdict thread
+        // frees the room its next calls need.
+        super::verdicts::harvest(call, call.seq);
+    }
     let body = |buf: &mut Vec<u8>| {
         let mut known = known_at_entry;
         let mut check = OperandCallCheck::new(matmul, handle);
         check.deferred = deferred;
-        // Under `deferred`, the scans' reads are queued and their verdict judged later.
-        let recording = if checks.nan && super::verdicts::may_wait(call, &record) { super::verdicts::Recording::begin(call, check.stream()) } else { None };
+        // Under `deferred`, the scans' reads are queued and their verdict judged later, when
+        // the region has room for all of them.
+        let on_device = s.config.device_scan != crate::config::DeviceScan::Off && !s.device_scan.failed();
+        let mut recording =
+            if may_wait { super::verdicts::Recording::begin(call, check.stream(), matmul.staging_need(s.config.scan_bytes, on_device)) } else { None };
         check.recording = recording.is_some();
+        match &recording {
+            Some(r) => check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, r, buf),
+            None => check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, call.device, buf),
+        }
+        if let Some(r) = recording.take_if(|r| r.overflowed()) {
+            // More than foreseen: the reads not queued would be lost, so the call is checked
+            // again, its scans read at the call, as when there is no region.
+            r.abandon();
+            check = OperandCallCheck::new(matmul, handle);
+            check.deferred = deferred;
+            check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, call.device, buf);
+        }
         let scans: &dyn Device = match &recording {
             Some(r) => r,
             None => call.device,
         };
-        check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, scans, buf);
         if let Some(code) = check.surfaced {
             // An earlier call's fault, found here without a synchronisation: blamed on the call
             // whose breadcrumb never landed (this one only fails because the context is gone).
@@ -141,7 +162,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             // The whole guarded call counts against the budget: scans dominate it.
             s.add_scan_time(call.outlet.now_ns().saturating_sub(scan_started));
         }
-        call.record_scanned(returned, record, checks.nan);
+        call.record_scanned(returned, record, checks.nan && !recording.as_ref().is_some_and(|r| r.overflowed()));
         if s.config.nan_origin {
             super::origin::watch_operands(call, &check);
         }
@@ -700,7 +721,7 @@ mod tests {
         );
         super::super::verdicts::harvest(&later, later.seq);
         assert!(faults(&session).is_empty());
-        assert_eq!(session.session.verdicts.counts(), (1, 0, 0));
+        assert_eq!(session.session.verdicts.counts(), (1, 0, 0, 0));
     }
 
     #[test]

@@ -70,18 +70,52 @@ pub(crate) struct Recording<'a> {
     mark: Option<u64>,
     phase: Cell<bool>,
     log: RefCell<ScanLog>,
+    /// A scan found no room in the region: the call is judged at the call instead (`abandon`),
+    /// and nothing more is queued for it.
+    overflowed: Cell<bool>,
 }
 
 impl<'a> Recording<'a> {
-    /// `None`: no region here (the checks scan as under `gemm`).
-    pub fn begin(call: &Call<'a, i32>, stream: u64) -> Option<Self> {
+    /// `None`: no region here, or not the `need` bytes the call's scans may take (see
+    /// `OperandCall::staging_need`): the checks scan at the call, as under `gemm`.
+    pub fn begin(call: &Call<'a, i32>, stream: u64, need: u64) -> Option<Self> {
         let memory = call.device.verdict_memory()?;
         let arena = memory.arena()?;
         let session = call.session;
+        if !session.verdicts.has_room(arena, need, session.config.staging_bytes) {
+            session.verdicts.note_judged_at_call();
+            return None;
+        }
         let mark = session.verdicts.reserve(arena, 8, session.config.staging_bytes);
         let mut log = ScanLog::default();
         log.reserved.extend(mark);
-        Some(Self { device: call.device, memory, session, arena, stream, mark, phase: Cell::new(BEFORE), log: RefCell::new(log) })
+        Some(Self {
+            device: call.device,
+            memory,
+            session,
+            arena,
+            stream,
+            mark,
+            phase: Cell::new(BEFORE),
+            log: RefCell::new(log),
+            overflowed: Cell::new(mark.is_none()),
+        })
+    }
+
+    /// Whether a scan of the call found no room in the region (an operand larger than it, or
+    /// the region held by calls not yet judged): its reads are not all queued, so its verdict
+    /// cannot be judged later; `abandon` it and scan at the call.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed.get()
+    }
+
+    /// Gives up deferring the call's verdict: once the copies already queued on its stream
+    /// have landed (the stream synchronised; its error, if any, is left for the breadcrumbs
+    /// and the program to find), the bytes they held are free again.
+    pub fn abandon(self) {
+        self.device.synchronize(self.stream);
+        self.session.verdicts.release(self.arena, &self.log.into_inner());
+        self.session.verdicts.note_judged_at_call();
     }
 
     /// The call has run: what is read from now on is its output.
@@ -90,11 +124,13 @@ impl<'a> Recording<'a> {
     }
 
     fn reserve(&self, bytes: u64) -> Option<u64> {
-        let offset = self.mark.and_then(|_| self.session.verdicts.reserve(self.arena, bytes, self.session.config.staging_bytes));
-        let mut log = self.log.borrow_mut();
+        if self.overflowed.get() {
+            return None;
+        }
+        let offset = self.session.verdicts.reserve(self.arena, bytes, self.session.config.staging_bytes);
         match offset {
-            Some(offset) => log.reserved.push(offset),
-            None => log.skipped += 1,
+            Some(offset) => self.log.borrow_mut().reserved.push(offset),
+            None => self.overflowed.set(true),
         }
         offset
     }
@@ -113,12 +149,15 @@ impl<'a> Recording<'a> {
                 check.read_scalar(ptr, call.allocations(), &self);
             }
         }
-        let mut log = self.log.into_inner();
+        if self.overflowed.get() {
+            // Room ran out after the call (its inputs' reads were all queued): what it wrote is
+            // not judged, and counted.
+            s.verdicts.note_skipped(check.operands.iter().flatten().filter(|o| o.spec.role.written()).count() as u64);
+        }
+        let log = self.log.into_inner();
         let queued = !(log.copies.is_empty() && log.scans.is_empty());
         let Some(mark) = self.mark.filter(|_| queued) else {
             // Nothing in flight: the reservations are free again now.
-            s.verdicts.note_skipped(log.skipped as u64);
-            log.skipped = 0;
             s.verdicts.release(self.arena, &log);
             return;
         };

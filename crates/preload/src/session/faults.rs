@@ -215,8 +215,8 @@ impl crate::trace::SummarySource for LiveSummary<'_> {
         self.session.scans.counts().1
     }
     fn deferred_verdicts(&self, f: &mut dyn FnMut(&str, u64)) {
-        let (deferred, no_room, waiting) = self.session.verdicts.counts();
-        for (name, n) in [("deferred", deferred), ("no_room", no_room), ("waiting", waiting)] {
+        let (deferred, judged_at_call, no_room, waiting) = self.session.verdicts.counts();
+        for (name, n) in [("deferred", deferred), ("judged_at_call", judged_at_call), ("no_room", no_room), ("waiting", waiting)] {
             if n > 0 {
                 f(name, n);
             }

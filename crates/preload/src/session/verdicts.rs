@@ -20,6 +20,8 @@ const ALIGN: u64 = 16;
 struct Ring {
     /// (start, length, released), oldest first.
     live: VecDeque<(u64, u64, bool)>,
+    /// The bytes `live` spans (what is not free again yet).
+    held: u64,
 }
 
 impl Ring {
@@ -50,15 +52,34 @@ impl Ring {
             }
         };
         self.live.push_back((start, bytes, false));
+        self.held += bytes;
         Some(start)
+    }
+
+    /// The most bytes reservations made one after another are sure to get: the larger of the
+    /// free bytes after the newest reservation and those before the oldest (a reservation
+    /// that does not fit after the newest starts again at the front).
+    fn room(&self, capacity: u64) -> u64 {
+        match (self.live.front(), self.live.back()) {
+            (Some(&(first, ..)), Some(&(last, len, _))) => {
+                let head = last + len;
+                if last >= first {
+                    (capacity - head).max(first)
+                } else {
+                    first - head
+                }
+            }
+            _ => capacity,
+        }
     }
 
     fn release(&mut self, start: u64) {
         if let Some(entry) = self.live.iter_mut().find(|(s, _, released)| *s == start && !*released) {
             entry.2 = true;
         }
-        while self.live.front().is_some_and(|(.., released)| *released) {
+        while let Some(&(_, bytes, true)) = self.live.front() {
             self.live.pop_front();
+            self.held -= bytes;
         }
     }
 }
@@ -74,8 +95,6 @@ pub struct ScanLog {
     pub scans: Vec<(Vec<BatchScan>, u64, bool)>,
     /// Every reservation of the call, to release once its mark landed.
     pub reserved: Vec<u64>,
-    /// Scans that found no room in the region (not scanned, counted).
-    pub skipped: u32,
 }
 
 /// A call waiting for its verdict.
@@ -110,6 +129,8 @@ struct StreamQueue {
 #[derive(Default)]
 pub struct Verdicts {
     rings: Mutex<Vec<(u64, Ring)>>,
+    /// The bytes held in every region, for `crowded` to read without the lock.
+    held: AtomicU64,
     /// The calls waiting, one queue per (context, stream), oldest first.
     pending: Mutex<Vec<StreamQueue>>,
     waiting: AtomicUsize,
@@ -118,6 +139,9 @@ pub struct Verdicts {
     /// Calls judged so far: the crash writer waits while this moves.
     judged: AtomicU64,
     deferred: AtomicU64,
+    /// Calls whose scans found no room in the region, judged at the call instead.
+    judged_at_call: AtomicU64,
+    /// Operands left unscanned for want of room (what the need of a call did not foresee).
     skipped: AtomicU64,
 }
 
@@ -134,7 +158,17 @@ impl Verdicts {
                 rings.len() - 1
             }
         };
-        rings[index].1.reserve(bytes, capacity)
+        let offset = rings[index].1.reserve(bytes, capacity);
+        self.held.store(rings.iter().map(|(_, r)| r.held).sum(), Ordering::Relaxed);
+        offset
+    }
+
+    /// Whether `bytes` can be reserved in `arena`'s region of `capacity` bytes, in as many
+    /// reservations as a call makes (see `Ring::room`).
+    pub fn has_room(&self, arena: VerdictArena, bytes: u64, capacity: u64) -> bool {
+        let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let room = rings.iter().find(|(c, _)| *c == arena.context).map_or(capacity, |(_, ring)| ring.room(capacity));
+        bytes <= room
     }
 
     /// Gives back what a judged (or abandoned) call held.
@@ -143,12 +177,12 @@ impl Verdicts {
         if let Some((_, ring)) = rings.iter_mut().find(|(c, _)| *c == arena.context) {
             log.reserved.iter().for_each(|&start| ring.release(start));
         }
+        self.held.store(rings.iter().map(|(_, r)| r.held).sum(), Ordering::Relaxed);
     }
 
     /// A call whose verdict waits for its mark.
     pub fn add(&self, pending: Pending) {
         self.deferred.fetch_add(1, Ordering::Relaxed);
-        self.skipped.fetch_add(pending.log.skipped as u64, Ordering::Relaxed);
         let mut queues = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let (context, stream) = (pending.arena.context, pending.stream);
         match queues.iter_mut().find(|q| q.context == context && q.stream == stream) {
@@ -199,15 +233,31 @@ impl Verdicts {
         self.waiting.load(Ordering::Acquire) > 0 || self.judging.load(Ordering::Acquire) > 0
     }
 
-    /// (calls whose verdict was deferred, operands not scanned for want of room, calls still
-    /// waiting).
-    pub fn counts(&self) -> (u64, u64, u64) {
-        (self.deferred.load(Ordering::Relaxed), self.skipped.load(Ordering::Relaxed), self.waiting.load(Ordering::Relaxed) as u64)
+    /// (calls whose verdict was deferred, calls judged at the call for want of room in the
+    /// region, operands not scanned for want of room, calls still waiting).
+    pub fn counts(&self) -> (u64, u64, u64, u64) {
+        (
+            self.deferred.load(Ordering::Relaxed),
+            self.judged_at_call.load(Ordering::Relaxed),
+            self.skipped.load(Ordering::Relaxed),
+            self.waiting.load(Ordering::Relaxed) as u64,
+        )
     }
 
-    /// Operands of a call judged without their scan (its mark never landed).
+    /// Operands of a call whose scans found no room after the call ran (not scanned, counted).
     pub fn note_skipped(&self, operands: u64) {
         self.skipped.fetch_add(operands, Ordering::Relaxed);
+    }
+
+    /// A call whose scans found no room: judged at the call, as under `gemm`.
+    pub fn note_judged_at_call(&self) {
+        self.judged_at_call.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether more than half of a region of `capacity` bytes is held: the calls holding it are
+    /// judged (those whose scans landed) before another call reserves more.
+    pub fn crowded(&self, capacity: u64) -> bool {
+        self.held.load(Ordering::Relaxed) > capacity / 2
     }
 }
 
@@ -235,6 +285,25 @@ mod tests {
     }
 
     #[test]
+    fn a_rings_room_is_what_reservations_one_after_another_are_sure_to_get() {
+        let mut ring = Ring::default();
+        assert_eq!(ring.room(64), 64);
+        ring.reserve(16, 64);
+        ring.reserve(16, 64);
+        assert_eq!(ring.room(64), 32);
+        ring.release(0);
+        assert_eq!((ring.room(64), ring.held), (32, 16), "16 free at the front, 32 after the newest");
+        ring.reserve(32, 64);
+        assert_eq!(ring.room(64), 16, "only the front is left");
+        assert_eq!(ring.reserve(16, 64), Some(0));
+        assert_eq!(ring.room(64), 0);
+        ring.release(16);
+        ring.release(32);
+        ring.release(0);
+        assert_eq!((ring.room(64), ring.held), (64, 0), "all free again");
+    }
+
+    #[test]
     fn calls_are_taken_when_their_mark_landed_oldest_first() {
         let v = Verdicts::default();
         let arena = VerdictArena { context: 1 };
@@ -251,7 +320,7 @@ mod tests {
         };
         let taken = v.take_landed(&landed, false);
         assert_eq!(taken.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 2, 4], "oldest first, across streams");
-        assert_eq!(v.counts(), (4, 0, 1));
+        assert_eq!(v.counts(), (4, 0, 0, 1));
         assert!(v.unsettled(), "three being judged");
         taken.iter().for_each(|_| v.judged());
         let rest = v.take_landed(&|_, _| 0, true);

@@ -49,7 +49,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub(super) fn written(self) -> bool {
+    pub(crate) fn written(self) -> bool {
         matches!(self, Self::Accumulator | Self::Output | Self::InOut | Self::Result)
     }
 }
@@ -114,6 +114,40 @@ pub struct OperandCall {
     pub operands: [Option<OperandSpec>; MAX_OPERANDS],
 }
 
+impl OperandCall {
+    /// The most bytes of a deferred verdict's staging region this call's scans can take: per
+    /// operand and phase (read before the call, written after it), the scan kernel's counts
+    /// where it scans that operand (`on_device`), else the host scan's copies, at most
+    /// `scan_bytes` of them, with each read's alignment. A call that cannot have this much is
+    /// judged at the call rather than lose part of its scans.
+    pub fn staging_need(&self, scan_bytes: u64, on_device: bool) -> u64 {
+        /// A reservation's alignment and the mark's word, as `session::verdicts` rounds them.
+        const SLACK: u64 = 16;
+        let mut need = 2 * SLACK;
+        for o in self.operands.iter().flatten() {
+            let phases = u64::from(matches!(o.role, Role::Input | Role::InOut | Role::Accumulator | Role::Addend)) + u64::from(o.role.written());
+            if phases == 0 {
+                continue;
+            }
+            let by_kernel = on_device && o.triangle.is_none() && o.dtype.is_float() && o.dtype.complex_part().is_none() && o.role != Role::Result;
+            let per_phase = if by_kernel {
+                24 + SLACK
+            } else {
+                let elem = o.dtype.size().unwrap_or(1).max(1);
+                let members = o.members.count();
+                let extent = crate::validate::operand_extent(o.shape, elem).unwrap_or(0);
+                let bytes = extent.saturating_mul(members).min(scan_bytes.saturating_add(members.saturating_mul(elem)));
+                // One read per chunk, member, or (sampled) column read.
+                let reads = bytes / crate::scan::CHUNK_BYTES as u64 + members + 1;
+                let reads = if extent.saturating_mul(members) > scan_bytes { reads + (o.shape.cols.max(0) as u64).saturating_mul(members) } else { reads };
+                bytes.saturating_add(reads.saturating_mul(SLACK))
+            };
+            need = need.saturating_add(per_phase.saturating_mul(phases));
+        }
+        need
+    }
+}
+
 /// What the guard learnt about one operand.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OperandReport<'a> {
@@ -142,5 +176,52 @@ pub(super) fn describe(spec: &OperandSpec, member: Option<u64>) -> String {
     match spec.increment {
         Some(inc) => format!("operand {} ({batch}{} elements, increment {inc})", spec.name, s.cols),
         None => format!("operand {} ({batch}{} x {} as stored, ld {})", spec.name, s.rows, s.cols, s.ld),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gemm(m: i64, n: i64, k: i64, dtype: DType, count: u64) -> OperandCall {
+        let members = if count == 1 { Members::One } else { Members::Strided { count, stride: m * k } };
+        let op = |name, rows, cols, role| {
+            Some(OperandSpec { name, ptr: 0x1000, shape: StoredShape { rows, cols, ld: rows }, dtype, members, role, increment: None, triangle: None })
+        };
+        let mut operands = [None; MAX_OPERANDS];
+        operands[0] = op("A", m, k, Role::Input);
+        operands[1] = op("B", k, n, Role::Input);
+        operands[2] = op("C", m, n, Role::Accumulator);
+        OperandCall {
+            handle: 1,
+            lt: false,
+            argument_problem: None,
+            scalar: dtype,
+            alpha: None,
+            beta: None,
+            pointer_mode: None,
+            stream: None,
+            reduced_precision_compute: false,
+            operands,
+        }
+    }
+
+    #[test]
+    fn a_calls_staging_need_covers_every_byte_its_host_scans_copy_and_only_counts_on_device() {
+        let mib = 1u64 << 20;
+        // 4096 x 4096 f32 A (64 MiB), 4096 x 1 B, C read and written: more than 64 MiB + 2 x 16 KiB.
+        let big = gemm(4096, 1, 4096, DType::F32, 1).staging_need(256 * mib, false);
+        assert!(big >= 64 * mib + 3 * 16 * 1024, "{big}");
+        assert!(big < 65 * mib, "a small allowance for alignment: {big}");
+        // The per-operand budget caps what is copied (a sample beyond it).
+        let huge = gemm(65536, 1, 8192, DType::F32, 1).staging_need(256 * mib, false);
+        assert!((256 * mib..258 * mib).contains(&huge), "{huge}");
+        // A batch: every member.
+        let batch = gemm(64, 64, 64, DType::F32, 10).staging_need(256 * mib, false);
+        assert!(batch >= 4 * 10 * 64 * 64 * 4, "{batch}");
+        // With the scan kernel: its counts, per operand and phase.
+        assert!(gemm(4096, 1, 4096, DType::F32, 1).staging_need(256 * mib, true) < 1024);
+        // Complex operands are scanned on the host even then.
+        assert!(gemm(64, 64, 64, DType::C32, 1).staging_need(256 * mib, true) >= 4 * 64 * 64 * 8);
     }
 }

@@ -1,0 +1,70 @@
+//! What the guard did not scan: calls whose NaN/Inf scan was skipped on purpose
+//! (CUBLASGUARD_SCAN_EVERY, CUBLASGUARD_BUDGET) and operands left unscanned for want of room in
+//! the default mode's staging region, said plainly beside "no faults", never hidden in the
+//! trace's counters.
+
+use cublasguard_format::trace::Summary;
+
+/// The sentences for the summaries of a run's traces; none when every call the checks wanted
+/// was scanned whole.
+pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<String> {
+    let (mut skipped_calls, mut no_room, mut at_call) = (0u64, 0u64, 0u64);
+    for s in summaries {
+        skipped_calls = skipped_calls.saturating_add(s.skipped_scans);
+        no_room = no_room.saturating_add(s.deferred_verdicts.get("no_room").copied().unwrap_or(0));
+        at_call = at_call.saturating_add(s.deferred_verdicts.get("judged_at_call").copied().unwrap_or(0));
+    }
+    let mut lines = Vec::new();
+    if skipped_calls > 0 {
+        lines.push(format!(
+            "{skipped_calls} {} not scanned for NaN/Inf, as CUBLASGUARD_SCAN_EVERY or CUBLASGUARD_BUDGET asked: \
+             unset them to scan every call.",
+            plural(skipped_calls, "call was", "calls were")
+        ));
+    }
+    if no_room > 0 {
+        lines.push(format!(
+            "{no_room} {} not scanned for NaN/Inf: the staging region the default mode's scans land in had no room \
+             left for {} (a larger CUBLASGUARD_STAGING_BYTES, or CUBLASGUARD_SYNC=gemm, scans them).",
+            plural(no_room, "operand was", "operands were"),
+            plural(no_room, "it", "them")
+        ));
+    }
+    if at_call > 0 && lines.is_empty() {
+        lines.push(format!(
+            "{at_call} {} too large for the staging region (CUBLASGUARD_STAGING_BYTES): {} scanned at the call, \
+             waiting for the GPU as CUBLASGUARD_SYNC=gemm does.",
+            plural(at_call, "call's operands were", "calls' operands were"),
+            plural(at_call, "it was", "they were")
+        ));
+    }
+    lines
+}
+
+fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(skipped: u64, counts: &[(&str, u64)]) -> Summary {
+        Summary { skipped_scans: skipped, deferred_verdicts: counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(), ..Summary::default() }
+    }
+
+    #[test]
+    fn unscanned_operands_and_skipped_calls_are_said_with_the_setting_that_scans_them() {
+        assert!(unscanned_lines([summary(0, &[("deferred", 5)])].iter()).is_empty(), "everything scanned");
+        let lines = unscanned_lines([summary(2, &[("no_room", 1)]), summary(1, &[("no_room", 2)])].iter());
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].starts_with("3 calls were not scanned") && lines[0].contains("CUBLASGUARD_SCAN_EVERY"), "{lines:?}");
+        assert!(lines[1].starts_with("3 operands were not scanned") && lines[1].contains("CUBLASGUARD_STAGING_BYTES"), "{lines:?}");
+        let at_call = unscanned_lines([summary(0, &[("judged_at_call", 1)])].iter());
+        assert!(at_call[0].starts_with("1 call's operands were too large") && at_call[0].contains("it was scanned at the call"), "{at_call:?}");
+    }
+}
