@@ -322,3 +322,23 @@ fn a_crash_amid_a_storm_of_verdicts_waits_while_they_are_still_being_judged() {
     assert_eq!((t.faults.len(), t.summary.faults), (500, 500), "{:?}", t.summary);
     assert!(t.faults.windows(2).all(|w| w[0].seq < w[1].seq), "in call order");
 }
+
+#[test]
+fn a_program_that_exits_while_a_kernel_never_ends_exits_as_it_would_bare_and_says_what_never_finished() {
+    // A stream memory wait nobody satisfies, a GEMM queued behind it, exit(3): bare, the
+    // program exits 3; the guard's wait for that GEMM's breadcrumb and verdict is bounded.
+    let program = build_c("stuck_exit", &["stuck_exit.c"], false);
+    let bare = run(Launch { guarded: false, ..Launch::new(&program, &[]) });
+    assert_eq!(bare.code(), Some(3), "{}", bare.stderr());
+    let limit = std::time::Duration::from_secs(60);
+    let guarded = run_within(Launch { env: &[DEFERRED], ..Launch::new(&program, &[]) }, limit)
+        .unwrap_or_else(|| panic!("the guarded program still had not exited after {limit:?}"));
+    assert_eq!(guarded.code(), Some(3), "{}", guarded.stderr());
+    assert_eq!(guarded.stdout(), bare.stdout());
+    let t = guarded.trace();
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+    assert_eq!(t.summary.deferred_verdicts.get("unfinished_at_exit"), Some(&1), "{:?}", t.summary);
+    assert_eq!(t.summary.deferred_verdicts.get("waiting"), Some(&1), "the stuck GEMM's verdict, not judged: {:?}", t.summary);
+    let last_gemm = gemm_seqs(&t).into_iter().max().unwrap_or(0);
+    assert!(guarded.stderr().contains(&format!("had not finished cublasSgemm_v2 #{last_gemm} on stream")), "{}", guarded.stderr());
+}

@@ -143,6 +143,8 @@ pub struct Verdicts {
     judged_at_call: AtomicU64,
     /// Operands left unscanned for want of room (what the need of a call did not foresee).
     skipped: AtomicU64,
+    /// Streams whose work had not finished when exit stopped waiting for it.
+    unfinished_at_exit: AtomicU64,
 }
 
 impl Verdicts {
@@ -242,6 +244,20 @@ impl Verdicts {
             self.skipped.load(Ordering::Relaxed),
             self.waiting.load(Ordering::Relaxed) as u64,
         )
+    }
+
+    /// Streams whose work had not finished when exit stopped waiting for it.
+    pub fn note_unfinished_at_exit(&self, streams: u64) {
+        self.unfinished_at_exit.fetch_add(streams, Ordering::Relaxed);
+    }
+
+    pub fn unfinished_at_exit(&self) -> u64 {
+        self.unfinished_at_exit.load(Ordering::Relaxed)
+    }
+
+    /// The streams of the calls waiting for their verdict.
+    pub fn waiting_streams(&self) -> Vec<u64> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|q| q.stream).collect()
     }
 
     /// Operands of a call whose scans found no room after the call ran (not scanned, counted).

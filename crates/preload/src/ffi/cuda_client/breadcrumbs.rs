@@ -112,9 +112,39 @@ extern "C" fn final_check() {
     let _ = std::panic::catch_unwind(crate::ffi::host::lifecycle::check_breadcrumbs_at_exit);
 }
 
-/// The one synchronisation at exit: the device-wide wait, and the error it reports (0: none,
-/// or it could not be asked).
-pub(crate) fn synchronise_device() -> i32 {
-    // SAFETY: no arguments.
-    unsafe { api::cudaDeviceSynchronize() }.unwrap_or(0)
+/// What became of the streams' work at exit.
+pub(crate) enum AtExit {
+    /// Every stream asked about finished its work.
+    Finished,
+    /// The context broke: this sticky error.
+    Failed(i32),
+    /// Still running when the time ran out (a kernel that never ends).
+    Unfinished,
+}
+
+/// The wait at exit, bounded: each of `streams` asked (without blocking, every millisecond, for
+/// at most `limit_ms`) whether its work finished. A device-wide synchronisation would wait
+/// forever behind a kernel that never ends (a hung collective), where the program without the
+/// guard exits.
+pub(crate) fn wait_at_exit(streams: &[u64], limit_ms: u32) -> AtExit {
+    const NOT_READY: i32 = 600;
+    let pause = std::time::Duration::from_millis(1);
+    for _ in 0..=limit_ms {
+        let mut all_done = true;
+        for &stream in streams {
+            // SAFETY: a stream the program passed to a guarded call (or the legacy default).
+            match unsafe { api::cuStreamQuery(stream as *mut c_void) } {
+                Some(NOT_READY) => all_done = false,
+                Some(code) if crate::cuda::cuda_error_is_sticky(code) => return AtExit::Failed(code),
+                // Finished, or not to be asked (a stream the program destroyed since, a driver
+                // torn down): nothing of the guard's is left to wait for there.
+                _ => {}
+            }
+        }
+        if all_done {
+            return AtExit::Finished;
+        }
+        std::thread::sleep(pause);
+    }
+    AtExit::Unfinished
 }

@@ -55,7 +55,6 @@ type Ptr = *mut c_void;
 cuda_functions! {
     Cudart fn cudaMemcpyAsync(dst: Ptr, src: *const c_void, count: usize, kind: c_int, stream: Ptr) -> c_int;
     Cudart fn cudaStreamSynchronize(stream: Ptr) -> c_int;
-    Cudart fn cudaDeviceSynchronize() -> c_int;
     Cudart fn cudaStreamIsCapturing(stream: Ptr, status: *mut c_int) -> c_int;
     Cudart fn cudaPointerGetAttributes(attributes: *mut PointerAttributes, ptr: *const c_void) -> c_int;
     Cudart fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int;
@@ -97,4 +96,5 @@ cuda_functions! {
     Driver fn cuMemHostRegister_v2(host: Ptr, bytes: usize, flags: c_uint) -> c_int;
     Driver fn cuMemHostGetDevicePointer_v2(dptr: *mut u64, host: Ptr, flags: c_uint) -> c_int;
     Driver fn cuStreamWriteValue64_v2(stream: Ptr, addr: u64, value: u64, flags: c_uint) -> c_int;
+    Driver fn cuStreamQuery(stream: Ptr) -> c_int;
 }

@@ -370,10 +370,15 @@ fn at_exit(status: i32) {
     }
 }
 
+/// How long exit waits for the work the guard follows to finish: a kernel that never ends (a
+/// hung collective, Ctrl-C on a stuck job) must not hold the program's exit forever.
+const EXIT_WAIT_MS: u32 = 5000;
+
 /// CUBLASGUARD_SYNC=deferred, at exit, before the runtime's teardown: work the program never
 /// waited for may still be running, or have faulted with nobody asking. When a breadcrumb is
-/// still out and no error has been attributed, the device is synchronised once and an error it
-/// reports is attributed from the breadcrumbs, as at any call.
+/// still out and no error has been attributed, the streams it is out on are waited for (at most
+/// `EXIT_WAIT_MS`) and a sticky error they report is attributed from the breadcrumbs, as at
+/// any call.
 pub(crate) fn check_breadcrumbs_at_exit() {
     let Some(_inside) = crate::ffi::intercept::reentry::Reentry::enter() else { return };
     let Some(s) = current() else { return };
@@ -383,11 +388,34 @@ pub(crate) fn check_breadcrumbs_at_exit() {
     if DISABLED.load(Ordering::Relaxed) || !(crumbs_out || s.verdicts.unsettled()) {
         return;
     }
-    let code = crate::ffi::cuda_client::breadcrumbs::synchronise_device();
-    if crumbs_out && crate::cuda::cuda_error_is_sticky(code) {
-        as_guard_sync(s, code, |call| {
+    let progress = s.breadcrumbs.progress();
+    let mut streams: Vec<u64> = progress.iter().filter(|p| p.unfinished > 0).map(|p| p.stream).chain(s.verdicts.waiting_streams()).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    use crate::ffi::cuda_client::breadcrumbs::{wait_at_exit, AtExit};
+    match wait_at_exit(&streams, EXIT_WAIT_MS) {
+        AtExit::Failed(code) if crumbs_out => as_guard_sync(s, code, |call| {
             crate::guard::attribution::surfaced(call, code, "exit (the guard's one synchronisation there)", crate::recorder::CallArgs::None, None);
-        });
+        }),
+        AtExit::Unfinished => {
+            // Judged as far as it can be; what never finished is said, and counted.
+            let stuck: Vec<String> = s
+                .breadcrumbs
+                .progress()
+                .iter()
+                .filter_map(|p| p.first_unfinished.map(|i| format!("{} #{} on stream {}", s.hook_name(i.hook as usize), i.seq, crate::trace::hex(p.stream))))
+                .collect();
+            s.verdicts.note_unfinished_at_exit(stuck.len().max(1) as u64);
+            if !s.config.quiet {
+                say(&format!(
+                    "cublasguard: at exit the GPU had not finished {} after {} s (a kernel that never ends?): not waited for further, \
+                     and what it had still to do is not judged",
+                    if stuck.is_empty() { "the guard's scans".to_string() } else { stuck.join(", ") },
+                    EXIT_WAIT_MS / 1000
+                ));
+            }
+        }
+        AtExit::Failed(_) | AtExit::Finished => {}
     }
     // The verdicts still waiting have landed now, unless the context broke: judged here, with
     // the guard's thread for them stopped first.
