@@ -38,6 +38,7 @@ mod layers;
 mod nan_origin;
 mod nvidia;
 mod nvml_standin;
+mod parity;
 mod pytorch;
 mod reach;
 mod readme;

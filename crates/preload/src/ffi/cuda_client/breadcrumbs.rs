@@ -112,6 +112,15 @@ extern "C" fn final_check() {
     let _ = std::panic::catch_unwind(crate::ffi::host::lifecycle::check_breadcrumbs_at_exit);
 }
 
+/// The sticky error the first of `streams` to report one reports, asked without waiting.
+pub(crate) fn sticky_error_on(streams: &[u64]) -> Option<i32> {
+    streams.iter().find_map(|&stream| {
+        // SAFETY: a stream the program passed to a guarded call (or the legacy default).
+        let code = unsafe { api::cuStreamQuery(stream as *mut c_void) }?;
+        crate::cuda::cuda_error_is_sticky(code).then_some(code)
+    })
+}
+
 /// What became of the streams' work at exit.
 pub(crate) enum AtExit {
     /// Every stream asked about finished its work.

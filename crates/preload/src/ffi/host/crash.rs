@@ -602,6 +602,9 @@ fn record_crash_once(sig: libc::c_int, name: &str) {
     // Deferred verdicts whose scans had landed are judged and published first, by the guard's
     // thread for them (a bounded moment: it may be stuck behind a lock this thread holds).
     if let Some(s) = crate::ffi::host::lifecycle::existing_session() {
+        // First, whether the device had failed (an abort right after the program saw an error
+        // the guard had not: its breadcrumbs say which call caused it).
+        crate::ffi::host::harvester::last_look(300);
         crate::ffi::host::harvester::settle(|| s.verdicts.unsettled(), || s.verdicts.judged_count(), 300, 10_000);
     }
     if !HANDLING.swap(true, Ordering::SeqCst) {

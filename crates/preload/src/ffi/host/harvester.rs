@@ -19,6 +19,13 @@ static IDLE_SLEEP: AtomicBool = AtomicBool::new(false);
 static WAKE: Mutex<()> = Mutex::new(());
 static WOKEN: Condvar = Condvar::new();
 
+/// The crash writer's request for a last look at the device (`LOOK_ASKED`), and its answer
+/// (`LOOK_DONE`): atomics only, so a signal handler can ask and wait.
+const LOOK_NONE: u32 = 0;
+const LOOK_ASKED: u32 = 1;
+const LOOK_DONE: u32 = 2;
+static LAST_LOOK: AtomicU32 = AtomicU32::new(LOOK_NONE);
+
 /// How often the thread looks while verdicts wait.
 const POLL: Duration = Duration::from_millis(1);
 /// How long it sleeps when none waits (a new one wakes it, or, added just as it went to
@@ -47,6 +54,14 @@ fn run() {
     // The thread's own calls (none into CUDA) pass through the guard's hooks untouched.
     let _inside = crate::ffi::intercept::reentry::Reentry::enter();
     while !STOP.load(Ordering::SeqCst) {
+        if LAST_LOOK.load(Ordering::Acquire) == LOOK_ASKED {
+            let _ = std::panic::catch_unwind(|| {
+                if let Some(s) = crate::ffi::host::lifecycle::session() {
+                    look_for_a_sticky_error(s);
+                }
+            });
+            LAST_LOOK.store(LOOK_DONE, Ordering::Release);
+        }
         let waiting = crate::ffi::host::lifecycle::session().is_some_and(|s| s.verdicts.any_waiting());
         if waiting {
             let _ = std::panic::catch_unwind(|| {
@@ -61,6 +76,43 @@ fn run() {
         IDLE_SLEEP.store(false, Ordering::Release);
     }
     STOPPED.store(true, Ordering::SeqCst);
+}
+
+/// The device asked, on the streams whose breadcrumbs are still out, whether its context broke;
+/// a sticky error it reports is attributed from the breadcrumbs (to the call whose work did not
+/// complete) and published, where the crash writer finds it. A program that checks an unhooked
+/// call's status (a copy that returned 700) and aborts at once dies before any hooked call of
+/// its own could have asked.
+fn look_for_a_sticky_error(s: &'static crate::session::Session) {
+    if s.known_error().is_some() {
+        return;
+    }
+    let streams: Vec<u64> = s.breadcrumbs.progress().iter().filter(|p| p.unfinished > 0).map(|p| p.stream).collect();
+    if let Some(code) = crate::ffi::cuda_client::breadcrumbs::sticky_error_on(&streams) {
+        crate::ffi::host::lifecycle::as_guard_sync(s, code, |call| {
+            crate::guard::attribution::surfaced(call, code, "the guard's last look at the device as the program died", crate::recorder::CallArgs::None, None);
+        });
+    }
+}
+
+/// For the crash writer (async-signal-safe: atomics and `nanosleep`): asks the thread for one
+/// last look at the device (`look_for_a_sticky_error`), waiting at most `limit_ms` for it: it may
+/// be stuck behind a lock the crashed thread holds.
+pub(crate) fn last_look(limit_ms: u32) {
+    if RUNNING_IN.load(Ordering::Acquire) != std::process::id() || STOPPED.load(Ordering::SeqCst) {
+        return;
+    }
+    if LAST_LOOK.compare_exchange(LOOK_NONE, LOOK_ASKED, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return;
+    }
+    let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+    for _ in 0..limit_ms {
+        if LAST_LOOK.load(Ordering::Acquire) == LOOK_DONE {
+            return;
+        }
+        // SAFETY: nanosleep is async-signal-safe.
+        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+    }
 }
 
 /// Judges what landed, as found at call `found_at` (0: at exit).

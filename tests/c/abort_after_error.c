@@ -1,0 +1,45 @@
+/* A program that checks its own unhooked calls' statuses and dies at the first error, as a
+ * CUDA_CHECK macro does (issue 43, point 1): three GEMMs (CUDASHIM_ASYNC_FAULT=3 makes the
+ * third one's kernel fault when it runs), then cudaMemcpyAsync (not a synchronisation) until
+ * it reports the error, then abort() (or exit(1), or a null write: argv[1]). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#define CUDA_CHECK(call, how)                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "CUDA error %d at %s:%d\n", (int)e_, __FILE__, __LINE__);            \
+            die(how);                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static void die(const char *how) {
+    if (!strcmp(how, "exit")) exit(1);
+    if (!strcmp(how, "segv")) *(volatile int *)(size_t)8 = 1;
+    abort();
+}
+
+int main(int argc, char **argv) {
+    const char *how = argc > 1 ? argv[1] : "abort";
+    cublasHandle_t handle;
+    if (cublasCreate(&handle)) return 4;
+    enum { N = 4 };
+    float h[N * N];
+    for (int i = 0; i < N * N; i++) h[i] = 1.0f;
+    float *a = NULL, *c = NULL;
+    if (cudaMalloc((void **)&a, sizeof h) || cudaMalloc((void **)&c, sizeof h)) return 4;
+    cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice);
+    const float one = 1.0f, zero = 0.0f;
+    for (int i = 0; i < 3; i++) cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, a, N, &zero, c, N);
+    for (int tries = 0; tries < 5000; tries++) {
+        CUDA_CHECK(cudaMemcpyAsync(h, c, sizeof h, cudaMemcpyDeviceToHost, 0), how);
+        usleep(1000);
+    }
+    return 0;
+}
