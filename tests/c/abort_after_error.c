@@ -1,7 +1,9 @@
 /* A program that checks its own unhooked calls' statuses and dies at the first error, as a
  * CUDA_CHECK macro does (issue 43, point 1): three GEMMs (CUDASHIM_ASYNC_FAULT=3 makes the
  * third one's kernel fault when it runs), then cudaMemcpyAsync (not a synchronisation) until
- * it reports the error, then abort() (or exit(1), or a null write: argv[1]). */
+ * it reports the error, then abort() (or exit(1), or a null write: argv[1]). With "create", the
+ * program instead creates a second cuBLAS handle once the context is lost, and exits 2 when
+ * that fails, as a program that sets up another library after the fault does. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,18 @@ int main(int argc, char **argv) {
     cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice);
     const float one = 1.0f, zero = 0.0f;
     for (int i = 0; i < 3; i++) cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, a, N, &zero, c, N);
+    if (!strcmp(how, "create")) {
+        cudaError_t e = cudaSuccess;
+        for (int tries = 0; tries < 5000 && e == cudaSuccess; tries++) {
+            usleep(1000);
+            e = cudaStreamQuery(0) == cudaErrorNotReady ? cudaSuccess : cudaPeekAtLastError();
+            if (e == cudaSuccess && cudaStreamQuery(0) != cudaSuccess) e = cudaStreamQuery(0);
+        }
+        cublasHandle_t second;
+        int st = cublasCreate(&second);
+        printf("cublasCreate=%d\n", st);
+        return st ? 2 : 0;
+    }
     for (int tries = 0; tries < 5000; tries++) {
         CUDA_CHECK(cudaMemcpyAsync(h, c, sizeof h, cudaMemcpyDeviceToHost, 0), how);
         usleep(1000);

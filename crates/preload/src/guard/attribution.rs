@@ -21,6 +21,26 @@ pub(crate) fn surfaced<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, a
     attribute(call, status, where_, args, stream, false)
 }
 
+/// Under the default mode a call that failed (a handle that could not be created, say) may
+/// have failed because of an error the guard has not attributed yet: the streams whose
+/// breadcrumbs are out are asked now (without waiting), and an error there is attributed first,
+/// so that the failing call's own story starts from it, as in gemm mode ("the CUDA context was
+/// already lost").
+pub(crate) fn attribute_pending<R: Copy>(call: &Call<'_, R>) {
+    let s = call.session;
+    if s.config.sync.synchronises_calls() || s.known_error().is_some() {
+        return;
+    }
+    for p in s.breadcrumbs.progress().iter().filter(|p| p.unfinished > 0) {
+        // The capture query answers a sticky error without waiting for the stream.
+        if let Err(code) = call.device.is_capturing(p.stream) {
+            if surfaced(call, code, &format!("{}, which then failed", call.api()), CallArgs::None, None) {
+                return;
+            }
+        }
+    }
+}
+
 /// As `surfaced`, for a call whose own work on `stream` is in flight and has no breadcrumb
 /// (the context broke before one could be left): when every breadcrumb issued before it
 /// landed, this call's work is the first unfinished, and the fault is this call's.

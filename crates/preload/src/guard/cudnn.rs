@@ -66,6 +66,7 @@ fn graph_missing(call: &Call<'_, c_int>) -> Option<Fault> {
 /// cudnnCreate failed: cuDNN's libraries first (a sublibrary it could not load is named as
 /// such), else why CUDA could not start, as for cublasCreate.
 fn create_failed(call: &Call<'_, c_int>, status: c_int) {
+    super::attribution::attribute_pending(call);
     let s = call.session;
     let message = take_message(call);
     let facts = call.device.cudnn_libraries();

@@ -33,6 +33,7 @@ pub(crate) fn create_handle(call: &Call<'_, c_int>, out: *mut Handle, table: &Ha
     if status == cuda::CUBLAS_NOT_INITIALIZED {
         call.report_init_failure(status, cuda::cublas_status_name(status), None);
     } else if status != cuda::CUBLAS_SUCCESS {
+        super::attribution::attribute_pending(call);
         let finding = Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cublas_status_name(status)));
         let mut fault = call.fault(finding, status, cuda::cublas_status_name(status));
         if status == cuda::CUBLAS_ALLOC_FAILED {

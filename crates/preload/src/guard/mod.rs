@@ -341,6 +341,7 @@ impl<'a, R: Copy> Call<'a, R> {
         if !s.first_init_failure(self.hook.index()) {
             return None;
         }
+        attribution::attribute_pending(self);
         // The program's own cudaGetDeviceCount answer, if it asked, beats asking again (a
         // pending error would stop the guard from asking without disturbing it).
         let probe = self.device.probe_driver(device_count.or_else(|| s.device_count()));
