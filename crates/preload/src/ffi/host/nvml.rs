@@ -188,7 +188,9 @@ pub(crate) fn start() {
         return;
     }
     // A small stack: the thread only calls NVML and copies numbers.
-    let spawned = std::thread::Builder::new().name("cublasguard-nvml".into()).stack_size(256 * 1024).spawn(move || run(monitor));
+    let spawned = super::thread::spawn_with_signals_blocked(|| {
+        std::thread::Builder::new().name("cublasguard-nvml".into()).stack_size(256 * 1024).spawn(move || run(monitor))
+    });
     if let Err(e) = spawned {
         let mut shared = monitor.shared.lock();
         (shared.health.state, shared.health.note, shared.stopped) = (GpuHealthState::Missing, Some(format!("no thread to ask NVML on: {e}")), true);

@@ -1,0 +1,119 @@
+/* Issue 46's programs (hardening, round three), one mode each:
+ *   round_three sigwait     a NaN GEMM (the guard's verdict thread starts, and NVML's where
+ *                           NVML is there), then a server's shutdown: SIGTERM blocked, sent to
+ *                           the process with kill() and taken with sigwait(). Prints the guard's
+ *                           threads it saw ("thread NAME") and "got 15"; exits 0.
+ *   round_three nans N      N GEMMs that read a NaN, then a synchronisation
+ *   round_three order N     N rounds of two GEMMs, one on each of two streams, both reading the
+ *                           same NaN input; then a synchronisation
+ *   round_three fork N      N GEMMs that read a NaN, then fork(): the child exits at once
+ *                           (exit(0)), the parent waits for it and exits */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+static cublasHandle_t h;
+static float *a, *b, *c;
+
+static void setup(void) {
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) exit(3);
+    float host[4] = {0.0f / 0.0f, 2, 3, 4};
+    cudaMalloc((void **)&a, sizeof host);
+    cudaMalloc((void **)&b, sizeof host);
+    cudaMalloc((void **)&c, 8 * sizeof host);
+    cudaMemcpy(a, host, sizeof host, cudaMemcpyHostToDevice);
+    host[0] = 1;
+    cudaMemcpy(b, host, sizeof host, cudaMemcpyHostToDevice);
+}
+
+static int gemm(float *out) {
+    const float one = 1, zero = 0;
+    return cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2, b, 2, &zero, out, 2);
+}
+
+/* Whether a thread named `name` is in this process now. */
+static int has_thread(const char *name) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], comm[64] = {0};
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(comm, sizeof comm, f)) {
+            comm[strcspn(comm, "\n")] = 0;
+            found = !strcmp(comm, name);
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    int n = argc > 2 ? atoi(argv[2]) : 1;
+    setup();
+    if (!strcmp(argv[1], "sigwait")) {
+        gemm(c);
+        cudaDeviceSynchronize();
+        /* Give the guard's threads up to 2 s to be there (the test asks which were). */
+        const char *names[] = {"cublasguard-ver", "cublasguard-nvm"}; /* comm: 15 characters */
+        for (int i = 0; i < 200 && !(has_thread(names[0]) && has_thread(names[1])); i++) sleep_ms(10);
+        for (int i = 0; i < 2; i++)
+            if (has_thread(names[i])) printf("thread %s\n", names[i]);
+        fflush(stdout);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+        kill(getpid(), SIGTERM);
+        int sig = 0;
+        sigwait(&set, &sig);
+        printf("got %d\n", sig);
+        return 0;
+    }
+    if (!strcmp(argv[1], "nans")) {
+        for (int i = 0; i < n; i++) gemm(c);
+        return cudaDeviceSynchronize();
+    }
+    if (!strcmp(argv[1], "order")) {
+        cudaStream_t s[2];
+        cudaStreamCreate(&s[0]);
+        cudaStreamCreate(&s[1]);
+        for (int i = 0; i < n; i++) {
+            for (int k = 0; k < 2; k++) {
+                cublasSetStream(h, s[k]);
+                gemm(c + 4 * k);
+            }
+        }
+        return cudaDeviceSynchronize();
+    }
+    if (!strcmp(argv[1], "fork")) {
+        for (int i = 0; i < n; i++) gemm(c);
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) exit(0);
+        int status = 0;
+        if (child > 0) waitpid(child, &status, 0);
+        printf("child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        return 0;
+    }
+    return 2;
+}

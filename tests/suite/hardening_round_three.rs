@@ -1,0 +1,31 @@
+//! Issue 46, round three of hardening: the guard's threads and signals the program blocked
+//! (finding 3), NaN faults that waited for NVML (finding 7), verdicts out of call order
+//! (finding 6) and faults lost at fork() (finding 5).
+
+use crate::common;
+
+use common::*;
+use std::time::Duration;
+
+fn round_three() -> std::path::PathBuf {
+    build_c("round_three", &["round_three.c"], false)
+}
+
+/// `run_within` 60 s: a hang fails the test.
+fn bounded(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let program = round_three();
+    run_within(Launch { env, ..Launch::new(&program, args) }, Duration::from_secs(60)).unwrap_or_else(|| panic!("round_three {args:?} hung"))
+}
+
+#[test]
+fn a_server_that_blocks_sigterm_and_sigwaits_for_it_shuts_down_gracefully_with_the_guards_threads_running() {
+    let nvml = with_standin_nvml();
+    for _ in 0..3 {
+        let run = bounded(&["sigwait"], &[("LD_LIBRARY_PATH", &nvml)]);
+        let out = run.stdout();
+        // Both of the guard's threads were there to take the signal.
+        assert!(out.contains("thread cublasguard-ver") && out.contains("thread cublasguard-nvm"), "{out}\n{}", run.stderr());
+        assert_eq!(run.code(), Some(0), "killed by SIGTERM instead of taking it with sigwait: {:?}\n{out}\n{}", run.output.status, run.stderr());
+        assert!(out.contains("got 15"), "{out}");
+    }
+}
