@@ -29,3 +29,20 @@ fn a_server_that_blocks_sigterm_and_sigwaits_for_it_shuts_down_gracefully_with_t
         assert!(out.contains("got 15"), "{out}");
     }
 }
+
+#[test]
+fn three_hundred_nan_faults_never_wait_for_nvml() {
+    let nvml = with_standin_nvml();
+    let env = [("LD_LIBRARY_PATH", nvml.as_str()), ("CUBLASGUARD_MAX_FAULTS", "300")];
+    let started = std::time::Instant::now();
+    let run = bounded(&["nans", "300"], &env);
+    let took = started.elapsed();
+    let t = run.trace();
+    let nans = t.faults.iter().filter(|f| f.kind == cublasguard_format::trace::FaultKind::NonfiniteInput).count();
+    assert_eq!(nans, 300, "{}", run.stderr());
+    // A NaN is data: no fault asked NVML for fresh readings (each one that did waited for the
+    // NVML thread, ~50 ms apiece: 15 s for these).
+    assert!(t.faults.iter().all(|f| f.gpu_health.is_none()), "a NaN fault carries the GPU's health: {:#?}", t.faults[0].gpu_health);
+    assert_eq!(t.environment.gpu_health.as_ref().map(|h| h.state), Some(cublasguard_format::gpu_health::GpuHealthState::Ready), "NVML was there");
+    assert!(took < Duration::from_millis(7500), "300 NaN faults took {took:?}");
+}

@@ -9,9 +9,20 @@ use crate::gpu_health::{gpu_may_explain, GpuHealth, GpuHealthState};
 use crate::trace::{Fault, FaultKind, InitCause, InitCauseKind};
 
 /// Faults the guard finds on the host before the GPU is involved (arguments, handles, bounds)
-/// have no use for the GPU's health.
+/// have no use for the GPU's health, and neither has a NaN or an Inf: data, which the GPU's
+/// health does not explain (`gpu_may_explain`), so a burst of them never waits for NVML.
 pub fn wants_health(fault: &Fault) -> bool {
-    !matches!(fault.kind, FaultKind::InvalidHandle | FaultKind::InvalidArgument | FaultKind::HostPointer | FaultKind::OutOfBounds | FaultKind::UseAfterFree)
+    !matches!(
+        fault.kind,
+        FaultKind::InvalidHandle
+            | FaultKind::InvalidArgument
+            | FaultKind::HostPointer
+            | FaultKind::OutOfBounds
+            | FaultKind::UseAfterFree
+            | FaultKind::NonfiniteInput
+            | FaultKind::NonfiniteOutput
+            | FaultKind::NonfiniteOrigin
+    )
 }
 
 /// Health worth keeping with a fault: readings or their absence explained (NVML failed or
