@@ -4,11 +4,12 @@
  *                           the process with kill() and taken with sigwait(). Prints the guard's
  *                           threads it saw ("thread NAME") and "got 15"; exits 0.
  *   round_three nans N      N GEMMs that read a NaN, then a synchronisation
- *   round_three order N     N rounds of two GEMMs, one on each of two streams, both reading the
- *                           same NaN input; then a synchronisation
+ *   round_three order N     two threads, each with its own handle and stream, each N GEMMs
+ *                           reading the same NaN input; then a synchronisation
  *   round_three fork N      N GEMMs that read a NaN, then fork(): the child exits at once
  *                           (exit(0)), the parent waits for it and exits */
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,22 @@ static void sleep_ms(long ms) {
     nanosleep(&ts, NULL);
 }
 
+static int rounds;
+
+/* One of the "order" threads: its own handle and stream, the shared NaN input. */
+static void *orderly(void *arg) {
+    long k = (long)arg;
+    cublasHandle_t own;
+    cudaStream_t stream;
+    if (cublasCreate(&own) != CUBLAS_STATUS_SUCCESS) return NULL;
+    cudaStreamCreate(&stream);
+    cublasSetStream(own, stream);
+    const float one = 1, zero = 0;
+    for (int i = 0; i < rounds; i++)
+        cublasSgemm(own, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2, b, 2, &zero, c + 4 * (k + 1), 2);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     int n = argc > 2 ? atoi(argv[2]) : 1;
@@ -94,15 +111,10 @@ int main(int argc, char **argv) {
         return cudaDeviceSynchronize();
     }
     if (!strcmp(argv[1], "order")) {
-        cudaStream_t s[2];
-        cudaStreamCreate(&s[0]);
-        cudaStreamCreate(&s[1]);
-        for (int i = 0; i < n; i++) {
-            for (int k = 0; k < 2; k++) {
-                cublasSetStream(h, s[k]);
-                gemm(c + 4 * k);
-            }
-        }
+        rounds = n;
+        pthread_t t[2];
+        for (long k = 0; k < 2; k++) pthread_create(&t[k], NULL, orderly, (void *)k);
+        for (int k = 0; k < 2; k++) pthread_join(t[k], NULL);
         return cudaDeviceSynchronize();
     }
     if (!strcmp(argv[1], "fork")) {

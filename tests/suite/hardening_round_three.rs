@@ -46,3 +46,38 @@ fn three_hundred_nan_faults_never_wait_for_nvml() {
     assert_eq!(t.environment.gpu_health.as_ref().map(|h| h.state), Some(cublasguard_format::gpu_health::GpuHealthState::Ready), "NVML was there");
     assert!(took < Duration::from_millis(7500), "300 NaN faults took {took:?}");
 }
+
+#[test]
+fn faults_of_gemms_on_two_threads_reading_one_nan_are_in_call_order_and_stderr_never_credits_a_later_call() {
+    for _ in 0..20 {
+        let run = bounded(&["order", "6"], &[("CUBLASGUARD_STDERR_LINES", "100")]);
+        let t = run.trace();
+        let seqs: Vec<u64> = t.faults.iter().map(|f| f.seq).collect();
+        assert_eq!(seqs.len(), 12, "{}", run.stderr());
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "the trace's faults out of call order: {seqs:?}");
+        // stderr: a "passed on from" note names an earlier call only.
+        let stderr = run.stderr();
+        for line in stderr.lines().filter(|l| l.contains("passed on from #")) {
+            let this: u64 =
+                line.split('#').nth(1).and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next()).and_then(|s| s.parse().ok()).expect("its number");
+            let from: u64 = line
+                .split("passed on from #")
+                .nth(1)
+                .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|s| s.parse().ok())
+                .expect("the earlier number");
+            assert!(from < this, "#{this} passed on from a later call #{from}: {line}");
+        }
+    }
+}
+
+#[test]
+fn a_fork_right_after_fifty_nan_gemms_keeps_all_fifty_faults_in_the_parents_trace() {
+    for _ in 0..5 {
+        let run = bounded(&["fork", "50"], &[]);
+        assert!(run.stdout().contains("child=0"), "{}\n{}", run.stdout(), run.stderr());
+        let t = run.trace();
+        assert_eq!(t.faults.len(), 50, "the parent's trace lost faults at fork:\n{}", run.stderr());
+        assert_eq!(t.summary.faults, 50, "{}", run.stderr());
+    }
+}
