@@ -6,8 +6,10 @@
  *   round_three nans N      N GEMMs that read a NaN, then a synchronisation
  *   round_three order N     two threads, each with its own handle and stream, each N GEMMs
  *                           reading the same NaN input; then a synchronisation
- *   round_three fork N      N GEMMs that read a NaN, then fork(): the child exits at once
- *                           (exit(0)), the parent waits for it and exits */
+ *   round_three fork N HOW  N GEMMs that read a NaN, then fork(): the child exits at once
+ *                           (HOW exit: exit(0); _exit: _exit(0)), makes a GEMM first (gemm), or
+ *                           outlives the parent by 300 ms (outlive); the parent waits for it
+ *                           (but for outlive) and exits */
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
@@ -120,9 +122,16 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "fork")) {
         for (int i = 0; i < n; i++) gemm(c);
         fflush(stdout);
+        const char *how = argc > 3 ? argv[3] : "exit";
         pid_t child = fork();
-        if (child == 0) exit(0);
+        if (child == 0) {
+            if (!strcmp(how, "_exit")) _exit(0);
+            if (!strcmp(how, "gemm")) gemm(c);
+            if (!strcmp(how, "outlive")) sleep_ms(300);
+            exit(0);
+        }
         int status = 0;
+        if (!strcmp(how, "outlive")) return 0;
         if (child > 0) waitpid(child, &status, 0);
         printf("child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         return 0;
