@@ -71,10 +71,11 @@ pub(crate) fn kernel_name(func: u64) -> Option<String> {
     let mut name: *const std::ffi::c_char = std::ptr::null();
     // The runtime's failure (a function it does not know) would replace the program's last
     // error: asked only while none is pending, and quietly.
-    // SAFETY: `name` is a writable pointer; the runtime only looks the address up.
-    if peek_last_error() == Some(0)
-        && quietly(|| unsafe { crate::ffi::cuda_client::cuda_api::cudaFuncGetName(&mut name, func as *const std::ffi::c_void) }) == Some(0)
-    {
+    let asked = || {
+        // SAFETY: `name` is a writable pointer; the runtime only looks the address up.
+        unsafe { crate::ffi::cuda_client::cuda_api::cudaFuncGetName(&mut name, func as *const std::ffi::c_void) }
+    };
+    if peek_last_error() == Some(0) && quietly(asked) == Some(0) {
         if let Some(n) = crate::ffi::intercept::out_param::c_string(name) {
             return Some(crate::session::kernels::demangle(&n));
         }
