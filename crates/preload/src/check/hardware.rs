@@ -117,7 +117,10 @@ mod tests {
         attribute(&mut f);
         assert_eq!((f.cause, f.message.as_str()), (None, "m"));
         assert!(!wants_health(&fault(FaultKind::OutOfBounds, 7, "CUBLAS_STATUS_INVALID_VALUE", None)));
-        assert!(wants_health(&fault(FaultKind::NonfiniteInput, 0, "CUBLAS_STATUS_SUCCESS", None)));
+        // A NaN is data: it never waits for NVML (issue 46, finding 7).
+        assert!(!wants_health(&fault(FaultKind::NonfiniteInput, 0, "CUBLAS_STATUS_SUCCESS", None)));
+        assert!(!wants_health(&fault(FaultKind::NonfiniteOutput, 0, "CUBLAS_STATUS_SUCCESS", None)));
+        assert!(wants_health(&fault(FaultKind::AsyncError, 0, "CUBLAS_STATUS_SUCCESS", Some(700))));
         assert!(!worth_recording(&GpuHealth::without_readings(GpuHealthState::Missing, "no NVML")));
         assert!(worth_recording(&GpuHealth::without_readings(GpuHealthState::Hung, "hung")));
     }
