@@ -41,6 +41,7 @@
  * fork(): the child has no worker and empty queues; its first submission starts a worker. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -277,7 +278,15 @@ static int submit(const void *stream, int per_thread, shim_work_fn fn, shim_read
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* As the driver's own threads do, the GPU's thread takes no signal sent to the process:
+         * it starts with every asynchronous one blocked (the caller's mask is put back). */
+        sigset_t all, old;
+        sigfillset(&all);
+        sigdelset(&all, SIGSEGV), sigdelset(&all, SIGBUS), sigdelset(&all, SIGFPE);
+        sigdelset(&all, SIGILL), sigdelset(&all, SIGTRAP), sigdelset(&all, SIGSYS);
+        int masked = pthread_sigmask(SIG_BLOCK, &all, &old) == 0;
         if (pthread_create(&t, &attr, worker, NULL) == 0) worker_running = 1;
+        if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
         pthread_attr_destroy(&attr);
     }
     pthread_cond_signal(&work_cv);

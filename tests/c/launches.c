@@ -8,7 +8,11 @@
  *                       fault surfaces: KIND is device, stream or copy; or (malloc) scale,
  *                       whose launch waits for the gather to have run, then a cudaMalloc
  *   launches fast       as the first, but the gather's fault breaks the context before its
- *                       launch returns (a GPU that reports it that quickly) */
+ *                       launch returns (a GPU that reports it that quickly)
+ *   launches pending KIND  an error left unread (KIND config: a launch with an empty grid,
+ *                       cudaErrorInvalidConfiguration; oom: a cudaMalloc too large), then the
+ *                       first launch of fill that succeeds; prints what cudaPeekAtLastError and
+ *                       cudaGetLastError (twice) return after it */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +62,21 @@ int main(int argc, char **argv) {
         double start = now();
         for (long i = 0; i < count; i++) cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL);
         printf("%.1f\n", (now() - start) / count);
+        return cudaDeviceSynchronize();
+    }
+    if (argc > 2 && !strcmp(argv[1], "pending")) {
+        if (!strcmp(argv[2], "oom")) {
+            void *huge = NULL;
+            printf("malloc=%d\n", cudaMalloc(&huge, (size_t)1 << 62));
+        } else {
+            dim3 empty = {0, 1, 1};
+            printf("empty=%d\n", cudaLaunchKernel((const void *)fill, empty, block, args, 0, NULL));
+        }
+        printf("fill=%d\n", cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL));
+        int peek = cudaPeekAtLastError();
+        int first = cudaGetLastError();
+        int second = cudaGetLastError();
+        printf("peek=%d get=%d again=%d\n", peek, first, second);
         return cudaDeviceSynchronize();
     }
     if (argc > 2 && !strcmp(argv[1], "sync")) {

@@ -192,8 +192,10 @@ fn a_crash_trace_keeps_the_xid_events_that_had_arrived() {
     assert!(t.crash.is_some(), "a crash trace: {}", run.stderr());
     let env = t.environment.gpu_health.as_ref().expect("the crash writer's environment has the health");
     assert!(env.events.iter().any(|e| e.xid == Some(94)), "{env:#?}");
+    // The NaN fault itself carries no health: data, which the GPU's health does not explain,
+    // so it never waits for NVML (issue 46, finding 7).
     let f = faults_of(&t, FaultKind::NonfiniteInput)[0];
-    assert!(f.gpu_health.as_ref().is_some_and(|h| h.events.iter().any(|e| e.xid == Some(94))), "{:#?}", f.gpu_health);
+    assert!(f.gpu_health.is_none(), "{:#?}", f.gpu_health);
 }
 
 #[test]

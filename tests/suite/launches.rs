@@ -144,3 +144,31 @@ fn a_python_launch_pinned_by_launch_blocking_mode_names_the_python_line() {
     let top = f.python_stack.first().expect("Python frames");
     assert_eq!((top.file.as_str(), top.line, top.function.as_str()), (script_s.as_str(), line, "embedding_lookup"));
 }
+
+#[test]
+fn a_kernels_first_launch_leaves_the_programs_unread_error_as_it_was_in_every_mode() {
+    for mode in
+        [&[("CUBLASGUARD_SYNC", "deferred")][..], &[("CUBLASGUARD_SYNC", "gemm")], &[("CUBLASGUARD_SYNC", "launches")], &[("CUBLASGUARD_NAN_ORIGIN", "1")]]
+    {
+        for (kind, before, code) in [("config", "empty=9", 9), ("oom", "malloc=2", 2)] {
+            let run = launches(&["pending", kind], mode);
+            let out = run.stdout();
+            assert!(out.contains(before) && out.contains("fill=0"), "{mode:?} {kind}: {out}");
+            // cudaFuncGetParamInfo fails past the last parameter; that failure must not become
+            // the program's last error.
+            assert!(out.contains(&format!("peek={code} get={code} again=0")), "{mode:?} {kind}: {out}\n{}", run.stderr());
+        }
+    }
+}
+
+#[test]
+fn a_launch_with_an_invalid_configuration_is_named_cuda_error_invalid_configuration() {
+    let run = launches(&["pending", "config"], &[]);
+    let t = run.trace();
+    let f = t.faults.iter().find(|f| f.api == "cudaLaunchKernel").expect("the failed launch's fault");
+    assert_eq!(f.status, 9);
+    assert_eq!(f.status_name, "cudaErrorInvalidConfiguration");
+    assert!(f.message.contains("cudaErrorInvalidConfiguration (9)"), "{}", f.message);
+    assert!(!run.stderr().contains("cudaErrorUnrecognized"), "{}", run.stderr());
+    assert!(run.stderr().contains("cudaErrorInvalidConfiguration"), "{}", run.stderr());
+}

@@ -27,6 +27,7 @@ mod hardening_dumps;
 mod hardening_loader;
 mod hardening_python;
 mod hardening_replay;
+mod hardening_round_three;
 mod hardening_run;
 mod hardening_secrets;
 mod hardening_signals;

@@ -9,9 +9,20 @@ use crate::gpu_health::{gpu_may_explain, GpuHealth, GpuHealthState};
 use crate::trace::{Fault, FaultKind, InitCause, InitCauseKind};
 
 /// Faults the guard finds on the host before the GPU is involved (arguments, handles, bounds)
-/// have no use for the GPU's health.
+/// have no use for the GPU's health, and neither has a NaN or an Inf: data, which the GPU's
+/// health does not explain (`gpu_may_explain`), so a burst of them never waits for NVML.
 pub fn wants_health(fault: &Fault) -> bool {
-    !matches!(fault.kind, FaultKind::InvalidHandle | FaultKind::InvalidArgument | FaultKind::HostPointer | FaultKind::OutOfBounds | FaultKind::UseAfterFree)
+    !matches!(
+        fault.kind,
+        FaultKind::InvalidHandle
+            | FaultKind::InvalidArgument
+            | FaultKind::HostPointer
+            | FaultKind::OutOfBounds
+            | FaultKind::UseAfterFree
+            | FaultKind::NonfiniteInput
+            | FaultKind::NonfiniteOutput
+            | FaultKind::NonfiniteOrigin
+    )
 }
 
 /// Health worth keeping with a fault: readings or their absence explained (NVML failed or
@@ -106,7 +117,10 @@ mod tests {
         attribute(&mut f);
         assert_eq!((f.cause, f.message.as_str()), (None, "m"));
         assert!(!wants_health(&fault(FaultKind::OutOfBounds, 7, "CUBLAS_STATUS_INVALID_VALUE", None)));
-        assert!(wants_health(&fault(FaultKind::NonfiniteInput, 0, "CUBLAS_STATUS_SUCCESS", None)));
+        // A NaN is data: it never waits for NVML (issue 46, finding 7).
+        assert!(!wants_health(&fault(FaultKind::NonfiniteInput, 0, "CUBLAS_STATUS_SUCCESS", None)));
+        assert!(!wants_health(&fault(FaultKind::NonfiniteOutput, 0, "CUBLAS_STATUS_SUCCESS", None)));
+        assert!(wants_health(&fault(FaultKind::AsyncError, 0, "CUBLAS_STATUS_SUCCESS", Some(700))));
         assert!(!worth_recording(&GpuHealth::without_readings(GpuHealthState::Missing, "no NVML")));
         assert!(worth_recording(&GpuHealth::without_readings(GpuHealthState::Hung, "hung")));
     }

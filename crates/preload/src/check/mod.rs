@@ -117,8 +117,9 @@ pub trait Device {
         false
     }
     /// A kernel's parameters, (offset, size) each in order, as the driver (`driver`: a
-    /// CUfunction) or the runtime (a host stub) gives them (CUDA 12.4 and later); `None` when
-    /// it cannot say. No default: a device that wraps another must pass it on.
+    /// CUfunction) or the runtime (a host stub) gives them (CUDA 12.4 and later); empty when
+    /// there is none to give, `None` when it cannot say now (asked again at a later launch).
+    /// No default: a device that wraps another must pass it on.
     fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>>;
     /// Host memory the device writes into without the host waiting (deferred NaN/Inf verdicts);
     /// `None` where there is none. No default: a device that wraps another must pass it on.

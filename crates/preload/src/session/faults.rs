@@ -96,8 +96,14 @@ impl FaultLog {
 
     pub fn add(&self, config: &Config, fault: Fault, path: &str, now_ns: u64) -> Recorded {
         // The first NaN/Inf fault's call, if this one is a later NaN/Inf fault.
+        // The earliest call wins, whatever order verdicts are judged in (two harvesters, two
+        // streams): a note only ever points to an earlier call.
         let earlier_nonfinite = matches!(fault.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput | FaultKind::NonfiniteOrigin)
-            .then(|| self.first_nonfinite.compare_exchange(0, fault.seq.max(1), Ordering::Relaxed, Ordering::Relaxed).err())
+            .then(|| {
+                let seq = fault.seq.max(1);
+                let prior = self.first_nonfinite.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |first| (first == 0 || seq < first).then_some(seq));
+                prior.err().filter(|&first| first < seq)
+            })
             .flatten();
         let lines = match earlier_nonfinite {
             // Consumed after an earlier NaN/Inf: said once, as propagation, then silent.
@@ -115,14 +121,11 @@ impl FaultLog {
         };
         let mut faults = self.faults.lock();
         let stored = faults.len() < config.max_faults;
-        // A fault found after its call (CUBLASGUARD_SYNC=deferred) goes before the faults of
-        // later calls that were recorded first. Others are appended: faults of concurrent calls
-        // stay in the order they were stored, so the crash writer's slots never shift under
-        // concurrent publishers.
-        let at = match fault.found_at_seq {
-            Some(_) => faults.iter().rposition(|f| f.seq <= fault.seq).map_or(0, |i| i + 1),
-            None => faults.len(),
-        };
+        // In call order: a fault found after its call (CUBLASGUARD_SYNC=deferred), or stored
+        // after a later call's by another thread, goes before the faults of later calls that
+        // were recorded first (their crash-writer slots are rendered again: `publish`). Faults
+        // of one call keep the order they were stored in.
+        let at = faults.iter().rposition(|f| f.seq <= fault.seq).map_or(0, |i| i + 1);
         let index = stored.then_some(at);
         // Counted under the lock, with the insertion or the refusal: a snapshot taken under it,
         // or a crash handler reading dropped before stored, never sees a fault half counted.

@@ -31,12 +31,13 @@ pub struct ParamLayouts {
 }
 
 impl ParamLayouts {
-    /// The layout of `func`, asking `resolve` the first time.
+    /// The layout of `func`, asking `resolve` until it answers: `None` from it is "not now"
+    /// (the program has an error pending, which asking would replace), an empty layout "none".
     pub fn get(&self, func: u64, resolve: impl FnOnce() -> Option<Vec<(u32, u32)>>) -> Option<ParamLayout> {
         if let Some(known) = self.layouts.lock().get(&func) {
             return known.clone();
         }
-        let layout: Option<ParamLayout> = resolve().filter(|l| !l.is_empty()).map(Into::into);
+        let layout: Option<ParamLayout> = Some(resolve()?).filter(|l| !l.is_empty()).map(Into::into);
         self.layouts.lock().insert(func, layout.clone());
         layout
     }

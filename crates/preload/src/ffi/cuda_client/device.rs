@@ -12,13 +12,13 @@ use crate::ffi::cuda_client::cuda_api::{self as api, PointerAttributes};
 
 const MEMCPY_DEVICE_TO_HOST: c_int = 2;
 
-fn peek_last_error() -> Option<c_int> {
+pub(crate) fn peek_last_error() -> Option<c_int> {
     // SAFETY: no arguments.
     unsafe { api::cudaPeekAtLastError() }
 }
 
 /// Runs a runtime call that may fail, then restores the program's "no last error".
-fn quietly(call: impl FnOnce() -> Option<c_int>) -> Option<c_int> {
+pub(crate) fn quietly(call: impl FnOnce() -> Option<c_int>) -> Option<c_int> {
     let before = peek_last_error();
     let code = call()?;
     if code != 0 && before == Some(0) {
@@ -192,24 +192,36 @@ impl Device for RealDevice<'_> {
     }
 
     fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>> {
+        // The runtime's form fails past the last parameter, and a failure replaces the
+        // program's last error; a pending error cannot be put back once replaced (the runtime
+        // has no call that sets it). So it is asked only while nothing is pending, and while
+        // something is, not at all: `None`, asked again at a later launch. The driver's form
+        // leaves the runtime's last error alone.
+        if !driver && peek_last_error() != Some(0) {
+            return None;
+        }
         let mut layout = Vec::new();
         // No count before CUDA 13.2: asked until the index is past the last parameter. A
         // kernel has at most 32 KiB of parameters; 256 of them is plenty.
         for index in 0..256usize {
             let (mut offset, mut size) = (0usize, 0usize);
             // SAFETY: two writable out-parameters; a function the program launched. The
-            // runtime's form sets its last error on failure: asked quietly.
-            let status = self.quietly(|| unsafe {
+            // runtime's form sets its last error on failure: asked quietly (nothing was
+            // pending: above).
+            let status = quietly(|| unsafe {
                 if driver {
                     api::cuFuncGetParamInfo(func as *const c_void, index, &mut offset, &mut size)
                 } else {
                     api::cudaFuncGetParamInfo(func as *const c_void, index, &mut offset, &mut size)
                 }
-            })?;
+            });
+            // A library without the call (before CUDA 12.4) has no layout to give, for good.
+            let Some(status) = status else { return Some(Vec::new()) };
             if status != 0 {
                 break;
             }
-            layout.push((u32::try_from(offset).ok()?, u32::try_from(size).ok()?));
+            let (Ok(offset), Ok(size)) = (u32::try_from(offset), u32::try_from(size)) else { return Some(Vec::new()) };
+            layout.push((offset, size));
         }
         Some(layout)
     }

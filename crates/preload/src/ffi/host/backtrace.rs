@@ -67,9 +67,15 @@ fn frame_text(function: Option<&str>, library: &str, library_offset: usize, addr
 /// A kernel's name from its host stub: the runtime's own (cudaFuncGetName, CUDA 12.3 on), else
 /// the stub's symbol (host stubs are often hidden symbols: the symbol table has them).
 pub(crate) fn kernel_name(func: u64) -> Option<String> {
+    use crate::ffi::cuda_client::device::{peek_last_error, quietly};
     let mut name: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: `name` is a writable pointer; the runtime only looks the address up.
-    if unsafe { crate::ffi::cuda_client::cuda_api::cudaFuncGetName(&mut name, func as *const std::ffi::c_void) } == Some(0) {
+    // The runtime's failure (a function it does not know) would replace the program's last
+    // error: asked only while none is pending, and quietly.
+    let asked = || {
+        // SAFETY: `name` is a writable pointer; the runtime only looks the address up.
+        unsafe { crate::ffi::cuda_client::cuda_api::cudaFuncGetName(&mut name, func as *const std::ffi::c_void) }
+    };
+    if peek_last_error() == Some(0) && quietly(asked) == Some(0) {
         if let Some(n) = crate::ffi::intercept::out_param::c_string(name) {
             return Some(crate::session::kernels::demangle(&n));
         }

@@ -40,7 +40,9 @@ pub(crate) fn judge_soon() {
         STOPPED.store(false, Ordering::SeqCst);
         // A small stack: it rebuilds a call's check and scans what landed (its scan buffer is
         // on the heap).
-        if std::thread::Builder::new().name("cublasguard-verdicts".into()).stack_size(512 * 1024).spawn(run).is_err() {
+        let spawned =
+            super::thread::spawn_with_signals_blocked(|| std::thread::Builder::new().name("cublasguard-verdicts".into()).stack_size(512 * 1024).spawn(run));
+        if spawned.is_err() {
             // Without it, verdicts are judged at the program's synchronisations and at exit.
             STOPPED.store(true, Ordering::SeqCst);
         }

@@ -33,17 +33,12 @@ impl Outlet for RealOutlet {
             say(line);
         }
         if let Some(index) = recorded.index {
-            let found_later = session.with_fault(index, |fault| {
-                crash::publish_fault(index, fault);
-                fault.found_at_seq.is_some()
-            });
-            // A fault found after its call went in before later calls' faults: their slots
-            // move up one, and are rendered again.
-            if found_later == Some(true) {
-                let mut at = index + 1;
-                while session.with_fault(at, |fault| crash::publish_fault(at, fault)).is_some() {
-                    at += 1;
-                }
+            session.with_fault(index, |fault| crash::publish_fault(index, fault));
+            // A fault that went in before later calls' faults (found after its call, or stored
+            // after them by another thread): their slots move up one, and are rendered again.
+            let mut at = index + 1;
+            while session.with_fault(at, |fault| crash::publish_fault(at, fault)).is_some() {
+                at += 1;
             }
         }
         if recorded.rewrite {

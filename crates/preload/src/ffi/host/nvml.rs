@@ -25,8 +25,9 @@ const REFRESH_LIMIT: Duration = Duration::from_millis(250);
 /// How long the first fault waits for NVML still starting (once per process: a start that
 /// takes longer is not waited for again).
 const START_WAIT: Duration = Duration::from_secs(1);
-/// How long the thread waits for an event before it looks for a fault's request.
-const EVENT_WAIT_MS: c_uint = 50;
+/// How long the thread waits for an event before it looks for a fault's request (NVML's wait
+/// cannot be woken): a fault that wants fresh readings has them within about this long.
+const EVENT_WAIT_MS: c_uint = 5;
 /// Events kept (later ones are counted).
 const MAX_EVENTS: usize = 64;
 
@@ -188,7 +189,9 @@ pub(crate) fn start() {
         return;
     }
     // A small stack: the thread only calls NVML and copies numbers.
-    let spawned = std::thread::Builder::new().name("cublasguard-nvml".into()).stack_size(256 * 1024).spawn(move || run(monitor));
+    let spawned = super::thread::spawn_with_signals_blocked(|| {
+        std::thread::Builder::new().name("cublasguard-nvml".into()).stack_size(256 * 1024).spawn(move || run(monitor))
+    });
     if let Err(e) = spawned {
         let mut shared = monitor.shared.lock();
         (shared.health.state, shared.health.note, shared.stopped) = (GpuHealthState::Missing, Some(format!("no thread to ask NVML on: {e}")), true);

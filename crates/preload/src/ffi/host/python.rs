@@ -277,7 +277,7 @@ fn frames_from_reader(api: &'static Api, tstate: Obj) -> Result<Vec<PythonFrame>
     let started = unsafe {
         let start: extern "C" fn(*mut c_void) -> *mut c_void = std::mem::transmute(reader as extern "C-unwind" fn(*mut c_void) -> *mut c_void);
         let mut thread: libc::pthread_t = std::mem::zeroed();
-        let rc = libc::pthread_create(&mut thread, std::ptr::null(), start, arg);
+        let rc = super::thread::spawn_with_signals_blocked(|| libc::pthread_create(&mut thread, std::ptr::null(), start, arg));
         if rc == 0 {
             libc::pthread_detach(thread);
         }

@@ -186,3 +186,33 @@ pub(crate) fn first_guarded_call() {
         let _ = ALT_STACK.try_with(move |slot| slot.set(Some(stack)));
     }
 }
+
+/// The signals a thread's own instruction raises (a fault, a trap, a bad system call): the only
+/// ones the guard's threads take.
+const SYNCHRONOUS: [libc::c_int; 6] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS];
+
+/// Runs `spawn` (which starts one of the guard's threads) with every asynchronous signal blocked
+/// on the calling thread, and puts the caller's mask back after: the new thread inherits the
+/// mask from its first instruction, so the kernel never picks it for a signal sent to the
+/// process (SIGTERM, SIGINT, SIGCHLD, ...), which goes to a thread of the program's instead,
+/// one that `sigwait`s or reads a `signalfd` for it where the program blocked it everywhere
+/// else. A signal that arrives meanwhile waits for the caller's old mask.
+pub(crate) fn spawn_with_signals_blocked<R>(spawn: impl FnOnce() -> R) -> R {
+    // SAFETY: sigset_t is plain data, filled by sigfillset/sigdelset; pthread_sigmask reads the
+    // new set and writes the old one into a local.
+    let old = unsafe {
+        let mut blocked: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut blocked);
+        for sig in SYNCHRONOUS {
+            libc::sigdelset(&mut blocked, sig);
+        }
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        (libc::pthread_sigmask(libc::SIG_BLOCK, &blocked, &mut old) == 0).then_some(old)
+    };
+    let spawned = spawn();
+    if let Some(old) = old {
+        // SAFETY: the mask this thread had, read above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    }
+    spawned
+}
