@@ -72,12 +72,16 @@ fn json_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
 /// returned. It is an error when nothing named holds a trace, or a trace cannot be read.
 pub fn load_noting(paths: &[PathBuf]) -> Result<(Vec<Loaded>, Vec<String>), String> {
     let mut loaded = Vec::new();
+    let read_lenient = |path: &Path| {
+        fits_in_memory(path)?;
+        trace::read_lenient(path)
+    };
     let mut skipped = Vec::new();
     // Why each path gave no trace, said as the error when none did.
     let mut problems = Vec::new();
     for path in paths {
         if !path.is_dir() {
-            match trace::read_lenient(path) {
+            match read_lenient(path) {
                 Ok(parsed) => loaded.push(Loaded::new(path.clone(), parsed)),
                 Err(e) if e.is_foreign() => {
                     skipped.push(format!("skipped {}: {e}", path.display()));
@@ -96,7 +100,7 @@ pub fn load_noting(paths: &[PathBuf]) -> Result<(Vec<Loaded>, Vec<String>), Stri
         let mut others = Vec::new();
         let before = loaded.len();
         for file in files {
-            match trace::read_lenient(&file) {
+            match read_lenient(&file) {
                 Ok(parsed) => loaded.push(Loaded::new(file, parsed)),
                 Err(e) if e.is_foreign() => {
                     skipped.push(format!("skipped {}: {e}", file.display()));
@@ -113,6 +117,29 @@ pub fn load_noting(paths: &[PathBuf]) -> Result<(Vec<Loaded>, Vec<String>), Stri
         return Err(problems.join("; "));
     }
     Ok((loaded, skipped))
+}
+
+/// Reading a trace takes up to five times its size in memory: under an address-space limit
+/// (`ulimit -v`) too small for that, the trace is refused with an error, never read until the
+/// allocator aborts.
+fn fits_in_memory(path: &Path) -> Result<(), trace::ReadError> {
+    const FACTOR: u64 = 5;
+    let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the limit into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+        return Ok(());
+    }
+    let needed = meta.len().saturating_mul(FACTOR);
+    if needed > limit.rlim_cur as u64 {
+        return Err(trace::ReadError::Io(std::io::Error::other(format!(
+            "{} MB: reading it needs about {} MB, more than the address-space limit (ulimit -v) of {} MB allows; raise the limit",
+            meta.len() >> 20,
+            needed >> 20,
+            (limit.rlim_cur as u64) >> 20
+        ))));
+    }
+    Ok(())
 }
 
 /// The earliest and latest moments a trace tells of (ns since the Unix epoch): its process's

@@ -685,21 +685,28 @@ fn a_large_trace_is_reported_in_bounded_memory_not_aborted() {
     let path = large_trace(20_000);
     let size = std::fs::metadata(&path).unwrap().len();
     assert!(size > 40 << 20, "a trace of tens of MB: {size}");
-    for format in ["text", "json"] {
+    let limited = |format: &str, bytes: u64| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cublasguard"));
         cmd.args(["report", "--format", format, &s(&path)]).env("NO_COLOR", "1");
-        // 1 GiB of address space: the reader of 0.4.0 needed 1.2 GB for this trace and aborted.
         // SAFETY: setrlimit is async-signal-safe; the closure allocates nothing.
         unsafe {
-            cmd.pre_exec(|| {
-                let limit = libc::rlimit { rlim_cur: 1 << 30, rlim_max: 1 << 30 };
+            cmd.pre_exec(move || {
+                let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
                 if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });
         }
-        let out = cmd.output().unwrap();
+        cmd.output().unwrap()
+    };
+    // Under a limit too small for it: refused, with the reason, never aborted.
+    let refused = limited("text", 200 << 20);
+    assert_eq!(refused.status.code(), Some(2), "{:?}: {}", refused.status, text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("address-space limit"), "{}", text(&refused.stderr));
+    for format in ["text", "json"] {
+        // 1 GiB of address space: the reader of 0.4.0 needed 1.2 GB for this trace and aborted.
+        let out = limited(format, 1 << 30);
         assert_eq!(out.status.code(), Some(1), "{format}: faults found, not {:?}: {}", out.status, text(&out.stderr));
         let body = text(&out.stdout);
         assert!(body.contains("20000 fault(s)") || body.contains("\"faults\": 20000") || body.contains("20000"), "{format}: {}", &body[..body.len().min(2000)]);
