@@ -131,12 +131,12 @@ fn fits_in_memory(path: &Path) -> Result<(), trace::ReadError> {
         return Ok(());
     }
     let needed = meta.len().saturating_mul(FACTOR);
-    if needed > limit.rlim_cur as u64 {
+    if needed > limit.rlim_cur {
         return Err(trace::ReadError::Io(std::io::Error::other(format!(
             "{} MB: reading it needs about {} MB, more than the address-space limit (ulimit -v) of {} MB allows; raise the limit",
             meta.len() >> 20,
             needed >> 20,
-            (limit.rlim_cur as u64) >> 20
+            limit.rlim_cur >> 20
         ))));
     }
     Ok(())
