@@ -446,7 +446,7 @@ fn torch_checks(t: &Torch, machine: &Machine, has_gpu: bool, out: &mut Vec<Check
         "cuDNN",
         if t.cudnn.is_some() { Status::Ok } else { Status::Warn },
         match t.cudnn {
-            Some(v) => format!("cuDNN {v}"),
+            Some(v) => format!("cuDNN {}", cudnn_release(v)),
             None => "PyTorch found no cuDNN (convolutions and RNNs fall back or fail)".into(),
         },
         t.cudnn.is_none().then_some("install the nvidia-cudnn wheel PyTorch depends on (pip install --force-reinstall torch)"),
@@ -486,9 +486,28 @@ pub fn nvcc_release() -> Option<String> {
     Some(after.split(',').next()?.trim().to_string())
 }
 
+/// cuDNN's version number as its release: "9.26.0" for 92600 (cuDNN 9 on: major * 10000 +
+/// minor * 100 + patch), "8.9.2" for 8902 (cuDNN 8 and before: major * 1000 + minor * 100 + patch).
+pub fn cudnn_release(v: i64) -> String {
+    if v >= 10_000 {
+        format!("{}.{}.{}", v / 10_000, v / 100 % 100, v % 100)
+    } else if v > 0 {
+        format!("{}.{}.{}", v / 1000, v / 100 % 10, v % 100)
+    } else {
+        v.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cudnns_version_number_is_printed_as_its_release() {
+        assert_eq!(cudnn_release(92600), "9.26.0");
+        assert_eq!(cudnn_release(90100), "9.1.0");
+        assert_eq!(cudnn_release(8902), "8.9.2");
+    }
 
     #[test]
     fn the_framework_probe_compiles_as_python_with_warnings_as_errors() {

@@ -49,6 +49,8 @@ struct Cli {
     command: Cmd,
 }
 
+// Parsed once per process: the size of `Run`'s options does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a command under the guard, then summarise what it found
@@ -74,12 +76,45 @@ enum Cmd {
         /// the trace, for cuda-gdb; the driver stops the program there
         #[arg(long, env = "CUBLASGUARD_GPU_COREDUMP", value_parser = clap::builder::FalseyValueParser::new())]
         gpu_coredump: bool,
+        /// Folder for the traces (made if missing): the default file names
+        /// (cublasguard-%h-%p.json) in DIR; sets CUBLASGUARD_TRACE
+        #[arg(long, value_name = "DIR", conflicts_with = "trace")]
+        trace_dir: Option<PathBuf>,
+        /// When the stream is synchronised: deferred (the default: never; a breadcrumb after each
+        /// call), gemm (around each guarded call: a NaN/Inf verdict at its call site), launches
+        /// (after every kernel launch too)
+        #[arg(long, value_name = "MODE", env = "CUBLASGUARD_SYNC")]
+        sync: Option<String>,
+        /// Write each faulting call's inputs (safetensors) to DIR, for `cublasguard replay`
+        #[arg(long, value_name = "DIR", env = "CUBLASGUARD_DUMP")]
+        dump: Option<String>,
+        /// Dumps written at most (default 8)
+        #[arg(long, value_name = "N", env = "CUBLASGUARD_DUMP_MAX")]
+        dump_max: Option<String>,
+        /// Keep faults that match RULE (kind=...,api=...,operand=...) out of the trace, counted;
+        /// repeatable
+        #[arg(long, value_name = "RULE", env = "CUBLASGUARD_IGNORE", value_delimiter = ';')]
+        ignore: Vec<String>,
+        /// Origin mode: find the launch that first made a NaN/Inf (slower: scans kernels' outputs)
+        #[arg(long, env = "CUBLASGUARD_NAN_ORIGIN", value_parser = clap::builder::FalseyValueParser::new())]
+        nan_origin: bool,
+        /// Faults stored in each trace at most (default 100; more are counted)
+        #[arg(long, value_name = "N", env = "CUBLASGUARD_MAX_FAULTS")]
+        max_faults: Option<String>,
+        /// Fault lines on stderr per process at most (default 10)
+        #[arg(long, value_name = "N", env = "CUBLASGUARD_STDERR_LINES")]
+        stderr_lines: Option<String>,
+        /// No banner line from the guard at each process's start
+        #[arg(long, env = "CUBLASGUARD_QUIET", value_parser = clap::builder::FalseyValueParser::new())]
+        quiet: bool,
         /// The command to run and its arguments (options after its name are its own)
         #[arg(trailing_var_arg = true, required = true, num_args = 1.., value_name = "CMD")]
         command: Vec<OsString>,
     },
     /// Explain trace files (or folders of them): first fault first, with causes and next steps
-    #[command(after_help = "Traces of several processes are merged in time order. A fault that follows from an earlier \
+    #[command(after_help = "Traces of several processes are merged in time order; traces of earlier runs among them are left out \
+        unless --all-runs is given, and JSON files that are not traces (a timeline, a report) and folders without \
+        traces are skipped with a note. A fault that follows from an earlier \
         one of its process (NaN passed on, a context lost to its error, the same failure to start) is counted under \
         that root cause, not printed in full.\n\n\
         Exit status: 0 no faults, 1 faults found, 2 unreadable input.")]
@@ -99,6 +134,11 @@ enum Cmd {
         /// Show every root cause, and every fault that follows from one, one line each
         #[arg(long)]
         all: bool,
+        /// Report the traces of every run named. By default only the newest run's are (one
+        /// `cublasguard run`, or one guarded process tree, and the runs that overlap it in time):
+        /// traces of earlier runs left in the same folder are left out, with a note
+        #[arg(long)]
+        all_runs: bool,
     },
     /// Check this machine's CUDA setup: driver, devices, libraries, versions, variables, and
     /// the frameworks (PyTorch, JAX, TensorFlow) of the Python you run
@@ -169,8 +209,15 @@ fn print(text: &str) -> Result<(), CliError> {
     }
 }
 
-fn report_cmd(paths: &[PathBuf], format: report::Format, limit: Option<usize>) -> Result<i32, CliError> {
-    let loaded = report::load(paths).map_err(CliError::usage)?;
+fn report_cmd(paths: &[PathBuf], format: report::Format, limit: Option<usize>, all_runs: bool) -> Result<i32, CliError> {
+    let mut loaded = report::load(paths).map_err(CliError::usage)?;
+    if !all_runs {
+        let (newest, note) = report::newest_run(loaded);
+        loaded = newest;
+        if let Some(note) = note {
+            eprintln!("cublasguard: {}", report::escape_controls(&note));
+        }
+    }
     print(&report::render_limited(&loaded, format, limit))?;
     let faults = report::total(loaded.iter().map(report::Loaded::fault_count));
     Ok(if faults > 0 { 1 } else { 0 })
@@ -198,7 +245,10 @@ fn timeline_cmd(traces: &[PathBuf], output: Option<PathBuf>) -> Result<i32, CliE
     if let Some(l) = loaded.iter().find(|l| same(&l.path, &output)) {
         return Err(CliError::usage(format!("{}: that is one of the traces read; choose another file with -o", l.path.display())));
     }
-    std::fs::write(&output, json).map_err(|e| CliError::usage(format!("{}: {e}", output.display())))?;
+    // Beside a trace in a shared folder, a link may stand where the timeline goes: it is
+    // replaced, never written through; the timeline is as private as the trace it shows.
+    let mode = loaded.first().map(|l| timeline::mode_for(&l.path)).unwrap_or(0o600);
+    timeline::write_new_file(&output, &json, mode).map_err(|e| CliError::usage(format!("{}: {e}", output.display())))?;
     eprintln!("cublasguard: wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)", output.display());
     Ok(0)
 }
@@ -308,7 +358,22 @@ fn main() -> ExitCode {
     // guard itself ignores it: an exported empty variable often means "unset".
     let trace_from_env = matches.subcommand_matches("run").and_then(|m| m.value_source("trace")) == Some(ValueSource::EnvVariable);
     let result = match cli.command {
-        Cmd::Run { mut trace, checks, on_fault, gpu_coredump, command } => {
+        Cmd::Run {
+            mut trace,
+            checks,
+            on_fault,
+            gpu_coredump,
+            trace_dir,
+            sync,
+            dump,
+            dump_max,
+            ignore,
+            nan_origin,
+            max_faults,
+            stderr_lines,
+            quiet,
+            command,
+        } => {
             if trace_from_env && trace.trim().is_empty() {
                 eprintln!(
                     "cublasguard: CUBLASGUARD_TRACE='{trace}' ignored: empty path; using the default ({})",
@@ -316,18 +381,31 @@ fn main() -> ExitCode {
                 );
                 trace = cublasguard_format::config::DEFAULT_TRACE_PATTERN.into();
             }
-            run::execute(run::Options {
-                trace: Some(trace),
-                checks,
-                on_fault,
-                command,
-                env: Vec::new(),
-                quiet_summary: false,
-                stdout_to_stderr: false,
-                gpu_coredump,
-            })
+            if let Some(dir) = trace_dir {
+                if let Err(e) = std::fs::create_dir_all(&dir) {
+                    eprintln!("cublasguard: --trace-dir {}: {e}", dir.display());
+                    return ExitCode::from(2);
+                }
+                trace = dir.join(cublasguard_format::config::DEFAULT_TRACE_PATTERN).display().to_string();
+            }
+            // Each option is its variable, for the command and every process it starts.
+            let mut env: Vec<(String, String)> = Vec::new();
+            let mut set = |name: &str, value: Option<String>| {
+                if let Some(v) = value {
+                    env.push((name.into(), v));
+                }
+            };
+            set("CUBLASGUARD_SYNC", sync);
+            set("CUBLASGUARD_DUMP", dump);
+            set("CUBLASGUARD_DUMP_MAX", dump_max);
+            set("CUBLASGUARD_IGNORE", (!ignore.is_empty()).then(|| ignore.join(";")));
+            set("CUBLASGUARD_NAN_ORIGIN", nan_origin.then(|| "1".into()));
+            set("CUBLASGUARD_MAX_FAULTS", max_faults);
+            set("CUBLASGUARD_STDERR_LINES", stderr_lines);
+            set("CUBLASGUARD_QUIET", quiet.then(|| "1".into()));
+            run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env, quiet_summary: false, stdout_to_stderr: false, gpu_coredump })
         }
-        Cmd::Report { paths, format, limit, all } => report_cmd(&paths, format, (!all).then_some(limit)),
+        Cmd::Report { paths, format, limit, all, all_runs } => report_cmd(&paths, format, (!all).then_some(limit), all_runs),
         Cmd::Doctor { json, python, python_timeout, nvml_timeout } => {
             let options = doctor::PythonOptions {
                 python,

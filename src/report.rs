@@ -57,34 +57,50 @@ impl Loaded {
     }
 }
 
-/// The `*.json` files directly inside a folder, sorted.
+/// The `*.json` files directly inside a folder, sorted (none: an empty list).
 fn json_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut files: Vec<PathBuf> =
         entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json")).collect();
     files.sort();
-    if files.is_empty() {
-        return Err(format!("{}: no .json trace files in this folder", dir.display()));
-    }
     Ok(files)
 }
 
-/// Reads the traces named, and those in the folders named. A file named is a trace or an
-/// error; in a folder, a JSON file that is not a trace (a report's JSON, a timeline, a config
-/// file) is skipped, and said in the list returned; a folder with no trace at all is an error.
+/// Reads the traces named, and those in the folders named. A JSON file that is not a trace (a
+/// timeline, a report's JSON, a config file: what a glob such as `cublasguard-*.json` or a
+/// folder also holds) is skipped, and so is a folder without a trace; each is said in the list
+/// returned. It is an error when nothing named holds a trace, or a trace cannot be read.
 pub fn load_noting(paths: &[PathBuf]) -> Result<(Vec<Loaded>, Vec<String>), String> {
     let mut loaded = Vec::new();
+    let read_lenient = |path: &Path| {
+        fits_in_memory(path)?;
+        trace::read_lenient(path)
+    };
     let mut skipped = Vec::new();
+    // Why each path gave no trace, said as the error when none did.
+    let mut problems = Vec::new();
     for path in paths {
         if !path.is_dir() {
-            let parsed = trace::read_lenient(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            loaded.push(Loaded::new(path.clone(), parsed));
+            match read_lenient(path) {
+                Ok(parsed) => loaded.push(Loaded::new(path.clone(), parsed)),
+                Err(e) if e.is_foreign() => {
+                    skipped.push(format!("skipped {}: {e}", path.display()));
+                    problems.push(format!("{}: {e}", path.display()));
+                }
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            }
+            continue;
+        }
+        let files = json_files(path)?;
+        if files.is_empty() {
+            skipped.push(format!("skipped {}: no .json trace files in this folder", path.display()));
+            problems.push(format!("{}: no .json trace files in this folder", path.display()));
             continue;
         }
         let mut others = Vec::new();
         let before = loaded.len();
-        for file in json_files(path)? {
-            match trace::read_lenient(&file) {
+        for file in files {
+            match read_lenient(&file) {
                 Ok(parsed) => loaded.push(Loaded::new(file, parsed)),
                 Err(e) if e.is_foreign() => {
                     skipped.push(format!("skipped {}: {e}", file.display()));
@@ -94,10 +110,76 @@ pub fn load_noting(paths: &[PathBuf]) -> Result<(Vec<Loaded>, Vec<String>), Stri
             }
         }
         if loaded.len() == before {
-            return Err(format!("{}: no cublasguard trace in this folder ({} other JSON file(s): {})", path.display(), others.len(), others.join(", ")));
+            problems.push(format!("{}: no cublasguard trace in this folder ({} other JSON file(s): {})", path.display(), others.len(), others.join(", ")));
         }
     }
+    if loaded.is_empty() {
+        return Err(problems.join("; "));
+    }
     Ok((loaded, skipped))
+}
+
+/// Reading a trace takes up to five times its size in memory: under an address-space limit
+/// (`ulimit -v`) too small for that, the trace is refused with an error, never read until the
+/// allocator aborts.
+fn fits_in_memory(path: &Path) -> Result<(), trace::ReadError> {
+    const FACTOR: u64 = 5;
+    let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the limit into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+        return Ok(());
+    }
+    let needed = meta.len().saturating_mul(FACTOR);
+    if needed > limit.rlim_cur {
+        return Err(trace::ReadError::Io(std::io::Error::other(format!(
+            "{} MB: reading it needs about {} MB, more than the address-space limit (ulimit -v) of {} MB allows; raise the limit",
+            meta.len() >> 20,
+            needed >> 20,
+            limit.rlim_cur >> 20
+        ))));
+    }
+    Ok(())
+}
+
+/// The earliest and latest moments a trace tells of (ns since the Unix epoch): its process's
+/// start, its faults and its recent calls.
+fn span(t: &Trace) -> (u64, u64) {
+    let times = t.faults.iter().map(|f| f.time_ns).chain(t.recent_calls.iter().map(|c| c.time_ns)).filter(|&n| n > 0);
+    let start = t.process.started_at_ns;
+    times.fold((start, start), |(lo, hi), n| (if lo == 0 { n } else { lo.min(n) }, hi.max(n)))
+}
+
+/// The traces of the newest run, and a note naming those of earlier runs it left out. A run is
+/// the processes of one `cublasguard run` or one guarded process tree (`process.run_id`); a run
+/// is earlier when everything its traces tell of happened before the newest run started. Runs
+/// that overlap the newest in time (the ranks of one job on several nodes) are kept.
+pub fn newest_run(loaded: Vec<Loaded>) -> (Vec<Loaded>, Option<String>) {
+    let mut runs: BTreeMap<Option<String>, (u64, u64)> = BTreeMap::new();
+    for l in &loaded {
+        let (lo, hi) = span(&l.trace);
+        let e = runs.entry(l.trace.process.run_id.clone()).or_insert((lo, hi));
+        *e = (e.0.min(lo), e.1.max(hi));
+    }
+    let Some(newest_start) = runs.values().map(|&(lo, _)| lo).max() else { return (loaded, None) };
+    let earlier: Vec<&Option<String>> = runs.iter().filter(|(_, &(_, hi))| hi > 0 && hi < newest_start).map(|(id, _)| id).collect();
+    if earlier.is_empty() {
+        return (loaded, None);
+    }
+    let runs_left = earlier.len();
+    let earlier: std::collections::BTreeSet<Option<String>> = earlier.into_iter().cloned().collect();
+    let (old, kept): (Vec<Loaded>, Vec<Loaded>) = loaded.into_iter().partition(|l| earlier.contains(&l.trace.process.run_id));
+    const LISTED: usize = 4;
+    let mut names: Vec<String> = old.iter().take(LISTED).map(|l| l.path.display().to_string()).collect();
+    if old.len() > LISTED {
+        names.push(format!("and {} more", old.len() - LISTED));
+    }
+    let note = format!(
+        "left out {} trace(s) of {runs_left} earlier run(s), which ended before the newest started ({}); --all-runs reports them too",
+        old.len(),
+        names.join(", ")
+    );
+    (kept, Some(note))
 }
 
 /// `load_noting`, each skipped file said on stderr in one line.
@@ -269,11 +351,26 @@ fn call_text(f: &Fault) -> String {
     format!("{}({}) -> {} ({})", f.api, args.join(", "), f.status_name, f.status)
 }
 
-/// Whether a Python file is the user's: not the standard library, not an installed package
-/// (PyTorch included), not the interpreter's own frozen modules.
+/// Whether a Python file is the user's, by where it lies, not by what its folders are called:
+/// not inside a folder packages are installed into (`site-packages`, `dist-packages`: PyTorch
+/// and every other package, in any environment), not in an interpreter's standard library (a
+/// `pythonX.Y` folder directly inside a prefix's `lib` or `lib64`), not one of the interpreter's
+/// own frozen or generated modules (`<frozen ...>`, `<string>`). A folder of the user's named
+/// `torch` or `python3` is the user's.
 fn is_user_file(file: &str) -> bool {
-    let foreign = ["/site-packages/", "/dist-packages/", "/lib/python3", "<frozen", "/torch/", "<string>"];
-    !file.is_empty() && !foreign.iter().any(|f| file.contains(f))
+    if file.is_empty() || file.starts_with('<') {
+        return false;
+    }
+    let parts: Vec<&str> = file.split('/').collect();
+    let folders = &parts[..parts.len().saturating_sub(1)];
+    let installed = folders.iter().any(|p| matches!(*p, "site-packages" | "dist-packages"));
+    let stdlib = folders.windows(2).any(|w| {
+        matches!(w[0], "lib" | "lib64")
+            && w[1].strip_prefix("python").and_then(|v| v.split_once('.')).is_some_and(|(major, minor)| {
+                !major.is_empty() && major.bytes().all(|b| b.is_ascii_digit()) && !minor.is_empty() && minor.bytes().all(|b| b.is_ascii_digit())
+            })
+    });
+    !installed && !stdlib
 }
 
 /// "model.py:57 in forward: h = self.fc1(x)": the innermost Python frame in the user's own
@@ -1163,10 +1260,20 @@ fn environment(doc: &mut Doc, loaded: &[Loaded]) {
         let cause = probe.cause.as_ref().map(|c| c.message.as_str()).unwrap_or(probe.status_name.as_str());
         let place =
             probe.python_stack.iter().find(|f| is_user_file(&f.file)).map(|f| format!(", at {}:{} in {}", f.file, f.line, f.function)).unwrap_or_default();
-        let line = format!(
-            "note: pid {} asked {} (#{}) whether CUDA is usable and it is not{place}: {cause}. A probe, not a fault: a program may fall back to the CPU",
-            l.trace.process.pid, probe.api, probe.seq
-        );
+        // Beside the same process's failed starts, counted as faults, the probe is their
+        // first sign, not something apart from them.
+        let failed_start = l.trace.faults.iter().any(|f| f.kind == FaultKind::InitFailed);
+        let line = if failed_start {
+            format!(
+                "note: pid {} asked {} (#{}) whether CUDA is usable and it is not{place}; its later calls failed to start CUDA too (the faults above)",
+                l.trace.process.pid, probe.api, probe.seq
+            )
+        } else {
+            format!(
+                "note: pid {} asked {} (#{}) whether CUDA is usable and it is not{place}: {cause}. A probe, not a fault: a program may fall back to the CPU",
+                l.trace.process.pid, probe.api, probe.seq
+            )
+        };
         doc.item(&doc.t(&line));
     }
     for l in loaded {
@@ -1219,6 +1326,25 @@ mod tests {
     fn fault_counts_never_wrap() {
         assert_eq!(total([1u64 << 63, 1u64 << 63].into_iter()), u64::MAX);
         assert_eq!(total([2, 3].into_iter()), 5);
+    }
+
+    #[test]
+    fn a_python_file_is_the_users_by_where_it_lies_not_by_its_folders_names() {
+        for users in ["/home/me/torch/train.py", "/home/me/lib/python3/train.py", "/srv/python3.12/model.py", "train.py", "/home/me/site-packages-notes/x.py"] {
+            assert!(is_user_file(users), "{users} is the user's");
+        }
+        for not_users in [
+            "/usr/lib/python3.12/site-packages/torch/nn/functional.py",
+            "/venv/lib/python3.12/site-packages/transformers/models/bert.py",
+            "/usr/lib/python3/dist-packages/numpy/core/numeric.py",
+            "/usr/lib/python3.12/threading.py",
+            "/opt/conda/lib64/python3.11/runpy.py",
+            "<frozen runpy>",
+            "<string>",
+            "",
+        ] {
+            assert!(!is_user_file(not_users), "{not_users} is not the user's");
+        }
     }
 
     #[test]

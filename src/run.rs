@@ -396,6 +396,15 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
     Ok(code)
 }
 
+/// "1 call", "16 calls".
+pub fn counted(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 fn summarise(traces: &[PathBuf], pattern: &str) {
     if traces.is_empty() {
         eprintln!("cublasguard: no trace was written ({pattern}): the command made no CUDA call the guard saw");
@@ -413,12 +422,12 @@ fn summarise(traces: &[PathBuf], pattern: &str) {
     let names: Vec<String> = traces.iter().map(|p| p.display().to_string()).collect();
     let unscanned = crate::coverage::unscanned_lines(loaded.iter().map(|l| &l.trace.summary));
     if entries.is_empty() {
-        eprintln!("cublasguard: no faults in {calls} calls (trace: {})", names.join(", "));
+        eprintln!("cublasguard: no faults in {} (trace: {})", counted(calls, "call"), names.join(", "));
         unscanned.iter().for_each(|line| eprintln!("  {line}"));
         return;
     }
     let total = report::total(loaded.iter().map(|l| l.trace.summary.faults));
-    eprintln!("cublasguard: {total} fault(s) in {calls} calls; first ones:");
+    eprintln!("cublasguard: {} in {}; first ones:", counted(total, "fault"), counted(calls, "call"));
     for e in entries.iter().take(3) {
         eprintln!("  {} #{} [{}] {}", report::escape_controls(&e.fault.api), e.fault.seq, e.fault.kind.name(), report::escape_controls(&e.fault.message));
     }
@@ -427,6 +436,9 @@ fn summarise(traces: &[PathBuf], pattern: &str) {
         eprintln!("  at {}", report::escape_controls(&line));
     }
     eprintln!("  probable cause: {}", report::escape_controls(&first.diagnosis.cause));
+    for step in first.diagnosis.next_steps.iter().take(2) {
+        eprintln!("  next: {}", report::escape_controls(step));
+    }
     unscanned.iter().for_each(|line| eprintln!("  {line}"));
     eprintln!("  full report: cublasguard report {}", names.join(" "));
 }
@@ -434,6 +446,12 @@ fn summarise(traces: &[PathBuf], pattern: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_said_in_the_singular_for_one() {
+        assert_eq!(format!("{} in {}", counted(1, "fault"), counted(1, "call")), "1 fault in 1 call");
+        assert_eq!(format!("{} in {}", counted(2, "fault"), counted(0, "call")), "2 faults in 0 calls");
+    }
 
     #[test]
     fn trace_patterns_match_their_files() {

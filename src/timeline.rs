@@ -24,6 +24,44 @@ pub fn default_output(first: &Path) -> PathBuf {
     first.with_file_name(format!("{stem}.timeline.json"))
 }
 
+/// Writes `bytes` to `output` without ever writing through what is there: into a new file
+/// beside it (created with `O_EXCL`, so never through a link planted under its name, with
+/// `mode`), then renamed over `output`, which replaces a symbolic link there, never its target.
+pub fn write_new_file(output: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let folder = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = output.file_name().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
+    let mut attempt = 0u32;
+    loop {
+        let temp = folder.join(format!(".{}.{}-{attempt}.tmp", name.to_string_lossy(), std::process::id()));
+        let opened = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&temp);
+        let mut file = match opened {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 => {
+                attempt += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let written = file.write_all(bytes).and_then(|_| file.sync_all()).and_then(|_| std::fs::rename(&temp, output));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        return written;
+    }
+}
+
+/// The permissions a timeline of `trace` gets: the trace's own, read and write bits only (a
+/// timeline holds what its trace holds), 0600 when the trace's cannot be read.
+pub fn mode_for(trace: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(trace).ok().filter(|m| m.is_file()).map(|m| m.permissions().mode() & 0o666).filter(|m| m & 0o600 == 0o600).unwrap_or(0o600)
+}
+
 /// The earliest moment any event of the traces starts at (ns since the Unix epoch).
 fn base_ns(loaded: &[Loaded]) -> u64 {
     loaded

@@ -166,7 +166,9 @@ fn report_merges_traces_in_time_order_and_names_the_first_rank() {
         assert!(r.output.status.success());
         paths.push(trace);
     }
-    let out = cublasguard(&["report", &dir.display().to_string()], Path::new("."), &[]);
+    // The ranks run one after the other here, each its own process tree: two runs, which
+    // --all-runs reports together (a job's ranks, running at once, are one run without it).
+    let out = cublasguard(&["report", "--all-runs", &dir.display().to_string()], Path::new("."), &[]);
     let body = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1));
     assert!(body.contains("2 process(es)"), "{body}");
@@ -236,6 +238,31 @@ fn timeline_is_chrome_trace_event_json() {
     let faults: Vec<_> = events.iter().filter(|e| e["cat"] == "fault").collect();
     assert_eq!(faults.len(), 2, "one on the thread, one on the stream track");
     assert!(events.iter().any(|e| e["ph"] == "M" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with("stream "))));
+}
+
+#[test]
+fn timeline_replaces_a_link_planted_where_it_writes_and_is_as_private_as_the_trace() {
+    use std::os::unix::fs::PermissionsExt;
+    let program = scenarios();
+    let run = run(Launch::new(&program, &["nan_a"]));
+    let dir = temp_dir("cli-timeline-link");
+    let trace = dir.join("trace.json");
+    std::fs::copy(&run.trace_path, &trace).unwrap();
+    std::fs::set_permissions(&trace, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Another user's file, and a link to it where the timeline goes by default.
+    let victim = temp_dir("cli-timeline-victim").join("precious");
+    std::fs::write(&victim, "keep me").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("trace.timeline.json")).unwrap();
+    let out = cublasguard(&["timeline", &trace.display().to_string()], Path::new("."), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me", "the link's target is untouched");
+    let written = std::fs::symlink_metadata(dir.join("trace.timeline.json")).unwrap();
+    assert!(written.file_type().is_file(), "the link was replaced by the timeline itself");
+    assert_eq!(written.permissions().mode() & 0o777, 0o600, "as private as the trace");
+    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("trace.timeline.json")).unwrap()).unwrap();
+    assert!(value["traceEvents"].is_array());
+    let left: Vec<String> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(left.len(), 2, "no temporary file left beside them: {left:?}");
 }
 
 #[test]
@@ -342,7 +369,7 @@ fn run_summarises_only_the_traces_of_its_own_processes() {
     let env = [("LD_LIBRARY_PATH", standin_path(true))];
     let other = cublasguard(&["run", "--", &program, "nan_a"], &dir, &env);
     assert_eq!(other.status.code(), Some(0));
-    assert!(text(&other.stderr).contains("1 fault(s)"), "{}", text(&other.stderr));
+    assert!(text(&other.stderr).contains("1 fault in"), "{}", text(&other.stderr));
     let out = cublasguard(&["run", "--", &program, "clean"], &dir, &env);
     let stderr = text(&out.stderr);
     assert!(stderr.contains("cublasguard: no faults in"), "the other run's fault is not this run's: {stderr}");

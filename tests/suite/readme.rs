@@ -39,6 +39,20 @@ fn without_addresses(line: &str) -> String {
     out
 }
 
+/// What the README's `cargo build --release` leaves in target/release (the command, the
+/// library, the stand-in stack), assembled from where this `cargo test` put them: the README's
+/// quick start runs `cargo run --release -- demo` then `cargo test --release`, neither of which
+/// copies the library up to target/release/, and a copy found there may be stale.
+fn built_release(dir: &std::path::Path) -> std::path::PathBuf {
+    for (name, source) in [("libcublasguard.so", guard_lib()), ("cublasguard", cli()), ("stand-in", profile_dir().join("stand-in"))] {
+        assert!(source.exists(), "{} missing: cargo builds it with the tests", source.display());
+        // Copies, not links: a trace names the program by its real path.
+        let status = Command::new("cp").arg("-a").arg(&source).arg(dir.join(name)).status().expect("cp");
+        assert!(status.success(), "copying {}", source.display());
+    }
+    dir.to_path_buf()
+}
+
 fn hostname() -> String {
     let out = Command::new("hostname").output().expect("hostname");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
@@ -52,7 +66,7 @@ fn the_readmes_console_example_prints_what_the_program_prints() {
     let root = manifest_dir().display().to_string();
     let host = hostname();
     let mut env: BTreeMap<String, String> = BTreeMap::new();
-    env.insert("CUBLASGUARD".into(), profile_dir().display().to_string());
+    env.insert("CUBLASGUARD".into(), built_release(&temp_dir("readme-release")).display().to_string());
     env.insert("PATH".into(), std::env::var("PATH").unwrap_or_default());
     let mut pid: Option<String> = None;
     // Commands with the README's output under each.
@@ -97,8 +111,64 @@ fn the_readmes_console_example_prints_what_the_program_prints() {
         let mut want: Vec<String> = expected.iter().map(|l| without_addresses(l)).collect();
         got.sort();
         want.sort();
-        assert_eq!(got, want, "`{command}` prints what the README shows");
+        // The message shows what was printed as printed: a loader's error names the real folders.
+        assert_eq!(got, want, "`{command}` prints what the README shows; it printed, unmapped:\n{printed}");
     }
     // The example leaves its trace where the user was, not in the clone.
     assert!(std::fs::read_dir(&home).unwrap().flatten().any(|e| e.file_name().to_string_lossy().starts_with("cublasguard-")));
+}
+
+/// The `CUBLASGUARD_*` names in the first column of a Markdown table's rows.
+fn table_variables(page: &str) -> std::collections::BTreeSet<String> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .filter(|v| v.starts_with("CUBLASGUARD_"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_configuration_page_lists_exactly_the_variables_the_library_reads() {
+    let config = std::fs::read_to_string(manifest_dir().join("crates/format/src/config.rs")).unwrap();
+    let mut read: std::collections::BTreeSet<String> =
+        config.split("lookup(\"").skip(1).filter_map(|rest| rest.split('"').next()).filter(|v| v.starts_with("CUBLASGUARD_")).map(str::to_string).collect();
+    assert!(read.len() > 20, "{read:?}");
+    // Read by `cublasguard run` itself, as --gpu-coredump.
+    read.insert("CUBLASGUARD_GPU_COREDUMP".into());
+    let page = std::fs::read_to_string(manifest_dir().join("docs/configuration.md")).unwrap();
+    assert_eq!(table_variables(&page), read, "docs/configuration.md's table and crates/format/src/config.rs");
+}
+
+#[test]
+fn run_help_and_the_cli_page_list_the_same_options_and_variables() {
+    let out = Command::new(cli()).args(["run", "--help"]).output().expect("cublasguard run --help");
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let page = std::fs::read_to_string(manifest_dir().join("docs/cli.md")).unwrap();
+    let table = &page[page.find("## `run`'s options").expect("the options table")..];
+    let options: Vec<(String, String)> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `--"))
+        .map(|l| {
+            let option = format!("--{}", l.split([' ', '`']).next().unwrap());
+            let variable = l.split("| `").nth(1).and_then(|v| v.split(['`', '=']).next()).unwrap_or_default().to_string();
+            (option, variable)
+        })
+        .collect();
+    let in_help: std::collections::BTreeSet<String> = help
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("--") || l.starts_with('-'))
+        .filter_map(|l| l.split([' ', ',', '=']).find(|w| w.starts_with("--")).map(str::to_string))
+        .collect();
+    let listed: std::collections::BTreeSet<String> = options.iter().map(|(o, _)| o.clone()).collect();
+    let mut expected = in_help.clone();
+    expected.remove("--help");
+    assert_eq!(listed, expected, "docs/cli.md's run options and `run --help`");
+    for (option, variable) in &options {
+        assert!(variable.starts_with("CUBLASGUARD_"), "{option}: {variable}");
+        assert!(help.contains(variable.as_str()), "`run --help` names {variable} ({option})");
+    }
+    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    assert!(readme.lines().count() <= 250, "the README stays short: {} lines", readme.lines().count());
 }

@@ -137,7 +137,8 @@ fn the_report_opens_with_a_table_of_faults_by_kind_function_and_call_site() {
     for (name, v) in [("nan", json_of(&nan.trace_path)), ("lda", json_of(&lda.trace_path)), ("py", py)] {
         write_json(&dir.join(format!("{name}.json")), &v);
     }
-    let (body, code) = report(&[&s(&dir)]);
+    // Three runs, one after another: --all-runs reports them together.
+    let (body, code) = report(&["--all-runs", &s(&dir)]);
     assert_eq!(code, Some(1));
     let table = body.find("Faults by kind, function and call site:").unwrap_or_else(|| panic!("{body}"));
     assert!(table < body.find("First fault:").unwrap(), "the table comes first: {body}");
@@ -156,7 +157,7 @@ fn the_report_opens_with_a_table_of_faults_by_kind_function_and_call_site() {
     wanted_sorted.sort();
     assert_eq!(sorted, wanted_sorted, "{body}");
     // Markdown: a table (GitHub's extension of CommonMark) with the same rows.
-    let out = cublasguard(&["report", "--format", "markdown", &s(&dir)]);
+    let out = cublasguard(&["report", "--all-runs", "--format", "markdown", &s(&dir)]);
     let md = text(&out.stdout);
     let mut cells: Vec<Vec<String>> = Vec::new();
     let mut in_table = false;
@@ -175,7 +176,8 @@ fn the_report_opens_with_a_table_of_faults_by_kind_function_and_call_site() {
     md_rows.sort();
     assert_eq!(md_rows, wanted_sorted, "{md}");
     // JSON: the same rows.
-    let json = report_json(&dir);
+    let out = cublasguard(&["report", "--all-runs", "--format", "json", &s(&dir)]);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut json_rows: Vec<Vec<String>> = json["summary"]
         .as_array()
         .unwrap()
@@ -653,4 +655,118 @@ fn two_nodes_whose_processes_share_a_pid_each_keep_their_own_root_cause() {
     let (body, _) = report(&[&s(&dir)]);
     assert!(!body.contains("propagated"), "{body}");
     assert!(body.contains("pid 1 on node-a") && body.contains("pid 1 on node-b"), "{body}");
+}
+
+/// A trace of `n` NaN faults: the faults of a real run, repeated (each with its own seq and
+/// time), as a run with CUBLASGUARD_MAX_FAULTS=n writes it.
+fn large_trace(n: usize) -> PathBuf {
+    let run = mlp(Some("nan"), &[], true);
+    let mut v = json_of(&run.trace_path);
+    let real = v["faults"].as_array().unwrap().clone();
+    assert!(!real.is_empty());
+    let faults: Vec<Value> = (0..n)
+        .map(|i| {
+            let mut f = real[i % real.len()].clone();
+            f["seq"] = json!(i as u64 + 1);
+            f["time_ns"] = json!(f["time_ns"].as_u64().unwrap_or(0) + i as u64);
+            f
+        })
+        .collect();
+    v["faults"] = Value::Array(faults);
+    v["summary"]["faults"] = json!(n as u64);
+    let path = run.dir.join("large.json");
+    write_json(&path, &v);
+    path
+}
+
+#[test]
+fn a_large_trace_is_reported_in_bounded_memory_not_aborted() {
+    use std::os::unix::process::CommandExt;
+    let path = large_trace(20_000);
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size > 40 << 20, "a trace of tens of MB: {size}");
+    let limited = |format: &str, bytes: u64| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cublasguard"));
+        cmd.args(["report", "--format", format, &s(&path)]).env("NO_COLOR", "1");
+        // SAFETY: setrlimit is async-signal-safe; the closure allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.output().unwrap()
+    };
+    // Under a limit too small for it: refused, with the reason, never aborted.
+    let refused = limited("text", 200 << 20);
+    assert_eq!(refused.status.code(), Some(2), "{:?}: {}", refused.status, text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("address-space limit"), "{}", text(&refused.stderr));
+    for format in ["text", "json"] {
+        // 1 GiB of address space: the reader of 0.4.0 needed 1.2 GB for this trace and aborted.
+        let out = limited(format, 1 << 30);
+        assert_eq!(out.status.code(), Some(1), "{format}: faults found, not {:?}: {}", out.status, text(&out.stderr));
+        let body = text(&out.stdout);
+        assert!(body.contains("20000 fault(s)") || body.contains("\"faults\": 20000") || body.contains("20000"), "{format}: {}", &body[..body.len().min(2000)]);
+    }
+}
+
+#[test]
+fn a_glob_that_also_matches_a_timeline_reports_the_trace_and_notes_the_timeline() {
+    let run = mlp(Some("nan"), &[], true);
+    let timeline = cublasguard(&["timeline", &s(&run.trace_path)]);
+    assert_eq!(timeline.status.code(), Some(0), "{}", text(&timeline.stderr));
+    let beside = run.trace_path.with_file_name(format!("{}.timeline.json", run.trace_path.file_stem().unwrap().to_string_lossy()));
+    assert!(beside.is_file());
+    // What `cublasguard report cublasguard-*.json` expands to.
+    let out = cublasguard(&["report", &s(&run.trace_path), &s(&beside)]);
+    assert_eq!(out.status.code(), Some(1), "faults found: {}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("cublasguard report:"), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(&format!("skipped {}: not a cublasguard trace", s(&beside))), "{stderr}");
+    // Named alone, it is still an error.
+    let alone = cublasguard(&["report", &s(&beside)]);
+    assert_eq!(alone.status.code(), Some(2), "{}", text(&alone.stderr));
+}
+
+#[test]
+fn a_folder_without_traces_among_others_is_skipped_with_a_note() {
+    let run = mlp(Some("nan"), &[], true);
+    let empty = temp_dir("report-empty-folder");
+    let others = temp_dir("report-other-json");
+    std::fs::write(others.join("config.json"), "{}").unwrap();
+    for order in [[&empty, &run.dir, &others], [&run.dir, &others, &empty]] {
+        let args: Vec<String> = order.iter().map(|p| s(p)).collect();
+        let out = cublasguard(&["report", &args[0], &args[1], &args[2]]);
+        assert_eq!(out.status.code(), Some(1), "{:?}: {}", order, text(&out.stderr));
+        assert!(text(&out.stdout).contains("First fault: cublasSgemm_v2"), "{}", text(&out.stdout));
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(&format!("skipped {}: no .json trace files", s(&empty))), "{stderr}");
+        assert!(stderr.contains("config.json"), "{stderr}");
+    }
+    let none = cublasguard(&["report", &s(&empty), &s(&others)]);
+    assert_eq!(none.status.code(), Some(2), "no trace at all: {}", text(&none.stderr));
+}
+
+#[test]
+fn traces_of_an_earlier_run_in_the_same_folder_are_left_out_unless_all_runs() {
+    let earlier = mlp(Some("width"), &[], true);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let later = mlp(Some("nan"), &[], true);
+    let folder = temp_dir("report-two-runs");
+    std::fs::copy(&earlier.trace_path, folder.join("cublasguard-a.json")).unwrap();
+    std::fs::copy(&later.trace_path, folder.join("cublasguard-b.json")).unwrap();
+    let out = cublasguard(&["report", &s(&folder)]);
+    let body = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(body.starts_with("cublasguard report:") && body.lines().next().unwrap().ends_with(", 1 process(es)"), "{body}");
+    assert!(!body.contains("out_of_bounds"), "the earlier run's fault is not mixed in: {body}");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("left out 1 trace(s) of 1 earlier run(s)") && stderr.contains("cublasguard-a.json") && stderr.contains("--all-runs"), "{stderr}");
+    let all = cublasguard(&["report", "--all-runs", &s(&folder)]);
+    let body = text(&all.stdout);
+    assert!(body.lines().next().unwrap().ends_with(", 2 process(es)") && body.contains("out_of_bounds"), "{body}");
+    assert!(!text(&all.stderr).contains("left out"), "{}", text(&all.stderr));
 }

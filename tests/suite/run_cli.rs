@@ -55,9 +55,10 @@ fn a_faulting_run_prints_its_summary_once() {
     let program = scenarios().display().to_string();
     let out = cublasguard(&["run", &program, "nan_a"], &temp_dir("run-summary-once"));
     let stderr = text(&out.stderr);
-    let summaries: Vec<&str> = stderr.lines().filter(|l| l.contains(" fault(s) in ")).collect();
+    let summaries: Vec<&str> = stderr.lines().filter(|l| l.contains(" fault(s) in ") || l.ends_with("first ones:")).collect();
     assert_eq!(summaries.len(), 1, "one summary, run's: {stderr}");
-    assert!(summaries[0].starts_with("cublasguard: 1 fault(s) in ") && summaries[0].ends_with("first ones:"), "{stderr}");
+    // In words: one fault, not "1 fault(s)".
+    assert!(summaries[0].starts_with("cublasguard: 1 fault in ") && summaries[0].ends_with(" calls; first ones:"), "{stderr}");
 }
 
 /// `sub --help`, split into its prose (lines at column 0 outside the usage line) and its
@@ -159,4 +160,63 @@ fn the_report_names_the_gpu_core_dump_with_the_cuda_gdb_command_that_opens_it() 
     assert!(report.contains(&format!("GPU core dump of pid {}: {}; open it with {command}", trace.process.pid, core.display())), "{report}");
     let json: serde_json::Value = serde_json::from_slice(&cublasguard(&["report", "--format", "json", &trace_arg], &dir).stdout).unwrap();
     assert_eq!(json["gpu_coredumps"][0]["command"].as_str(), Some(command.as_str()), "{json:#}");
+}
+
+/// Every option of `run` that sets a guard variable, with a value, and the variable it sets.
+const RUN_OPTIONS: &[(&[&str], &str, &str)] = &[
+    (&["--sync", "gemm"], "CUBLASGUARD_SYNC", "gemm"),
+    (&["--dump", "dumps"], "CUBLASGUARD_DUMP", "dumps"),
+    (&["--dump-max", "3"], "CUBLASGUARD_DUMP_MAX", "3"),
+    (&["--ignore", "kind=nonfinite_input", "--ignore", "api=cublasSgemm_v2"], "CUBLASGUARD_IGNORE", "kind=nonfinite_input;api=cublasSgemm_v2"),
+    (&["--nan-origin"], "CUBLASGUARD_NAN_ORIGIN", "1"),
+    (&["--max-faults", "500"], "CUBLASGUARD_MAX_FAULTS", "500"),
+    (&["--stderr-lines", "2"], "CUBLASGUARD_STDERR_LINES", "2"),
+    (&["--quiet"], "CUBLASGUARD_QUIET", "1"),
+    (&["--checks", "args"], "CUBLASGUARD_CHECKS", "args"),
+    (&["--on-fault", "error"], "CUBLASGUARD_ON_FAULT", "error"),
+    (&["--trace-dir", "traces"], "CUBLASGUARD_TRACE", "traces/cublasguard-%h-%p.json"),
+];
+
+#[test]
+fn each_run_option_reaches_the_command_as_the_variable_it_sets() {
+    let dir = temp_dir("run-options-env");
+    for (options, var, value) in RUN_OPTIONS {
+        let mut args = vec!["run"];
+        args.extend_from_slice(options);
+        args.extend_from_slice(&["sh", "-c", "env"]);
+        let out = cublasguard(&args, &dir);
+        assert_eq!(out.status.code(), Some(0), "{options:?}: {}", text(&out.stderr));
+        let env = text(&out.stdout);
+        // A folder is given to the command made absolute.
+        let line = format!("{var}={value}");
+        let found = env.lines().any(|l| l == line || (l.starts_with(&format!("{var}=/")) && l.ends_with(&format!("/{value}"))));
+        assert!(found, "{options:?} sets {line}: {env}");
+    }
+}
+
+#[test]
+fn run_help_shows_each_option_beside_the_variable_it_sets() {
+    let out = cublasguard(&["run", "--help"], Path::new("."));
+    let help = text(&out.stdout);
+    for (options, var, _) in RUN_OPTIONS {
+        let flag = options[0];
+        let at = help.find(&format!("  {flag} ")).or_else(|| help.find(&format!(", {flag} "))).unwrap_or_else(|| panic!("{flag} in: {help}"));
+        let entry: String = help[at..].split("\n\n").next().unwrap().to_string();
+        let entry = entry.split("\n  -").next().unwrap();
+        assert!(entry.contains(var), "{flag} names {var}: {entry}");
+    }
+}
+
+#[test]
+fn the_trace_dir_option_puts_the_runs_traces_in_that_folder_and_the_sync_option_reaches_the_trace() {
+    let dir = temp_dir("run-trace-dir");
+    let program = scenarios().display().to_string();
+    let out = cublasguard(&["run", "--trace-dir", "traces", "--sync", "gemm", &program, "nan_a"], &dir);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let traces: Vec<_> = std::fs::read_dir(dir.join("traces")).expect("the folder").flatten().collect();
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    let trace = cublasguard_format::trace::read(&traces[0].path()).unwrap();
+    assert!(!trace.faults.is_empty());
+    let recorded = serde_json::to_string(&trace.environment.variables).unwrap();
+    assert!(recorded.contains("\"CUBLASGUARD_SYNC\":\"gemm\""), "{recorded}");
 }
