@@ -471,6 +471,8 @@ pub enum DType {
     /// Complex pairs of f32 and f64 (`cuComplex`, `cuDoubleComplex`).
     C32,
     C64,
+    /// `CUDA_C_8I`: complex pairs of i8 (cublasGemmEx's A/B with a c32 C).
+    CI8,
     Unknown(i32),
 }
 
@@ -483,6 +485,7 @@ impl DType {
             3 => Self::I8,
             4 => Self::C32,
             5 => Self::C64,
+            7 => Self::CI8,
             10 => Self::I32,
             14 => Self::BF16,
             28 => Self::F8E4M3,
@@ -503,6 +506,7 @@ impl DType {
             Self::I32 => "i32".into(),
             Self::C32 => "c32".into(),
             Self::C64 => "c64".into(),
+            Self::CI8 => "ci8".into(),
             Self::Unknown(v) => format!("unknown({v})"),
         }
     }
@@ -512,7 +516,7 @@ impl DType {
             Self::C64 => Some(16),
             Self::F64 | Self::C32 => Some(8),
             Self::F32 | Self::I32 => Some(4),
-            Self::F16 | Self::BF16 => Some(2),
+            Self::F16 | Self::BF16 | Self::CI8 => Some(2),
             Self::F8E4M3 | Self::F8E5M2 | Self::I8 => Some(1),
             Self::Unknown(_) => None,
         }
