@@ -360,6 +360,28 @@ fn user_place(fault: &trace::Fault, exe: Option<&str>) -> Option<(String, Option
     Some((format!("{}:{} in {}", frame.file, frame.line, frame.function), source))
 }
 
+/// The user's frames that called the innermost one (`user_place`), innermost first: the run of
+/// frames in the user's own files that follows it, up to the first one outside them, at most
+/// `MAX_CALLERS`. A small helper's line alone hides the mistake at its caller.
+fn user_callers(fault: &trace::Fault, exe: Option<&str>) -> Vec<(String, Option<String>)> {
+    const MAX_CALLERS: usize = 2;
+    if let Some(first) = fault.python_stack.iter().position(|f| is_user_file(&f.file)) {
+        return fault.python_stack[first + 1..]
+            .iter()
+            .take_while(|f| is_user_file(&f.file))
+            .take(MAX_CALLERS)
+            .map(|frame| {
+                let source = usize::try_from(frame.line).ok().and_then(|n| source_line(Path::new(&frame.file), n));
+                (format!("{}:{} in {}", frame.file, frame.line, frame.function), source)
+            })
+            .collect();
+    }
+    let Some(exe) = exe else { return Vec::new() };
+    let mine = |l: &String| l.contains(&format!("({exe}+"));
+    let Some(first) = fault.backtrace.iter().position(mine) else { return Vec::new() };
+    fault.backtrace[first + 1..].iter().take_while(|l| mine(l)).take(MAX_CALLERS).map(|l| native_user_place(l)).collect()
+}
+
 /// ("/src/mlp.c:57 in linear_forward", its source line) from "linear_forward at /src/mlp.c:57
 /// (/bin/mlp+0x1634) [0x...]".
 fn native_user_place(frame: &str) -> (String, Option<String>) {
@@ -1027,6 +1049,13 @@ fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
             None => format!("at {}", doc.c(&place)),
         };
         doc.item(&line);
+        for (place, source) in user_callers(f, e.exe) {
+            let line = match source {
+                Some(s) => format!("called from {}: {}", doc.c(&place), doc.c(&s)),
+                None => format!("called from {}", doc.c(&place)),
+            };
+            doc.sub_item(&line);
+        }
     } else if let Some(note) = &f.python_stack_note {
         doc.item(&format!("no Python frames: {}", doc.t(note)));
     }
@@ -1384,6 +1413,31 @@ mod tests {
         torch.environment.framework = Some(trace::FrameworkBuild { name: "torch".into(), version: None, cuda: None });
         let out = render(&[loaded(torch)], Format::Text);
         assert!(out.contains("in_features"), "{out}");
+    }
+
+    #[test]
+    fn the_users_line_is_a_short_stack_of_their_frames_innermost_first() {
+        let frame = |file: &str, line: u32, function: &str| trace::PythonFrame { file: file.into(), line, function: function.into() };
+        let mut f = a_fault();
+        f.python_stack = vec![
+            frame("/venv/lib/python3.12/site-packages/nvmath/bindings/cublas.py", 120, "sgemm"),
+            frame("/work/faults.py", 37, "sgemm"),
+            frame("/work/faults.py", 68, "main"),
+            frame("/work/run.py", 5, "<module>"),
+            frame("<frozen runpy>", 88, "_run_code"),
+            frame("/work/outer.py", 1, "<module>"),
+        ];
+        let t = Trace { faults: vec![f.clone()], ..Default::default() };
+        let out = render(&[loaded(t)], Format::Text);
+        let at = out.find("at /work/faults.py:37 in sgemm").expect(&out);
+        let caller = out.find("called from /work/faults.py:68 in main").expect(&out);
+        let outer = out.find("called from /work/run.py:5 in <module>").expect(&out);
+        assert!(at < caller && caller < outer, "innermost first: {out}");
+        assert!(!out.contains("outer.py"), "the stack stops at the first frame outside the user's files: {out}");
+        // A helper called straight from a library: one line, as before.
+        f.python_stack.truncate(2);
+        let out = render(&[loaded(Trace { faults: vec![f], ..Default::default() })], Format::Text);
+        assert!(out.contains("at /work/faults.py:37 in sgemm") && !out.contains("called from /work"), "{out}");
     }
 
     #[test]
