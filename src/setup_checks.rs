@@ -211,7 +211,11 @@ struct Loaded {
 
 fn cublas_release(major: u32) -> Result<Loaded, String> {
     let lib = crate::cuda_table::CublasRelease::open(&format!("libcublas.so.{major}"))?;
-    let path = lib.get_property.and_then(|f| crate::cuda_table::object_file(f as *const c_void));
+    // The file from the function's address, else from the loader's list of loaded objects.
+    let path = lib
+        .get_property
+        .and_then(|f| crate::cuda_table::object_file(f as *const c_void))
+        .or_else(|| crate::cuda_table::loaded_file(&format!("libcublas.so.{major}")));
     let mut release = lib.get_property.and_then(|f| {
         let mut v = [0 as c_int; 3];
         for (kind, slot) in v.iter_mut().enumerate() {
@@ -231,7 +235,10 @@ fn cublas_release(major: u32) -> Result<Loaded, String> {
 
 fn cublaslt_release(major: u32) -> Result<Loaded, String> {
     let lib = crate::cuda_table::CublasLtRelease::open(&format!("libcublasLt.so.{major}"))?;
-    let path = lib.get_version.and_then(|f| crate::cuda_table::object_file(f as *const c_void));
+    let path = lib
+        .get_version
+        .and_then(|f| crate::cuda_table::object_file(f as *const c_void))
+        .or_else(|| crate::cuda_table::loaded_file(&format!("libcublasLt.so.{major}")));
     // SAFETY: cublasLtGetVersion takes nothing and returns major * 10000 + minor * 100 + patch.
     let mut release = lib.get_version.map(|f| unsafe { f() }).map(|v| ((v / 10000) as u32, (v / 100 % 100) as u32, (v % 100) as u32));
     if release.is_none() {
@@ -292,24 +299,39 @@ pub fn cublas_pair_checks(majors: &[u32]) -> Vec<Check> {
             }
         };
         let (a, b) = (shown(&cublas), shown(&lt));
+        // None: not known (a release the library does not say and its file's name does not
+        // carry, a file the loader does not name): never taken for a match.
         let same_folder = match (&cublas.path, &lt.path) {
-            (Some(x), Some(y)) => folder_of(x) == folder_of(y),
-            _ => true,
+            (Some(x), Some(y)) => Some(folder_of(x) == folder_of(y)),
+            _ => None,
         };
         let same_release = match (cublas.release, lt.release) {
-            (Some(x), Some(y)) => x == y,
-            _ => true,
+            (Some(x), Some(y)) => Some(x == y),
+            _ => None,
         };
         let evidence = format!("libcublas.so.{major} {} at {a}, libcublasLt.so.{major} {} at {b}", release_text(cublas.release), release_text(lt.release));
         out.push(match (same_release, same_folder) {
-            (false, _) => check("cublas pair", Status::Fail, format!("mixed cuBLAS releases: {evidence}"), Some(PAIR_FIX)),
-            (true, false) => check(
+            (Some(false), _) => check("cublas pair", Status::Fail, format!("mixed cuBLAS releases: {evidence}"), Some(PAIR_FIX)),
+            (None, _) | (_, None) => {
+                let what = match (same_release, same_folder) {
+                    (None, None) => "release and folder unknown",
+                    (None, _) => "release unknown",
+                    _ => "folder unknown",
+                };
+                check(
+                    "cublas pair",
+                    Status::Warn,
+                    format!("{what}: {evidence}"),
+                    Some("the doctor could not tell whether libcublas and libcublasLt are one release from one folder (pytorch#174320): compare their files' names"),
+                )
+            }
+            (Some(true), Some(false)) => check(
                 "cublas pair",
                 Status::Warn,
                 format!("one release from two folders: {evidence}"),
                 Some("keep libcublas and libcublasLt in one folder: an update of one copy would mix releases (pytorch#174320)"),
             ),
-            (true, true) => check("cublas pair", Status::Ok, format!("one folder, one release: {evidence}"), None),
+            (Some(true), Some(true)) => check("cublas pair", Status::Ok, format!("one folder, one release: {evidence}"), None),
         });
     }
     out
