@@ -393,9 +393,40 @@ impl MemoryType {
     }
 }
 
+/// The sublibraries a cuDNN dispatcher loads, as its own read-only data names them
+/// (`libcudnn_graph.so`, ...: `strings libcudnn.so.9 | grep '^libcudnn_'`), in their order,
+/// each once; empty when it names none.
+pub fn cudnn_dispatched_names(file: &[u8]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for word in file.split(|&b| b == 0) {
+        let Some(at) = word.windows(9).position(|w| w == b"libcudnn_") else { continue };
+        let rest = &word[at..];
+        let end = rest.iter().position(|&b| !(b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')).unwrap_or(rest.len());
+        let (name, tail) = rest.split_at(end);
+        if name.len() > 9 && tail.starts_with(b".so") && tail.len() == 3 {
+            let name = String::from_utf8_lossy(name).into_owned();
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sublibraries_are_the_names_the_dispatchers_own_data_holds() {
+        // 9.10.2's dispatcher: graph, ops, cnn, adv; 9.26's adds ext.
+        let v910 = b"\0GCC: x\0libcudnn_graph.so\0%s.%d\0libcudnn_ops.so\0libcudnn_cnn.so\0libcudnn_adv.so\0libcudnn_graph.so\0";
+        assert_eq!(cudnn_dispatched_names(v910), ["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv"]);
+        let v926 = b"libcudnn_graph.so\0libcudnn_ops.so\0libcudnn_cnn.so\0libcudnn_adv.so\0libcudnn_ext.so\0";
+        assert_eq!(cudnn_dispatched_names(v926).last().map(String::as_str), Some("libcudnn_ext"));
+        // Not a library name: a prefix, a versioned name, a message.
+        assert!(cudnn_dispatched_names(b"libcudnn_\0libcudnn_graph.so.9\0could not load libcudnn_x.so: x\0").is_empty());
+    }
 
     #[test]
     fn decodes_out_of_range_values_without_trusting_them() {
