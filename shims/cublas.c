@@ -11,6 +11,7 @@
  * the context, sticky from then on. Fault injection: CUDASHIM_FAIL, CUDASHIM_ASYNC_FAULT (see
  * cudart.c). The BLAS family (cublas_blas.c) runs on the calling thread once the stream's
  * earlier work ran. */
+#include <complex.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -265,6 +266,7 @@ struct gemm_work {
     int compute, pointer_mode;
     const void *alpha, *beta; /* device-mode scalars: read when the kernel runs */
     double a_scale, b_scale;  /* host-mode scalars: read at the launch */
+    double _Complex a_cx, b_cx; /* the same, for a complex GEMM */
     int faults;               /* CUDASHIM_ASYNC_FAULT picked this launch */
     void *workspace;
     size_t workspace_bytes;
@@ -277,6 +279,60 @@ static int scalar_at(const void *p, int type, double *out) {
     return 1;
 }
 
+/* A complex element (C_32F, C_64F, C_8I), widened to double. */
+static double _Complex load_complex(int type, const void *base, size_t i) {
+    switch (type) {
+    case C_32F: return CMPLX(((const float *)base)[2 * i], ((const float *)base)[2 * i + 1]);
+    case C_64F: return CMPLX(((const double *)base)[2 * i], ((const double *)base)[2 * i + 1]);
+    case C_8I: return CMPLX(((const int8_t *)base)[2 * i], ((const int8_t *)base)[2 * i + 1]);
+    default: return 0;
+    }
+}
+
+static void store_complex(int type, void *base, size_t i, double _Complex v) {
+    if (type == C_32F) {
+        ((float *)base)[2 * i] = (float)creal(v);
+        ((float *)base)[2 * i + 1] = (float)cimag(v);
+    } else if (type == C_64F) {
+        ((double *)base)[2 * i] = creal(v);
+        ((double *)base)[2 * i + 1] = cimag(v);
+    }
+}
+
+/* op(M)[row][col] of a complex column-major matrix (CUBLAS_OP_C conjugates). */
+static double _Complex at_complex(const void *m, int type, int op, int64_t ld, int64_t row, int64_t col) {
+    if (op == CUBLAS_OP_N) return load_complex(type, m, (size_t)(col * ld + row));
+    double _Complex v = load_complex(type, m, (size_t)(row * ld + col));
+    return op == CUBLAS_OP_C ? conj(v) : v;
+}
+
+/* The complex GEMMs of cublasGemmEx and its batched forms, once every member is reachable. */
+static int run_complex_gemm(const struct gemm_work *w, size_t a_bytes, size_t b_bytes, size_t c_bytes) {
+    double _Complex alpha = w->a_cx, beta = w->b_cx;
+    if (w->pointer_mode == CUBLAS_POINTER_MODE_DEVICE) {
+        if (!cudashim_is_device_range(w->alpha, element_size(w->scale)) || !cudashim_is_device_range(w->beta, element_size(w->scale)))
+            return cudaErrorIllegalAddress;
+        alpha = load_complex(w->scale, w->alpha, 0);
+        beta = load_complex(w->scale, w->beta, 0);
+    }
+    for (int64_t bi = 0; bi < w->batch; bi++) {
+        const void *a = member(&w->A, bi, a_bytes), *b = member(&w->B, bi, b_bytes);
+        void *c = (void *)member(&w->C, bi, c_bytes);
+        for (int64_t col = 0; col < w->n; col++) {
+            for (int64_t row = 0; row < w->m; row++) {
+                double _Complex sum = 0;
+                for (int64_t p = 0; p < w->k; p++)
+                    sum += at_complex(a, w->A.type, w->transa, w->A.ld, row, p) * at_complex(b, w->B.type, w->transb, w->B.ld, p, col);
+                size_t i = (size_t)(col * w->C.ld + row);
+                /* beta == 0: C is not read */
+                double _Complex v = beta == 0 ? alpha * sum : alpha * sum + beta * load_complex(w->C.type, c, i);
+                store_complex(w->C.type, c, i, v);
+            }
+        }
+    }
+    return 0;
+}
+
 /* The kernel, on the stand-in GPU: 0, or the fault that breaks the context. */
 static int run_gemm(void *arg) {
     const struct gemm_work *w = arg;
@@ -287,7 +343,7 @@ static int run_gemm(void *arg) {
     int64_t b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
     double a_scale = w->a_scale, b_scale = w->b_scale;
     if (w->faults || (w->workspace_bytes && !cudashim_is_device_range(w->workspace, w->workspace_bytes))) return cudaErrorIllegalAddress;
-    if (w->pointer_mode == CUBLAS_POINTER_MODE_DEVICE &&
+    if (w->pointer_mode == CUBLAS_POINTER_MODE_DEVICE && !is_complex_type(C.type) &&
         !(scalar_at(w->alpha, scale, &a_scale) && scalar_at(w->beta, scale, &b_scale)))
         return cudaErrorIllegalAddress;
     size_t a_bytes = k ? extent(a_rows, a_cols, A.ld, element_size(A.type)) : 0;
@@ -298,6 +354,7 @@ static int run_gemm(void *arg) {
             return cudaErrorIllegalAddress;
         }
     }
+    if (is_complex_type(C.type)) return run_complex_gemm(w, a_bytes, b_bytes, c_bytes);
     int half_accumulation = compute == CUBLAS_COMPUTE_16F || compute == CUBLAS_COMPUTE_16F_PEDANTIC ||
                             (compute < 0 && C.type == R_16F && A.type == R_16F);
     for (int64_t bi = 0; bi < batch; bi++) {
@@ -333,20 +390,28 @@ static cublasStatus_t gemm_core(const char *name, cublasHandle_t handle, int tra
     if (m < 0 || n < 0 || k < 0 || batch < 0 || !ok_a || !ok_b) return CUBLAS_STATUS_INVALID_VALUE;
     int64_t a_rows = transa == CUBLAS_OP_N ? m : k, b_rows = transb == CUBLAS_OP_N ? k : n;
     if (A.ld < max1(a_rows) || B.ld < max1(b_rows) || C.ld < max1(m) || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
-    if (compute >= 0 && (A.type != B.type || !supported_combination(compute, A.type, C.type) || scale_type_of(compute) < 0))
+    int complex_c = is_complex_type(C.type);
+    if (compute >= 0 && (A.type != B.type || scale_type_of(compute) < 0 ||
+                         !(complex_c ? supported_complex_combination(compute, A.type, C.type)
+                                     : supported_combination(compute, A.type, C.type))))
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (complex_c) scale = C.type; /* the table's scale type: C_32F or C_64F */
     int injected = cudashim_inject(name);
     if (injected) return injected;
     if (cudashim_sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
 
     /* From here on this is the "kernel", queued: it reports problems when it runs. */
-    struct gemm_work w = {transa, transb, m, n, k, scale, A, B, C, batch, compute, h->pointer_mode, alpha, beta, 0, 0,
+    struct gemm_work w = {transa, transb, m, n, k, scale, A, B, C, batch, compute, h->pointer_mode, alpha, beta, 0, 0, 0, 0,
                           cudashim_next_launch_faults(), h->workspace, h->workspace_bytes};
     /* Host-mode scalars: read now, as cuBLAS does (the caller's variables may be gone later). */
     if (h->pointer_mode == CUBLAS_POINTER_MODE_HOST) {
         w.a_scale = load_element(scale, alpha, 0);
         w.b_scale = load_element(scale, beta, 0);
+        if (complex_c) {
+            w.a_cx = load_complex(scale, alpha, 0);
+            w.b_cx = load_complex(scale, beta, 0);
+        }
     }
     int status = cudashim_submit(h->stream, run_gemm, &w, sizeof w);
     return status ? CUBLAS_STATUS_EXECUTION_FAILED : CUBLAS_STATUS_SUCCESS;

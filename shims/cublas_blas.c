@@ -170,7 +170,7 @@ cublasStatus_t cublasDotEx(cublasHandle_t handle, int n, const void *x, cudaData
     ALIVE_OR_RETURN(handle);
     if (!result) return CUBLAS_STATUS_INVALID_VALUE;
     size_t elem = element_size(xType);
-    if (xType != yType || xType != resultType || elem == 0 || (int)xType == R_8I || (int)xType == R_32I ||
+    if (xType != yType || xType != resultType || elem == 0 || is_complex_type((int)xType) || (int)xType == R_8I || (int)xType == R_32I ||
         (executionType != CUDA_R_32F && executionType != CUDA_R_64F))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     START_KERNEL("cublasDotEx", handle);

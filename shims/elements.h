@@ -9,14 +9,17 @@
 #include <string.h>
 
 enum {
-    R_32F = 0, R_64F = 1, R_16F = 2, R_8I = 3, R_32I = 10, R_16BF = 14, R_8F_E4M3 = 28, R_8F_E5M2 = 29
+    R_32F = 0, R_64F = 1, R_16F = 2, R_8I = 3, R_32I = 10, R_16BF = 14, R_8F_E4M3 = 28, R_8F_E5M2 = 29,
+    /* complex pairs: cuComplex, cuDoubleComplex, and pairs of int8 */
+    C_32F = 4, C_64F = 5, C_8I = 7
 };
 
 static inline size_t element_size(int type) {
     switch (type) {
-    case R_64F: return 8;
+    case C_64F: return 16;
+    case R_64F: case C_32F: return 8;
     case R_32F: case R_32I: return 4;
-    case R_16F: case R_16BF: return 2;
+    case R_16F: case R_16BF: case C_8I: return 2;
     case R_8I: case R_8F_E4M3: case R_8F_E5M2: return 1;
     default: return 0;
     }
@@ -134,6 +137,21 @@ static inline int scale_type_of(int compute) {
     case 70: case 71: return R_64F;
     case 72: case 73: return R_32I;
     default: return -1;
+    }
+}
+
+/* Whether a type is one of the complex pairs. */
+static inline int is_complex_type(int type) { return type == C_32F || type == C_64F || type == C_8I; }
+
+/* cublasGemmEx's complex rows (the cuBLAS documentation's table): A/B C_32F or C_8I with C
+ * C_32F under CUBLAS_COMPUTE_32F[_PEDANTIC], all C_32F under the FAST modes, all C_64F under
+ * CUBLAS_COMPUTE_64F[_PEDANTIC]. Their scale type is C's. */
+static inline int supported_complex_combination(int compute, int ab, int c) {
+    switch (compute) {
+    case 68: case 69: return (ab == C_32F || ab == C_8I) && c == C_32F;
+    case 74: case 75: case 77: case 78: return ab == C_32F && c == C_32F;
+    case 70: case 71: return ab == C_64F && c == C_64F;
+    default: return 0;
     }
 }
 

@@ -132,3 +132,33 @@ pub fn object_file(address: *const c_void) -> Option<std::path::PathBuf> {
     let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
     Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
 }
+
+/// The file of the loaded object whose name starts with `prefix` (`libcublas.so.12`), as the
+/// loader records it (dl_iterate_phdr): for a library that exports nothing to ask.
+pub fn loaded_file(prefix: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    struct Search<'a> {
+        prefix: &'a [u8],
+        found: Option<std::path::PathBuf>,
+    }
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: the loader hands a valid info for the duration of the call, and `data` is the
+        // `Search` passed below, alive for the whole dl_iterate_phdr.
+        let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
+        if info.dlpi_name.is_null() {
+            return 0;
+        }
+        // SAFETY: dlpi_name is the object's NUL-terminated file name.
+        let name = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes();
+        let base = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+        if base.starts_with(search.prefix) {
+            search.found = Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(name)));
+            return 1;
+        }
+        0
+    }
+    let mut search = Search { prefix: prefix.as_bytes(), found: None };
+    // SAFETY: the callback only reads what the loader hands it and writes `search`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
+    search.found
+}

@@ -255,8 +255,12 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
                     format!("Check each buffer's size against what {call} reads: ld x cols elements of its type (A is lda x k with transa = N, else lda x m); a wrong feature width (k), a wrong leading dimension or a buffer allocated too small is the usual cause."),
                     "Check that the buffer was not freed and allocated again smaller.".into(),
                 ],
-                _ => steps(&[
+                Program::PyTorch => steps(&[
                     "A wrong feature width is the usual cause: the input has fewer features than the layer's in_features, or a view/stride is wrong.",
+                    "Check the leading dimensions and that the buffer was not freed or allocated too small.",
+                ]),
+                Program::Jax | Program::Python => steps(&[
+                    "Compare the shapes and strides of the arrays you multiply with the buffers behind them: an inner dimension larger than the data, or a view laid over a smaller buffer, is the usual cause.",
                     "Check the leading dimensions and that the buffer was not freed or allocated too small.",
                 ]),
             },
@@ -365,7 +369,7 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
                     s.push(match program {
                         Program::PyTorch => "torch.cuda.empty_cache() before the first matmul, a smaller batch, or PYTORCH_CUDA_ALLOC_CONF to cap the caching allocator.".into(),
                         Program::Jax => "JAX preallocates most of the GPU's memory at start: XLA_PYTHON_CLIENT_PREALLOCATE=false, or a smaller XLA_PYTHON_CLIENT_MEM_FRACTION.".into(),
-                        Program::Python => "A framework's caching allocator can hold nearly all memory: TensorFlow TF_FORCE_GPU_ALLOW_GROWTH=true, JAX XLA_PYTHON_CLIENT_PREALLOCATE=false, PyTorch torch.cuda.empty_cache().".into(),
+                        Program::Python => "A memory pool can hold nearly all memory: CuPy's cupy.get_default_memory_pool().free_all_blocks(), TensorFlow TF_FORCE_GPU_ALLOW_GROWTH=true.".into(),
                         Program::Native => format!("Create the handle ({call}) before the large allocations, or cudaFree buffers you no longer need before creating it."),
                     });
                     s.push("Check nvidia-smi for other processes holding memory on the same GPU.".into());
@@ -447,8 +451,12 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
     }
     if let Some(e) = &fault.error {
         if !matches!(fault.kind, FaultKind::AsyncError) {
+            // The trace says whose call saw it: the guard's own synchronisation, or the program's
+            // own call ("surfaced at the program's own cudaMemcpy, ...").
+            let programs = fault.message.contains(&format!("the program's own {}", e.call)) || matches!(e.call.as_str(), "cudaFree" | "cudaMalloc");
+            let whose = if programs { "the program's own" } else { "the guard's" };
             next_steps.push(format!(
-                "The device then reported {} ({}) at the guard's {}: this call's kernel faulted because of the problem above.",
+                "The device then reported {} ({}) at {whose} {}: this call's kernel faulted because of the problem above.",
                 e.name, e.code, e.call
             ));
         }

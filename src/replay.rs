@@ -244,6 +244,7 @@ pub fn cuda_type(dtype: DType) -> i32 {
         DType::I8 => 3,
         DType::C32 => 4,
         DType::C64 => 5,
+        DType::CI8 => 7,
         DType::I32 => 10,
         DType::BF16 => 14,
         DType::F8E4M3 => 28,

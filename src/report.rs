@@ -247,6 +247,8 @@ pub fn merge(loaded: &[Loaded]) -> Vec<Entry<'_>> {
     // (trace, seq) of each fault seen so far -> its root cause's seq.
     let mut roots: HashMap<(usize, u64), u64> = HashMap::new();
     let mut first_start_failure: HashMap<(usize, String), u64> = HashMap::new();
+    // (trace, sticky CUDA error) -> the first fault of that process that carried it.
+    let mut first_sticky: HashMap<(usize, i32), u64> = HashMap::new();
     all.into_iter()
         .map(|(li, fi)| {
             let l = &loaded[li];
@@ -272,6 +274,19 @@ pub fn merge(loaded: &[Loaded]) -> Vec<Entry<'_>> {
                 }
                 (None, None) => (None, None),
             };
+            // A sticky error returned again by a later call (a cudaFree or cudaMemcpy after the
+            // faulting kernel) follows from the first fault that carried it: not a cause of its own.
+            let (origin, relation) = match sticky_code(f) {
+                Some(code) => match first_sticky.get(&(li, code)) {
+                    Some(&first) if origin.is_none() && f.kind == FaultKind::ApiError => (Some(first), Some(Relation::ContextLost)),
+                    Some(_) => (origin, relation),
+                    None => {
+                        first_sticky.insert((li, code), f.seq);
+                        (origin, relation)
+                    }
+                },
+                None => (origin, relation),
+            };
             let root = origin.map(|o| roots.get(&(li, o)).copied().unwrap_or(o));
             roots.insert((li, f.seq), root.unwrap_or(f.seq));
             Entry {
@@ -287,10 +302,56 @@ pub fn merge(loaded: &[Loaded]) -> Vec<Entry<'_>> {
                 propagated_from,
                 root,
                 relation: root.and(relation),
-                diagnosis: diagnosis::diagnose(f, propagated_from, programs[li]),
+                diagnosis: reuse_diagnosis(diagnosis::diagnose(f, propagated_from, programs[li]), f, &l.trace.recent_calls),
             }
         })
         .collect()
+}
+
+/// The sticky CUDA error a fault carries: the error the guard recorded with it, or what a CUDA
+/// call itself returned.
+fn sticky_code(f: &Fault) -> Option<i32> {
+    let code = f
+        .error
+        .as_ref()
+        .map(|e| e.code)
+        .or_else(|| (f.api.starts_with("cu") && !f.api.starts_with("cublas") && !f.api.starts_with("cudnn") && f.status != 0).then_some(f.status))?;
+    cublasguard_format::cuda::cuda_error_is_sticky(code).then_some(code)
+}
+
+fn parse_hex(s: &str) -> Option<u64> {
+    u64::from_str_radix(s.strip_prefix("0x")?, 16).ok()
+}
+
+/// An out-of-bounds operand whose allocation starts where the program freed a larger block
+/// earlier (a `cudaFree` of that address in the trace's recent calls): the pointer was kept
+/// after the free and the address handed out again to a smaller allocation.
+fn freed_and_reused(f: &Fault, recent: &[trace::RecentCall]) -> Option<String> {
+    if f.kind != FaultKind::OutOfBounds {
+        return None;
+    }
+    f.operands.iter().find_map(|o| {
+        let alloc = o.allocation.as_ref()?;
+        let base = parse_hex(&alloc.base)?;
+        let free = recent.iter().rev().find(|c| c.seq < f.seq && c.api.contains("Free") && c.args.address("ptr") == Some(base))?;
+        let freed_size = free.args.int("size").and_then(|s| u64::try_from(s).ok());
+        if freed_size.is_some_and(|s| s <= alloc.size) {
+            return None; // the freed block was no larger: an overrun of the new one
+        }
+        let was = freed_size.map(|s| format!(" of {s} bytes")).unwrap_or_default();
+        Some(format!(
+            "freed and reused: operand {} points at {}, where {} (call #{}) freed a block{was}; the address was then handed out again to a smaller allocation ({} bytes), so the operand overruns it. The pointer was kept after the free",
+            o.name, alloc.base, free.api, free.seq, alloc.size
+        ))
+    })
+}
+
+fn reuse_diagnosis(mut d: Diagnosis, f: &Fault, recent: &[trace::RecentCall]) -> Diagnosis {
+    if let Some(cause) = freed_and_reused(f, recent) {
+        d.cause = cause;
+        d.next_steps.insert(0, "Find where this buffer was freed and stop using the pointer after that (set it to NULL at the free).".into());
+    }
+    d
 }
 
 /// A root cause and the faults that follow from it, in time order.
@@ -394,6 +455,28 @@ fn user_place(fault: &trace::Fault, exe: Option<&str>) -> Option<(String, Option
     };
     let source = usize::try_from(frame.line).ok().and_then(|n| source_line(Path::new(&frame.file), n));
     Some((format!("{}:{} in {}", frame.file, frame.line, frame.function), source))
+}
+
+/// The user's frames that called the innermost one (`user_place`), innermost first: the run of
+/// frames in the user's own files that follows it, up to the first one outside them, at most
+/// `MAX_CALLERS`. A small helper's line alone hides the mistake at its caller.
+fn user_callers(fault: &trace::Fault, exe: Option<&str>) -> Vec<(String, Option<String>)> {
+    const MAX_CALLERS: usize = 2;
+    if let Some(first) = fault.python_stack.iter().position(|f| is_user_file(&f.file)) {
+        return fault.python_stack[first + 1..]
+            .iter()
+            .take_while(|f| is_user_file(&f.file))
+            .take(MAX_CALLERS)
+            .map(|frame| {
+                let source = usize::try_from(frame.line).ok().and_then(|n| source_line(Path::new(&frame.file), n));
+                (format!("{}:{} in {}", frame.file, frame.line, frame.function), source)
+            })
+            .collect();
+    }
+    let Some(exe) = exe else { return Vec::new() };
+    let mine = |l: &String| l.contains(&format!("({exe}+"));
+    let Some(first) = fault.backtrace.iter().position(mine) else { return Vec::new() };
+    fault.backtrace[first + 1..].iter().take_while(|l| mine(l)).take(MAX_CALLERS).map(|l| native_user_place(l)).collect()
 }
 
 /// ("/src/mlp.c:57 in linear_forward", its source line) from "linear_forward at /src/mlp.c:57
@@ -1066,6 +1149,13 @@ fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
             None => format!("at {}", doc.c(&place)),
         };
         doc.item(&line);
+        for (place, source) in user_callers(f, e.exe) {
+            let line = match source {
+                Some(s) => format!("called from {}: {}", doc.c(&place), doc.c(&s)),
+                None => format!("called from {}", doc.c(&place)),
+            };
+            doc.sub_item(&line);
+        }
     } else if let Some(note) = &f.python_stack_note {
         doc.item(&format!("no Python frames: {}", doc.t(note)));
     }
@@ -1366,6 +1456,117 @@ mod tests {
 
     fn loaded(trace: Trace) -> Loaded {
         Loaded::new("t.json".into(), trace::Parsed { trace, ..Default::default() })
+    }
+
+    fn fault_of(json: serde_json::Value) -> Fault {
+        let mut base = serde_json::to_value(a_fault()).unwrap();
+        for (k, v) in json.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn recent(seq: u64, api: &str, args: serde_json::Value) -> trace::RecentCall {
+        serde_json::from_value(serde_json::json!({"seq": seq, "api": api, "status": 0, "time_ns": seq, "thread": 1, "args": args})).unwrap()
+    }
+
+    /// A C program's GEMM that overran (the device then said 700 at the program's own
+    /// cudaMemcpy), and its later cudaFree/cudaMemcpy calls that return the same 700.
+    fn overrun_then_sticky() -> Trace {
+        let gemm = fault_of(serde_json::json!({
+            "seq": 5, "api": "cublasSgemm_v2", "kind": "out_of_bounds", "status": 0, "status_name": "CUBLAS_STATUS_SUCCESS", "time_ns": 5,
+            "message": "operand B overruns its allocation; cudaErrorIllegalAddress (700) surfaced at the program's own cudaMemcpy, its synchronous copy of 64 bytes",
+            "error": {"code": 700, "name": "cudaErrorIllegalAddress", "call": "cudaMemcpy"},
+            "operands": [{"name": "B", "ptr": "0x7000", "dtype": "f32", "rows": 4, "cols": 4, "ld": 4, "bytes": 64,
+                          "allocation": {"base": "0x7000", "size": 32}, "scanned": false}]
+        }));
+        let later = |seq: u64, api: &str| {
+            fault_of(serde_json::json!({"seq": seq, "api": api, "kind": "api_error", "status": 700, "status_name": "cudaErrorIllegalAddress", "time_ns": seq}))
+        };
+        Trace { faults: vec![gemm, later(7, "cudaMemcpy"), later(8, "cudaFree"), later(9, "cudaFree")], ..Default::default() }
+    }
+
+    #[test]
+    fn the_programs_own_call_is_not_called_the_guards() {
+        let out = render(&[loaded(overrun_then_sticky())], Format::Text);
+        assert!(out.contains("at the program's own cudaMemcpy"), "{out}");
+        assert!(!out.contains("at the guard's cudaMemcpy"), "{out}");
+    }
+
+    #[test]
+    fn later_calls_returning_the_same_sticky_error_fold_into_the_first_cause() {
+        let out = render(&[loaded(overrun_then_sticky())], Format::Text);
+        assert!(!out.contains("no guard check explains it"), "{out}");
+        assert!(!out.contains("[2]"), "one root cause: {out}");
+        assert!(out.contains("3 later fault(s) that failed because #5 left the CUDA context unusable"), "{out}");
+    }
+
+    #[test]
+    fn an_address_freed_and_handed_out_again_smaller_is_freed_and_reused_not_an_overrun() {
+        let mut t = overrun_then_sticky();
+        t.faults.truncate(1);
+        t.recent_calls = vec![recent(2, "cudaMalloc", serde_json::json!({"size": 256})), recent(3, "cudaFree", serde_json::json!({"ptr": "0x7000"}))];
+        let l = [loaded(t.clone())];
+        let entries = merge(&l);
+        assert!(
+            entries[0].diagnosis.cause.starts_with("freed and reused: operand B points at 0x7000, where cudaFree (call #3) freed"),
+            "{}",
+            entries[0].diagnosis.cause
+        );
+        // A free of a block no larger than the new one: a plain overrun.
+        t.recent_calls = vec![recent(3, "cudaFree", serde_json::json!({"ptr": "0x7000", "size": 16}))];
+        let l = [loaded(t.clone())];
+        let entries = merge(&l);
+        assert!(!entries[0].diagnosis.cause.contains("freed and reused"), "{}", entries[0].diagnosis.cause);
+        // No free at that address: an overrun.
+        t.recent_calls.clear();
+        let l = [loaded(t)];
+        assert!(merge(&l)[0].diagnosis.cause.starts_with("an operand extends past the end"));
+    }
+
+    #[test]
+    fn a_c_program_gets_no_pytorch_words_and_a_pytorch_program_does() {
+        // The advice only (a T/N GEMM's "looks like nn.Linear" shape line is kept for every program).
+        let gemm = overrun_then_sticky().faults.remove(0);
+        let c = Trace { faults: vec![gemm.clone()], ..Default::default() };
+        let out = render(&[loaded(c.clone())], Format::Text);
+        for w in ["in_features", "nn.Linear", "torch."] {
+            assert!(!out.contains(w), "'{w}' in a C program's report: {out}");
+        }
+        let mut cupy = c.clone();
+        cupy.environment.python_version = Some("3.12.3".into());
+        let out = render(&[loaded(cupy)], Format::Text);
+        assert!(!out.contains("in_features") && !out.contains("torch."), "a CuPy-like Python program: {out}");
+        let mut torch = c;
+        torch.environment.python_version = Some("3.12.3".into());
+        torch.environment.framework = Some(trace::FrameworkBuild { name: "torch".into(), version: None, cuda: None });
+        let out = render(&[loaded(torch)], Format::Text);
+        assert!(out.contains("in_features"), "{out}");
+    }
+
+    #[test]
+    fn the_users_line_is_a_short_stack_of_their_frames_innermost_first() {
+        let frame = |file: &str, line: u32, function: &str| trace::PythonFrame { file: file.into(), line, function: function.into() };
+        let mut f = a_fault();
+        f.python_stack = vec![
+            frame("/venv/lib/python3.12/site-packages/nvmath/bindings/cublas.py", 120, "sgemm"),
+            frame("/work/faults.py", 37, "sgemm"),
+            frame("/work/faults.py", 68, "main"),
+            frame("/work/run.py", 5, "<module>"),
+            frame("<frozen runpy>", 88, "_run_code"),
+            frame("/work/outer.py", 1, "<module>"),
+        ];
+        let t = Trace { faults: vec![f.clone()], ..Default::default() };
+        let out = render(&[loaded(t)], Format::Text);
+        let at = out.find("at /work/faults.py:37 in sgemm").expect(&out);
+        let caller = out.find("called from /work/faults.py:68 in main").expect(&out);
+        let outer = out.find("called from /work/run.py:5 in <module>").expect(&out);
+        assert!(at < caller && caller < outer, "innermost first: {out}");
+        assert!(!out.contains("outer.py"), "the stack stops at the first frame outside the user's files: {out}");
+        // A helper called straight from a library: one line, as before.
+        f.python_stack.truncate(2);
+        let out = render(&[loaded(Trace { faults: vec![f], ..Default::default() })], Format::Text);
+        assert!(out.contains("at /work/faults.py:37 in sgemm") && !out.contains("called from /work"), "{out}");
     }
 
     #[test]

@@ -211,7 +211,11 @@ struct Loaded {
 
 fn cublas_release(major: u32) -> Result<Loaded, String> {
     let lib = crate::cuda_table::CublasRelease::open(&format!("libcublas.so.{major}"))?;
-    let path = lib.get_property.and_then(|f| crate::cuda_table::object_file(f as *const c_void));
+    // The file from the function's address, else from the loader's list of loaded objects.
+    let path = lib
+        .get_property
+        .and_then(|f| crate::cuda_table::object_file(f as *const c_void))
+        .or_else(|| crate::cuda_table::loaded_file(&format!("libcublas.so.{major}")));
     let mut release = lib.get_property.and_then(|f| {
         let mut v = [0 as c_int; 3];
         for (kind, slot) in v.iter_mut().enumerate() {
@@ -231,7 +235,10 @@ fn cublas_release(major: u32) -> Result<Loaded, String> {
 
 fn cublaslt_release(major: u32) -> Result<Loaded, String> {
     let lib = crate::cuda_table::CublasLtRelease::open(&format!("libcublasLt.so.{major}"))?;
-    let path = lib.get_version.and_then(|f| crate::cuda_table::object_file(f as *const c_void));
+    let path = lib
+        .get_version
+        .and_then(|f| crate::cuda_table::object_file(f as *const c_void))
+        .or_else(|| crate::cuda_table::loaded_file(&format!("libcublasLt.so.{major}")));
     // SAFETY: cublasLtGetVersion takes nothing and returns major * 10000 + minor * 100 + patch.
     let mut release = lib.get_version.map(|f| unsafe { f() }).map(|v| ((v / 10000) as u32, (v / 100 % 100) as u32, (v % 100) as u32));
     if release.is_none() {
@@ -292,32 +299,47 @@ pub fn cublas_pair_checks(majors: &[u32]) -> Vec<Check> {
             }
         };
         let (a, b) = (shown(&cublas), shown(&lt));
+        // None: not known (a release the library does not say and its file's name does not
+        // carry, a file the loader does not name): never taken for a match.
         let same_folder = match (&cublas.path, &lt.path) {
-            (Some(x), Some(y)) => folder_of(x) == folder_of(y),
-            _ => true,
+            (Some(x), Some(y)) => Some(folder_of(x) == folder_of(y)),
+            _ => None,
         };
         let same_release = match (cublas.release, lt.release) {
-            (Some(x), Some(y)) => x == y,
-            _ => true,
+            (Some(x), Some(y)) => Some(x == y),
+            _ => None,
         };
         let evidence = format!("libcublas.so.{major} {} at {a}, libcublasLt.so.{major} {} at {b}", release_text(cublas.release), release_text(lt.release));
         out.push(match (same_release, same_folder) {
-            (false, _) => check("cublas pair", Status::Fail, format!("mixed cuBLAS releases: {evidence}"), Some(PAIR_FIX)),
-            (true, false) => check(
+            (Some(false), _) => check("cublas pair", Status::Fail, format!("mixed cuBLAS releases: {evidence}"), Some(PAIR_FIX)),
+            (None, _) | (_, None) => {
+                let what = match (same_release, same_folder) {
+                    (None, None) => "release and folder unknown",
+                    (None, _) => "release unknown",
+                    _ => "folder unknown",
+                };
+                check(
+                    "cublas pair",
+                    Status::Warn,
+                    format!("{what}: {evidence}"),
+                    Some("the doctor could not tell whether libcublas and libcublasLt are one release from one folder (pytorch#174320): compare their files' names"),
+                )
+            }
+            (Some(true), Some(false)) => check(
                 "cublas pair",
                 Status::Warn,
                 format!("one release from two folders: {evidence}"),
                 Some("keep libcublas and libcublasLt in one folder: an update of one copy would mix releases (pytorch#174320)"),
             ),
-            (true, true) => check("cublas pair", Status::Ok, format!("one folder, one release: {evidence}"), None),
+            (Some(true), Some(true)) => check("cublas pair", Status::Ok, format!("one folder, one release: {evidence}"), None),
         });
     }
     out
 }
 
-/// The sublibraries cuDNN 9's dispatcher loads itself (9.26's; `libcudnn_ext` since 9.10, so it
-/// is not required of an older dispatcher).
-const CUDNN_SUBLIBRARIES: &[&str] = &["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv", "libcudnn_ext"];
+/// The sublibraries cuDNN 9's dispatcher loads itself, for a dispatcher whose file does not
+/// name them (`dispatched_names`): 9.26's, less `libcudnn_ext` (9.10.2 has none).
+const CUDNN_SUBLIBRARIES: &[&str] = &["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv"];
 
 /// The file names cuDNN's dispatcher tries for `name`, in its order: the full version,
 /// major.minor, major, the bare name.
@@ -414,10 +436,13 @@ fn cudnn9_check(dispatcher: &Path, torch_cudnn: Option<i64>) -> Check {
     let mut missing = Vec::new();
     let mut found = Vec::new();
     let mut other = Vec::new();
-    for name in CUDNN_SUBLIBRARIES {
+    // The names the dispatcher itself holds (NVIDIA's name ext from 9.26 on, not 9.10.2), else
+    // the four every cuDNN 9 loads.
+    let named = std::fs::read(dispatcher).map(|bytes| cublasguard_format::cuda::cudnn_dispatched_names(&bytes)).unwrap_or_default();
+    let names: Vec<String> = if named.is_empty() { CUDNN_SUBLIBRARIES.iter().map(|n| n.to_string()).collect() } else { named };
+    for name in &names {
         let candidates = cudnn_candidates(name, own);
         match resolve(&candidates, origin) {
-            None if *name == "libcudnn_ext" && own.1 < 10 => {}
             None => missing.push(format!("{name} (none of {} in {} or on the library path)", candidates.join(", "), origin.display())),
             Some(path) => {
                 let release = cudnn_library_version(&path);

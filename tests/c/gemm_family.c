@@ -3,7 +3,10 @@
  *   nan       a NaN in A at (row 1, col 2) of batch member 2 (f16 or bf16 for the Ex forms)
  *   invalid   lda = 1, too small
  *   oob       B's allocation is 8 elements short of its last member
- *   types     (Ex forms) an unsupported type combination: f16 inputs with 32F_FAST_TF32 */
+ *   types     (Ex forms) an unsupported type combination: f16 inputs with 32F_FAST_TF32
+ *   c32 / c64 / ci8  (Ex forms but the pointer-array one) a complex GEMM of 2 x 2 matrices
+ *             from NVIDIA's table: c32 with CUBLAS_COMPUTE_32F, c64 with CUBLAS_COMPUTE_64F,
+ *             ci8 A/B with a c32 C; prints C's real and imaginary parts */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,8 +52,55 @@ static void *pointer_array(void *base, size_t member_bytes) {
     return upload(ptrs, sizeof ptrs);
 }
 
+/* A complex GEMM through an Ex form: A = [[1+i, 2], [0, 1-i]], B = [[1, i], [2, 1]] (each
+ * member of a batch scaled by its index + 1), alpha = 1, beta = 0, printed real/imaginary. */
+static int complex_case(const char *f, const char *which) {
+    int ab = !strcmp(which, "c64") ? C_64F : !strcmp(which, "ci8") ? C_8I : C_32F;
+    int ct = ab == C_64F ? C_64F : C_32F;
+    int compute = ab == C_64F ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+    int batched = strstr(f, "Batched") != NULL, members = batched ? 2 : 1;
+    /* column-major 2 x 2, as (re, im) pairs */
+    const double a[8] = {1, 1, 0, 0, 2, 0, 1, -1}, b[8] = {1, 0, 2, 0, 0, 1, 1, 0};
+    unsigned char ha[2 * 4 * 16], hb[2 * 4 * 16], hc[2 * 4 * 16];
+    memset(hc, 0, sizeof hc);
+    for (int m = 0; m < members; m++)
+        for (int i = 0; i < 8; i++) {
+            int j = m * 8 + i;
+            if (ab == C_64F) ((double *)ha)[j] = a[i] * (m + 1), ((double *)hb)[j] = b[i];
+            else if (ab == C_32F) ((float *)ha)[j] = (float)(a[i] * (m + 1)), ((float *)hb)[j] = (float)b[i];
+            else ((signed char *)ha)[j] = (signed char)(a[i] * (m + 1)), ((signed char *)hb)[j] = (signed char)b[i];
+        }
+    size_t ab_size = element_size(ab), c_size = element_size(ct);
+    void *da = upload(ha, members * 4 * ab_size), *db = upload(hb, members * 4 * ab_size), *dc = upload(hc, members * 4 * c_size);
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 3;
+    float one_f[2] = {1, 0}, zero_f[2] = {0, 0};
+    double one_d[2] = {1, 0}, zero_d[2] = {0, 0};
+    const void *one = ct == C_64F ? (const void *)one_d : (const void *)one_f;
+    const void *zero = ct == C_64F ? (const void *)zero_d : (const void *)zero_f;
+    cublasOperation_t nn = CUBLAS_OP_N;
+    int st;
+    if (!strcmp(f, "cublasGemmEx")) st = cublasGemmEx(h, nn, nn, 2, 2, 2, one, da, ab, 2, db, ab, 2, zero, dc, ct, 2, compute, CUBLAS_GEMM_DEFAULT);
+    else if (!strcmp(f, "cublasGemmEx_64")) st = cublasGemmEx_64(h, nn, nn, 2, 2, 2, one, da, ab, 2, db, ab, 2, zero, dc, ct, 2, compute, CUBLAS_GEMM_DEFAULT);
+    else if (!strcmp(f, "cublasGemmStridedBatchedEx"))
+        st = cublasGemmStridedBatchedEx(h, nn, nn, 2, 2, 2, one, da, ab, 2, 4, db, ab, 2, 4, zero, dc, ct, 2, 4, 2, compute, CUBLAS_GEMM_DEFAULT);
+    else
+        st = cublasGemmStridedBatchedEx_64(h, nn, nn, 2, 2, 2, one, da, ab, 2, 4, db, ab, 2, 4, zero, dc, ct, 2, 4, 2, compute, CUBLAS_GEMM_DEFAULT);
+    printf("status=%d\n", st);
+    cudaError_t sync = cudaDeviceSynchronize();
+    printf("sync=%d\n", sync);
+    if (sync == cudaSuccess && st == CUBLAS_STATUS_SUCCESS) {
+        cudaMemcpy(hc, dc, members * 4 * c_size, cudaMemcpyDeviceToHost);
+        printf("C");
+        for (int i = 0; i < members * 8; i++) printf(" %g", ct == C_64F ? ((double *)hc)[i] : (double)((float *)hc)[i]);
+        printf("\n");
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
+    if (!strcmp(argv[2], "c32") || !strcmp(argv[2], "c64") || !strcmp(argv[2], "ci8")) return complex_case(argv[1], argv[2]);
     const struct variant *v = NULL;
     for (size_t i = 0; i < sizeof variants / sizeof *variants; i++)
         if (!strcmp(variants[i].name, argv[1])) v = &variants[i];

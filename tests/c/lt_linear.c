@@ -5,7 +5,9 @@
  * limit; the heuristic's algorithm; D written in place of C.
  *   lt_linear CASE [f32|bf16]
  *     clean | nan_input | nan_bias | width (the input has 12 features, not 8) | bias_short
- *     (the bias holds 8 values, not 16) | workspace_short | overflow | double_destroy */
+ *     (the bias holds 8 values, not 16) | workspace_short | overflow | double_destroy
+ *     | c_null (C = NULL with beta = 0, as nvmath passes it) | c_null_beta (C = NULL with
+ *     beta = 1) | c_null_d_short (that, and D's allocation 16 elements short) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +52,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < BATCH * in; i++) store_element(type, x, i, 3e38);
         for (int i = 0; i < OUT * IN; i++) store_element(type, w, i, 3e38);
     }
-    void *dw = upload(w, OUT * IN * es), *dx = upload(x, BATCH * in * es), *dd = upload(NULL, OUT * BATCH * es);
+    void *dw = upload(w, OUT * IN * es), *dx = upload(x, BATCH * in * es), *dd = upload(NULL, (OUT * BATCH - (!strcmp(c, "c_null_d_short") ? 16 : 0)) * es);
     void *dbias = upload(bias, (!strcmp(c, "bias_short") ? 8 : OUT) * es);
     size_t workspace_size = 1 << 20;
     void *workspace = upload(NULL, !strcmp(c, "workspace_short") ? 1024 : workspace_size);
@@ -77,8 +79,10 @@ int main(int argc, char **argv) {
     int found = 0;
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, desc, adesc, bdesc, cdesc, cdesc, pref, 1, &heuristic, &found);
     printf("heuristic=%d found=%d\n", hs, found);
-    float alpha = 1, beta = 0;
-    cublasStatus_t st = cublasLtMatmul(lt, desc, &alpha, dw, adesc, dx, bdesc, &beta, dd, cdesc, dd, cdesc,
+    int c_null = !strncmp(c, "c_null", 6);
+    float alpha = 1, beta = c_null && strcmp(c, "c_null") ? 1 : 0;
+    void *dc = c_null ? NULL : dd;
+    cublasStatus_t st = cublasLtMatmul(lt, desc, &alpha, dw, adesc, dx, bdesc, &beta, dc, cdesc, dd, cdesc,
                                        found ? &heuristic.algo : NULL, workspace, workspace_size, NULL);
     printf("matmul=%d\n", st);
     cudaError_t sync = cudaDeviceSynchronize();

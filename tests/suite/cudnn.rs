@@ -293,6 +293,51 @@ fn the_doctor_finds_every_sublibrary_of_one_version_and_names_a_missing_or_mixed
     assert!(mixed[0].2.contains("mixed cuDNN versions") && mixed[0].2.contains("libcudnn_ops.so.9 is 9.1.0"), "{}", mixed[0].2);
 }
 
+/// A cuDNN folder in NVIDIA's layout of `version` (e.g. 91002): a dispatcher whose read-only
+/// data names `names` (as `libcudnn_graph.so`, ...) and answers cudnnGetVersion, and one
+/// sublibrary per file in `files` with its `cudnn_<name>_version` datum.
+fn nvidia_style_cudnn(label: &str, version: u32, names: &[&str], files: &[&str]) -> PathBuf {
+    let dir = temp_dir(label).join("cudnn");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cc = |source: &str, soname: &str, out: &Path| {
+        let src = dir.join(format!("{soname}.c"));
+        std::fs::write(&src, source).unwrap();
+        let status = Command::new("cc").args(["-shared", "-fPIC", &format!("-Wl,-soname,{soname}"), "-o"]).arg(out).arg(&src).status().expect("cc");
+        assert!(status.success(), "{soname}");
+    };
+    let strings: String = names.iter().map(|n| format!("\"{n}.so\", ")).collect();
+    let dispatcher = format!("const char *const cudnn_sublibrary_names[] = {{ {strings} 0 }};\nunsigned long cudnnGetVersion(void) {{ return {version}; }}\n");
+    cc(&dispatcher, "libcudnn.so.9", &dir.join("libcudnn.so.9"));
+    let (major, minor, patch) = (version / 10000, version / 100 % 100, version % 100);
+    for file in files {
+        let short = file.strip_prefix("libcudnn_").unwrap();
+        let source = format!("const unsigned cudnn_{short}_version = {};\n", major << 16 | minor << 8 | patch);
+        cc(&source, &format!("{file}.so.9"), &dir.join(format!("{file}.so.9")));
+    }
+    dir
+}
+
+#[test]
+fn the_doctor_checks_the_sublibraries_the_loaded_dispatcher_names_not_a_rule_by_release() {
+    let driver = standin().join("driver").display().to_string();
+    let four = ["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv"];
+    // NVIDIA's 9.10.2 wheel: no libcudnn_ext, and its dispatcher does not name one.
+    let v910 = nvidia_style_cudnn("cudnn-9.10", 91002, &four, &four);
+    let checks = doctor_cudnn(&format!("{driver}:{}", v910.display()));
+    assert_eq!((checks[0].0.as_str(), checks[0].1.as_str()), ("cudnn libraries", "ok"), "{}", checks[0].2);
+    assert!(!checks[0].2.contains("libcudnn_ext"), "{}", checks[0].2);
+    // 9.26's dispatcher names ext: without the file, the doctor says so.
+    let five = ["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv", "libcudnn_ext"];
+    let v926 = nvidia_style_cudnn("cudnn-9.26", 92600, &five, &four);
+    let checks = doctor_cudnn(&format!("{driver}:{}", v926.display()));
+    assert_eq!(checks[0].1, "fail", "{checks:#?}");
+    assert!(checks[0].2.contains("cannot load libcudnn_ext (none of libcudnn_ext.so.9.26.0"), "{}", checks[0].2);
+    let whole = nvidia_style_cudnn("cudnn-9.26-whole", 92600, &five, &five);
+    let checks = doctor_cudnn(&format!("{driver}:{}", whole.display()));
+    assert_eq!(checks[0].1, "ok", "{checks:#?}");
+    assert!(checks[0].2.contains("libcudnn_ext.so.9 9.26.0"), "{}", checks[0].2);
+}
+
 #[test]
 fn a_stray_sublibrary_earlier_on_the_library_path_does_not_shadow_the_dispatchers_own() {
     // The dispatcher's RPATH ($ORIGIN) comes before LD_LIBRARY_PATH: its own folder wins.

@@ -215,6 +215,40 @@ fn a_libcublaslt_of_another_release_first_on_the_library_path_fails_naming_both(
     assert!(fine[0].1 == "ok" && fine[0].2.starts_with("one folder, one release: libcublas.so.12 12.9.3"), "{fine:?}");
 }
 
+/// A folder holding a libcublas that exports no cublasGetProperty, as `file` (with the soname
+/// `libcublas.so.12` linked to it when the names differ).
+fn silent_cublas(label: &str, file: &str) -> PathBuf {
+    let dir = temp_dir(label);
+    let source = dir.join("silent.c");
+    std::fs::write(&source, "int cublasCreate_v2(void **h) { (void)h; return 1; }\n").unwrap();
+    let status =
+        std::process::Command::new("cc").args(["-shared", "-fPIC", "-Wl,-soname,libcublas.so.12", "-o"]).arg(dir.join(file)).arg(&source).status().expect("cc");
+    assert!(status.success());
+    if file != "libcublas.so.12" {
+        std::os::unix::fs::symlink(file, dir.join("libcublas.so.12")).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn a_cublas_pair_whose_release_cannot_be_read_is_unknown_not_ok_and_the_file_name_gives_it() {
+    // The release from the file's name, the folder from the loader: one release, two folders.
+    let named_dir = silent_cublas("silent-cublas-named", "libcublas.so.12.9.3.13");
+    let (checks, _) = doctor(&format!("{}:{}", named_dir.display(), stand_in_path(&["lib", "driver"])), &[]);
+    let pair = named(&checks, "cublas pair");
+    assert_eq!(pair.len(), 1, "{checks:#?}");
+    assert!(pair[0].2.contains(&format!("libcublas.so.12 12.9.3 at {}", named_dir.join("libcublas.so.12").display())), "{pair:?}");
+    assert_eq!(pair[0].1, "warn", "{pair:?}");
+    assert!(pair[0].2.starts_with("one release from two folders"), "{pair:?}");
+    // Neither the library nor its file's name says the release: unknown, not ok.
+    let bare_dir = silent_cublas("silent-cublas-bare", "libcublas.so.12");
+    let (checks, _) = doctor(&format!("{}:{}", bare_dir.display(), stand_in_path(&["lib", "driver"])), &[]);
+    let pair = named(&checks, "cublas pair");
+    assert_eq!(pair[0].1, "warn", "{pair:?}");
+    assert!(pair[0].2.starts_with("release unknown: libcublas.so.12 release unknown at "), "{pair:?}");
+    assert!(!pair[0].2.contains("unknown file") && !pair[0].2.contains("one folder, one release"), "{pair:?}");
+}
+
 #[test]
 fn a_cache_folder_that_cannot_be_created_fails_naming_the_fix() {
     let dir = temp_dir("cache-under-a-file");

@@ -140,6 +140,56 @@ fn unsupported_type_combinations_are_named() {
 }
 
 #[test]
+fn complex_gemm_ex_rows_of_nvidias_table_run_clean_under_on_fault_error() {
+    // A = [[1+i, 2], [0, 1-i]], B = [[1, i], [2, 1]]: A·B = [[5+i, 1+i], [2-2i, 1-i]],
+    // printed column-major as (re, im) pairs; the second batch member's A is doubled.
+    let one = "C 5 1 2 -2 1 1 1 -1";
+    let two = "5 1 2 -2 1 1 1 -1 10 2 4 -4 2 2 2 -2";
+    let env = [("CUBLASGUARD_ON_FAULT", "error")];
+    for function in ["cublasGemmEx", "cublasGemmEx_64", "cublasGemmStridedBatchedEx", "cublasGemmStridedBatchedEx_64"] {
+        for case in ["c32", "c64", "ci8"] {
+            let program = common::build_c("gemm_family", &["gemm_family.c"], false);
+            let run = common::run(Launch { env: &env, ..Launch::new(&program, &[function, case]) });
+            let out = run.stdout();
+            assert!(out.contains("status=0\nsync=0\n"), "{function} {case}: {out}");
+            let expected = if function.contains("Batched") { format!("C {two}") } else { one.to_string() };
+            assert_eq!(out.lines().last(), Some(expected.as_str()), "{function} {case}");
+            let t = run.trace();
+            assert!(t.faults.is_empty(), "{function} {case}: {:#?}", t.faults);
+            assert_eq!(t.summary.calls.get(function), Some(&1), "{function} was intercepted");
+        }
+    }
+}
+
+#[test]
+fn cublaslt_c_may_be_null_when_beta_is_zero_and_a_null_c_is_named_null_otherwise() {
+    // nvmath-python's matmul without C: C = NULL, beta = 0. cuBLASLt does not read C then.
+    let bare = linear("c_null", "f32", false);
+    let run = linear("c_null", "f32", true);
+    assert!(run.stdout().contains("matmul=0\nsync=0\nD "), "{}", run.stdout());
+    assert_eq!(bare.stdout(), run.stdout());
+    let t = run.trace();
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+
+    let run = linear("c_null_beta", "f32", true);
+    let t = run.trace();
+    let f = the_fault(&t, "cublasLtMatmul", "c_null_beta");
+    assert_eq!(f.kind, FaultKind::InvalidArgument);
+    assert!(f.message.starts_with("operand C (") && f.message.contains("is NULL, but beta is not zero"), "{}", f.message);
+    assert!(!f.message.contains("host"), "NULL is not a host buffer: {}", f.message);
+}
+
+#[test]
+fn one_operands_fault_does_not_stop_the_next_operands_bounds_check() {
+    let run = linear("c_null_d_short", "f32", true);
+    let t = run.trace();
+    let f = the_fault(&t, "cublasLtMatmul", "c_null_d_short");
+    assert!(f.message.contains("operand C (") && f.message.contains("is NULL"), "{}", f.message);
+    assert!(f.message.contains("also, operand D (") && f.message.contains("overruns it by 64 bytes"), "{}", f.message);
+    assert!(!f.message.contains("stopped at an earlier"), "{}", f.message);
+}
+
+#[test]
 fn tf32_math_mode_is_flagged_on_a_fault() {
     let t = scenario("tf32_overflow", &[]).trace();
     let f = only_fault(&t);

@@ -500,9 +500,40 @@ impl MemoryType {
     }
 }
 
+/// The sublibraries a cuDNN dispatcher loads, as its own read-only data names them
+/// (`libcudnn_graph.so`, ...: `strings libcudnn.so.9 | grep '^libcudnn_'`), in their order,
+/// each once; empty when it names none.
+pub fn cudnn_dispatched_names(file: &[u8]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for word in file.split(|&b| b == 0) {
+        let Some(at) = word.windows(9).position(|w| w == b"libcudnn_") else { continue };
+        let rest = &word[at..];
+        let end = rest.iter().position(|&b| !(b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')).unwrap_or(rest.len());
+        let (name, tail) = rest.split_at(end);
+        if name.len() > 9 && tail.starts_with(b".so") && tail.len() == 3 {
+            let name = String::from_utf8_lossy(name).into_owned();
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sublibraries_are_the_names_the_dispatchers_own_data_holds() {
+        // 9.10.2's dispatcher: graph, ops, cnn, adv; 9.26's adds ext.
+        let v910 = b"\0GCC: x\0libcudnn_graph.so\0%s.%d\0libcudnn_ops.so\0libcudnn_cnn.so\0libcudnn_adv.so\0libcudnn_graph.so\0";
+        assert_eq!(cudnn_dispatched_names(v910), ["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv"]);
+        let v926 = b"libcudnn_graph.so\0libcudnn_ops.so\0libcudnn_cnn.so\0libcudnn_adv.so\0libcudnn_ext.so\0";
+        assert_eq!(cudnn_dispatched_names(v926).last().map(String::as_str), Some("libcudnn_ext"));
+        // Not a library name: a prefix, a versioned name, a message.
+        assert!(cudnn_dispatched_names(b"libcudnn_\0libcudnn_graph.so.9\0could not load libcudnn_x.so: x\0").is_empty());
+    }
 
     #[test]
     fn decodes_out_of_range_values_without_trusting_them() {
@@ -600,6 +631,8 @@ pub enum DType {
     /// Complex pairs of f32 and f64 (`cuComplex`, `cuDoubleComplex`).
     C32,
     C64,
+    /// `CUDA_C_8I`: complex pairs of i8 (cublasGemmEx's A/B with a c32 C).
+    CI8,
     Unknown(i32),
 }
 
@@ -612,6 +645,7 @@ impl DType {
             3 => Self::I8,
             4 => Self::C32,
             5 => Self::C64,
+            7 => Self::CI8,
             10 => Self::I32,
             14 => Self::BF16,
             28 => Self::F8E4M3,
@@ -632,6 +666,7 @@ impl DType {
             Self::I32 => "i32".into(),
             Self::C32 => "c32".into(),
             Self::C64 => "c64".into(),
+            Self::CI8 => "ci8".into(),
             Self::Unknown(v) => format!("unknown({v})"),
         }
     }
@@ -641,7 +676,7 @@ impl DType {
             Self::C64 => Some(16),
             Self::F64 | Self::C32 => Some(8),
             Self::F32 | Self::I32 => Some(4),
-            Self::F16 | Self::BF16 => Some(2),
+            Self::F16 | Self::BF16 | Self::CI8 => Some(2),
             Self::F8E4M3 | Self::F8E5M2 | Self::I8 => Some(1),
             Self::Unknown(_) => None,
         }

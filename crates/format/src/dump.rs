@@ -57,6 +57,7 @@ fn file_dtype(dtype: DType) -> Option<(Dtype, Option<usize>)> {
         DType::I32 => (Dtype::I32, None),
         DType::C32 => (Dtype::C64, None),
         DType::C64 => (Dtype::F64, Some(2)),
+        DType::CI8 => (Dtype::I8, Some(2)),
         DType::Unknown(_) => return None,
     })
 }
@@ -328,7 +329,7 @@ pub fn finite_max(dtype: DType) -> f64 {
         DType::BF16 => 3.389_531_389_251_535_5e38,
         DType::F8E4M3 => 448.0,
         DType::F8E5M2 => 57344.0,
-        DType::I8 => 127.0,
+        DType::I8 | DType::CI8 => 127.0,
         DType::I32 => i32::MAX as f64,
         DType::Unknown(_) => f64::MAX,
     }
@@ -343,7 +344,7 @@ pub fn unit_roundoff(dtype: DType) -> f64 {
         DType::BF16 => 2f64.powi(-8),
         DType::F8E4M3 => 2f64.powi(-4),
         DType::F8E5M2 => 2f64.powi(-3),
-        DType::I8 | DType::I32 | DType::Unknown(_) => 0.0,
+        DType::I8 | DType::I32 | DType::CI8 | DType::Unknown(_) => 0.0,
     }
 }
 

@@ -24,7 +24,7 @@ fn float_bits(dtype: DType) -> Option<FloatBits> {
         DType::F8E5M2 => f(1, 0x7c, 0x03, true),
         // E4M3 ("fn"): no infinities; only S.1111.111 is NaN.
         DType::F8E4M3 => f(1, 0x78, 0x07, false),
-        DType::I8 | DType::I32 | DType::C32 | DType::C64 | DType::Unknown(_) => None,
+        DType::I8 | DType::I32 | DType::C32 | DType::C64 | DType::CI8 | DType::Unknown(_) => None,
     }
 }
 

@@ -190,16 +190,31 @@ fn gemm_rule_broken(args: &GemmArgs) -> Option<ArgProblem> {
     None
 }
 
-/// cublasGemmEx's supported combinations (NVIDIA's table for real types): compute type, the
-/// type of A and B (which must match), the type of C. `None` when supported, else why not.
+/// cublasGemmEx's supported combinations (the cuBLAS documentation's table, shared by
+/// cublasGemmBatchedEx and cublasGemmStridedBatchedEx): compute type, the type of A and B
+/// (which must match), the type of C. `None` when supported, else why not.
+///
+/// | compute type | scale type | A/B | C |
+/// |---|---|---|---|
+/// | 16F, 16F_PEDANTIC | R_16F | R_16F | R_16F |
+/// | 32I, 32I_PEDANTIC | R_32I | R_8I | R_32I |
+/// | 32F, 32F_PEDANTIC | R_32F | R_16BF, R_16F | the same, or R_32F |
+/// | | R_32F | R_8I, R_32F | R_32F |
+/// | | C_32F | C_8I, C_32F | C_32F |
+/// | 32F_FAST_16F, _16BF, _TF32 | R_32F / C_32F | R_32F / C_32F | R_32F / C_32F |
+/// | 64F, 64F_PEDANTIC | R_64F / C_64F | R_64F / C_64F | R_64F / C_64F |
 pub fn check_type_combination(compute: ComputeType, a: DType, b: DType, c: DType) -> Option<String> {
     use DType::*;
     let supported = a == b
         && match compute {
             ComputeType::F16 | ComputeType::F16Pedantic => a == F16 && c == F16,
-            ComputeType::F32 | ComputeType::F32Pedantic => matches!((a, c), (BF16, BF16) | (BF16, F32) | (F16, F16) | (F16, F32) | (I8, F32) | (F32, F32)),
-            ComputeType::F32Fast16F | ComputeType::F32Fast16BF | ComputeType::F32FastTF32 | ComputeType::F32Emulated16BFx9 => a == F32 && c == F32,
-            ComputeType::F64 | ComputeType::F64Pedantic => a == F64 && c == F64,
+            ComputeType::F32 | ComputeType::F32Pedantic => {
+                matches!((a, c), (BF16, BF16) | (BF16, F32) | (F16, F16) | (F16, F32) | (I8, F32) | (F32, F32) | (CI8, C32) | (C32, C32))
+            }
+            ComputeType::F32Fast16F | ComputeType::F32Fast16BF | ComputeType::F32FastTF32 | ComputeType::F32Emulated16BFx9 => {
+                matches!((a, c), (F32, F32) | (C32, C32))
+            }
+            ComputeType::F64 | ComputeType::F64Pedantic => matches!((a, c), (F64, F64) | (C64, C64)),
             ComputeType::I32 | ComputeType::I32Pedantic => a == I8 && c == I32,
             ComputeType::Unknown(_) => false,
         };
@@ -211,20 +226,25 @@ pub fn check_type_combination(compute: ComputeType, a: DType, b: DType, c: DType
     }
     let needs = match compute {
         ComputeType::F16 | ComputeType::F16Pedantic => "A/B f16 with C f16",
-        ComputeType::F32 | ComputeType::F32Pedantic => "A/B bf16 or f16 with C of the same type or f32, A/B i8 with C f32, or all f32",
-        ComputeType::F64 | ComputeType::F64Pedantic => "all f64",
+        ComputeType::F32 | ComputeType::F32Pedantic => {
+            "A/B bf16 or f16 with C of the same type or f32, A/B i8 with C f32, all f32, A/B ci8 with C c32, or all c32"
+        }
+        ComputeType::F64 | ComputeType::F64Pedantic => "all f64 or all c64",
         ComputeType::I32 | ComputeType::I32Pedantic => "A/B i8 with C i32",
-        _ => "all f32",
+        _ => "all f32 or all c32",
     };
     Some(format!("unsupported type combination: A {}, B {}, C {} with {} (it takes {needs})", a.name(), b.name(), c.name(), compute.name()))
 }
 
-/// The scale (alpha, beta) type a compute type implies.
-pub fn scale_type(compute: ComputeType) -> DType {
+/// The scale (alpha, beta) type a compute type implies; complex when C is complex (the
+/// table's scale type column: C_32F with CUBLAS_COMPUTE_32F*, C_64F with CUBLAS_COMPUTE_64F*).
+pub fn scale_type(compute: ComputeType, c: DType) -> DType {
     match compute {
         ComputeType::F16 | ComputeType::F16Pedantic => DType::F16,
+        ComputeType::F64 | ComputeType::F64Pedantic if c == DType::C64 => DType::C64,
         ComputeType::F64 | ComputeType::F64Pedantic => DType::F64,
         ComputeType::I32 | ComputeType::I32Pedantic => DType::I32,
+        _ if c == DType::C32 => DType::C32,
         _ => DType::F32,
     }
 }
@@ -358,7 +378,53 @@ mod tests {
         assert!(why.contains("A f16, B f16, C f32 with CUBLAS_COMPUTE_32F_FAST_TF32"), "{why}");
         assert!(c(68, F16, BF16, F32).is_some());
         assert!(c(0, F32, F32, F32).unwrap().contains("not a cublasComputeType_t"));
-        assert_eq!(scale_type(ComputeType::F16), F16);
+        assert_eq!(scale_type(ComputeType::F16, F16), F16);
+    }
+
+    #[test]
+    fn every_row_of_nvidias_gemm_ex_table_is_accepted_complex_included() {
+        use DType::*;
+        // The cuBLAS documentation's cublasGemmEx table: (compute types, A/B, C).
+        let rows: &[(&[i32], DType, DType)] = &[
+            (&[64, 65], F16, F16),
+            (&[72, 73], I8, I32),
+            (&[68, 69], BF16, BF16),
+            (&[68, 69], F16, F16),
+            (&[68, 69], I8, F32),
+            (&[68, 69], BF16, F32),
+            (&[68, 69], F16, F32),
+            (&[68, 69], F32, F32),
+            (&[68, 69], CI8, C32),
+            (&[68, 69], C32, C32),
+            (&[74, 75, 77], F32, F32),
+            (&[74, 75, 77], C32, C32),
+            (&[70, 71], F64, F64),
+            (&[70, 71], C64, C64),
+        ];
+        for (computes, ab, c) in rows {
+            for &compute in *computes {
+                let why = check_type_combination(ComputeType::decode(compute), *ab, *ab, *c);
+                assert_eq!(why, None, "compute {compute}, A/B {}, C {}", ab.name(), c.name());
+            }
+        }
+        assert_eq!(DType::from_cuda(7), CI8);
+        assert_eq!(scale_type(ComputeType::F32, C32), C32);
+        assert_eq!(scale_type(ComputeType::F64, C64), C64);
+        assert_eq!(scale_type(ComputeType::F32, F32), F32);
+    }
+
+    #[test]
+    fn wrong_complex_combinations_are_still_refused() {
+        use DType::*;
+        let c = |compute: i32, a, b, cc| check_type_combination(ComputeType::decode(compute), a, b, cc);
+        assert!(c(68, C64, C64, C64).unwrap().contains("or all c32"));
+        assert!(c(70, C32, C32, C32).unwrap().contains("all f64 or all c64"));
+        assert!(c(68, C32, C32, F32).is_some());
+        assert!(c(68, CI8, CI8, C64).is_some());
+        assert!(c(77, CI8, CI8, C32).is_some());
+        assert!(c(64, C32, C32, C32).is_some());
+        assert!(c(72, CI8, CI8, I32).is_some());
+        assert!(c(68, C32, F32, C32).is_some());
     }
 
     #[test]

@@ -134,10 +134,11 @@ fn freed(what: Role, ptr: u64, allocations: AllocationView<'_>) -> Option<(Findi
     ))
 }
 
-/// The sublibraries cuDNN 9's dispatcher (`libcudnn.so.9`) loads itself, in its order (9.26's
-/// strings; `libcudnn_ext` since 9.10); the engines and heuristics are loaded by
-/// `libcudnn_graph` through its own RUNPATH.
-pub const DISPATCHED: &[&str] = &["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv", "libcudnn_ext"];
+/// The sublibraries every cuDNN 9 dispatcher (`libcudnn.so.9`) loads itself, in its order, for
+/// a dispatcher whose file does not name them (`cudnn_dispatched_names` reads the names a
+/// loaded one holds: 9.26's adds `libcudnn_ext`, 9.10.2's has none); the engines and
+/// heuristics are loaded by `libcudnn_graph` through its own RUNPATH.
+pub const DISPATCHED: &[&str] = &["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv"];
 
 /// The file names the dispatcher tries for `name`, in its order: the full version, major.minor,
 /// major, then the bare name (`%s.%d.%d.%d`, `%s.%d.%d`, ...).

@@ -274,7 +274,7 @@ fn ex(call: &Call<'_, c_int>, g: Gemm, types: (i32, i32, i32), compute: i32, alg
         }
         Batch::Arrays { count } => extra.batch_count = Some(count),
     }
-    operand_call::guard(call, || g.describe(types, validate::scale_type(compute), Some(compute), batch), g.record(), extra)
+    operand_call::guard(call, || g.describe(types, validate::scale_type(compute, types.2), Some(compute), batch), g.record(), extra)
 }
 
 macro_rules! typed_gemm {

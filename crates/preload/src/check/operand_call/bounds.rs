@@ -99,6 +99,9 @@ impl OperandCallCheck<'_> {
                     ),
                 ));
             }
+            Err(MemberProblem::Host(_)) if o.spec.ptr == 0 => {
+                return Err(Finding::new(FaultKind::InvalidArgument, format!("{what} is NULL: the batched GEMM reads its {count} matrix pointers there")));
+            }
             Err(MemberProblem::Host(_)) => {
                 return Err(Finding::new(
                     FaultKind::HostPointer,
@@ -136,12 +139,22 @@ impl OperandCallCheck<'_> {
                 return Some(f);
             }
         }
+        // Every operand is checked, even after one faulted: the first fault is the call's, and
+        // what the others' checks find is added to its message.
+        let mut first: Option<Finding> = None;
         for i in 0..MAX_OPERANDS {
-            let finding = self.check_operand_pointers(i, allocations, device);
-            if finding.is_some() {
-                self.note_unchecked(i + 1, "the check stopped at an earlier operand's fault", allocations);
-                return finding;
+            let freed = self.freed;
+            let Some(finding) = self.check_operand_pointers(i, allocations, device) else { continue };
+            match first.as_mut() {
+                None => first = Some(finding),
+                Some(first) => {
+                    self.freed = freed; // the first fault's freed block, not a later one's
+                    first.message.push_str(&format!("; also, {}", finding.message));
+                }
             }
+        }
+        if first.is_some() {
+            return first;
         }
         self.check_scalars(device, allocations)
     }
@@ -153,6 +166,9 @@ impl OperandCallCheck<'_> {
             return None;
         }
         let spec: &OperandSpec = o.spec;
+        if spec.ptr == 0 && !matches!(spec.members, Members::Array { .. }) && spec.role != Role::Result {
+            return self.null_operand(i, allocations, device);
+        }
         if spec.role == Role::Result && self.pointer_mode() == PointerMode::Host {
             // Written by the library on the host: device memory there is the mistake.
             if allocations.containing(spec.ptr).is_some() {
@@ -225,6 +241,12 @@ impl OperandCallCheck<'_> {
                         ),
                     ));
                 }
+                Err(MemberProblem::Host(_)) if addr == 0 => {
+                    if let Some(o) = self.operands[i].as_mut() {
+                        o.bad_member = (count > 1).then_some(b);
+                    }
+                    return Some(Finding::new(FaultKind::InvalidArgument, format!("{} is NULL", describe(spec, (count > 1).then_some(b)))));
+                }
                 Err(MemberProblem::Host(t)) => {
                     let seen = t.map(|t| format!("{t:?}")).unwrap_or_else(|| "unknown".into());
                     let f = Finding::new(
@@ -267,6 +289,35 @@ impl OperandCallCheck<'_> {
             o.readable = all_inside && first_span.is_some();
         }
         None
+    }
+
+    /// A NULL operand (one matrix or a strided batch), by NVIDIA's rules: cublasLtMatmul's C
+    /// is not read when beta == 0 ("C does not have to be a valid input"), so it may be NULL
+    /// then; every other operand is read or written (a cuBLAS GEMM's C is always written).
+    /// When beta cannot be read, no claim is made.
+    fn null_operand(&mut self, i: usize, allocations: AllocationView<'_>, device: &dyn Device) -> Option<Finding> {
+        let spec = self.operands[i]?.spec;
+        if spec.role == Role::Addend {
+            if self.beta_is_zero.is_none() {
+                self.beta_is_zero = self.read_beta_is_zero(allocations, device);
+            }
+            match self.beta_is_zero {
+                Some(false) => {}
+                // beta == 0: C is not read; beta unreadable: nothing to hold against it.
+                _ => return None,
+            }
+            return Some(Finding::new(
+                FaultKind::InvalidArgument,
+                format!("{} is NULL, but beta is not zero: the library reads C (C may be NULL only when beta == 0)", describe(spec, None)),
+            ));
+        }
+        let why = match spec.role {
+            Role::Accumulator => "the GEMM writes its result there (beta == 0 spares reading C, not writing it)",
+            Role::Output | Role::InOut => "the call writes its result there",
+            Role::Workspace => "the call needs that scratch memory",
+            _ => "the call reads it",
+        };
+        Some(Finding::new(FaultKind::InvalidArgument, format!("{} is NULL: {why}", describe(spec, None))))
     }
 
     /// alpha and beta against the pointer mode.

@@ -52,7 +52,7 @@ impl OperandCallCheck<'_> {
     }
 
     /// Whether beta is zero, read the way the library reads it; `None` when it cannot be read.
-    fn read_beta_is_zero(&self, allocations: AllocationView<'_>, device: &dyn Device) -> Option<bool> {
+    pub(super) fn read_beta_is_zero(&self, allocations: AllocationView<'_>, device: &dyn Device) -> Option<bool> {
         if self.recording && self.pointer_mode() != PointerMode::Host {
             // Not known until the queued read lands: C is scanned, and judged then.
             return None;

@@ -103,7 +103,11 @@ pub(crate) fn libraries() -> Option<CudnnLibraries> {
             true
         }
     });
-    let sublibraries = DISPATCHED
+    // The names the loaded dispatcher's own file holds (read only here, when a cuDNN failure
+    // is explained), else the four every cuDNN 9 loads.
+    let named = dispatcher.as_deref().and_then(|d| std::fs::read(d).ok()).map(|bytes| crate::cuda::cudnn_dispatched_names(&bytes)).unwrap_or_default();
+    let names: Vec<String> = if named.is_empty() { DISPATCHED.iter().map(|n| n.to_string()).collect() } else { named };
+    let sublibraries = names
         .iter()
         .map(|name| {
             let looked_for = candidates(name, version.as_deref().or(major.as_deref()));
