@@ -1,16 +1,17 @@
-//! What the guard did not scan: calls whose NaN/Inf scan was skipped on purpose
-//! (CUBLASGUARD_SCAN_EVERY, CUBLASGUARD_BUDGET) and operands left unscanned for want of room in
-//! the default mode's staging region, said plainly beside "no faults", never hidden in the
-//! trace's counters.
+//! What the guard did not scan whole: calls whose NaN/Inf scan was skipped on purpose
+//! (CUBLASGUARD_SCAN_EVERY, CUBLASGUARD_BUDGET), operands left unscanned for want of room in
+//! the default mode's staging region, and operands past CUBLASGUARD_SCAN_BYTES scanned by a
+//! sample, said plainly beside "no faults", never hidden in the trace's counters.
 
 use cublasguard_format::trace::Summary;
 
 /// The sentences for the summaries of a run's traces; none when every call the checks wanted
 /// was scanned whole.
 pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<String> {
-    let (mut skipped_calls, mut no_room, mut at_call) = (0u64, 0u64, 0u64);
+    let (mut skipped_calls, mut no_room, mut at_call, mut sampled) = (0u64, 0u64, 0u64, 0u64);
     for s in summaries {
         skipped_calls = skipped_calls.saturating_add(s.skipped_scans);
+        sampled = sampled.saturating_add(s.sampled_operands);
         no_room = no_room.saturating_add(s.deferred_verdicts.get("no_room").copied().unwrap_or(0));
         at_call = at_call.saturating_add(s.deferred_verdicts.get("judged_at_call").copied().unwrap_or(0));
     }
@@ -28,6 +29,14 @@ pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<
              left for {} (a larger CUBLASGUARD_STAGING_BYTES, or CUBLASGUARD_SYNC=gemm, scans them).",
             plural(no_room, "operand was", "operands were"),
             plural(no_room, "it", "them")
+        ));
+    }
+    if sampled > 0 {
+        lines.push(format!(
+            "{sampled} {} larger than CUBLASGUARD_SCAN_BYTES: an even sample of {} was scanned, not every element \
+             (a larger CUBLASGUARD_SCAN_BYTES scans more).",
+            plural(sampled, "operand was", "operands were"),
+            plural(sampled, "its columns", "their columns")
         ));
     }
     if at_call > 0 && lines.is_empty() {
@@ -64,6 +73,8 @@ mod tests {
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(lines[0].starts_with("3 calls were not scanned") && lines[0].contains("CUBLASGUARD_SCAN_EVERY"), "{lines:?}");
         assert!(lines[1].starts_with("3 operands were not scanned") && lines[1].contains("CUBLASGUARD_STAGING_BYTES"), "{lines:?}");
+        let sampled = unscanned_lines([Summary { sampled_operands: 2, ..Summary::default() }].iter());
+        assert!(sampled[0].starts_with("2 operands were larger than CUBLASGUARD_SCAN_BYTES"), "{sampled:?}");
         let at_call = unscanned_lines([summary(0, &[("judged_at_call", 1)])].iter());
         assert!(at_call[0].starts_with("1 call's operands were too large") && at_call[0].contains("it was scanned at the call"), "{at_call:?}");
     }

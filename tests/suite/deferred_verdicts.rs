@@ -168,6 +168,8 @@ fn a_nan_in_a_large_operand_is_found_as_in_gemm_mode(mib: &str) {
             let a = f.operands.iter().find(|o| o.name == "A").expect("A");
             assert!(a.first_nonfinite.is_some() && !a.sampled, "{args:?}: {a:#?}");
         }
+        let sampled = u64::from(mib.parse::<u64>().is_ok_and(|m| m > 256));
+        assert_eq!((deferred.summary.sampled_operands, gemm_mode.summary.sampled_operands), (sampled, sampled), "{args:?}: A sampled past the budget");
         let calls = deferred.recent_calls.iter().filter(|c| c.api == "cublasSgemm_v2").collect::<Vec<_>>();
         assert!(calls.iter().all(|c| c.scanned), "{args:?}");
         assert!(!deferred.summary.deferred_verdicts.contains_key("no_room"), "{args:?}: {:?}", deferred.summary);

@@ -614,6 +614,10 @@ pub struct Summary {
     pub scanned_calls: u64,
     #[serde(default)]
     pub skipped_scans: u64,
+    /// Operands past CUBLASGUARD_SCAN_BYTES, of which an even sample of columns (or members)
+    /// was scanned, not every element.
+    #[serde(default)]
+    pub sampled_operands: u64,
     /// The rules of CUBLASGUARD_IGNORE in force, each with the faults it kept out of the trace
     /// (not counted in `faults`).
     #[serde(default)]
@@ -635,6 +639,7 @@ pub trait SummarySource {
     fn dropped_faults(&self) -> u64;
     fn scanned_calls(&self) -> u64;
     fn skipped_scans(&self) -> u64;
+    fn sampled_operands(&self) -> u64;
     /// Each CUBLASGUARD_IGNORE rule, as written, with the faults it kept out.
     fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64));
     /// The deferred verdicts' counts that are not 0, by name.
@@ -662,6 +667,7 @@ pub fn visit_summary(source: &dyn SummarySource, f: &mut dyn FnMut(&'static str,
     f("dropped_faults", SummaryValue::Count(source.dropped_faults()));
     f("scanned_calls", SummaryValue::Count(source.scanned_calls()));
     f("skipped_scans", SummaryValue::Count(source.skipped_scans()));
+    f("sampled_operands", SummaryValue::Count(source.sampled_operands()));
     f("ignored_faults", SummaryValue::Counts { visit: &|g| source.ignored_faults(g), omit_empty: true });
     f("deferred_verdicts", SummaryValue::Counts { visit: &|g| source.deferred_verdicts(g), omit_empty: true });
 }
@@ -681,6 +687,9 @@ impl SummarySource for Summary {
     }
     fn skipped_scans(&self) -> u64 {
         self.skipped_scans
+    }
+    fn sampled_operands(&self) -> u64 {
+        self.sampled_operands
     }
     fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64)) {
         self.ignored_faults.iter().for_each(|(k, v)| f(k, *v));
@@ -706,6 +715,7 @@ impl Summary {
             dropped_faults: source.dropped_faults(),
             scanned_calls: source.scanned_calls(),
             skipped_scans: source.skipped_scans(),
+            sampled_operands: source.sampled_operands(),
             ignored_faults: collect(&|f| source.ignored_faults(f)),
             deferred_verdicts: collect(&|f| source.deferred_verdicts(f)),
         }
@@ -1658,12 +1668,13 @@ mod tests {
             dropped_faults: 1,
             scanned_calls: 2,
             skipped_scans: 1,
+            sampled_operands: 3,
             ignored_faults: [("kind=nonfinite_input".to_string(), 5)].into(),
             deferred_verdicts: [("deferred".to_string(), 2)].into(),
         };
         let json = serde_json::to_value(&summary).unwrap();
         let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys, ["calls", "deferred_verdicts", "dropped_faults", "faults", "ignored_faults", "scanned_calls", "skipped_scans"]);
+        assert_eq!(keys, ["calls", "deferred_verdicts", "dropped_faults", "faults", "ignored_faults", "sampled_operands", "scanned_calls", "skipped_scans"]);
         assert_eq!(serde_json::from_value::<Summary>(json).unwrap(), summary, "each field read back under the name it was written");
         assert_eq!(Summary::from_source(&summary), summary);
         // An empty map of ignore rules is left out, as before.

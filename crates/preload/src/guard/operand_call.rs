@@ -195,8 +195,13 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
     }
 }
 
-/// What the scans found finite: a NaN found there later was written since.
+/// What the scans found finite: a NaN found there later was written since; and how many
+/// operands were scanned by a sample.
 pub(crate) fn note_finite(call: &Call<'_, i32>, check: &OperandCallCheck<'_>) {
+    let sampled = check.operands.iter().flatten().filter(|o| o.scan.is_some_and(|scan| scan.sampled)).count();
+    if sampled > 0 {
+        call.session.note_sampled(sampled as u64);
+    }
     for o in check.operands.iter().flatten() {
         if o.scan.is_some_and(|scan| scan.nan == 0 && scan.inf == 0 && !scan.sampled) && o.spec.members.count() == 1 {
             call.session.finite_seen.note(o.spec.ptr, call.seq);

@@ -217,6 +217,9 @@ impl crate::trace::SummarySource for LiveSummary<'_> {
     fn skipped_scans(&self) -> u64 {
         self.session.scans.counts().1
     }
+    fn sampled_operands(&self) -> u64 {
+        self.session.scans.sampled_operands()
+    }
     fn deferred_verdicts(&self, f: &mut dyn FnMut(&str, u64)) {
         let (deferred, judged_at_call, no_room, waiting) = self.session.verdicts.counts();
         let unfinished = self.session.verdicts.unfinished_at_exit();

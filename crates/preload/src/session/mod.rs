@@ -281,6 +281,11 @@ impl Session {
         self.scans.add_time(ns);
     }
 
+    /// Operands scanned by an even sample (past CUBLASGUARD_SCAN_BYTES), for the summary.
+    pub fn note_sampled(&self, operands: u64) {
+        self.scans.note_sampled(operands);
+    }
+
     /// Counts a call of hook number `hook` and gives it its sequence number.
     pub fn begin(&self, hook: usize) -> u64 {
         if let Some(c) = self.counts.calls.get(hook) {

@@ -15,6 +15,7 @@ pub(super) struct ScanPolicy {
     scan_ns: AtomicU64,
     scanned_calls: AtomicU64,
     skipped_scans: AtomicU64,
+    sampled_operands: AtomicU64,
 }
 
 impl ScanPolicy {
@@ -25,6 +26,7 @@ impl ScanPolicy {
             scan_ns: AtomicU64::new(0),
             scanned_calls: AtomicU64::new(0),
             skipped_scans: AtomicU64::new(0),
+            sampled_operands: AtomicU64::new(0),
         }
     }
 
@@ -54,5 +56,14 @@ impl ScanPolicy {
     /// (scanned calls, skipped scans).
     pub fn counts(&self) -> (u64, u64) {
         (self.scanned_calls.load(Ordering::Relaxed), self.skipped_scans.load(Ordering::Relaxed))
+    }
+
+    /// An operand past CUBLASGUARD_SCAN_BYTES was scanned by an even sample.
+    pub fn note_sampled(&self, operands: u64) {
+        self.sampled_operands.fetch_add(operands, Ordering::Relaxed);
+    }
+
+    pub fn sampled_operands(&self) -> u64 {
+        self.sampled_operands.load(Ordering::Relaxed)
     }
 }
