@@ -19,7 +19,7 @@
 
 #include "elements.h"
 
-enum { N = 4, BATCH = 3, ELEMS = N * N, C_32F = 4, C_64F = 5 };
+enum { N = 4, BATCH = 3, ELEMS = N * N };
 enum family { GEMV, DOT, DOTC, DOTEX, GEMM, GEMM_STRIDED, SGEMMEX, TRSM, TRSM_BATCHED, GETRF, GETRS, GEQRF, GELS, WORKSPACE };
 
 struct function { const char *name; enum family family; int type; };

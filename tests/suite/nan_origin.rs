@@ -112,9 +112,10 @@ fn the_merged_report_of_ranks_names_the_rank_that_made_the_nan_before_those_that
     let scenarios = scenarios();
     let pattern = dir.join("trace-%r.json").display().to_string();
     // Rank 1 makes the NaN (and consumes it); ranks 0, 2 and 3 only consume NaN, later (as
-    // after an all-reduce).
+    // after an all-reduce). One job: one run id, as its launcher under the guard gives them
+    // (run one after another here, they would otherwise be four runs, and `report` the newest).
     for (rank, program, args) in [("1", &program, "refill"), ("0", &scenarios, "nan_a"), ("2", &scenarios, "nan_a"), ("3", &scenarios, "nan_a")] {
-        let env = [ORIGIN, ("RANK", rank), ("WORLD_SIZE", "4"), ("CUBLASGUARD_TRACE", pattern.as_str())];
+        let env = [ORIGIN, ("RANK", rank), ("WORLD_SIZE", "4"), ("CUBLASGUARD_TRACE", pattern.as_str()), ("CUBLASGUARD_RUN_ID", "job-1")];
         let r = run(Launch { env: &env, trace: false, ..Launch::new(program, &[args]) });
         assert!(r.output.status.success(), "rank {rank}: {}", r.stderr());
     }

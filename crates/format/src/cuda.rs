@@ -501,8 +501,10 @@ impl MemoryType {
 }
 
 /// The sublibraries a cuDNN dispatcher loads, as its own read-only data names them
-/// (`libcudnn_graph.so`, ...: `strings libcudnn.so.9 | grep '^libcudnn_'`), in their order,
-/// each once; empty when it names none.
+/// (`libcudnn_graph.so`, ...: `strings libcudnn.so.9 | grep '^libcudnn_'`), each once;
+/// `libcudnn_graph` first (the dispatcher loads it first, and the others through it: it is
+/// what a missing-library message names first), the others in their order; empty when it names
+/// none.
 pub fn cudnn_dispatched_names(file: &[u8]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for word in file.split(|&b| b == 0) {
@@ -516,6 +518,10 @@ pub fn cudnn_dispatched_names(file: &[u8]) -> Vec<String> {
                 out.push(name);
             }
         }
+    }
+    if let Some(at) = out.iter().position(|n| n == "libcudnn_graph") {
+        let graph = out.remove(at);
+        out.insert(0, graph);
     }
     out
 }
@@ -531,6 +537,9 @@ mod tests {
         assert_eq!(cudnn_dispatched_names(v910), ["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv"]);
         let v926 = b"libcudnn_graph.so\0libcudnn_ops.so\0libcudnn_cnn.so\0libcudnn_adv.so\0libcudnn_ext.so\0";
         assert_eq!(cudnn_dispatched_names(v926).last().map(String::as_str), Some("libcudnn_ext"));
+        // NVIDIA's own file names ops before graph: graph still comes first.
+        let real = b"libcudnn_ops.so\0libcudnn_graph.so\0libcudnn_cnn.so\0libcudnn_adv.so\0libcudnn_ext.so\0";
+        assert_eq!(cudnn_dispatched_names(real), ["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv", "libcudnn_ext"]);
         // Not a library name: a prefix, a versioned name, a message.
         assert!(cudnn_dispatched_names(b"libcudnn_\0libcudnn_graph.so.9\0could not load libcudnn_x.so: x\0").is_empty());
     }
