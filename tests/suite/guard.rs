@@ -49,7 +49,10 @@ fn nonfinite_input_names_operand_counts_and_first_position() {
 }
 
 fn nonfinite_input_in(mode: &str) {
-    let run = scenario("nan_a", &[("CUBLASGUARD_SYNC", mode)]);
+    // The GPU 20 ms behind the host: a deferred verdict cannot land before the program's next
+    // call (the guard's thread would otherwise, now and then, judge it first and number it
+    // with the GEMM's own call).
+    let run = scenario("nan_a", &[("CUBLASGUARD_SYNC", mode), ("CUDASHIM_WORKER_DELAY_US", "20000")]);
     let trace = run.trace();
     let f = only_fault(&trace);
     assert_eq!(f.kind, FaultKind::NonfiniteInput, "{mode}");
