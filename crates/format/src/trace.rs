@@ -22,6 +22,9 @@ pub struct Trace {
     pub guard: GuardBuild,
     pub process: Process,
     pub environment: Environment,
+    /// In call order once read (`parse` sorts them by `seq`, keeping the order within a call):
+    /// a crash trace lists them in the order they were stored, which another thread or a
+    /// deferred verdict can leave out of call order.
     pub faults: Vec<Fault>,
     pub recent_calls: Vec<RecentCall>,
     pub summary: Summary,
@@ -1254,8 +1257,9 @@ pub fn parse_lenient(text: &str) -> Result<Parsed, ReadError> {
     // A trace of this format version, by this build or an older one, is read straight into its
     // types: the JSON tree that reading a newer one needs costs ten times the text and more (a
     // trace of 20,000 faults is tens of MB).
-    if let Ok(trace) = serde_json::from_str::<Trace>(text) {
+    if let Ok(mut trace) = serde_json::from_str::<Trace>(text) {
         if trace.format == FORMAT && trace.version == VERSION && !newer_than_this_build(&trace.guard.version) {
+            trace.faults.sort_by_key(|f| f.seq);
             return Ok(Parsed { trace, ..Default::default() });
         }
     }
@@ -1286,6 +1290,7 @@ pub fn parse_lenient(text: &str) -> Result<Parsed, ReadError> {
     // Unknown once it is read.
     let mut raw_kinds: BTreeMap<usize, String> = BTreeMap::new();
     if let Some(faults) = value.get_mut("faults").and_then(Value::as_array_mut) {
+        faults.sort_by_key(|f| f.get("seq").and_then(Value::as_u64).unwrap_or(0));
         for (i, fault) in faults.iter_mut().enumerate() {
             if let Some(Value::String(kind)) = fault.get("kind") {
                 if FaultKind::from_name(kind).is_none() {
@@ -1579,6 +1584,25 @@ mod tests {
         t.guard.version = guard.into();
         t.faults = vec![sample_fault(1), sample_fault(2)];
         serde_json::to_value(&t).unwrap()
+    }
+
+    #[test]
+    fn faults_listed_in_the_order_they_were_stored_are_read_in_call_order() {
+        let mut t = sample();
+        let mut second_of_call_2 = sample_fault(2);
+        second_of_call_2.message = "second".into();
+        t.faults = vec![sample_fault(3), sample_fault(2), sample_fault(1), second_of_call_2];
+        let read = parse(&serde_json::to_string(&t).unwrap()).unwrap();
+        let order: Vec<(u64, &str)> = read.faults.iter().map(|f| (f.seq, f.message.as_str())).collect();
+        assert_eq!(order[..3].iter().map(|o| o.0).collect::<Vec<_>>(), [1, 2, 2]);
+        assert_eq!((order[1].1 == "second", order[2].1 == "second", order[3].0), (false, true, 3), "{order:?}");
+        // A newer trace, read through its JSON tree, too; an unknown kind stays with its fault.
+        let mut v = two_faults("9.1.0");
+        v["faults"][0]["seq"] = 5.into();
+        v["faults"][0]["kind"] = "tensor_core_fault".into();
+        let p = parse_lenient(&v.to_string()).unwrap();
+        assert_eq!(p.trace.faults.iter().map(|f| f.seq).collect::<Vec<_>>(), [2, 5]);
+        assert_eq!((p.kind_name(0), p.kind_name(1)), ("api_error", "tensor_core_fault"));
     }
 
     #[test]

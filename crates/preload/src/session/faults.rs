@@ -62,11 +62,17 @@ impl FaultLog {
         self.stored.load(Ordering::SeqCst)
     }
 
-    /// The stored faults and the total count, as of one moment.
+    /// The stored faults in call order, and the total count, as of one moment. They are kept
+    /// in the order they were stored (a fault's index is its crash-writer slot, which never
+    /// changes, so a crash handler streaming the slots while other threads store faults lists
+    /// each once); faults of one call keep the order they were stored in.
     pub fn stored(&self) -> (Vec<Fault>, u64) {
         let faults = self.faults.lock();
         let total = self.total();
-        (faults.clone(), total)
+        let mut in_call_order = faults.clone();
+        drop(faults);
+        in_call_order.sort_by_key(|f| f.seq);
+        (in_call_order, total)
     }
 
     /// Whether a new fault would only be counted (the cap is reached): then it is not worth
@@ -121,16 +127,14 @@ impl FaultLog {
         };
         let mut faults = self.faults.lock();
         let stored = faults.len() < config.max_faults;
-        // In call order: a fault found after its call (CUBLASGUARD_SYNC=deferred), or stored
-        // after a later call's by another thread, goes before the faults of later calls that
-        // were recorded first (their crash-writer slots are rendered again: `publish`). Faults
-        // of one call keep the order they were stored in.
-        let at = faults.iter().rposition(|f| f.seq <= fault.seq).map_or(0, |i| i + 1);
-        let index = stored.then_some(at);
+        // Appended, never inserted: its index is its crash-writer slot for good. Inserting in
+        // call order moved later faults up a slot each, and a crash handler streaming the slots
+        // while other threads re-rendered them listed some twice and others not at all.
+        let index = stored.then_some(faults.len());
         // Counted under the lock, with the insertion or the refusal: a snapshot taken under it,
         // or a crash handler reading dropped before stored, never sees a fault half counted.
         if stored {
-            faults.insert(at, fault);
+            faults.push(fault);
             self.stored.fetch_add(1, Ordering::SeqCst);
         } else {
             self.dropped.fetch_add(1, Ordering::SeqCst);

@@ -851,6 +851,18 @@ mod tests {
     }
 
     #[test]
+    fn a_fault_stored_after_a_later_calls_keeps_its_own_slot_and_the_trace_is_in_call_order() {
+        let s = session(0);
+        let indices: Vec<_> = [5, 9, 7, 9, 1].iter().map(|&seq| s.add_fault(fault(seq), 1_000).index).collect();
+        // Each fault's index is the slot the crash writer lists it from: never moved by the
+        // faults stored after it.
+        assert_eq!(indices, [Some(0), Some(1), Some(2), Some(3), Some(4)]);
+        assert_eq!(s.with_fault(2, |f| f.seq), Some(7));
+        let t = s.trace(Environment::default());
+        assert_eq!(t.faults.iter().map(|f| f.seq).collect::<Vec<_>>(), [1, 5, 7, 9, 9]);
+    }
+
+    #[test]
     fn remembers_only_the_first_sticky_error() {
         let s = session(1);
         s.note_error(1, 3); // not sticky

@@ -34,12 +34,6 @@ impl Outlet for RealOutlet {
         }
         if let Some(index) = recorded.index {
             session.with_fault(index, |fault| crash::publish_fault(index, fault));
-            // A fault that went in before later calls' faults (found after its call, or stored
-            // after them by another thread): their slots move up one, and are rendered again.
-            let mut at = index + 1;
-            while session.with_fault(at, |fault| crash::publish_fault(at, fault)).is_some() {
-                at += 1;
-            }
         }
         if recorded.rewrite {
             write_trace(session);
