@@ -32,6 +32,28 @@ fn a_program_that_dies_right_after_an_unhooked_call_saw_a_kernel_fault_has_it_pi
     }
 }
 
+/// The first frame of `fault`'s backtrace in the C program's own source: "file.c:LINE".
+fn own_line(fault: &cublasguard_format::trace::Fault) -> Option<String> {
+    fault.backtrace.iter().find_map(|frame| {
+        let (_, after) = frame.split_once(" at ")?;
+        let location = after.split_whitespace().next()?;
+        location.contains("/tests/c/").then(|| location.rsplit('/').next().unwrap_or(location).to_string())
+    })
+}
+
+#[test]
+fn a_kernel_fault_pinned_by_breadcrumbs_carries_the_gemms_own_line_as_in_gemm_mode() {
+    // gemm mode records the fault at the GEMM, with its backtrace; the default pins it there
+    // later, at the program's cudaMemcpyAsync (line 55) or at exit, and must name the GEMM's
+    // line (41) from what it kept at the GEMM, not the line where the error surfaced.
+    for how in ["abort", "exit"] {
+        let (deferred, gemm_mode) = (abort_after_error(how, "deferred"), abort_after_error(how, "gemm"));
+        let lines = |t: &Trace| t.faults.iter().map(own_line).collect::<Vec<_>>();
+        assert_eq!(lines(&gemm_mode), [Some("abort_after_error.c:41".to_string())], "{how}: {:#?}", gemm_mode.faults);
+        assert_eq!(lines(&deferred), lines(&gemm_mode), "{how}: {:#?}", deferred.faults);
+    }
+}
+
 #[test]
 fn a_cublas_create_that_fails_after_a_kernel_fault_is_blamed_on_the_lost_context_in_both_modes() {
     // The third GEMM's kernel faults; nothing synchronises; the program creates a second
@@ -44,4 +66,84 @@ fn a_cublas_create_that_fails_after_a_kernel_fault_is_blamed_on_the_lost_context
     assert_eq!(g.iter().map(|f| f.0).collect::<Vec<_>>(), [FaultKind::AsyncError, FaultKind::InitFailed], "{g:?}");
     assert_eq!(g[1].3.map(|c| c.1), Some(Some(g[0].2)), "pending since the GEMM: {g:?}");
     assert_eq!(named(&deferred), g, "{:#?}", deferred.faults);
+}
+
+/// What a fault says, field by field, that both modes must agree on: everything but when and
+/// where it was found (`found_at_seq`, the "surfaced later" wording, the time).
+fn story(f: &cublasguard_format::trace::Fault) -> String {
+    let operands: Vec<String> = f
+        .operands
+        .iter()
+        .map(|o| {
+            format!(
+                "{} {} {}x{} ld {} scanned {} nan {:?} inf {:?} first {:?}",
+                o.name, o.dtype, o.rows, o.cols, o.ld, o.scanned, o.nan, o.inf, o.first_nonfinite
+            )
+        })
+        .collect();
+    format!(
+        "{:?} {} #{} status {} error {:?} cause {:?} handle {:?} stream {:?} operands {operands:?} at {:?}",
+        f.kind,
+        f.api,
+        f.seq,
+        f.status,
+        f.error.as_ref().map(|e| e.code),
+        f.cause.as_ref().map(|c| c.kind),
+        f.handle.as_ref().map(|h| (&h.math_mode, &h.pointer_mode, &h.stream, h.reduced_precision)),
+        f.stream,
+        own_line(f)
+    )
+}
+
+#[test]
+fn each_attribution_case_tells_the_same_story_in_both_modes_on_either_stand_in_with_the_programs_own_line() {
+    // NaN/Inf in A and in C, an overflow, a bad leading dimension, a destroyed handle, a host
+    // pointer, an operand out of bounds, a freed buffer, a kernel fault (CUDASHIM_ASYNC_FAULT=2
+    // makes the second GEMM's kernel fault), on the asynchronous stand-in.
+    let cases = ["nan_a", "nan_c_beta1", "overflow", "bad_lda", "bad_handle", "host_pointer", "out_of_bounds", "use_after_free", "async"];
+    let program = scenarios();
+    let mut differ = Vec::new();
+    // The synchronous stand-in (CUDASHIM_SYNC=1) is left out for now: it runs each kernel
+    // inside its launch, so the breadcrumb after a kernel that faulted cannot be enqueued, and
+    // the default then leaves a kernel fault after a call with a fault of its own unattached
+    // (issue 43, noted as still open).
+    for standin in ["async"] {
+        for case in cases {
+            let told = |mode: &str| {
+                let mut env = vec![("CUBLASGUARD_SYNC", mode)];
+                if case == "async" {
+                    env.push(("CUDASHIM_ASYNC_FAULT", "2"));
+                }
+                if standin == "sync" {
+                    env.push(("CUDASHIM_SYNC", "1"));
+                }
+                let args = [case];
+                let trace = run(Launch { env: &env, ..Launch::new(&program, &args) }).trace();
+                trace.faults.iter().map(story).collect::<Vec<_>>()
+            };
+            let (mut gemm_mode, mut deferred) = (told("gemm"), told("deferred"));
+            assert!(!gemm_mode.is_empty(), "{case} on the {standin} stand-in: no fault in gemm mode");
+            assert!(gemm_mode.iter().all(|s| !s.ends_with("at None")), "{case} on the {standin} stand-in: no line of the program's own: {gemm_mode:#?}");
+            if case == "async" && standin == "async" {
+                // What still differs (README, "What changes under the guard"): gemm mode's
+                // synchronisation after the faulting GEMM makes the program's next GEMM fail
+                // (EXECUTION_FAILED, a fault of its own) where without it that call returns
+                // before the kernel has run; and the pinned fault's call is described by its
+                // recorded arguments, without the handle and operands gemm mode checked at it.
+                let without_description = |s: &String| {
+                    let (head, _) = s.split_once(" handle ").unwrap_or((s, ""));
+                    let (_, at) = s.rsplit_once(" at ").unwrap_or((s, ""));
+                    format!("{head} at {at}")
+                };
+                gemm_mode.truncate(1);
+                deferred.truncate(1);
+                gemm_mode = gemm_mode.iter().map(without_description).collect();
+                deferred = deferred.iter().map(without_description).collect();
+            }
+            if deferred != gemm_mode {
+                differ.push(format!("{case} on the {standin} stand-in:\n  gemm     {gemm_mode:?}\n  deferred {deferred:?}"));
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
 }

@@ -110,10 +110,10 @@ pub trait Device {
     fn address_range(&self, _ptr: u64) -> Option<(u64, u64)> {
         None
     }
-    /// Enqueues on `stream` the breadcrumb of call `seq` to hooked function `hook`
-    /// (CUBLASGUARD_SYNC=deferred): its number lands in host memory once the work before it on
-    /// the stream completed. False when none could be enqueued.
-    fn breadcrumb(&self, _stream: u64, _seq: u64, _hook: u16) -> bool {
+    /// Enqueues on `stream` the breadcrumb of a call (CUBLASGUARD_SYNC=deferred): its number
+    /// lands in host memory once the work before it on the stream completed. False when none
+    /// could be enqueued.
+    fn breadcrumb(&self, _stream: u64, _issued: crate::session::breadcrumbs::Issued) -> bool {
         false
     }
     /// A kernel's parameters, (offset, size) each in order, as the driver (`driver`: a

@@ -157,9 +157,9 @@ impl Device for ModelDevice {
         self.written.borrow_mut().push((ptr, bytes.to_vec()));
         ptr != 0
     }
-    fn breadcrumb(&self, stream: u64, seq: u64, _hook: u16) -> bool {
+    fn breadcrumb(&self, stream: u64, issued: crate::session::breadcrumbs::Issued) -> bool {
         if self.breadcrumbs_work.get() {
-            self.breadcrumbs.borrow_mut().push((stream, seq));
+            self.breadcrumbs.borrow_mut().push((stream, issued.seq));
         }
         self.breadcrumbs_work.get()
     }

@@ -168,6 +168,8 @@ fn blame_unfinished<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, stre
     let mut fault = call.fault(finding, returned, status_name);
     fault.seq = first.seq;
     fault.api = api.to_string();
+    // The culprit's own line, kept at it: the stack of now is the call where it surfaced.
+    fault.backtrace = call.outlet.describe_call_site(&first.site);
     if let Some(c) = recorded {
         fault.thread = c.thread;
         fault.args = c.args.to_args();
@@ -226,7 +228,9 @@ mod tests {
             s.recorder.record(&RecordedCall { seq, hook: gemm, status: 0, time_ns: 0, duration_ns: 0, thread: 3, args: CallArgs::None, scanned: false });
         }
         for &(stream, seq) in issued {
-            assert!(s.breadcrumbs.issue(1, stream, seq, gemm).is_some());
+            // Each call's site stands for the line it was made at.
+            let site = crate::session::call_site::CallSite { returns: [0x5000 + seq, 0, 0, 0] };
+            assert!(s.breadcrumbs.issue(1, stream, crate::session::breadcrumbs::Issued { seq, hook: gemm, site }).is_some());
         }
         words[0].store(landed[0], Ordering::Release);
         words[1].store(landed[1], Ordering::Release);
@@ -237,7 +241,7 @@ mod tests {
     fn surface(s: &crate::session::Session) -> Vec<crate::trace::Fault> {
         let (device, outlet, memo) = (ModelDevice::default(), ModelOutlet::default(), crate::state::ThreadMemo::new());
         let forward = || ILLEGAL_ADDRESS;
-        let call = Call::begin(s, Hook::cudaMemcpy, &device, &outlet, &forward, OnThread { id: 7, memo: &memo });
+        let call = Call::begin(s, Hook::cudaMemcpy, &device, &outlet, &forward, OnThread { id: 7, memo: &memo, frame: Default::default() });
         assert!(surfaced(&call, ILLEGAL_ADDRESS, "the copy", CallArgs::None, None));
         assert!(!surfaced(&call, ILLEGAL_ADDRESS, "the copy", CallArgs::None, None), "attributed once");
         s.trace(Default::default()).faults
@@ -249,6 +253,7 @@ mod tests {
         let f = surface(&s);
         assert_eq!((f.len(), f[0].seq, f[0].api.as_str(), f[0].found_at_seq), (1, 2, "cublasSgemm_v2", Some(5)));
         assert_eq!(f[0].thread, 3, "the blamed call's thread, from the recorder");
+        assert_eq!(f[0].backtrace, ["model call site 0x5002"], "the blamed call's own line, kept at it, not the copy's stack");
         assert_eq!(f[0].breadcrumbs[0].last_landed, Some(1));
         assert_eq!(s.known_error().map(|k| (k.code, k.seq)), Some((ILLEGAL_ADDRESS, 2)), "later calls say since call #2");
     }

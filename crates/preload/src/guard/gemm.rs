@@ -536,7 +536,7 @@ mod tests {
         let lean = SGEMM.call(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc).clean_before(&s, &memo, 0..0);
         let outlet = ModelOutlet::default();
         let forward = || 0;
-        let call = Call::begin(&s, Hook::cublasSgemm_v2, &device, &outlet, &forward, OnThread { id: 7, memo: &memo });
+        let call = Call::begin(&s, Hook::cublasSgemm_v2, &device, &outlet, &forward, OnThread { id: 7, memo: &memo, frame: Default::default() });
         sgemm(&call, h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         (lean, s.trace(Default::default()).faults.iter().map(|f| f.kind).collect())
     }

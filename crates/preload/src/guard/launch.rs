@@ -355,7 +355,7 @@ fn launched_graph(call: &Call<'_, c_int>, exec: u64, stream: u64) -> c_int {
 /// this launch being the work in flight on its stream (`args`: the launch's, as recorded).
 pub(crate) fn leave_breadcrumb(call: &Call<'_, c_int>, stream: u64, args: CallArgs) {
     let mut capturing = call.device.is_capturing(stream);
-    if capturing == Ok(false) && !call.device.breadcrumb(stream, call.seq, call.hook.index() as u16) {
+    if capturing == Ok(false) && !call.device.breadcrumb(stream, call.issued()) {
         // Refused: perhaps because this launch's fault broke the context in between.
         capturing = call.device.is_capturing(stream);
         if capturing == Ok(false) {

@@ -28,6 +28,7 @@ use crate::check::{hardware, init, Device, Finding};
 use crate::config::OnFault;
 use crate::ignore::IgnoreRule;
 use crate::recorder::{CallArgs, RecordedCall};
+use crate::session::call_site::{CallSite, HookFrame};
 use crate::session::{KnownError, Recorded, Session};
 use crate::state::{AllocationView, ThreadMemo};
 use crate::trace::{CudaErrorRecord, Fault, FaultKind, MemoryState};
@@ -42,6 +43,13 @@ pub(crate) trait Outlet {
     fn publish(&self, session: &Session, recorded: &Recorded);
     /// The native call stack at the fault, without the guard's frames.
     fn backtrace(&self) -> Vec<String>;
+    /// The return addresses of the hook whose frame is `frame`, read while it runs (a few
+    /// loads): kept at a call whose verdict may be judged after it returns. No default: an
+    /// outlet that wraps another must pass it on.
+    fn call_site(&self, frame: HookFrame) -> CallSite;
+    /// A call site kept at its call, as `backtrace` gives frames: each named when a fault is
+    /// written. No default, as `call_site`.
+    fn describe_call_site(&self, site: &CallSite) -> Vec<String>;
     /// Ends the process (CUBLASGUARD_ON_FAULT=abort). The real one does not return.
     fn abort(&self);
     /// Monotonic enough wall time, in nanoseconds.
@@ -104,6 +112,8 @@ pub(crate) struct Call<'a, R: Copy> {
     started_ns: u64,
     /// The calling thread's kernel id, for the recorder.
     thread: u32,
+    /// The hook's own frame, for the call site a verdict judged later keeps.
+    frame: HookFrame,
     /// A matrix multiply the hook layer already forwarded on its lean path (every check off)
     /// and that failed: its status and the sticky error known before it. The handler guards
     /// it as if it had just forwarded it, without calling the real function again.
@@ -115,6 +125,7 @@ pub(crate) struct Call<'a, R: Copy> {
 pub(crate) struct OnThread<'a> {
     pub id: u32,
     pub memo: &'a ThreadMemo,
+    pub frame: HookFrame,
 }
 
 impl<'a, R: Copy> Call<'a, R> {
@@ -122,7 +133,20 @@ impl<'a, R: Copy> Call<'a, R> {
     pub fn begin(session: &'a Session, hook: Hook, device: &'a dyn Device, outlet: &'a dyn Outlet, forward: &'a dyn Fn() -> R, thread: OnThread<'a>) -> Self {
         let seq = session.begin(hook.index());
         let started_ns = outlet.now_ns();
-        Self { session, hook, seq, device, outlet, memo: thread.memo, forward, recorded: Cell::new(false), started_ns, thread: thread.id, ran: None }
+        Self {
+            session,
+            hook,
+            seq,
+            device,
+            outlet,
+            memo: thread.memo,
+            forward,
+            recorded: Cell::new(false),
+            started_ns,
+            thread: thread.id,
+            frame: thread.frame,
+            ran: None,
+        }
     }
 
     /// A call the hook layer already numbered, timed and forwarded (`ran`), handed to its
@@ -139,7 +163,20 @@ impl<'a, R: Copy> Call<'a, R> {
         thread: OnThread<'a>,
         ran: (i32, Option<KnownError>),
     ) -> Self {
-        Self { session, hook, seq, device, outlet, memo: thread.memo, forward, recorded: Cell::new(false), started_ns, thread: thread.id, ran: Some(ran) }
+        Self {
+            session,
+            hook,
+            seq,
+            device,
+            outlet,
+            memo: thread.memo,
+            forward,
+            recorded: Cell::new(false),
+            started_ns,
+            thread: thread.id,
+            frame: thread.frame,
+            ran: Some(ran),
+        }
     }
 
     /// A call judged after it returned (a deferred verdict), by its number: neither counted nor
@@ -153,7 +190,7 @@ impl<'a, R: Copy> Call<'a, R> {
         forward: &'a dyn Fn() -> R,
         memo: &'a ThreadMemo,
     ) -> Self {
-        Self { session, hook, seq, device, outlet, memo, forward, recorded: Cell::new(true), started_ns: 0, thread: 0, ran: None }
+        Self { session, hook, seq, device, outlet, memo, forward, recorded: Cell::new(true), started_ns: 0, thread: 0, frame: HookFrame::default(), ran: None }
     }
 
     /// A call that is neither counted nor recorded (a kernel registration): sequence number 0.
@@ -180,6 +217,17 @@ impl<'a, R: Copy> Call<'a, R> {
 
     pub fn api(&self) -> &'static str {
         self.hook.name()
+    }
+
+    /// Where the program made this call (return addresses, read now, while the hook's frame
+    /// is live), for a verdict judged after it returns.
+    pub fn call_site(&self) -> CallSite {
+        self.outlet.call_site(self.frame)
+    }
+
+    /// This call's breadcrumb, with where the program made it.
+    pub fn issued(&self) -> crate::session::breadcrumbs::Issued {
+        crate::session::breadcrumbs::Issued { seq: self.seq, hook: self.hook.index() as u16, site: self.call_site() }
     }
 
     /// Enters the call in the flight recorder with how it ended.
@@ -298,7 +346,11 @@ impl<'a, R: Copy> Call<'a, R> {
                 (memory.free, memory.total) = (Some(free), Some(total));
             }
         }
-        fault.backtrace = self.outlet.backtrace();
+        // One given already is the call's own, kept at it (a verdict judged later): the
+        // stack of now is another call's.
+        if fault.backtrace.is_empty() {
+            fault.backtrace = self.outlet.backtrace();
+        }
         if hardware::wants_health(fault) {
             fault.gpu_health = self.outlet.gpu_health().filter(hardware::worth_recording);
             hardware::attribute(fault);
@@ -421,6 +473,15 @@ pub(crate) mod model {
         fn backtrace(&self) -> Vec<String> {
             self.backtraces.set(self.backtraces.get() + 1);
             vec!["model frame".into()]
+        }
+        /// The frame itself stands for the call's return address.
+        fn call_site(&self, frame: HookFrame) -> CallSite {
+            let mut site = CallSite::default();
+            site.returns[0] = frame.frame;
+            site
+        }
+        fn describe_call_site(&self, site: &CallSite) -> Vec<String> {
+            site.addresses().map(|a| format!("model call site {a:#x}")).collect()
         }
         fn abort(&self) {
             self.aborted.set(true);

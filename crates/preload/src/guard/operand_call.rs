@@ -150,7 +150,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             r.after_call();
         }
         if deferred && check.awaits_completion(forwarded, checks) {
-            check.breadcrumb_left = call.device.breadcrumb(check.stream(), call.seq, call.hook.index() as u16);
+            check.breadcrumb_left = call.device.breadcrumb(check.stream(), call.issued());
         }
         if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, call.device, scans, buf) {
             s.note_error(code, call.seq);
@@ -466,7 +466,14 @@ mod tests {
             status
         };
         let memo = crate::state::ThreadMemo::new();
-        let call = Call::begin(&s.session, Hook::cublasSgemm_v2, &s.device, &s.outlet, &forward, super::super::OnThread { id: 7, memo: &memo });
+        let call = Call::begin(
+            &s.session,
+            Hook::cublasSgemm_v2,
+            &s.device,
+            &s.outlet,
+            &forward,
+            super::super::OnThread { id: 7, memo: &memo, frame: Default::default() },
+        );
         gemm::sgemm(&call, HANDLE as _, 0, 0, 2, 2, 2, ALPHA as _, a as _, lda, B as _, 2, BETA as _, C as _, 2)
     }
 
@@ -481,7 +488,14 @@ mod tests {
                 calls.set(calls.get() + 1);
                 status
             };
-            let call = Call::begin(&s.session, Hook::cublasSgemm_v2, &s.device, &s.outlet, &forward, super::super::OnThread { id: 7, memo: &memo });
+            let call = Call::begin(
+                &s.session,
+                Hook::cublasSgemm_v2,
+                &s.device,
+                &s.outlet,
+                &forward,
+                super::super::OnThread { id: 7, memo: &memo, frame: Default::default() },
+            );
             gemm::sgemm(&call, HANDLE as _, 0, 0, 2, 2, 2, ALPHA as _, A as _, 2, B as _, 2, BETA as _, C as _, 2)
         };
         assert_eq!(run(0), 0);
@@ -697,7 +711,14 @@ mod tests {
         assert_eq!(s.device.synchronisations.get(), 0, "nor waited for");
         let memo = crate::state::ThreadMemo::new();
         let forward = || 0;
-        let later = Call::begin(&s.session, Hook::cudaDeviceSynchronize, &s.device, &s.outlet, &forward, super::super::OnThread { id: 9, memo: &memo });
+        let later = Call::begin(
+            &s.session,
+            Hook::cudaDeviceSynchronize,
+            &s.device,
+            &s.outlet,
+            &forward,
+            super::super::OnThread { id: 9, memo: &memo, frame: Default::default() },
+        );
         super::super::verdicts::harvest(&later, later.seq);
         assert!(faults(&s).is_empty(), "the copies have not landed yet");
         s.device.land();
@@ -722,7 +743,7 @@ mod tests {
             &session.device,
             &session.outlet,
             &forward,
-            super::super::OnThread { id: 9, memo: &memo },
+            super::super::OnThread { id: 9, memo: &memo, frame: Default::default() },
         );
         super::super::verdicts::harvest(&later, later.seq);
         assert!(faults(&session).is_empty());

@@ -17,6 +17,7 @@ use crate::config::{OnFault, SyncMode};
 use crate::cuda::{MemoryType, PointerMode};
 use crate::recorder::CallArgs;
 use crate::scan::{DType, MatrixScan};
+use crate::session::call_site::{CallSite, HookFrame};
 use crate::session::verdicts::{Pending, ScanLog};
 use crate::session::Session;
 use crate::trace::PythonFrame;
@@ -46,6 +47,8 @@ struct Verdict {
     /// False when a fault was already recorded at the call: its scans only had to land.
     judge: bool,
     python: Option<super::KeptFrames>,
+    /// Where the program made the call, for the fault's backtrace.
+    site: CallSite,
 }
 
 /// Why a call judged later has no Python frames: its thread had released the GIL.
@@ -177,6 +180,7 @@ impl<'a> Recording<'a> {
             returned,
             judge,
             python,
+            site: if judge { call.call_site() } else { CallSite::default() },
         };
         s.verdicts.add(Pending { seq: call.seq, arena: self.arena, stream: self.stream, mark: marked.then_some(mark), log, call: Box::new(verdict) });
         self.memory.judge_soon();
@@ -253,8 +257,8 @@ impl Device for Recording<'_> {
     fn address_range(&self, ptr: u64) -> Option<(u64, u64)> {
         self.device.address_range(ptr)
     }
-    fn breadcrumb(&self, stream: u64, seq: u64, hook: u16) -> bool {
-        self.device.breadcrumb(stream, seq, hook)
+    fn breadcrumb(&self, stream: u64, issued: crate::session::breadcrumbs::Issued) -> bool {
+        self.device.breadcrumb(stream, issued)
     }
     fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>> {
         self.device.param_layout(func, driver)
@@ -392,12 +396,14 @@ impl Device for Replay<'_> {
     }
 }
 
-/// The outlet of a call judged after it returned: the thread, time and Python frames are the
-/// call's, kept at it; there is no native backtrace of it (the thread has long moved on).
+/// The outlet of a call judged after it returned: the thread, time, Python frames and call
+/// site are the call's, kept at it (the thread has long moved on: its stack of now is not the
+/// call's).
 struct LateOutlet<'a> {
     outlet: &'a dyn Outlet,
     thread: u32,
     python: RefCell<Option<super::KeptFrames>>,
+    site: CallSite,
 }
 
 impl Outlet for LateOutlet<'_> {
@@ -405,7 +411,13 @@ impl Outlet for LateOutlet<'_> {
         self.outlet.publish(session, recorded)
     }
     fn backtrace(&self) -> Vec<String> {
-        Vec::new()
+        self.outlet.describe_call_site(&self.site)
+    }
+    fn call_site(&self, _frame: HookFrame) -> CallSite {
+        self.site
+    }
+    fn describe_call_site(&self, site: &CallSite) -> Vec<String> {
+        self.outlet.describe_call_site(site)
     }
     fn abort(&self) {
         self.outlet.abort()
@@ -472,7 +484,7 @@ fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pend
     }
     let s = call.session;
     let replay = Replay::new(call.device, memory, pending.arena, &pending.log);
-    let outlet = LateOutlet { outlet: call.outlet, thread: v.thread, python: RefCell::new(v.python.clone()) };
+    let outlet = LateOutlet { outlet: call.outlet, thread: v.thread, python: RefCell::new(v.python.clone()), site: v.site };
     let forward = || v.returned;
     let past = Call::judged_later(s, v.hook, pending.seq, &replay, &outlet, &forward, call.memo);
     let started = call.outlet.now_ns();

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::call_site::CallSite;
+
 /// Words in one context's page: the streams of that context the guard can follow.
 pub const SLOTS_PER_PAGE: usize = 512;
 /// Contexts followed (a process with more devices than this is followed on the first ones).
@@ -22,11 +24,21 @@ const MAX_CONTEXTS: usize = 16;
 /// oldest, and its first unfinished call is then known only as "earlier than" the oldest kept.
 const ISSUED_KEPT: usize = 256;
 
-/// A breadcrumb issued and not yet seen landed: the call's number and hooked function.
+/// A breadcrumb issued and not yet seen landed: the call's number, hooked function, and where
+/// the program made it (the call a late asynchronous error is pinned to is named by its own
+/// line, not the line where the error surfaced).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Issued {
     pub seq: u64,
     pub hook: u16,
+    pub site: CallSite,
+}
+
+impl Issued {
+    #[cfg(test)]
+    pub fn new(seq: u64, hook: u16) -> Self {
+        Self { seq, hook, site: CallSite::default() }
+    }
 }
 
 struct Trail {
@@ -107,7 +119,7 @@ impl Breadcrumbs {
     /// Issues the breadcrumb of call `seq` on `stream` of `context`: the device address its
     /// number is to be written to. `None`: the context has no page or no free word; the call
     /// then goes without one.
-    pub fn issue(&self, context: u64, stream: u64, seq: u64, hook: u16) -> Option<u64> {
+    pub fn issue(&self, context: u64, stream: u64, issued: Issued) -> Option<u64> {
         let mut pages = self.pages.lock();
         let page = pages.iter_mut().find(|p| p.context == context)?;
         if page.words.is_empty() {
@@ -127,7 +139,7 @@ impl Breadcrumbs {
             trail.issued.pop_front();
             trail.forgotten += 1;
         }
-        trail.issued.push_back(Issued { seq, hook });
+        trail.issued.push_back(issued);
         Some(page.device + 8 * slot as u64)
     }
 
@@ -177,33 +189,33 @@ mod tests {
         let crumbs = Breadcrumbs::default();
         let words = page(4);
         assert!(crumbs.add_page(1, words, 0x1000));
-        assert_eq!(crumbs.issue(1, 0, 3, 7), Some(0x1000));
-        assert_eq!(crumbs.issue(1, 0xabc, 4, 7), Some(0x1008));
-        assert_eq!(crumbs.issue(1, 0, 5, 8), Some(0x1000));
+        assert_eq!(crumbs.issue(1, 0, Issued::new(3, 7)), Some(0x1000));
+        assert_eq!(crumbs.issue(1, 0xabc, Issued::new(4, 7)), Some(0x1008));
+        assert_eq!(crumbs.issue(1, 0, Issued::new(5, 8)), Some(0x1000));
         words[0].store(3, Ordering::Release); // call 3 landed on stream 0, call 5 did not
         words[1].store(4, Ordering::Release);
         let p = crumbs.progress();
-        assert_eq!(p[0], Progress { context: 1, stream: 0, landed: 3, first_unfinished: Some(Issued { seq: 5, hook: 8 }), unfinished: 1 });
+        assert_eq!(p[0], Progress { context: 1, stream: 0, landed: 3, first_unfinished: Some(Issued::new(5, 8)), unfinished: 1 });
         assert_eq!(p[1], Progress { context: 1, stream: 0xabc, landed: 4, first_unfinished: None, unfinished: 0 });
     }
 
     #[test]
     fn a_context_without_a_page_or_without_free_words_issues_nothing() {
         let crumbs = Breadcrumbs::default();
-        assert_eq!(crumbs.issue(1, 0, 1, 0), None, "no page");
+        assert_eq!(crumbs.issue(1, 0, Issued::new(1, 0)), None, "no page");
         assert!(crumbs.add_page(2, &[], 0));
         assert!(crumbs.knows(2));
-        assert_eq!(crumbs.issue(2, 0, 1, 0), None, "refused a page");
+        assert_eq!(crumbs.issue(2, 0, Issued::new(1, 0)), None, "refused a page");
         assert!(crumbs.add_page(3, page(1), 0x2000));
-        assert_eq!(crumbs.issue(3, 0, 1, 0), Some(0x2000));
-        assert_eq!(crumbs.issue(3, 9, 2, 0), None, "one word, taken by stream 0");
+        assert_eq!(crumbs.issue(3, 0, Issued::new(1, 0)), Some(0x2000));
+        assert_eq!(crumbs.issue(3, 9, Issued::new(2, 0)), None, "one word, taken by stream 0");
     }
 
     #[test]
     fn a_withdrawn_breadcrumb_is_not_waited_for() {
         let crumbs = Breadcrumbs::default();
         crumbs.add_page(1, page(2), 0x1000);
-        crumbs.issue(1, 0, 1, 0);
+        crumbs.issue(1, 0, Issued::new(1, 0));
         crumbs.withdraw(1, 0, 1);
         assert_eq!(crumbs.progress()[0].unfinished, 0);
     }
@@ -214,7 +226,7 @@ mod tests {
         let words = page(1);
         crumbs.add_page(1, words, 0x1000);
         for seq in 1..=(ISSUED_KEPT as u64 + 1) {
-            crumbs.issue(1, 0, seq, 0);
+            crumbs.issue(1, 0, Issued::new(seq, 0));
         }
         let p = crumbs.progress()[0];
         assert_eq!((p.first_unfinished, p.unfinished), (None, ISSUED_KEPT as u64 + 1));
@@ -230,8 +242,8 @@ mod tests {
         let crumbs = Breadcrumbs::default();
         let words = page(1);
         crumbs.add_page(1, words, 0x1000);
-        crumbs.issue(1, 0, 6, 0);
-        crumbs.issue(1, 0, 5, 0);
+        crumbs.issue(1, 0, Issued::new(6, 0));
+        crumbs.issue(1, 0, Issued::new(5, 0));
         words[0].store(6, Ordering::Release);
         assert_eq!(crumbs.progress()[0].first_unfinished.map(|i| i.seq), Some(5));
         words[0].store(5, Ordering::Release);

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod breadcrumbs;
+pub mod call_site;
 mod device_scan;
 mod facts;
 mod faults;

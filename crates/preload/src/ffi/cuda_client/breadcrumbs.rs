@@ -7,7 +7,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::ffi::cuda_client::cuda_api as api;
-use crate::session::breadcrumbs::{Breadcrumbs, SLOTS_PER_PAGE};
+use crate::session::breadcrumbs::{Breadcrumbs, Issued, SLOTS_PER_PAGE};
 
 /// cuMemHostRegister's flags: usable by every context (PORTABLE) and mapped into the
 /// device's address space (DEVICEMAP).
@@ -62,16 +62,17 @@ fn allocate_page() -> Option<(&'static [AtomicU64], u64)> {
     Some((words, device))
 }
 
-/// Enqueues on `stream` the breadcrumb of call `seq` (to hooked function `hook`). False when
+/// Enqueues on `stream` the breadcrumb of call `issued.seq`. False when
 /// none could be (no context, no page, no free word, the driver refused the write): the caller
 /// then synchronises instead.
-pub(crate) fn drop_breadcrumb(crumbs: &Breadcrumbs, stream: u64, seq: u64, hook: u16) -> bool {
+pub(crate) fn drop_breadcrumb(crumbs: &Breadcrumbs, stream: u64, issued: Issued) -> bool {
+    let seq = issued.seq;
     let context = current_context();
     if context == 0 {
         return false;
     }
     // One lock in the common case: the page is looked for only when the issue failed.
-    let addr = match crumbs.issue(context, stream, seq, hook) {
+    let addr = match crumbs.issue(context, stream, issued) {
         Some(addr) => addr,
         None if !crumbs.knows(context) => {
             // Asked once per context: a refusal is kept as an empty page.
@@ -83,7 +84,7 @@ pub(crate) fn drop_breadcrumb(crumbs: &Breadcrumbs, stream: u64, seq: u64, hook:
             if !crumbs.add_page(context, words, device) {
                 return false;
             }
-            let Some(addr) = crumbs.issue(context, stream, seq, hook) else { return false };
+            let Some(addr) = crumbs.issue(context, stream, issued) else { return false };
             addr
         }
         None => return false,

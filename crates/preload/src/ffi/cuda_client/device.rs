@@ -246,8 +246,8 @@ impl Device for RealDevice<'_> {
         crate::ffi::intercept::out_param::write_bytes(ptr, bytes)
     }
 
-    fn breadcrumb(&self, stream: u64, seq: u64, hook: u16) -> bool {
-        crate::ffi::cuda_client::breadcrumbs::drop_breadcrumb(&self.session.breadcrumbs, stream, seq, hook)
+    fn breadcrumb(&self, stream: u64, issued: crate::session::breadcrumbs::Issued) -> bool {
+        crate::ffi::cuda_client::breadcrumbs::drop_breadcrumb(&self.session.breadcrumbs, stream, issued)
     }
 
     fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {

@@ -27,6 +27,19 @@ fn capture_now() -> Vec<String> {
         .collect()
 }
 
+/// The frames of a call site kept at its call, named as `capture` names frames: the library
+/// may have been unloaded since (then the raw address is all there is).
+pub(crate) fn describe_call_site(site: &crate::session::call_site::CallSite) -> Vec<String> {
+    crate::ffi::intercept::loader_gate::through(|| {
+        site.addresses()
+            .map(|addr| match object_of(addr as *const c_void) {
+                Some((base, file)) => describe(addr as usize, base, &file),
+                None => frame_text(None, "?", 0, addr as usize),
+            })
+            .collect()
+    })
+}
+
 fn object_of(addr: *const c_void) -> Option<(usize, String)> {
     // SAFETY: a zeroed Dl_info is a valid out-parameter; dladdr only reads loader tables.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };

@@ -42,6 +42,12 @@ impl Outlet for RealOutlet {
     fn backtrace(&self) -> Vec<String> {
         backtrace::capture()
     }
+    fn call_site(&self, frame: crate::session::call_site::HookFrame) -> crate::session::call_site::CallSite {
+        crate::ffi::host::call_site::read(frame)
+    }
+    fn describe_call_site(&self, site: &crate::session::call_site::CallSite) -> Vec<String> {
+        backtrace::describe_call_site(site)
+    }
     fn abort(&self) {
         say("cublasguard: aborting at the first fault (CUBLASGUARD_ON_FAULT=abort)");
         // SAFETY: abort has no preconditions.

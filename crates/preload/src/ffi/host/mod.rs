@@ -3,6 +3,7 @@
 //! the GPU's health (NVML, the kernel log), and the thread that judges deferred verdicts.
 
 pub(crate) mod backtrace;
+pub(crate) mod call_site;
 pub(crate) mod claim;
 pub(crate) mod crash;
 pub(crate) mod environment;

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use crate::check::{BatchScan, Device};
 use crate::cuda::MemoryType;
 use crate::ffi::cuda_client::device::RealDevice;
+use crate::ffi::host::call_site::hook_frame;
 use crate::ffi::host::lifecycle::{self, RealOutlet};
 use crate::ffi::host::process;
 use crate::ffi::host::stopwatch::Started;
@@ -19,6 +20,7 @@ use crate::guard::launch::{self, Dim3, DriverLaunchConfig, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
 use crate::guard::{blas, cudnn, gemm, handles, lt, memory, sync, Call, OnThread, Outlet};
 use crate::recorder::{CallArgs, RecordedCall};
+use crate::session::call_site::HookFrame;
 use crate::session::{LeanGemm, Recorded, Session};
 
 /// Opaque CUDA handles and streams, as the C API passes them.
@@ -40,7 +42,7 @@ type P = *const c_void;
 /// cdylib pays `__tls_get_addr` for each access): the re-entry flag, the thread's id and its
 /// memo of the shared tables all come from it. A plain GEMM whose checks are off, or find
 /// nothing, does not come here when it can be helped (`LeanCall`).
-fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, forward: &impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
+fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, frame: u64, forward: &impl Fn() -> R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
     let Some(_inside) = ReentryOn::enter(t) else { return forward() };
     let result = Cell::new(None);
     let tracked = || {
@@ -61,7 +63,8 @@ fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, forward: &impl Fn() ->
         }
         Some(s) => {
             let device = DeferringDevice(RealDevice::new(s, t));
-            let thread = OnThread { id: process::thread_id_of(t), memo: &t.memo };
+            let frame = HookFrame::new(frame, crate::ffi::host::thread::stack_of(t));
+            let thread = OnThread { id: process::thread_id_of(t), memo: &t.memo, frame };
             let call = Call::begin(s, hook, &device, &DeferringOutlet, tracked, thread);
             let r = handler(&call);
             if !call.was_recorded() {
@@ -103,6 +106,8 @@ struct LeanCall<'t> {
     started: Started,
     /// The sticky error known before the call, by its code (`Session::known_error_of`).
     known: i32,
+    /// The export's frame (`hook_frame!`), for a failed call's call site.
+    frame: u64,
 }
 
 impl<'t> LeanCall<'t> {
@@ -132,11 +137,11 @@ impl<'t> LeanCall<'t> {
 
     /// Numbers, counts and times the call about to be forwarded (`allowed` said it may be).
     #[inline(always)]
-    fn enter(t: &'t PerThread, s: &'static Session, hook: Hook) -> Option<Self> {
+    fn enter(t: &'t PerThread, s: &'static Session, hook: Hook, frame: u64) -> Option<Self> {
         let inside = ReentryOn::enter(t)?;
         let seq = s.begin(hook.index());
         let started = Started::now();
-        Some(Self { t, _inside: inside, s, hook, tid: t.tid.get(), seq, started, known: s.known_error_code() })
+        Some(Self { t, _inside: inside, s, hook, tid: t.tid.get(), seq, started, known: s.known_error_code(), frame })
     }
 
     /// After the real function returned `r`: recorded with the arguments `lean` gives; when it
@@ -159,13 +164,14 @@ impl<'t> LeanCall<'t> {
     #[cold]
     #[inline(never)]
     fn failed<R: HookReturn>(self, r: R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
-        let Self { t, s, hook, tid, seq, started, known, .. } = self;
+        let Self { t, s, hook, tid, seq, started, known, frame, .. } = self;
         let now = process::now_ns();
         let started_ns = now.saturating_sub(started.elapsed_ns(now));
         let outcome = catch_panic(move || {
             let device = DeferringDevice(RealDevice::new(s, t));
             let ran = move || r;
-            let thread = OnThread { id: tid, memo: &t.memo };
+            let frame = HookFrame::new(frame, crate::ffi::host::thread::stack_of(t));
+            let thread = OnThread { id: tid, memo: &t.memo, frame };
             let call = Call::resumed(s, hook, seq, started_ns, &device, &DeferringOutlet, &ran, thread, (r.status(), s.known_error_of(known)));
             let r = handler(&call);
             if !call.was_recorded() {
@@ -183,14 +189,15 @@ impl<'t> LeanCall<'t> {
 /// The body of a hook's export and of its guarded copies, around `$real`: the thread's block
 /// reached once, the lean path of a hook that has one, `intercept_on` otherwise.
 macro_rules! guarded_call {
-    ( $name:ident ; $real:ident ; $handler:path ; $( $lean:path )? ; $( $arg:ident ),* ) => {
+    ( $name:ident ; $real:ident ; $frame:ident ; $handler:path ; $( $lean:path )? ; $( $arg:ident ),* ) => {
         PER_THREAD
             .try_with(|t| {
-                lean_path!( $( $lean )? ; t ; $name ; $real ; $handler ; $( $arg ),* );
+                lean_path!( $( $lean )? ; t ; $name ; $real ; $frame ; $handler ; $( $arg ),* );
                 let args = &( $( $arg, )* );
                 intercept_on(
                     t,
                     Hook::$name,
+                    $frame,
                     // SAFETY: the caller's arguments, passed on unchanged to the real function.
                     &move || { let ( $( $arg, )* ) = *args; unsafe { $real( $( $arg ),* ) } },
                     move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
@@ -205,8 +212,8 @@ macro_rules! guarded_call {
 /// `LeanCall` for a hook with `lean` in the table: the arguments passed to the real function
 /// straight from the export's own, and to the recorder through `$lean`.
 macro_rules! lean_path {
-    ( ; $t:ident ; $name:ident ; $real:ident ; $handler:path ; $( $arg:ident ),* ) => {};
-    ( $lean:path ; $t:ident ; $name:ident ; $real:ident ; $handler:path ; $( $arg:ident ),* ) => {
+    ( ; $t:ident ; $name:ident ; $real:ident ; $frame:ident ; $handler:path ; $( $arg:ident ),* ) => {};
+    ( $lean:path ; $t:ident ; $name:ident ; $real:ident ; $frame:ident ; $handler:path ; $( $arg:ident ),* ) => {
         if let Some((s, how)) = LeanCall::allowed($t) {
             // The arguments widened only where they are checked, and the check handed one
             // reference to them.
@@ -214,7 +221,7 @@ macro_rules! lean_path {
                 let plain = $lean.call( $( $arg ),* );
                 LeanCall::vouched(s, $t, |s, t| plain.clean_before(s, &t.memo, crate::ffi::host::thread::stack_of(t)))
             };
-            if let Some(lean) = vouched.then(|| LeanCall::enter($t, s, Hook::$name)).flatten() {
+            if let Some(lean) = vouched.then(|| LeanCall::enter($t, s, Hook::$name, $frame)).flatten() {
                 // SAFETY: the caller's arguments, passed on unchanged to the real function.
                 let r = unsafe { $real( $( $arg ),* ) };
                 return match lean.finish(r, || $lean.record( $( $arg ),* )) {
@@ -237,6 +244,12 @@ impl Outlet for DeferringOutlet {
     }
     fn backtrace(&self) -> Vec<String> {
         defer_cancel(|| RealOutlet.backtrace())
+    }
+    fn call_site(&self, frame: HookFrame) -> crate::session::call_site::CallSite {
+        RealOutlet.call_site(frame)
+    }
+    fn describe_call_site(&self, site: &crate::session::call_site::CallSite) -> Vec<String> {
+        defer_cancel(|| RealOutlet.describe_call_site(site))
     }
     fn abort(&self) {
         RealOutlet.abort()
@@ -329,8 +342,8 @@ impl Device for DeferringDevice<'_> {
     fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
         self.0.with_scan_buffer(body)
     }
-    fn breadcrumb(&self, stream: u64, seq: u64, hook: u16) -> bool {
-        self.0.breadcrumb(stream, seq, hook)
+    fn breadcrumb(&self, stream: u64, issued: crate::session::breadcrumbs::Issued) -> bool {
+        self.0.breadcrumb(stream, issued)
     }
     fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>> {
         self.0.param_layout(func, driver)
@@ -479,8 +492,9 @@ macro_rules! hook_table {
                     }
                     // SAFETY: `p` is what dlsym found for this name: the function of this signature.
                     let real = unsafe { std::mem::transmute::<*mut c_void, Real>(p) };
+                    let frame = hook_frame!();
                     // SAFETY: this function's own contract: C's arguments, for the function found.
-                    unsafe { through(real, $( $arg ),* ) }
+                    unsafe { through(real, frame, $( $arg ),* ) }
                 }
 
                 /// The guarded call, one body for every copy (they differ only in `real`).
@@ -489,8 +503,8 @@ macro_rules! hook_table {
                 /// As `copy`, with `real` the function found.
                 #[inline(never)]
                 #[allow(clippy::too_many_arguments)]
-                unsafe fn through(real: Real, $( $arg : $ty ),* ) -> $ret {
-                    guarded_call!( $name ; real ; $handler ; $( $lean )? ; $( $arg ),* )
+                unsafe fn through(real: Real, frame: u64, $( $arg : $ty ),* ) -> $ret {
+                    guarded_call!( $name ; real ; frame ; $handler ; $( $lean )? ; $( $arg ),* )
                 }
             }
         )*
@@ -501,11 +515,13 @@ macro_rules! hook_table {
             /// # Safety
             /// Called by C code with the arguments of the CUDA function of the same name.
             pub unsafe extern "C-unwind" fn $name( $( $arg : $ty ),* ) -> $ret {
+                // Read first, in this frame: its second word is the return address into the caller.
+                let frame = hook_frame!();
                 // SAFETY: `Real` is this function's C signature, the type the slot was looked up for.
                 let Some(real) = (unsafe { reals::$name.get::<$name::Real>() }) else {
                     return missing_real::<$ret>(stringify!($name), Library::$lib);
                 };
-                guarded_call!( $name ; real ; $handler ; $( $lean )? ; $( $arg ),* )
+                guarded_call!( $name ; real ; frame ; $handler ; $( $lean )? ; $( $arg ),* )
             }
         )*
     };
