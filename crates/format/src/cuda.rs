@@ -526,6 +526,10 @@ pub fn cudnn_dispatched_names(file: &[u8]) -> Vec<String> {
     out
 }
 
+/// The engine and heuristic libraries every cuDNN 9's `libcudnn_graph` loads itself, for one
+/// whose file names none (NVIDIA's 9.26 names these and `libcudnn_engines_tensor_ir`).
+pub const CUDNN_GRAPH_LOADS: &[&str] = &["libcudnn_engines_precompiled", "libcudnn_engines_runtime_compiled", "libcudnn_heuristic"];
+
 /// What a cuDNN library's file says of itself without being loaded: the sublibraries it names
 /// (as `cudnn_dispatched_names` reads them: the dispatcher's, or `libcudnn_graph`'s engines and
 /// heuristics, which it loads itself) and the release it was built as, from the check its
@@ -612,7 +616,7 @@ mod tests {
         let mut bytes = vec![7u8; (1 << 20) - 10];
         bytes.push(0);
         bytes.extend_from_slice(b"libcudnn_engines_precompiled.so\0libcudnn_graph.so.9\0");
-        bytes.extend(std::iter::repeat(b'x').take(3 << 20));
+        bytes.extend(std::iter::repeat_n(b'x', 3 << 20));
         bytes.extend_from_slice(b"\0cudnn_version != (9 * 10000 + 10 * 100 + 2)\0libcudnn_heuristic.so\0libcudnn_engines_precompiled.so");
         std::fs::write(&path, &bytes).unwrap();
         let read = cudnn_file_strings(&path).unwrap();

@@ -54,7 +54,7 @@ fn graph_missing(call: &Call<'_, c_int>) -> Option<Fault> {
     if graph.loaded.is_some() || graph.on_disk.is_some() {
         return None;
     }
-    let mut cause = rules::explain(cuda::CUDNN_SUBLIBRARY_LOADING_FAILED, &facts, None, None)?;
+    let mut cause = rules::explain_in(rules::Scope::Dispatched, cuda::CUDNN_SUBLIBRARY_LOADING_FAILED, &facts, None, None)?;
     cause.message.push_str(" (NVIDIA's cuDNN 9 aborts the process here: \"Invalid handle. Cannot load symbol cudnnCreate\")");
     let finding = Finding::new(FaultKind::InitFailed, format!("cannot succeed: {}", cause.message));
     let mut fault = call.fault(finding, -1, "not returned (the fault was recorded before the call ran)");
@@ -71,7 +71,10 @@ fn create_failed(call: &Call<'_, c_int>, status: c_int) {
     let message = take_message(call);
     let facts = call.device.cudnn_libraries();
     let probe = call.device.probe_driver(s.device_count());
-    let cause = match facts.as_ref().and_then(|f| rules::explain(status, f, probe.runtime_version, probe.driver_version)) {
+    // Only the dispatcher's sublibraries: libcudnn_graph loads its engines later, at a backend
+    // finalize, so one of them missing cannot fail a handle (it would hide out_of_memory).
+    let explained = facts.as_ref().and_then(|f| rules::explain_in(rules::Scope::Dispatched, status, f, probe.runtime_version, probe.driver_version));
+    let cause = match explained {
         Some(cause) => cause,
         None => {
             let mut cause = init::explain(&probe, &call.init_context(status == cuda::CUDNN_DEVICE_ALLOCATION_FAILED));
