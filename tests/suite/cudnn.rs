@@ -325,12 +325,15 @@ fn a_missing_engines_library_is_named_at_cudnn_backend_finalize_with_the_files_a
 
 #[test]
 fn an_engines_library_of_another_release_is_named_with_both_releases_at_cudnn_backend_finalize() {
-    let folder = cudnn_folder("cudnn-engines-9.1", &[], &["libcudnn_engines_precompiled.so.9"]);
-    let (f, cause) = finalize_fault(&folder, 1002);
-    assert_eq!(f.status_name, "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH");
-    // Its release read from the file (NVIDIA's engines export no version datum).
-    let both_releases = format!("is 9.26.0, but {}/libcudnn_engines_precompiled.so.9 is 9.1.0", folder.display());
-    assert!(cause.message.contains(&both_releases), "{}", cause.message);
+    // A libcudnn_engines_precompiled of 9.1.0 beside a 9.10.2 dispatcher, and beside a 9.26.0 one.
+    for (release, version) in [("cudnn-9.10", "9.10.2"), ("cudnn", "9.26.0")] {
+        let folder = cudnn_folder_of(release, &format!("{release}-engines-9.1"), &[], &["libcudnn_engines_precompiled.so.9"]);
+        let (f, cause) = finalize_fault(&folder, 1002);
+        assert_eq!(f.status_name, "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH");
+        // Its release read from the file (NVIDIA's engines export no version datum).
+        let both_releases = format!("is {version}, but {}/libcudnn_engines_precompiled.so.9 is 9.1.0", folder.display());
+        assert!(cause.message.contains(&both_releases), "{}", cause.message);
+    }
 }
 
 #[test]

@@ -140,9 +140,9 @@ fn freed(what: Role, ptr: u64, allocations: AllocationView<'_>) -> Option<(Findi
 /// heuristics are loaded by `libcudnn_graph` through its own RUNPATH.
 pub const DISPATCHED: &[&str] = &["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv"];
 
-/// Which sublibraries can explain a failure: all of them, or only the dispatcher's own (a
-/// cudnnCreate: libcudnn_graph loads its engines and heuristics at a backend finalize, so
-/// one of them missing cannot make a handle fail).
+/// Which sublibraries are looked for, or can explain a failure: all of them, or only the
+/// dispatcher's own (a cudnnCreate: libcudnn_graph loads its engines and heuristics at a backend
+/// finalize, so one of them missing cannot make a handle fail).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
     All,

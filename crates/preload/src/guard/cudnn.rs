@@ -49,7 +49,9 @@ pub(crate) fn create(call: &Call<'_, c_int>, out: *mut Handle) -> c_int {
 /// The fault of a cudnnCreate whose dispatcher cannot find libcudnn_graph in any folder it
 /// searches, reported now (`None` once libcudnn_graph is loaded, or where it is found).
 fn graph_missing(call: &Call<'_, c_int>) -> Option<Fault> {
-    let facts = call.device.cudnn_libraries()?;
+    // The dispatcher's sublibraries only: at every cudnnCreate, and libcudnn_graph (whose
+    // file names the engines) is what is looked for here.
+    let facts = call.device.cudnn_libraries(rules::Scope::Dispatched)?;
     let graph = facts.sublibraries.iter().find(|s| s.name == "libcudnn_graph")?;
     if graph.loaded.is_some() || graph.on_disk.is_some() {
         return None;
@@ -69,7 +71,7 @@ fn create_failed(call: &Call<'_, c_int>, status: c_int) {
     super::attribution::attribute_pending(call);
     let s = call.session;
     let message = take_message(call);
-    let facts = call.device.cudnn_libraries();
+    let facts = call.device.cudnn_libraries(rules::Scope::All);
     let probe = call.device.probe_driver(s.device_count());
     // Only the dispatcher's sublibraries: libcudnn_graph loads its engines later, at a backend
     // finalize, so one of them missing cannot fail a handle (it would hide out_of_memory).
@@ -298,7 +300,7 @@ fn failed(call: &Call<'_, c_int>, status: c_int, handle: u64, before: HandleLook
             s.note_error(code, call.seq);
         }
     }
-    if let Some(facts) = call.device.cudnn_libraries() {
+    if let Some(facts) = call.device.cudnn_libraries(rules::Scope::All) {
         let probe =
             matches!(status, cuda::CUDNN_INCOMPATIBLE_CUDART | cuda::CUDNN_INCOMPATIBLE_CUDA_DRIVER).then(|| call.device.probe_driver(s.device_count()));
         let (runtime, driver) = probe.map_or((None, None), |p| (p.runtime_version, p.driver_version));

@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use crate::check::cudnn::{candidates, VariantPack, DISPATCHED, MAX_TENSORS};
+use crate::check::cudnn::{candidates, Scope, VariantPack, DISPATCHED, MAX_TENSORS};
 use crate::cuda::{CudnnFileStrings, CUDNN_GRAPH_LOADS};
 use crate::ffi::cuda_client::cuda_api as api;
 use crate::ffi::intercept::real;
@@ -123,8 +123,9 @@ fn dedup(folders: &mut Vec<String>) {
     });
 }
 
-/// What the process holds of cuDNN; `None` when no libcudnn* is loaded.
-pub(crate) fn libraries() -> Option<CudnnLibraries> {
+/// What the process holds of cuDNN; `None` when no libcudnn* is loaded. With `Scope::All`, the
+/// engines and heuristics libcudnn_graph loads too.
+pub(crate) fn libraries(scope: Scope) -> Option<CudnnLibraries> {
     let objects = real::loaded_objects();
     let cudnn: Vec<&String> = objects.iter().map(|(path, _)| path).filter(|p| real::file_name(p).starts_with("libcudnn")).collect();
     if cudnn.is_empty() {
@@ -164,7 +165,7 @@ pub(crate) fn libraries() -> Option<CudnnLibraries> {
     // library path, then its RUNPATH's $ORIGIN, then the system's), as its own file names them,
     // else the three every cuDNN 9's loads; none where libcudnn_graph is nowhere.
     let graph_file = sublibraries.iter().find(|s| s.name == "libcudnn_graph").and_then(|g| g.loaded.clone().or_else(|| g.on_disk.clone()));
-    if let Some(graph_file) = graph_file {
+    if let Some(graph_file) = graph_file.filter(|_| scope == Scope::All) {
         let mut from_graph = library_path;
         from_graph.extend(graph_file.rsplit_once('/').map(|(dir, _)| dir.to_string()));
         from_graph.extend(SYSTEM.map(str::to_string));
