@@ -9,7 +9,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, TryLockError};
 
 use crate::check::cudnn::{candidates, Scope, VariantPack, DISPATCHED, MAX_TENSORS};
 use crate::cuda::{CudnnFileStrings, CUDNN_GRAPH_LOADS};
@@ -78,14 +78,20 @@ fn library_version(path: &str) -> Option<String> {
 /// Only the file is read; nothing is loaded.
 fn file_strings(path: &str) -> Option<CudnnFileStrings> {
     static READ: Mutex<Vec<(String, Option<CudnnFileStrings>)>> = Mutex::new(Vec::new());
+    // Never waited for: another thread reading a file (or one that held the lock when a fork
+    // copied it, locked, into this process) makes this one read the file itself, uncached.
     // A thread that panicked holding it left whole entries or none: the list stays usable.
-    let mut read = READ.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some((_, known)) = read.iter().find(|(p, _)| p == path) {
+    let mut read = match READ.try_lock() {
+        Ok(read) => Some(read),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    };
+    if let Some((_, known)) = read.as_ref().and_then(|r| r.iter().find(|(p, _)| p == path)) {
         return known.clone();
     }
     let strings = crate::cuda::cudnn_file_strings(std::path::Path::new(path)).ok();
     // A process holds a dozen cuDNN files; the bound only guards against a pathological one.
-    if read.len() < 64 {
+    if let Some(read) = read.as_mut().filter(|r| r.len() < 64) {
         read.push((path.to_string(), strings.clone()));
     }
     strings
