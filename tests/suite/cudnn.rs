@@ -321,6 +321,12 @@ fn a_missing_engines_library_is_named_at_cudnn_backend_finalize_with_the_files_a
         assert!(engines.folders.iter().any(|f| Path::new(f) == folder), "libcudnn_graph's own folder: {:?}", engines.folders);
         assert!(engines.loaded.is_none() && engines.on_disk.is_none());
     }
+    // The report names the file and sends to the doctor, which checks the engines too.
+    let folder = cudnn_folder("cudnn-no-engines-report", &["libcudnn_engines_precompiled.so.9"], &[]);
+    let run = run_with(&folder, &["conv"], &[], true);
+    let report = Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("could not load libcudnn_engines_precompiled") && text.contains("the engines and heuristics libcudnn_graph loads"), "{text}");
 }
 
 #[test]
