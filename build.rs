@@ -10,8 +10,13 @@
 //!   vendored/ libcublas-5e3a1f0c.so.12: the stand-in cuBLAS renamed as auditwheel renames the
 //!             libraries it bundles into a wheel (file and soname; symbol versions kept)
 //!   cudnn/    the stand-in cuDNN 9.26.0: the dispatcher libcudnn.so.9 and its sublibraries
-//!             libcudnn_{graph,ops,cnn,adv,ext}.so.9, apart so a test chooses which are there
-//!   cudnn-9.1/ libcudnn_ops.so.9 of version 9.1.0, for a test that mixes versions
+//!             libcudnn_{graph,ops,cnn,adv,ext}.so.9, with the libraries libcudnn_graph loads
+//!             itself, libcudnn_{engines_precompiled,engines_runtime_compiled,heuristic}.so.9,
+//!             apart so a test chooses which are there
+//!   cudnn-9.1/ libcudnn_ops.so.9 and libcudnn_engines_precompiled.so.9 of version 9.1.0, for a
+//!             test that mixes versions
+//!   cudnn-9.10/ the stand-in cuDNN 9.10.2, laid out as NVIDIA's 9.10.2 wheel: no libcudnn_ext,
+//!             and a dispatcher that names none
 //! The folder reaches the code as `env!("CUBLASGUARD_STANDIN_DIR")`.
 
 use std::env;
@@ -141,43 +146,54 @@ fn stress_tests() {
 /// The stand-in cuDNN (shims/cudnn.c, shims/cudnn_sub.c): the dispatcher, and each sublibrary
 /// with its own soname and symbol version, as NVIDIA's (`cudnnCreate@@libcudnn_graph.so.9`).
 fn build_cudnn(compiler: &cc::Tool, shims: &Path, root: &Path, out: &Path) {
-    const VERSION: u32 = 9 << 16 | 26 << 8;
-    let mut cmd = compiler.to_command();
-    cmd.args(["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(root.join("cudnn/libcudnn.so.9"))
-        .arg(shims.join("cudnn.c"))
-        .arg("-Wl,-soname,libcudnn.so.9")
-        // NVIDIA's dispatcher has RPATH $ORIGIN (not RUNPATH): its sublibraries beside it first.
-        .arg("-Wl,-rpath,$ORIGIN")
-        .arg("-Wl,--disable-new-dtags")
-        .arg(format!("-Wl,--version-script={}", shims.join("cudnn.map").display()))
-        .args(["-ldl", "-lpthread"]);
-    run(cmd);
-    let subs: [(&str, &str, u32); 6] = [
-        ("graph", "cudnn", VERSION),
-        ("ops", "cudnn", VERSION),
-        ("cnn", "cudnn", VERSION),
-        ("adv", "cudnn", VERSION),
-        ("ext", "cudnn", VERSION),
-        ("ops", "cudnn-9.1", 9 << 16 | 1 << 8),
-    ];
+    const V926: u32 = 9 << 16 | 26 << 8;
+    const V910: u32 = 9 << 16 | 10 << 8 | 2;
+    const V91: u32 = 9 << 16 | 1 << 8;
+    // Each release's dispatcher names the sublibraries NVIDIA's of that release loads: 9.26's
+    // adds ext, 9.10.2's has none.
+    for (folder, version, ext) in [("cudnn", V926, true), ("cudnn-9.10", V910, false)] {
+        let mut cmd = compiler.to_command();
+        cmd.args(["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(root.join(folder).join("libcudnn.so.9"))
+            .arg(shims.join("cudnn.c"))
+            .arg(format!("-DCUDNN_MINOR={}", version >> 8 & 0xff))
+            .arg(format!("-DCUDNN_PATCH={}", version & 0xff))
+            .args(ext.then_some("-DCUDNN_EXT"))
+            .arg("-Wl,-soname,libcudnn.so.9")
+            // NVIDIA's dispatcher has RPATH $ORIGIN (not RUNPATH): its sublibraries beside it first.
+            .arg("-Wl,-rpath,$ORIGIN")
+            .arg("-Wl,--disable-new-dtags")
+            .arg(format!("-Wl,--version-script={}", shims.join("cudnn.map").display()))
+            .args(["-ldl", "-lpthread"]);
+        run(cmd);
+    }
+    const DISPATCHED: [&str; 4] = ["graph", "ops", "cnn", "adv"];
+    const ENGINES: [&str; 3] = ["engines_precompiled", "engines_runtime_compiled", "heuristic"];
+    let mut subs: Vec<(&str, &str, u32)> = Vec::new();
+    for (folder, version) in [("cudnn", V926), ("cudnn-9.10", V910)] {
+        subs.extend(DISPATCHED.iter().chain(&ENGINES).map(|name| (*name, folder, version)));
+    }
+    subs.extend([("ext", "cudnn", V926), ("ops", "cudnn-9.1", V91), ("engines_precompiled", "cudnn-9.1", V91)]);
     for (name, folder, version) in subs {
         let soname = format!("libcudnn_{name}.so.9");
         let map = out.join(format!("cudnn_{name}.map"));
         fs::write(&map, format!("{soname} {{\n  global: *;\n}};\n")).expect("write a sublibrary's version script");
+        let (major, minor, patch) = (version >> 16, version >> 8 & 0xff, version & 0xff);
         let mut cmd = compiler.to_command();
         cmd.args(["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
             .arg(root.join(folder).join(&soname))
             .arg(shims.join("cudnn_sub.c"))
             .arg(format!("-DSUBLIB={name}"))
             .arg(format!("-DSUBLIB_VERSION={version}u"))
-            .arg(format!("-DSUBLIB_IS_{}", name.to_uppercase()))
+            .arg(format!("-DSUBLIB_IS_{}", if ENGINES.contains(&name) { "ENGINE" } else { name }.to_uppercase()))
+            .arg(format!("-DSUBLIB_BUILT_AS=\"cudnn_version != ({major} * 10000 + {minor} * 100 + {patch})\""))
             .arg(format!("-Wl,-soname,{soname}"))
             .arg("-Wl,-rpath,$ORIGIN:$ORIGIN/../lib")
             .arg("-Wl,--enable-new-dtags")
             .arg(format!("-Wl,--version-script={}", map.display()))
             .arg(format!("-L{}", root.join("lib").display()))
-            .args(["-lcudart", "-lpthread"]);
+            .args(["-lcudart", "-lpthread"])
+            .args((name == "graph").then_some("-ldl"));
         run(cmd);
     }
     for file in ["cudnn.c", "cudnn_sub.c", "cudnn.map"] {
@@ -192,7 +208,7 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
     let root = out.join("stand-in");
     let shims = manifest.join("shims");
-    for dir in ["lib", "driver", "nvml", "bin", "vendored", "cudnn", "cudnn-9.1"] {
+    for dir in ["lib", "driver", "nvml", "bin", "vendored", "cudnn", "cudnn-9.1", "cudnn-9.10"] {
         fs::create_dir_all(root.join(dir)).expect("create stand-in dirs");
     }
     let compiler = cc::Build::new().opt_level(2).get_compiler();

@@ -4,14 +4,18 @@
  * (libcudnn_graph.so.9.26.0), major.minor (.so.9.26), major (.so.9), then the bare name
  * (.so); found through its RPATH ($ORIGIN), LD_LIBRARY_PATH and the system's folders. Each
  * sublibrary's version (its cudnn_<name>_version, major << 16 | minor << 8 | patch, as NVIDIA's
- * cudnn_graph_version) must be the dispatcher's own.
+ * cudnn_graph_version) must be the dispatcher's own. Which sublibraries, and its release, are
+ * set when it is built, as NVIDIA's differ by release: CUDNN_MINOR, CUDNN_PATCH (9.26.0 unless
+ * set) and CUDNN_EXT (9.26's dispatcher loads libcudnn_ext, 9.10.2's has none). Their names
+ * are in its read-only data as NVIDIA's are ("libcudnn_graph.so"), where the guard and the
+ * doctor read them.
  *
  * What fails, as with NVIDIA's: libcudnn_graph missing: every call returns
  * CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED (1008); a sublibrary of another version:
  * CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH (1002); libcudnn_cnn missing: the legacy
  * convolution returns 1008. cudnnGetLastErrorString says which file, and clears.
- * Failures are injected by the files a test leaves out or swaps (the stand-in's cudnn/ and
- * cudnn-9.1/ folders), and by the knobs of cudnn_sub.c. */
+ * Failures are injected by the files a test leaves out or swaps (the stand-in's cudnn/,
+ * cudnn-9.1/ and cudnn-9.10/ folders), and by the knobs of cudnn_sub.c. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -21,8 +25,14 @@
 #include <string.h>
 
 #define MAJOR 9
-#define MINOR 26
-#define PATCH 0
+#ifndef CUDNN_MINOR
+#define CUDNN_MINOR 26
+#endif
+#ifndef CUDNN_PATCH
+#define CUDNN_PATCH 0
+#endif
+#define MINOR CUDNN_MINOR
+#define PATCH CUDNN_PATCH
 
 typedef int status_t;
 enum { SUCCESS = 0, VERSION_MISMATCH = 1002, LOADING_FAILED = 1008 };
@@ -31,15 +41,24 @@ static __thread char last_error[256];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 struct sublibrary {
-    const char *name;
+    const char *name; /* as NVIDIA's dispatcher holds it: "libcudnn_graph.so" */
     int tried;
     status_t status;
     void *handle;
 };
 
-static struct sublibrary graph = {"libcudnn_graph", 0, 0, NULL};
-static struct sublibrary ops = {"libcudnn_ops", 0, 0, NULL};
-static struct sublibrary cnn = {"libcudnn_cnn", 0, 0, NULL};
+/* In the dispatcher's load order, libcudnn_graph first (the handle's calls need it). */
+static struct sublibrary subs[] = {
+    {"libcudnn_graph.so", 0, 0, NULL},
+    {"libcudnn_ops.so", 0, 0, NULL},
+    {"libcudnn_cnn.so", 0, 0, NULL},
+    {"libcudnn_adv.so", 0, 0, NULL},
+#ifdef CUDNN_EXT
+    {"libcudnn_ext.so", 0, 0, NULL},
+#endif
+};
+#define GRAPH subs[0]
+#define CNN subs[2]
 
 /* Loads `sub` once, in cuDNN's order of names; its status (SUCCESS, LOADING_FAILED,
  * VERSION_MISMATCH) with the message set for cudnnGetLastErrorString. */
@@ -48,7 +67,7 @@ static status_t load(struct sublibrary *sub) {
     if (!sub->tried) {
         sub->tried = 1;
         char name[128];
-        const char *forms[] = {"%s.so.%d.%d.%d", "%s.so.%d.%d", "%s.so.%d", "%s.so"};
+        const char *forms[] = {"%s.%d.%d.%d", "%s.%d.%d", "%s.%d", "%s"};
         for (size_t i = 0; i < sizeof forms / sizeof *forms && !sub->handle; i++) {
             snprintf(name, sizeof name, forms[i], sub->name, MAJOR, MINOR, PATCH);
             sub->handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
@@ -57,7 +76,8 @@ static status_t load(struct sublibrary *sub) {
             sub->status = LOADING_FAILED;
         } else {
             char symbol[128];
-            snprintf(symbol, sizeof symbol, "cudnn_%s_version", sub->name + strlen("libcudnn_"));
+            const char *short_name = sub->name + strlen("libcudnn_");
+            snprintf(symbol, sizeof symbol, "cudnn_%.*s_version", (int)(strlen(short_name) - strlen(".so")), short_name);
             const uint32_t *v = dlsym(sub->handle, symbol);
             uint32_t own = MAJOR << 16 | MINOR << 8 | PATCH;
             sub->status = v && *v == own ? SUCCESS : VERSION_MISMATCH;
@@ -66,9 +86,9 @@ static status_t load(struct sublibrary *sub) {
     status_t status = sub->status;
     pthread_mutex_unlock(&lock);
     if (status == LOADING_FAILED) {
-        snprintf(last_error, sizeof last_error, "Could not load library %s.so.%d.%d.%d. Error: not found", sub->name, MAJOR, MINOR, PATCH);
+        snprintf(last_error, sizeof last_error, "Could not load library %s.%d.%d.%d. Error: not found", sub->name, MAJOR, MINOR, PATCH);
     } else if (status == VERSION_MISMATCH) {
-        snprintf(last_error, sizeof last_error, "%s.so.%d is not version %d.%d.%d (cudnnVersionCheck)", sub->name, MAJOR, MAJOR, MINOR, PATCH);
+        snprintf(last_error, sizeof last_error, "%s.%d is not version %d.%d.%d (cudnnVersionCheck)", sub->name, MAJOR, MAJOR, MINOR, PATCH);
     }
     return status;
 }
@@ -82,10 +102,13 @@ static void *function(struct sublibrary *sub, const char *name, status_t *status
     return f;
 }
 
-/* Every sublibrary the dispatcher holds (graph's first: the handle's calls need it). */
+/* Every sublibrary the dispatcher holds but libcudnn_cnn, loaded at the legacy convolution's
+ * first call (graph's first: the handle's calls need it). */
 static status_t load_all(void) {
-    status_t s = load(&graph);
-    if (s == SUCCESS) s = load(&ops);
+    status_t s = SUCCESS;
+    for (size_t i = 0; i < sizeof subs / sizeof *subs && s == SUCCESS; i++) {
+        if (&subs[i] != &CNN) s = load(&subs[i]);
+    }
     return s;
 }
 
@@ -93,7 +116,7 @@ size_t cudnnGetVersion(void) { return MAJOR * 10000 + MINOR * 100 + PATCH; }
 
 size_t cudnnGetCudartVersion(void) {
     status_t s;
-    size_t (*f)(void) = (size_t (*)(void))function(&graph, "cudnnGetCudartVersion", &s);
+    size_t (*f)(void) = (size_t (*)(void))function(&GRAPH, "cudnnGetCudartVersion", &s);
     return f ? f() : 0;
 }
 
@@ -105,8 +128,8 @@ void cudnnGetLastErrorString(char *message, size_t max_size) {
         return;
     }
     message[0] = 0;
-    if (graph.handle) {
-        void (*f)(char *, size_t) = (void (*)(char *, size_t))dlsym(graph.handle, "cudnnGetLastErrorString");
+    if (GRAPH.handle) {
+        void (*f)(char *, size_t) = (void (*)(char *, size_t))dlsym(GRAPH.handle, "cudnnGetLastErrorString");
         if (f) f(message, max_size);
     }
 }
@@ -116,7 +139,7 @@ void cudnnGetLastErrorString(char *message, size_t max_size) {
     status_t ret_name params {                                              \
         status_t s = load_all();                                            \
         if (s != SUCCESS) return s;                                         \
-        status_t(*f) params = (status_t(*) params)function(&graph, #ret_name, &s); \
+        status_t(*f) params = (status_t(*) params)function(&GRAPH, #ret_name, &s); \
         return f ? f args : s;                                              \
     }
 
@@ -138,7 +161,7 @@ status_t cudnnConvolutionForward(void *handle, const void *alpha, void *x_desc, 
     status_t s = load_all();
     if (s != SUCCESS) return s;
     typedef status_t (*fn)(void *, const void *, void *, const void *, void *, const void *, void *, int, void *, size_t, const void *, void *, void *);
-    fn f = (fn)function(&cnn, "cudnnConvolutionForward", &s);
+    fn f = (fn)function(&CNN, "cudnnConvolutionForward", &s);
     return f ? f(handle, alpha, x_desc, x, w_desc, w, conv, algo, ws, ws_bytes, beta, y_desc, y) : s;
 }
 

@@ -2,6 +2,17 @@
  * version (SUBLIB_VERSION, major << 16 | minor << 8 | patch; exported as cudnn_<name>_version,
  * as NVIDIA's libcudnn_graph exports cudnn_graph_version). The dispatcher (cudnn.c) loads it.
  *
+ * Built with SUBLIB_IS_ENGINE (engines_precompiled, engines_runtime_compiled, heuristic), it is
+ * one of the libraries libcudnn_graph loads itself: like NVIDIA's, it exports no version datum
+ * to read, only a symbol libcudnn_graph asks (cudnnShimEngineVersion), and its file holds the
+ * release it was built as in NVIDIA's words (SUBLIB_BUILT_AS: "cudnn_version != (9 * 10000 + 26
+ * * 100 + 0)"). libcudnn_graph loads them at the first finalize of an engine, engine config or
+ * plan, by the names its read-only data holds and in the dispatcher's order of file names
+ * (through its RUNPATH); a missing one makes those finalizes return
+ * CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED (1008), one of another release
+ * CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH (1002), each with a message that, as NVIDIA's, names
+ * neither the file nor a release.
+ *
  * libcudnn_graph holds the handles and the backend API: descriptors keep any attribute as
  * bytes; a plan follows ENGINE_CONFIG -> ENGINE -> OPERATION_GRAPH -> its first operation, a
  * forward convolution whose X, W, Y tensors (float32, dims 1x1xHxW) the variant pack binds by
@@ -25,11 +36,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef SUBLIB_IS_ENGINE
+const uint32_t cudnnShimEngineVersion = SUBLIB_VERSION;
+const char cudnnShimEngineBuiltAs[] = SUBLIB_BUILT_AS;
+#else
 #define PASTE(a, b, c) a##b##c
 #define VERSION_SYMBOL(name) PASTE(cudnn_, name, _version)
 const uint32_t VERSION_SYMBOL(SUBLIB) = SUBLIB_VERSION;
+#endif
 
 #ifdef SUBLIB_IS_GRAPH
+#include <dlfcn.h>
+
 #include "include/cudnn.h"
 
 int cudashim_inject(const char *function);
@@ -45,6 +63,8 @@ typedef int status_t;
 enum {
     SUCCESS = 0,
     NOT_INITIALIZED = 1001,
+    VERSION_MISMATCH = 1002,
+    LOADING_FAILED = 1008,
     BAD_PARAM = 2000,
     BAD_PARAM_NULL_POINTER = 2002,
     NOT_FINALIZED = 2004,
@@ -228,9 +248,48 @@ status_t cudnnBackendGetAttribute(void *d, int name, int type, int64_t requested
     return SUCCESS;
 }
 
+/* The libraries this one loads itself, as NVIDIA's libcudnn_graph names them in its data. */
+static const char *const engines[] = {"libcudnn_engines_precompiled.so", "libcudnn_engines_runtime_compiled.so", "libcudnn_heuristic.so"};
+static pthread_once_t engines_once = PTHREAD_ONCE_INIT;
+static status_t engines_status;
+
+static void load_engines(void) {
+    const unsigned major = SUBLIB_VERSION >> 16 & 0xff, minor = SUBLIB_VERSION >> 8 & 0xff, patch = SUBLIB_VERSION & 0xff;
+    for (size_t i = 0; i < sizeof engines / sizeof *engines && engines_status == SUCCESS; i++) {
+        const char *forms[] = {"%s.%u.%u.%u", "%s.%u.%u", "%s.%u", "%s"};
+        void *handle = NULL;
+        for (size_t f = 0; f < sizeof forms / sizeof *forms && !handle; f++) {
+            char name[128];
+            snprintf(name, sizeof name, forms[f], engines[i], major, minor, patch);
+            handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+        }
+        if (!handle) {
+            engines_status = LOADING_FAILED;
+            continue;
+        }
+        /* Kept loaded either way, as NVIDIA's keeps a mismatched one ("continue in JIT mode"). */
+        const uint32_t *v = dlsym(handle, "cudnnShimEngineVersion");
+        if (!v || *v != SUBLIB_VERSION) engines_status = VERSION_MISMATCH;
+    }
+}
+
+/* An engine, its config and a plan need the engine libraries. */
+static status_t engines_for(const struct descriptor *desc) {
+    if (desc->type != CUDNN_BACKEND_ENGINE_DESCRIPTOR && desc->type != CUDNN_BACKEND_ENGINECFG_DESCRIPTOR &&
+        desc->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) {
+        return SUCCESS;
+    }
+    pthread_once(&engines_once, load_engines);
+    if (engines_status == LOADING_FAILED) return fail(LOADING_FAILED, "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED; Reason: engine sublibrary failed to load");
+    if (engines_status == VERSION_MISMATCH) return fail(VERSION_MISMATCH, "cuDNN sublibrary version mismatch");
+    return SUCCESS;
+}
+
 status_t cudnnBackendFinalize(void *d) {
     struct descriptor *desc = descriptor(d);
     if (!desc) return fail(BAD_PARAM, "not a descriptor");
+    status_t engines_missing = engines_for(desc);
+    if (engines_missing) return engines_missing;
     int injected = cudashim_inject("cudnnBackendFinalize");
     if (injected) return fail(injected, "injected (CUDASHIM_FAIL)");
     desc->finalized = 1;

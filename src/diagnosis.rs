@@ -548,7 +548,7 @@ fn cudnn_steps(kind: Option<InitCauseKind>) -> Vec<String> {
             "Run `cublasguard doctor` to see the driver's CUDA version and the libraries the program loads.",
         ]),
         _ => steps(&[
-            "Run `cublasguard doctor`: it resolves cuDNN's dispatcher and every sublibrary as cuDNN does and names the missing or mismatched one.",
+            "Run `cublasguard doctor`: it resolves cuDNN's dispatcher and every sublibrary (with the engines and heuristics libcudnn_graph loads) as cuDNN does and names the missing or mismatched one.",
             "Install one cuDNN whole, in one folder (pip install --force-reinstall nvidia-cudnn-cu13, or -cu12), and take any other cuDNN off LD_LIBRARY_PATH (or out of /etc/ld.so.conf.d, then sudo ldconfig).",
         ]),
     }

@@ -359,6 +359,18 @@ fn resolve(candidates: &[String], origin: &Path) -> Option<PathBuf> {
     candidates.iter().find_map(|name| folders.iter().map(|f| f.join(name)).find(|p| p.exists()))
 }
 
+/// Where a `dlopen` of `candidates` from libcudnn_graph in `folder` resolves: LD_LIBRARY_PATH,
+/// then its RUNPATH's $ORIGIN (`folder`), then the system's folders.
+fn resolve_from(candidates: &[String], folder: &Path) -> Option<PathBuf> {
+    let mut folders = Vec::new();
+    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+        folders.extend(std::env::split_paths(&paths).filter(|p| !p.as_os_str().is_empty()));
+    }
+    folders.push(folder.to_path_buf());
+    folders.extend(["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu"].map(PathBuf::from));
+    candidates.iter().find_map(|name| folders.iter().map(|f| f.join(name)).find(|p| p.exists()))
+}
+
 /// A cuDNN library's version: its exported `cudnn_<name>_version` (or `_infer_version`) datum,
 /// major << 16 | minor << 8 | patch, else the full version its file name carries. The library is
 /// loaded to be asked, as the doctor loads cuBLAS.
@@ -440,6 +452,7 @@ fn cudnn9_check(dispatcher: &Path, torch_cudnn: Option<i64>) -> Check {
     // the four every cuDNN 9 loads.
     let named = std::fs::read(dispatcher).map(|bytes| cublasguard_format::cuda::cudnn_dispatched_names(&bytes)).unwrap_or_default();
     let names: Vec<String> = if named.is_empty() { CUDNN_SUBLIBRARIES.iter().map(|n| n.to_string()).collect() } else { named };
+    let mut graph = None;
     for name in &names {
         let candidates = cudnn_candidates(name, own);
         match resolve(&candidates, origin) {
@@ -450,12 +463,46 @@ fn cudnn9_check(dispatcher: &Path, torch_cudnn: Option<i64>) -> Check {
                     other.push(format!("{} is {}", path.display(), release_text(release)));
                 }
                 found.push(format!("{} {}", path.display(), release_text(release)));
+                if name == "libcudnn_graph" {
+                    graph = Some(path);
+                }
+            }
+        }
+    }
+    // The engines and heuristics libcudnn_graph loads itself at a backend finalize (a missing
+    // one is SUBLIBRARY_LOADING_FAILED there, not at cudnnCreate): the names its own file holds,
+    // else the three every cuDNN 9's loads; their releases read from their files (they export
+    // no version datum, and are not loaded here: NVIDIA's are hundreds of MB).
+    let mut graph_missing = Vec::new();
+    if let Some(graph) = &graph {
+        let folder = graph.parent().unwrap_or(Path::new("/"));
+        let named = cublasguard_format::cuda::cudnn_file_strings(graph).map(|s| s.names).unwrap_or_default();
+        let engines: Vec<String> = if named.is_empty() { cublasguard_format::cuda::CUDNN_GRAPH_LOADS.iter().map(|n| n.to_string()).collect() } else { named };
+        for name in &engines {
+            let candidates = cudnn_candidates(name, own);
+            match resolve_from(&candidates, folder) {
+                None => graph_missing.push(format!("{name} (none of {} on the library path or in {})", candidates.join(", "), folder.display())),
+                Some(path) => {
+                    let release = release_of_file(&path.canonicalize().unwrap_or_else(|_| path.clone()))
+                        .or_else(|| cublasguard_format::cuda::cudnn_file_strings(&path).ok().and_then(|s| s.built_as));
+                    if release.is_some_and(|r| r != own) {
+                        other.push(format!("{} is {}", path.display(), release_text(release)));
+                    }
+                    found.push(format!("{} {}", path.display(), release_text(release)));
+                }
             }
         }
     }
     let head = format!("{} {}", dispatcher.display(), release_text(Some(own)));
-    if !missing.is_empty() {
-        return check("cudnn libraries", Status::Fail, format!("{head}: its dispatcher cannot load {}", missing.join("; ")), Some(CUDNN_FIX));
+    if !missing.is_empty() || !graph_missing.is_empty() {
+        let mut parts = Vec::new();
+        if !missing.is_empty() {
+            parts.push(format!("its dispatcher cannot load {}", missing.join("; ")));
+        }
+        if let Some(graph) = graph.as_ref().filter(|_| !graph_missing.is_empty()) {
+            parts.push(format!("{} cannot load {} (cudnnBackendFinalize: SUBLIBRARY_LOADING_FAILED)", graph.display(), graph_missing.join("; ")));
+        }
+        return check("cudnn libraries", Status::Fail, format!("{head}: {}", parts.join("; ")), Some(CUDNN_FIX));
     }
     if !other.is_empty() {
         return check("cudnn libraries", Status::Fail, format!("mixed cuDNN versions: the dispatcher {head}, but {}", other.join(", ")), Some(CUDNN_FIX));

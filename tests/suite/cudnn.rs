@@ -8,7 +8,7 @@
 use crate::common;
 
 use common::*;
-use cublasguard_format::trace::{Arg, FaultKind, InitCauseKind, Trace};
+use cublasguard_format::trace::{Arg, Fault, FaultKind, InitCause, InitCauseKind, Trace};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -41,9 +41,15 @@ fn program() -> PathBuf {
 /// taken from cudnn-9.1/ (another version). Copies, not links: the dispatcher's $ORIGIN is
 /// the folder it was loaded from.
 fn cudnn_folder(label: &str, leave_out: &[&str], swap: &[&str]) -> PathBuf {
+    cudnn_folder_of("cudnn", label, leave_out, swap)
+}
+
+/// `cudnn_folder` of the stand-in's `release` folder: cudnn/ (9.26.0, with ext) or cudnn-9.10/
+/// (9.10.2, laid out as NVIDIA's 9.10.2 wheel: no ext).
+fn cudnn_folder_of(release: &str, label: &str, leave_out: &[&str], swap: &[&str]) -> PathBuf {
     let dir = temp_dir(label).join("cudnn");
     std::fs::create_dir_all(&dir).expect("cudnn folder");
-    for entry in std::fs::read_dir(standin().join("cudnn")).expect("stand-in cudnn").flatten() {
+    for entry in std::fs::read_dir(standin().join(release)).expect("stand-in cudnn").flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if leave_out.contains(&name.as_str()) {
             continue;
@@ -229,6 +235,114 @@ fn cudnn_create_with_no_memory_left_is_out_of_memory_as_for_cublas() {
 }
 
 #[test]
+fn in_a_9_10_layout_without_ext_a_cudnn_create_out_of_memory_is_out_of_memory_not_a_missing_libcudnn_ext() {
+    // NVIDIA's 9.10.2 wheel: no libcudnn_ext, and a dispatcher that names none.
+    let folder = cudnn_folder_of("cudnn-9.10", "cudnn-910-oom", &[], &[]);
+    let (run, t) = both(&folder, "create", &[("CUDASHIM_MEM_TOTAL", "16384")]);
+    assert!(run.stdout().contains("cudnnCreate=1001"), "{}", run.stdout());
+    let f = only_fault(&t);
+    let cause = f.cause.as_ref().expect("cause");
+    assert_eq!((f.kind, cause.kind), (FaultKind::InitFailed, InitCauseKind::OutOfMemory), "{}", cause.message);
+    assert!(!f.message.contains("libcudnn_ext"), "{}", f.message);
+    let cudnn = cause.cudnn.as_ref().expect("cuDNN's libraries");
+    assert_eq!(cudnn.version.as_deref(), Some("9.10.2"));
+    // The dispatcher's list from its file, then the engines and heuristics from libcudnn_graph's.
+    let listed: Vec<(&str, Option<&str>)> = cudnn.sublibraries.iter().map(|s| (s.name.as_str(), s.loaded_by.as_deref())).collect();
+    let graph = Some("libcudnn_graph");
+    assert_eq!(
+        listed,
+        [
+            ("libcudnn_graph", None),
+            ("libcudnn_ops", None),
+            ("libcudnn_cnn", None),
+            ("libcudnn_adv", None),
+            ("libcudnn_engines_precompiled", graph),
+            ("libcudnn_engines_runtime_compiled", graph),
+            ("libcudnn_heuristic", graph)
+        ]
+    );
+    // An engine library missing as well: libcudnn_graph loads it only at a finalize, so the
+    // handle's failure is still memory's.
+    let without = cudnn_folder_of("cudnn-9.10", "cudnn-910-oom-no-engine", &["libcudnn_engines_precompiled.so.9"], &[]);
+    let (_, t) = both(&without, "create", &[("CUDASHIM_MEM_TOTAL", "16384")]);
+    let cause = only_fault(&t).cause.clone().expect("cause");
+    assert_eq!(cause.kind, InitCauseKind::OutOfMemory, "{}", cause.message);
+    // And the layout is whole: a convolution runs on it with no fault.
+    let (run, t) = both(&folder, "conv", &[]);
+    assert!(run.stdout().contains("y = 5 7 9 13 15 17 21 23 25"), "{}", run.stdout());
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+}
+
+#[test]
+fn in_a_9_26_layout_a_missing_libcudnn_ext_is_named_at_cudnn_create_with_the_files_and_folders_looked_in() {
+    let folder = cudnn_folder("cudnn-926-no-ext", &["libcudnn_ext.so.9"], &[]);
+    let (run, t) = both(&folder, "create", &[]);
+    assert!(run.stdout().contains("cudnnCreate=1008"), "{}", run.stdout());
+    let f = only_fault(&t);
+    assert_eq!((f.api.as_str(), f.status_name.as_str()), ("cudnnCreate", "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED"));
+    let cause = f.cause.as_ref().expect("cause");
+    assert_eq!(cause.kind, InitCauseKind::CudnnSublibrary, "{}", cause.message);
+    let expected = format!(
+        "the dispatcher {}/libcudnn.so.9 could not load libcudnn_ext: it looked for libcudnn_ext.so.9.26.0, libcudnn_ext.so.9.26, \
+         libcudnn_ext.so.9, libcudnn_ext.so in {}",
+        folder.display(),
+        folder.display()
+    );
+    assert!(cause.message.contains(&expected), "{}", cause.message);
+}
+
+/// The backend convolution on `folder`, whose plan's finalize returns `status`: the first
+/// finalize's fault, with its cuDNN-sublibrary cause (none at cudnnCreate: the handle does not
+/// need the engines).
+fn finalize_fault(folder: &Path, status: i32) -> (Fault, InitCause) {
+    let (run, t) = both(folder, "conv", &[]);
+    assert!(run.stdout().contains(&format!("finalize={status}")), "{}", run.stdout());
+    assert!(t.faults.iter().all(|f| f.api != "cudnnCreate"), "{:#?}", t.faults);
+    let f = t.faults.iter().find(|f| f.api == "cudnnBackendFinalize").expect("the finalize's fault").clone();
+    let cause = f.cause.clone().expect("cause");
+    assert_eq!(cause.kind, InitCauseKind::CudnnSublibrary, "{}", cause.message);
+    (f, cause)
+}
+
+#[test]
+fn a_missing_engines_library_is_named_at_cudnn_backend_finalize_with_the_files_and_folders_looked_in() {
+    for (release, version) in [("cudnn", "9.26.0"), ("cudnn-9.10", "9.10.2")] {
+        let folder = cudnn_folder_of(release, &format!("{release}-no-engines"), &["libcudnn_engines_precompiled.so.9"], &[]);
+        let (f, cause) = finalize_fault(&folder, 1008);
+        assert_eq!(f.status_name, "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED");
+        let (v, mm) = (version, version.rsplit_once('.').map_or(version, |(mm, _)| mm));
+        let looked_for = format!(
+            "could not load libcudnn_engines_precompiled: it looked for libcudnn_engines_precompiled.so.{v}, libcudnn_engines_precompiled.so.{mm}, \
+             libcudnn_engines_precompiled.so.9, libcudnn_engines_precompiled.so in "
+        );
+        assert!(f.message.contains(&looked_for) && f.message.contains("libcudnn_graph (which loads"), "{}", f.message);
+        let engines = cause.cudnn.as_ref().and_then(|c| c.sublibraries.iter().find(|s| s.name == "libcudnn_engines_precompiled")).expect("looked for");
+        assert_eq!(engines.loaded_by.as_deref(), Some("libcudnn_graph"));
+        assert!(engines.folders.iter().any(|f| Path::new(f) == folder), "libcudnn_graph's own folder: {:?}", engines.folders);
+        assert!(engines.loaded.is_none() && engines.on_disk.is_none());
+    }
+    // The report names the file and sends to the doctor, which checks the engines too.
+    let folder = cudnn_folder("cudnn-no-engines-report", &["libcudnn_engines_precompiled.so.9"], &[]);
+    let run = run_with(&folder, &["conv"], &[], true);
+    let report = Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("could not load libcudnn_engines_precompiled") && text.contains("the engines and heuristics libcudnn_graph loads"), "{text}");
+}
+
+#[test]
+fn an_engines_library_of_another_release_is_named_with_both_releases_at_cudnn_backend_finalize() {
+    // A libcudnn_engines_precompiled of 9.1.0 beside a 9.10.2 dispatcher, and beside a 9.26.0 one.
+    for (release, version) in [("cudnn-9.10", "9.10.2"), ("cudnn", "9.26.0")] {
+        let folder = cudnn_folder_of(release, &format!("{release}-engines-9.1"), &[], &["libcudnn_engines_precompiled.so.9"]);
+        let (f, cause) = finalize_fault(&folder, 1002);
+        assert_eq!(f.status_name, "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH");
+        // Its release read from the file (NVIDIA's engines export no version datum).
+        let both_releases = format!("is {version}, but {}/libcudnn_engines_precompiled.so.9 is 9.1.0", folder.display());
+        assert!(cause.message.contains(&both_releases), "{}", cause.message);
+    }
+}
+
+#[test]
 fn cudnn_create_without_a_driver_is_no_driver() {
     let s = standin();
     let libpath = format!("{}:{}", s.join("lib").display(), standin_cudnn().display());
@@ -311,11 +425,24 @@ fn nvidia_style_cudnn(label: &str, version: u32, names: &[&str], files: &[&str])
     let (major, minor, patch) = (version / 10000, version / 100 % 100, version % 100);
     for file in files {
         let short = file.strip_prefix("libcudnn_").unwrap();
-        let source = format!("const unsigned cudnn_{short}_version = {};\n", major << 16 | minor << 8 | patch);
+        let mut source = format!("const unsigned cudnn_{short}_version = {};\n", major << 16 | minor << 8 | patch);
+        if *file == "libcudnn_graph" {
+            // NVIDIA's libcudnn_graph names the engines and heuristics it loads itself.
+            let engines: String = NVIDIA_ENGINES.iter().map(|n| format!("\"{n}.so\", ")).collect();
+            source.push_str(&format!("const char *const cudnn_engine_names[] = {{ {engines} 0 }};\n"));
+        }
+        cc(&source, &format!("{file}.so.9"), &dir.join(format!("{file}.so.9")));
+    }
+    // The engines, as NVIDIA's: no version datum, only the release their check compiles in.
+    for file in NVIDIA_ENGINES {
+        let source = format!("const char cudnn_engine_check[] = \"cudnn_version != ({major} * 10000 + {minor} * 100 + {patch})\";\n");
         cc(&source, &format!("{file}.so.9"), &dir.join(format!("{file}.so.9")));
     }
     dir
 }
+
+/// The libraries NVIDIA's libcudnn_graph loads itself (9.26's also loads `_engines_tensor_ir`).
+const NVIDIA_ENGINES: [&str; 3] = ["libcudnn_engines_precompiled", "libcudnn_engines_runtime_compiled", "libcudnn_heuristic"];
 
 #[test]
 fn the_doctor_checks_the_sublibraries_the_loaded_dispatcher_names_not_a_rule_by_release() {
@@ -326,6 +453,8 @@ fn the_doctor_checks_the_sublibraries_the_loaded_dispatcher_names_not_a_rule_by_
     let checks = doctor_cudnn(&format!("{driver}:{}", v910.display()));
     assert_eq!((checks[0].0.as_str(), checks[0].1.as_str()), ("cudnn libraries", "ok"), "{}", checks[0].2);
     assert!(!checks[0].2.contains("libcudnn_ext"), "{}", checks[0].2);
+    // The engines libcudnn_graph names, their release read from their files.
+    assert!(checks[0].2.contains("libcudnn_engines_precompiled.so.9 9.10.2"), "{}", checks[0].2);
     // 9.26's dispatcher names ext: without the file, the doctor says so.
     let five = ["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv", "libcudnn_ext"];
     let v926 = nvidia_style_cudnn("cudnn-9.26", 92600, &five, &four);
@@ -336,6 +465,29 @@ fn the_doctor_checks_the_sublibraries_the_loaded_dispatcher_names_not_a_rule_by_
     let checks = doctor_cudnn(&format!("{driver}:{}", whole.display()));
     assert_eq!(checks[0].1, "ok", "{checks:#?}");
     assert!(checks[0].2.contains("libcudnn_ext.so.9 9.26.0"), "{}", checks[0].2);
+}
+
+#[test]
+fn the_doctor_checks_the_engines_and_heuristics_libcudnn_graph_loads_in_both_layouts() {
+    let driver = standin().join("driver").display().to_string();
+    let row = |folder: &Path| {
+        let rows = doctor_cudnn(&format!("{driver}:{}", folder.display()));
+        rows.into_iter().find(|c| c.0 == "cudnn libraries").expect("the cuDNN row")
+    };
+    for (release, version) in [("cudnn", "9.26.0"), ("cudnn-9.10", "9.10.2")] {
+        let whole = row(&cudnn_folder_of(release, &format!("doctor-{release}-whole"), &[], &[]));
+        assert_eq!(whole.1, "ok", "{}", whole.2);
+        for engine in ["libcudnn_engines_precompiled", "libcudnn_engines_runtime_compiled", "libcudnn_heuristic"] {
+            assert!(whole.2.contains(&format!("{engine}.so.9 {version}")), "{engine}: {}", whole.2);
+        }
+        assert_eq!(whole.2.contains("libcudnn_ext"), release == "cudnn", "{}", whole.2);
+        let missing = row(&cudnn_folder_of(release, &format!("doctor-{release}-no-heuristic"), &["libcudnn_heuristic.so.9"], &[]));
+        assert_eq!(missing.1, "fail", "{}", missing.2);
+        assert!(missing.2.contains(&format!("libcudnn_graph.so.9 cannot load libcudnn_heuristic (none of libcudnn_heuristic.so.{version}")), "{}", missing.2);
+    }
+    let mixed = row(&cudnn_folder("doctor-engines-9.1", &[], &["libcudnn_engines_precompiled.so.9"]));
+    assert_eq!(mixed.1, "fail", "{}", mixed.2);
+    assert!(mixed.2.contains("mixed cuDNN versions") && mixed.2.contains("libcudnn_engines_precompiled.so.9 is 9.1.0"), "{}", mixed.2);
 }
 
 #[test]
@@ -409,6 +561,9 @@ fn nvidias_cudnn_create_fails_without_a_gpu_attributed_with_its_versions_and_the
     let graph = cudnn.loaded.iter().find(|l| l.path.ends_with("libcudnn_graph.so.9")).expect("the dispatcher loaded libcudnn_graph");
     assert_eq!(graph.version.as_deref(), Some("9.26.0"), "read from its cudnn_graph_version");
     assert!(cudnn.sublibraries.iter().all(|s| s.loaded.is_some() || s.on_disk.is_some()), "the wheel is whole: {:#?}", cudnn.sublibraries);
+    // libcudnn_graph's own list, read from its file: 9.26's names libcudnn_engines_tensor_ir.
+    let tensor_ir = cudnn.sublibraries.iter().find(|s| s.name == "libcudnn_engines_tensor_ir").expect("named by libcudnn_graph");
+    assert_eq!(tensor_ir.loaded_by.as_deref(), Some("libcudnn_graph"));
     assert!(f.args.get("cudnn_message").is_some(), "{:?}", f.args);
 }
 
@@ -419,6 +574,12 @@ fn the_doctor_finds_nvidias_cudnn_whole_and_of_one_version() {
     let row = rows.iter().find(|c| c.0 == "cudnn libraries").expect("the cuDNN row");
     assert_eq!(row.1, "ok", "{}", row.2);
     assert!(row.2.contains("libcudnn.so.9 9.26.0") && row.2.contains("libcudnn_graph.so.9 9.26.0"), "{}", row.2);
+    // The engines libcudnn_graph's own file names (tensor_ir is in no list of the guard's), each
+    // release read from the file.
+    for engine in ["libcudnn_engines_precompiled", "libcudnn_engines_runtime_compiled", "libcudnn_engines_tensor_ir"] {
+        assert!(row.2.contains(&format!("{engine}.so.9 9.26.0")), "{engine}: {}", row.2);
+    }
+    assert!(row.2.contains("libcudnn_heuristic.so.9"), "{}", row.2);
 }
 
 #[test]

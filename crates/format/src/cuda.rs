@@ -526,9 +526,106 @@ pub fn cudnn_dispatched_names(file: &[u8]) -> Vec<String> {
     out
 }
 
+/// The engine and heuristic libraries every cuDNN 9's `libcudnn_graph` loads itself, for one
+/// whose file names none (NVIDIA's 9.26 names these and `libcudnn_engines_tensor_ir`).
+pub const CUDNN_GRAPH_LOADS: &[&str] = &["libcudnn_engines_precompiled", "libcudnn_engines_runtime_compiled", "libcudnn_heuristic"];
+
+/// What a cuDNN library's file says of itself without being loaded: the sublibraries it names
+/// (as `cudnn_dispatched_names` reads them: the dispatcher's, or `libcudnn_graph`'s engines and
+/// heuristics, which it loads itself) and the release it was built as, from the check its
+/// engines compile in (`cudnn_version != (9 * 10000 + 26 * 100 + 0)`: NVIDIA's engine and
+/// heuristic libraries export no version datum to read).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CudnnFileStrings {
+    pub names: Vec<String>,
+    pub built_as: Option<(u32, u32, u32)>,
+}
+
+/// Longest NUL-free run kept across chunks: longer runs are no name nor version check.
+const MAX_WORD: usize = 512;
+
+/// `CudnnFileStrings` of the file at `path`, read in chunks (NVIDIA's libcudnn_graph is 134 MB,
+/// its engines 264 MB: never whole in memory); the file is only read, never loaded.
+pub fn cudnn_file_strings(path: &std::path::Path) -> std::io::Result<CudnnFileStrings> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut words: Vec<u8> = Vec::new();
+    let mut built_as = None;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut carry: Vec<u8> = Vec::new();
+    let mut keep = |word: &[u8], words: &mut Vec<u8>| {
+        if word.len() > 9 && word.windows(9).any(|w| w == b"libcudnn_") {
+            words.extend_from_slice(word);
+            words.push(0);
+        }
+        if built_as.is_none() {
+            built_as = cudnn_built_as(word);
+        }
+    };
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        let mut rest = &buf[..n];
+        while let Some(at) = rest.iter().position(|&b| b == 0) {
+            if carry.is_empty() {
+                keep(&rest[..at], &mut words);
+            } else {
+                carry.extend_from_slice(&rest[..at]);
+                keep(&carry, &mut words);
+                carry.clear();
+            }
+            rest = &rest[at + 1..];
+        }
+        carry.extend_from_slice(rest);
+        if carry.len() > MAX_WORD {
+            // The tail of a long run: only its last bytes can begin a word.
+            carry.drain(..carry.len() - MAX_WORD);
+        }
+    }
+    keep(&carry, &mut words);
+    Ok(CudnnFileStrings { names: cudnn_dispatched_names(&words), built_as })
+}
+
+/// The release in a cuDNN engine library's compiled-in check, `cudnn_version != (9 * 10000 + 26
+/// * 100 + 0)`.
+fn cudnn_built_as(word: &[u8]) -> Option<(u32, u32, u32)> {
+    const HEAD: &[u8] = b"cudnn_version != (";
+    let at = word.windows(HEAD.len()).position(|w| w == HEAD)?;
+    let text = std::str::from_utf8(&word[at + HEAD.len()..]).ok()?;
+    let inner = text.split(')').next()?;
+    let mut parts = inner.split('+').map(str::trim);
+    let major = parts.next()?.strip_suffix("* 10000")?.trim().parse().ok()?;
+    let minor = parts.next()?.strip_suffix("* 100")?.trim().parse().ok()?;
+    let patch = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some((major, minor, patch))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cudnn_files_names_and_built_release_are_read_across_chunk_boundaries_without_loading_it() {
+        // libcudnn_graph's engines and heuristics, and the release its engines check, placed so
+        // that a name straddles the first 1 MiB chunk's end.
+        let dir = std::env::temp_dir().join(format!("cudnn-strings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("libcudnn_graph.so.9");
+        let mut bytes = vec![7u8; (1 << 20) - 10];
+        bytes.push(0);
+        bytes.extend_from_slice(b"libcudnn_engines_precompiled.so\0libcudnn_graph.so.9\0");
+        bytes.extend(std::iter::repeat_n(b'x', 3 << 20));
+        bytes.extend_from_slice(b"\0cudnn_version != (9 * 10000 + 10 * 100 + 2)\0libcudnn_heuristic.so\0libcudnn_engines_precompiled.so");
+        std::fs::write(&path, &bytes).unwrap();
+        let read = cudnn_file_strings(&path).unwrap();
+        assert_eq!(read.names, ["libcudnn_engines_precompiled", "libcudnn_heuristic"]);
+        assert_eq!(read.built_as, Some((9, 10, 2)));
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(cudnn_built_as(b"cudnn_version != (9 * 10000 + 26 * 100 + 0)"), Some((9, 26, 0)));
+        assert_eq!(cudnn_built_as(b"cudnn_version != (CUDNN_MAJOR * 10000)"), None);
+    }
 
     #[test]
     fn the_sublibraries_are_the_names_the_dispatchers_own_data_holds() {

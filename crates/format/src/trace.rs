@@ -484,6 +484,10 @@ pub struct CudnnSublibrary {
     /// Not loaded: the first candidate found on disk, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_disk: Option<String>,
+    /// The library that loads it when not the dispatcher: "libcudnn_graph" for the engines and
+    /// heuristics (its own data names them; they load at a backend finalize, not cudnnCreate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded_by: Option<String>,
 }
 
 impl InitCause {

@@ -140,6 +140,15 @@ fn freed(what: Role, ptr: u64, allocations: AllocationView<'_>) -> Option<(Findi
 /// heuristics are loaded by `libcudnn_graph` through its own RUNPATH.
 pub const DISPATCHED: &[&str] = &["libcudnn_graph", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv"];
 
+/// Which sublibraries are looked for, or can explain a failure: all of them, or only the
+/// dispatcher's own (a cudnnCreate: libcudnn_graph loads its engines and heuristics at a backend
+/// finalize, so one of them missing cannot make a handle fail).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Dispatched,
+}
+
 /// The file names the dispatcher tries for `name`, in its order: the full version, major.minor,
 /// major, then the bare name (`%s.%d.%d.%d`, `%s.%d.%d`, ...).
 pub fn candidates(name: &str, version: Option<&str>) -> Vec<String> {
@@ -158,7 +167,12 @@ pub fn candidates(name: &str, version: Option<&str>) -> Vec<String> {
 /// dispatcher's, one found nowhere the dispatcher looks; or a runtime or driver older than the
 /// one cuDNN was built for (`runtime`, `driver`: the process's, as CUDA numbers them: 13020).
 pub fn explain(status: i32, facts: &CudnnLibraries, runtime: Option<i32>, driver: Option<i32>) -> Option<InitCause> {
-    let mut cause = sublibrary_cause(status, facts).or_else(|| incompatible_cause(status, facts, runtime, driver))?;
+    explain_in(Scope::All, status, facts, runtime, driver)
+}
+
+/// `explain`, with only the sublibraries of `scope` as suspects.
+pub fn explain_in(scope: Scope, status: i32, facts: &CudnnLibraries, runtime: Option<i32>, driver: Option<i32>) -> Option<InitCause> {
+    let mut cause = sublibrary_cause(scope, status, facts).or_else(|| incompatible_cause(status, facts, runtime, driver))?;
     cause.runtime_version = runtime;
     cause.driver_version = driver;
     cause.driver_loadable = driver.is_some();
@@ -166,13 +180,18 @@ pub fn explain(status: i32, facts: &CudnnLibraries, runtime: Option<i32>, driver
     Some(cause)
 }
 
-fn sublibrary_cause(status: i32, facts: &CudnnLibraries) -> Option<InitCause> {
+fn sublibrary_cause(scope: Scope, status: i32, facts: &CudnnLibraries) -> Option<InitCause> {
     let dispatcher = facts.dispatcher.as_deref().unwrap_or("libcudnn.so");
     let version = facts.version.as_deref();
+    let in_scope = |path: &str| scope == Scope::All || !facts.sublibraries.iter().any(|s| s.loaded_by.is_some() && s.loaded.as_deref() == Some(path));
     // Another version loaded beside the dispatcher: whatever the status, that is the story.
     if let Some(v) = version {
-        let other: Vec<String> =
-            facts.loaded.iter().filter_map(|l| l.version.as_deref().filter(|lv| *lv != v).map(|lv| format!("{} is {lv}", l.path))).collect();
+        let other: Vec<String> = facts
+            .loaded
+            .iter()
+            .filter(|l| in_scope(&l.path))
+            .filter_map(|l| l.version.as_deref().filter(|lv| *lv != v).map(|lv| format!("{} is {lv}", l.path)))
+            .collect();
         if !other.is_empty() {
             return Some(InitCause::new(
                 InitCauseKind::CudnnSublibrary,
@@ -191,18 +210,34 @@ fn sublibrary_cause(status: i32, facts: &CudnnLibraries) -> Option<InitCause> {
     ) {
         return None;
     }
-    let missing: Vec<_> = facts.sublibraries.iter().filter(|s| s.loaded.is_none() && s.on_disk.is_none()).collect();
-    let first = missing.first()?;
-    let names: Vec<&str> = missing.iter().map(|s| s.name.as_str()).collect();
+    let missing: Vec<_> =
+        facts.sublibraries.iter().filter(|s| s.loaded.is_none() && s.on_disk.is_none() && (scope == Scope::All || s.loaded_by.is_none())).collect();
+    if missing.is_empty() {
+        return None;
+    }
+    // Each loader's missing files: the dispatcher's, then libcudnn_graph's (their folders differ).
+    let mut parts = Vec::new();
+    for by in [None, Some("libcudnn_graph")] {
+        let of: Vec<_> = missing.iter().filter(|s| s.loaded_by.as_deref() == by).collect();
+        let Some(one) = of.first() else { continue };
+        let names: Vec<&str> = of.iter().map(|s| s.name.as_str()).collect();
+        let who = match by {
+            None => format!("the dispatcher {dispatcher}"),
+            Some(lib) => format!("{lib} (which loads cuDNN's engines and heuristics itself, at a backend finalize)"),
+        };
+        parts.push(format!(
+            "{who} could not load {}: it looked for {} in {}, and none exists",
+            names.join(", "),
+            one.looked_for.join(", "),
+            if one.folders.is_empty() { "the loader's default folders".to_string() } else { one.folders.join(", ") }
+        ));
+    }
     Some(InitCause::new(
         InitCauseKind::CudnnSublibrary,
         format!(
-            "the dispatcher {dispatcher} could not load {}: it looked for {} in {}, and none exists. cuDNN 9 loads its \
-             sublibraries at run time (ldd shows none of them): reinstall cuDNN whole (pip install --force-reinstall \
-             nvidia-cudnn-cu13), or put the folder that holds them on LD_LIBRARY_PATH",
-            names.join(", "),
-            first.looked_for.join(", "),
-            if first.folders.is_empty() { "the loader's default folders".to_string() } else { first.folders.join(", ") }
+            "{}. cuDNN 9 loads its sublibraries at run time (ldd shows none of them): reinstall cuDNN whole (pip install \
+             --force-reinstall nvidia-cudnn-cu13), or put the folder that holds them on LD_LIBRARY_PATH",
+            parts.join("; ")
         ),
     ))
 }
@@ -241,6 +276,7 @@ mod tests {
             loaded: loaded.map(Into::into),
             version: version.map(Into::into),
             on_disk: on_disk.map(Into::into),
+            loaded_by: None,
         }
     }
 
@@ -339,6 +375,43 @@ mod tests {
             assert_eq!(c.kind, InitCauseKind::CudnnSublibrary);
             assert!(c.message.contains("the dispatcher /w/cudnn/lib/libcudnn.so.9 is 9.26.0, but /usr/lib/libcudnn_cnn.so.9 is 9.1.0"), "{}", c.message);
         }
+    }
+
+    #[test]
+    fn an_engine_library_libcudnn_graph_cannot_find_is_named_at_a_finalize_but_cannot_explain_a_failed_cudnn_create() {
+        let mut facts = healthy();
+        let engines = CudnnSublibrary {
+            folders: vec!["/env/lib".into(), "/w/cudnn/lib".into()],
+            loaded_by: Some("libcudnn_graph".into()),
+            ..sub("libcudnn_engines_precompiled", None, None, None)
+        };
+        facts.sublibraries.push(engines);
+        let c = explain(1008, &facts, None, None).expect("cause");
+        assert!(
+            c.message.starts_with(
+                "libcudnn_graph (which loads cuDNN's engines and heuristics itself, at a backend finalize) could not load \
+                 libcudnn_engines_precompiled: it looked for libcudnn_engines_precompiled.so.9.26.0, libcudnn_engines_precompiled.so.9.26, \
+                 libcudnn_engines_precompiled.so.9, libcudnn_engines_precompiled.so in /env/lib, /w/cudnn/lib"
+            ),
+            "{}",
+            c.message
+        );
+        // A cudnnCreate that failed (for lack of memory, say) is not its doing.
+        assert_eq!(explain_in(Scope::Dispatched, 1001, &facts, None, None), None);
+        // Of another release, loaded: both releases named at a finalize, not at cudnnCreate.
+        let mut facts = healthy();
+        let path = "/w/cudnn/lib/libcudnn_engines_precompiled.so.9";
+        facts.loaded.push(CudnnLibrary { path: path.into(), version: Some("9.1.0".into()) });
+        facts
+            .sublibraries
+            .push(CudnnSublibrary { loaded_by: Some("libcudnn_graph".into()), ..sub("libcudnn_engines_precompiled", Some(path), Some("9.1.0"), None) });
+        let c = explain(1002, &facts, None, None).expect("cause");
+        assert!(
+            c.message.contains("the dispatcher /w/cudnn/lib/libcudnn.so.9 is 9.26.0, but /w/cudnn/lib/libcudnn_engines_precompiled.so.9 is 9.1.0"),
+            "{}",
+            c.message
+        );
+        assert_eq!(explain_in(Scope::Dispatched, 1001, &facts, None, None), None);
     }
 
     #[test]

@@ -129,7 +129,9 @@ pub trait Device {
     /// not loaded or has none. No default, as `param_layout`.
     fn cudnn_last_error(&self) -> Option<String>;
     /// The cuDNN libraries loaded and looked for, with their versions; `None` without cuDNN.
-    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries>;
+    /// `scope`: whether the engines and heuristics libcudnn_graph loads are looked for too
+    /// (reading libcudnn_graph's file for their names: not at every cudnnCreate).
+    fn cudnn_libraries(&self, scope: cudnn::Scope) -> Option<crate::trace::CudnnLibraries>;
     /// A backend variant pack's tensors and workspace; `None` when cuDNN refuses the object.
     fn cudnn_variant_pack(&self, pack: u64) -> Option<cudnn::VariantPack>;
     /// A backend execution plan's workspace size.

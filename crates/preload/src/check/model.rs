@@ -144,7 +144,7 @@ impl Device for ModelDevice {
     fn cudnn_last_error(&self) -> Option<String> {
         self.cudnn_message.borrow_mut().take()
     }
-    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries> {
+    fn cudnn_libraries(&self, _scope: crate::check::cudnn::Scope) -> Option<crate::trace::CudnnLibraries> {
         self.cudnn_libraries.borrow().clone()
     }
     fn cudnn_variant_pack(&self, pack: u64) -> Option<super::cudnn::VariantPack> {

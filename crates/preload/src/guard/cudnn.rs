@@ -49,12 +49,14 @@ pub(crate) fn create(call: &Call<'_, c_int>, out: *mut Handle) -> c_int {
 /// The fault of a cudnnCreate whose dispatcher cannot find libcudnn_graph in any folder it
 /// searches, reported now (`None` once libcudnn_graph is loaded, or where it is found).
 fn graph_missing(call: &Call<'_, c_int>) -> Option<Fault> {
-    let facts = call.device.cudnn_libraries()?;
+    // The dispatcher's sublibraries only: at every cudnnCreate, and libcudnn_graph (whose
+    // file names the engines) is what is looked for here.
+    let facts = call.device.cudnn_libraries(rules::Scope::Dispatched)?;
     let graph = facts.sublibraries.iter().find(|s| s.name == "libcudnn_graph")?;
     if graph.loaded.is_some() || graph.on_disk.is_some() {
         return None;
     }
-    let mut cause = rules::explain(cuda::CUDNN_SUBLIBRARY_LOADING_FAILED, &facts, None, None)?;
+    let mut cause = rules::explain_in(rules::Scope::Dispatched, cuda::CUDNN_SUBLIBRARY_LOADING_FAILED, &facts, None, None)?;
     cause.message.push_str(" (NVIDIA's cuDNN 9 aborts the process here: \"Invalid handle. Cannot load symbol cudnnCreate\")");
     let finding = Finding::new(FaultKind::InitFailed, format!("cannot succeed: {}", cause.message));
     let mut fault = call.fault(finding, -1, "not returned (the fault was recorded before the call ran)");
@@ -69,9 +71,12 @@ fn create_failed(call: &Call<'_, c_int>, status: c_int) {
     super::attribution::attribute_pending(call);
     let s = call.session;
     let message = take_message(call);
-    let facts = call.device.cudnn_libraries();
+    let facts = call.device.cudnn_libraries(rules::Scope::All);
     let probe = call.device.probe_driver(s.device_count());
-    let cause = match facts.as_ref().and_then(|f| rules::explain(status, f, probe.runtime_version, probe.driver_version)) {
+    // Only the dispatcher's sublibraries: libcudnn_graph loads its engines later, at a backend
+    // finalize, so one of them missing cannot fail a handle (it would hide out_of_memory).
+    let explained = facts.as_ref().and_then(|f| rules::explain_in(rules::Scope::Dispatched, status, f, probe.runtime_version, probe.driver_version));
+    let cause = match explained {
         Some(cause) => cause,
         None => {
             let mut cause = init::explain(&probe, &call.init_context(status == cuda::CUDNN_DEVICE_ALLOCATION_FAILED));
@@ -295,7 +300,7 @@ fn failed(call: &Call<'_, c_int>, status: c_int, handle: u64, before: HandleLook
             s.note_error(code, call.seq);
         }
     }
-    if let Some(facts) = call.device.cudnn_libraries() {
+    if let Some(facts) = call.device.cudnn_libraries(rules::Scope::All) {
         let probe =
             matches!(status, cuda::CUDNN_INCOMPATIBLE_CUDART | cuda::CUDNN_INCOMPATIBLE_CUDA_DRIVER).then(|| call.device.probe_driver(s.device_count()));
         let (runtime, driver) = probe.map_or((None, None), |p| (p.runtime_version, p.driver_version));

@@ -269,8 +269,8 @@ impl Device for Recording<'_> {
     fn cudnn_last_error(&self) -> Option<String> {
         self.device.cudnn_last_error()
     }
-    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries> {
-        self.device.cudnn_libraries()
+    fn cudnn_libraries(&self, scope: crate::check::cudnn::Scope) -> Option<crate::trace::CudnnLibraries> {
+        self.device.cudnn_libraries(scope)
     }
     fn cudnn_variant_pack(&self, pack: u64) -> Option<crate::check::cudnn::VariantPack> {
         self.device.cudnn_variant_pack(pack)
@@ -379,7 +379,7 @@ impl Device for Replay<'_> {
     fn cudnn_last_error(&self) -> Option<String> {
         None
     }
-    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries> {
+    fn cudnn_libraries(&self, _scope: crate::check::cudnn::Scope) -> Option<crate::trace::CudnnLibraries> {
         None
     }
     fn cudnn_variant_pack(&self, _pack: u64) -> Option<crate::check::cudnn::VariantPack> {

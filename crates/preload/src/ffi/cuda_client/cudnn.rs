@@ -9,8 +9,10 @@
 
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, TryLockError};
 
-use crate::check::cudnn::{candidates, VariantPack, DISPATCHED, MAX_TENSORS};
+use crate::check::cudnn::{candidates, Scope, VariantPack, DISPATCHED, MAX_TENSORS};
+use crate::cuda::{CudnnFileStrings, CUDNN_GRAPH_LOADS};
 use crate::ffi::cuda_client::cuda_api as api;
 use crate::ffi::intercept::real;
 use crate::trace::{CudnnLibraries, CudnnLibrary, CudnnSublibrary};
@@ -63,12 +65,73 @@ fn library_version(path: &str) -> Option<String> {
         let v = u32::from_le_bytes(bytes);
         return Some(format!("{}.{}.{}", v >> 16 & 0xff, v >> 8 & 0xff, v & 0xff));
     }
-    let full = file.split(".so.").nth(1)?;
-    (full.split('.').count() == 3).then(|| full.to_string())
+    if let Some(full) = file.split(".so.").nth(1).filter(|full| full.split('.').count() == 3) {
+        return Some(full.to_string());
+    }
+    // NVIDIA's engine and heuristic libraries export no version: the release their own check
+    // compiles in, read from the file.
+    file_strings(path)?.built_as.map(|(major, minor, patch)| format!("{major}.{minor}.{patch}"))
 }
 
-/// What the process holds of cuDNN; `None` when no libcudnn* is loaded.
-pub(crate) fn libraries() -> Option<CudnnLibraries> {
+/// What a cuDNN library's file says of itself (`cudnn_file_strings`), read once per path:
+/// NVIDIA's libcudnn_graph and engines are hundreds of MB, and a program can fail many calls.
+/// Only the file is read; nothing is loaded.
+fn file_strings(path: &str) -> Option<CudnnFileStrings> {
+    static READ: Mutex<Vec<(String, Option<CudnnFileStrings>)>> = Mutex::new(Vec::new());
+    // Never waited for: another thread reading a file (or one that held the lock when a fork
+    // copied it, locked, into this process) makes this one read the file itself, uncached.
+    // A thread that panicked holding it left whole entries or none: the list stays usable.
+    let mut read = match READ.try_lock() {
+        Ok(read) => Some(read),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    };
+    if let Some((_, known)) = read.as_ref().and_then(|r| r.iter().find(|(p, _)| p == path)) {
+        return known.clone();
+    }
+    let strings = crate::cuda::cudnn_file_strings(std::path::Path::new(path)).ok();
+    // A process holds a dozen cuDNN files; the bound only guards against a pathological one.
+    if let Some(read) = read.as_mut().filter(|r| r.len() < 64) {
+        read.push((path.to_string(), strings.clone()));
+    }
+    strings
+}
+
+/// What `libraries` finds of one sublibrary `name`, looked for as `candidates` names it, among
+/// the loaded `cudnn` files, else in `folders`.
+fn sublibrary(name: &str, version: Option<&str>, cudnn: &[&String], folders: &[String], loaded_by: Option<&str>) -> CudnnSublibrary {
+    let looked_for = candidates(name, version);
+    let loaded_path = cudnn.iter().find(|p| looked_for.iter().any(|c| real::file_name(p) == c)).map(|p| p.to_string());
+    let on_disk = if loaded_path.is_some() {
+        None
+    } else {
+        looked_for.iter().flat_map(|c| folders.iter().map(move |f| format!("{f}/{c}"))).find(|p| std::path::Path::new(p).exists())
+    };
+    CudnnSublibrary {
+        name: name.to_string(),
+        version: loaded_path.as_deref().and_then(library_version),
+        looked_for,
+        folders: folders.to_vec(),
+        loaded: loaded_path,
+        on_disk,
+        loaded_by: loaded_by.map(str::to_string),
+    }
+}
+
+/// Folders listed once each, in their first place.
+fn dedup(folders: &mut Vec<String>) {
+    let mut seen = Vec::new();
+    folders.retain(|f| {
+        !seen.contains(f) && {
+            seen.push(f.clone());
+            true
+        }
+    });
+}
+
+/// What the process holds of cuDNN; `None` when no libcudnn* is loaded. With `Scope::All`, the
+/// engines and heuristics libcudnn_graph loads too.
+pub(crate) fn libraries(scope: Scope) -> Option<CudnnLibraries> {
     let objects = real::loaded_objects();
     let cudnn: Vec<&String> = objects.iter().map(|(path, _)| path).filter(|p| real::file_name(p).starts_with("libcudnn")).collect();
     if cudnn.is_empty() {
@@ -91,42 +154,32 @@ pub(crate) fn libraries() -> Option<CudnnLibraries> {
         .collect();
     // Where the dispatcher's dlopen of a bare name looks: its own folder (RPATH $ORIGIN), then
     // LD_LIBRARY_PATH, then the system's folders.
+    let library_path: Vec<String> =
+        std::env::var("LD_LIBRARY_PATH").map(|p| p.split(':').filter(|p| !p.is_empty()).map(str::to_string).collect()).unwrap_or_default();
+    const SYSTEM: [&str; 3] = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"];
     let mut folders: Vec<String> = dispatcher.as_deref().and_then(|d| d.rsplit_once('/')).map(|(dir, _)| dir.to_string()).into_iter().collect();
-    if let Ok(paths) = std::env::var("LD_LIBRARY_PATH") {
-        folders.extend(paths.split(':').filter(|p| !p.is_empty()).map(str::to_string));
-    }
-    folders.extend(["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"].map(str::to_string));
-    let mut seen = Vec::new();
-    folders.retain(|f| {
-        !seen.contains(f) && {
-            seen.push(f.clone());
-            true
-        }
-    });
+    folders.extend(library_path.iter().cloned());
+    folders.extend(SYSTEM.map(str::to_string));
+    dedup(&mut folders);
     // The names the loaded dispatcher's own file holds (read only here, when a cuDNN failure
     // is explained), else the four every cuDNN 9 loads.
-    let named = dispatcher.as_deref().and_then(|d| std::fs::read(d).ok()).map(|bytes| crate::cuda::cudnn_dispatched_names(&bytes)).unwrap_or_default();
+    let at = version.as_deref().or(major.as_deref());
+    let named = dispatcher.as_deref().and_then(file_strings).map(|s| s.names).unwrap_or_default();
     let names: Vec<String> = if named.is_empty() { DISPATCHED.iter().map(|n| n.to_string()).collect() } else { named };
-    let sublibraries = names
-        .iter()
-        .map(|name| {
-            let looked_for = candidates(name, version.as_deref().or(major.as_deref()));
-            let loaded_path = cudnn.iter().find(|p| looked_for.iter().any(|c| real::file_name(p) == c)).map(|p| p.to_string());
-            let on_disk = if loaded_path.is_some() {
-                None
-            } else {
-                looked_for.iter().flat_map(|c| folders.iter().map(move |f| format!("{f}/{c}"))).find(|p| std::path::Path::new(p).exists())
-            };
-            CudnnSublibrary {
-                name: name.to_string(),
-                version: loaded_path.as_deref().and_then(library_version),
-                looked_for,
-                folders: folders.clone(),
-                loaded: loaded_path,
-                on_disk,
-            }
-        })
-        .collect();
+    let mut sublibraries: Vec<CudnnSublibrary> = names.iter().map(|name| sublibrary(name, at, &cudnn, &folders, None)).collect();
+    // The engines and heuristics libcudnn_graph loads itself (a dlopen from its code: the
+    // library path, then its RUNPATH's $ORIGIN, then the system's), as its own file names them,
+    // else the three every cuDNN 9's loads; none where libcudnn_graph is nowhere.
+    let graph_file = sublibraries.iter().find(|s| s.name == "libcudnn_graph").and_then(|g| g.loaded.clone().or_else(|| g.on_disk.clone()));
+    if let Some(graph_file) = graph_file.filter(|_| scope == Scope::All) {
+        let mut from_graph = library_path;
+        from_graph.extend(graph_file.rsplit_once('/').map(|(dir, _)| dir.to_string()));
+        from_graph.extend(SYSTEM.map(str::to_string));
+        dedup(&mut from_graph);
+        let named = file_strings(&graph_file).map(|s| s.names).unwrap_or_default();
+        let names: Vec<String> = if named.is_empty() { CUDNN_GRAPH_LOADS.iter().map(|n| n.to_string()).collect() } else { named };
+        sublibraries.extend(names.iter().map(|name| sublibrary(name, at, &cudnn, &from_graph, Some("libcudnn_graph"))));
+    }
     Some(CudnnLibraries { dispatcher, version, cudart_version, loaded, sublibraries })
 }
 

@@ -230,8 +230,8 @@ impl Device for RealDevice<'_> {
         crate::ffi::cuda_client::cudnn::last_error()
     }
 
-    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries> {
-        crate::ffi::cuda_client::cudnn::libraries()
+    fn cudnn_libraries(&self, scope: crate::check::cudnn::Scope) -> Option<crate::trace::CudnnLibraries> {
+        crate::ffi::cuda_client::cudnn::libraries(scope)
     }
 
     fn cudnn_variant_pack(&self, pack: u64) -> Option<crate::check::cudnn::VariantPack> {

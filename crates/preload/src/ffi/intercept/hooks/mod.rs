@@ -354,8 +354,8 @@ impl Device for DeferringDevice<'_> {
     fn cudnn_last_error(&self) -> Option<String> {
         self.0.cudnn_last_error()
     }
-    fn cudnn_libraries(&self) -> Option<crate::trace::CudnnLibraries> {
-        defer_cancel(|| self.0.cudnn_libraries())
+    fn cudnn_libraries(&self, scope: crate::check::cudnn::Scope) -> Option<crate::trace::CudnnLibraries> {
+        defer_cancel(|| self.0.cudnn_libraries(scope))
     }
     fn cudnn_variant_pack(&self, pack: u64) -> Option<crate::check::cudnn::VariantPack> {
         self.0.cudnn_variant_pack(pack)
