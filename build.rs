@@ -229,6 +229,10 @@ fn main() {
             // wheel installs find each other, and auditwheel sees them inside the wheel.
             .arg("-Wl,-rpath,$ORIGIN:$ORIGIN/../lib")
             .arg("-Wl,--enable-new-dtags")
+            // As NVIDIA's driver: what it hands out through cuGetProcAddress, and what it calls
+            // inside itself, are its own functions, never an interposer's of the same name (the
+            // guard must wrap what a lookup returns, not find its own exports already there).
+            .args((lib.source == "cuda").then_some("-Wl,-Bsymbolic-functions"))
             .arg(format!("-Wl,--version-script={}", shims.join(format!("{}.map", lib.source)).display()))
             .arg(format!("-L{}", root.join("lib").display()))
             .args(lib.links);
