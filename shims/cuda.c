@@ -1389,13 +1389,18 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *acti
     return CUDA_SUCCESS;
 }
 
-/* The one context the stand-in has, or NULL ("none current"); anything else is not a context. */
-CUresult cuCtxSetCurrent(void *ctx) {
-    return !ctx || ctx == &context_token ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-}
-
-/* The thread's context stack: how deep it is (every entry is the one context). */
+/* The thread's context stack: how deep it is (every entry is the one context). cuCtxGetCurrent
+ * names the one context whatever the depth (the runtime's, current once it started). */
 static __thread int pushed_contexts;
+
+/* As NVIDIA's: a context replaces the top of the thread's stack (pushes onto an empty one), NULL
+ * unbinds the top; the one context the stand-in has, or NULL: anything else is not a context. */
+CUresult cuCtxSetCurrent(void *ctx) {
+    if (ctx && ctx != &context_token) return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx && pushed_contexts == 0) pushed_contexts = 1;
+    else if (!ctx && pushed_contexts > 0) pushed_contexts--;
+    return CUDA_SUCCESS;
+}
 
 CUresult cuCtxPushCurrent_v2(void *ctx) {
     if (ctx != &context_token) return CUDA_ERROR_INVALID_CONTEXT;

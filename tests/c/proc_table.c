@@ -65,9 +65,11 @@ static void nvmath_calls(void) {
     SHOW("set_current_bogus", ((CUresult(*)(void *))proc("cuCtxSetCurrent"))(&flags));
     SHOW("get_current", ((CUresult(*)(void **))proc("cuCtxGetCurrent"))(&current));
     printf("current_is_primary %d\n", current == ctx);
-    SHOW("pop_empty", ((CUresult(*)(void **))proc("cuCtxPopCurrent"))(&current));
+    CUresult (*pop)(void **) = proc("cuCtxPopCurrent");
+    SHOW("pop_after_set", pop(&current));
+    SHOW("pop_empty", pop(&current));
     SHOW("push", ((CUresult(*)(void *))proc("cuCtxPushCurrent"))(ctx));
-    SHOW("pop", ((CUresult(*)(void **))proc("cuCtxPopCurrent"))(&current));
+    SHOW("pop", pop(&current));
     void *green = &flags;
     SHOW("stream_ctx_v2", ((CUresult(*)(CUstream, void **, void **))proc("cuStreamGetCtx"))(NULL, &current, &green));
     printf("stream_ctx_green_null %d\n", green == NULL);

@@ -151,7 +151,7 @@ fn the_driver_calls_nvmath_makes_answer_as_nvidias_driver_does() {
     assert!(run.output.status.success(), "{}{}", run.stdout(), run.stderr());
     let expected = "error_name 0\nerror_name_text CUDA_ERROR_ILLEGAL_ADDRESS\nerror_name_unknown 1\nerror_string_unknown_null 1\n\
         pools_supported_status 0\npools_supported 1\nretain 0\nactive_after_retain 1\nset_current 0\nset_current_bogus 201\n\
-        get_current 0\ncurrent_is_primary 1\npop_empty 201\npush 0\npop 0\nstream_ctx_v2 0\nstream_ctx_green_null 1\n\
+        get_current 0\ncurrent_is_primary 1\npop_after_set 0\npop_empty 201\npush 0\npop 0\nstream_ctx_v2 0\nstream_ctx_green_null 1\n\
         is_capturing 0\ncapture_status 0\nrelease 0\nactive_after_release 0\nrelease_unretained 201\ndefault_pool 0\n\
         pool_set 0\npool_get 0\npool_threshold 1048576\npool_alloc 0\nmemcpy_htod 0\nmemcpy_dtoh 0\nmemcpy_round_trip 1\n\
         memcpy_overrun 1\n";
