@@ -115,7 +115,8 @@ fn stage_wheel_data(manifest: &Path, profile_dir: &Path, standin: &Path) {
     }
 }
 
-/// The tests that need what scripts/fetch-*.sh install (NVIDIA's wheels, PyTorch, JAX) run
+/// The tests that need what scripts/fetch-*.sh install (NVIDIA's wheels, PyTorch, JAX,
+/// nvmath-python) run
 /// where a script left its marker in target/test-env/, or where CI requires them
 /// (CUBLASGUARD_REQUIRE_*, when a missing install fails them); elsewhere they are
 /// `#[ignore]`d with the reason, so `cargo test` counts them as ignored instead of passing them.
@@ -123,7 +124,12 @@ fn test_environment(manifest: &Path) {
     let markers = manifest.join("target/test-env");
     let _ = fs::create_dir_all(&markers);
     println!("cargo:rerun-if-changed={}", markers.display());
-    for (name, required) in [("nvidia", "CUBLASGUARD_REQUIRE_NVIDIA"), ("torch", "CUBLASGUARD_REQUIRE_TORCH"), ("jax", "CUBLASGUARD_REQUIRE_JAX")] {
+    for (name, required) in [
+        ("nvidia", "CUBLASGUARD_REQUIRE_NVIDIA"),
+        ("torch", "CUBLASGUARD_REQUIRE_TORCH"),
+        ("jax", "CUBLASGUARD_REQUIRE_JAX"),
+        ("nvmath", "CUBLASGUARD_REQUIRE_NVMATH"),
+    ] {
         println!("cargo::rustc-check-cfg=cfg(cublasguard_has_{name})");
         println!("cargo:rerun-if-env-changed={required}");
         if markers.join(name).exists() || env::var_os(required).is_some() {
@@ -239,6 +245,10 @@ fn main() {
             // wheel installs find each other, and auditwheel sees them inside the wheel.
             .arg("-Wl,-rpath,$ORIGIN:$ORIGIN/../lib")
             .arg("-Wl,--enable-new-dtags")
+            // As NVIDIA's driver: what it hands out through cuGetProcAddress, and what it calls
+            // inside itself, are its own functions, never an interposer's of the same name (the
+            // guard must wrap what a lookup returns, not find its own exports already there).
+            .args((lib.source == "cuda").then_some("-Wl,-Bsymbolic-functions"))
             .arg(format!("-Wl,--version-script={}", shims.join(format!("{}.map", lib.source)).display()))
             .arg(format!("-L{}", root.join("lib").display()))
             .args(lib.links);

@@ -44,10 +44,30 @@ struct desc {
     int32_t bias_type;
 };
 
+/* A preference keeps what was set, for cublasLtMatmulPreferenceGetAttribute to read back; the
+ * heuristic uses only the workspace limit. */
 struct pref {
     uint32_t magic;
     uint64_t max_workspace;
+    uint32_t search_mode;
+    uint32_t reduction_mask;
+    uint32_t min_alignment[4]; /* A, B, C, D */
+    float max_waves;
+    uint64_t impl_mask;
 };
+
+/* An attribute's field and size, as NVIDIA's cublasLt.h types them; NULL for one it lacks. */
+static void *pref_field(struct pref *p, int attr, size_t *size) {
+    switch (attr) {
+    case 0: *size = 4; return &p->search_mode;
+    case 1: *size = 8; return &p->max_workspace;
+    case 3: *size = 4; return &p->reduction_mask;
+    case 5: case 6: case 7: case 8: *size = 4; return &p->min_alignment[attr - 5];
+    case 9: *size = 4; return &p->max_waves;
+    case 12: *size = 8; return &p->impl_mask;
+    default: return NULL;
+    }
+}
 
 struct cublasLtContext {
     int alive;
@@ -245,8 +265,21 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
                                                     size_t sizeInBytes) {
     struct pref *p = (struct pref *)pref;
     if (!p || p->magic != PREF_MAGIC || !buf) return CUBLAS_STATUS_INVALID_VALUE;
-    if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && sizeInBytes == 8) memcpy(&p->max_workspace, buf, 8);
+    size_t size = 0;
+    void *field = pref_field(p, (int)attr, &size);
+    if (!field || sizeInBytes != size) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(field, buf, size);
     return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceGetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, void *buf,
+                                                    size_t sizeInBytes, size_t *sizeWritten) {
+    struct pref *p = (struct pref *)pref;
+    if (!p || p->magic != PREF_MAGIC) return CUBLAS_STATUS_INVALID_VALUE;
+    size_t size = 0;
+    void *field = pref_field(p, (int)attr, &size);
+    return get_field(field, size, buf, sizeInBytes, sizeWritten);
 }
 
 /* A layout as op() sees it: rows x cols after the transpose. */

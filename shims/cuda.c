@@ -84,6 +84,7 @@ CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev) {
     else if (attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) *pi = minor;
     else if (attrib == 16) *pi = env_int("CUDASHIM_SM_COUNT", 4); /* MULTIPROCESSOR_COUNT */
     else if (attrib == 39) *pi = 2048;                          /* MAX_THREADS_PER_MULTIPROCESSOR */
+    else if (attrib == 115) *pi = 1;                            /* MEMORY_POOLS_SUPPORTED: cuMemPoolCreate below */
     else return 1; /* invalid value: not modelled */
     return CUDA_SUCCESS;
 }
@@ -264,9 +265,15 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, void *stream) {
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, void *stream) { return cuMemAllocAsync(dptr, bytesize, stream); }
 
+struct pool;
+static struct pool *pool_of(void *handle); /* a live memory pool (below), or NULL; under mem_lock */
+
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, void *pool, void *stream) {
     (void)stream;
-    return pool ? cuMemAlloc_v2(dptr, bytesize) : CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    int live = pool_of(pool) != NULL;
+    pthread_mutex_unlock(&mem_lock);
+    return live ? cuMemAlloc_v2(dptr, bytesize) : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, void *pool, void *stream) {
@@ -1296,9 +1303,312 @@ CUresult cuStreamWaitValue64_v2_ptsz(void *stream, CUdeviceptr addr, unsigned lo
     return wait_value(stream, 1, addr, value, flags, 1);
 }
 
+/* ---- what a client of the driver API asks besides (NVIDIA's Python bindings, cuda-bindings,
+ * as nvmath-python uses them): error strings, the primary context, contexts current on a thread,
+ * a stream's context and capture state, device UUIDs, memory pools, and copies by unified
+ * address. The stand-in has one context, shared by every device it reports, and no stream
+ * capture in the driver. ---- */
+
+#define CUDA_ERROR_INVALID_DEVICE 101
+#define CUDA_ERROR_INVALID_CONTEXT 201
+
+static const struct { int code; const char *name, *text; } error_names[] = {
+    {0, "CUDA_SUCCESS", "no error"},
+    {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {600, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
+    {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
+    {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+};
+
+/* As NVIDIA's: an unknown code is INVALID_VALUE, with the string set to NULL. */
+static CUresult error_string(CUresult error, const char **out, int name) {
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof error_names / sizeof *error_names; i++) {
+        if (error_names[i].code == (int)error) {
+            *out = name ? error_names[i].name : error_names[i].text;
+            return CUDA_SUCCESS;
+        }
+    }
+    *out = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGetErrorName(CUresult error, const char **pStr) { return error_string(error, pStr, 1); }
+
+CUresult cuGetErrorString(CUresult error, const char **pStr) { return error_string(error, pStr, 0); }
+
+static int valid_device(CUdevice dev) { return dev >= 0 && dev < env_int("CUDASHIM_DEVICE_COUNT", 1); }
+
+/* A stable UUID per device ordinal, so two runs name the same device the same. */
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
+    if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    static const char stem[16] = "cudashim-device";
+    memcpy(uuid->bytes, stem, sizeof uuid->bytes);
+    uuid->bytes[15] = (char)dev;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid(uuid, dev); }
+
+/* The primary context's retain count: its state says active while anything holds it. */
+static int primary_retains;
+
+CUresult cuDevicePrimaryCtxRetain(void **pctx, CUdevice dev) {
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    __atomic_add_fetch(&primary_retains, 1, __ATOMIC_RELAXED);
+    *pctx = &context_token;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    int left = __atomic_load_n(&primary_retains, __ATOMIC_RELAXED);
+    while (left > 0 && !__atomic_compare_exchange_n(&primary_retains, &left, left - 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return left > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; /* released more often than retained */
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+    if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    *flags = 0;
+    *active = __atomic_load_n(&primary_retains, __ATOMIC_RELAXED) > 0;
+    return CUDA_SUCCESS;
+}
+
+/* The thread's context stack: how deep it is (every entry is the one context). cuCtxGetCurrent
+ * names the one context whatever the depth (the runtime's, current once it started). */
+static __thread int pushed_contexts;
+
+/* As NVIDIA's: a context replaces the top of the thread's stack (pushes onto an empty one), NULL
+ * unbinds the top; the one context the stand-in has, or NULL: anything else is not a context. */
+CUresult cuCtxSetCurrent(void *ctx) {
+    if (ctx && ctx != &context_token) return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx && pushed_contexts == 0) pushed_contexts = 1;
+    else if (!ctx && pushed_contexts > 0) pushed_contexts--;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent_v2(void *ctx) {
+    if (ctx != &context_token) return CUDA_ERROR_INVALID_CONTEXT;
+    pushed_contexts++;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPopCurrent_v2(void **pctx) {
+    if (pushed_contexts == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    pushed_contexts--;
+    if (pctx) *pctx = &context_token;
+    return CUDA_SUCCESS;
+}
+
+/* The legacy and per-thread default streams, or one cuStreamCreate made. (A runtime stream is
+ * a driver stream on NVIDIA's stack; the stand-in runtime's are its own, and not asked here.) */
+static int driver_stream(CUstream stream) {
+    char *s = (char *)stream;
+    if (!s || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return 1;
+    return s >= stream_tokens && s < stream_tokens + 256 && stream_live[s - stream_tokens];
+}
+
+CUresult cuStreamGetCtx(CUstream stream, void **pctx) {
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    if (!driver_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    *pctx = &context_token;
+    return CUDA_SUCCESS;
+}
+
+/* CUDA 12.5's: a stream of a green context names that too; the stand-in has none. */
+CUresult cuStreamGetCtx_v2(CUstream stream, void **pctx, void **pGreenCtx) {
+    if (!pctx || !pGreenCtx) return CUDA_ERROR_INVALID_VALUE;
+    CUresult code = cuStreamGetCtx(stream, pctx);
+    if (code == CUDA_SUCCESS) *pGreenCtx = NULL;
+    return code;
+}
+
+/* The driver's streams never capture here: CU_STREAM_CAPTURE_STATUS_NONE. */
+CUresult cuStreamIsCapturing(CUstream stream, int *status) {
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
+    if (!driver_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    *status = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamIsCapturing_ptsz(CUstream stream, int *status) { return cuStreamIsCapturing(stream, status); }
+
+/* ---- memory pools: a pool hands out ordinary device memory (cuMemAllocFromPoolAsync) and
+ * keeps its attributes; it holds nothing back, so trimming has nothing to do. Each device's
+ * default pool is a pool too, and the device's current pool until cuDeviceSetMemPool. ---- */
+
+#define POOL_ATTRIBUTES 8 /* CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES (1) .. USED_MEM_HIGH (8) */
+#define POOLS 64
+
+struct pool {
+    int live;
+    int device;
+    unsigned long long attr[POOL_ATTRIBUTES + 1];
+};
+
+static struct pool pools[POOLS]; /* [0]: the default pool (of every device: one context) */
+static struct pool *current_pool = &pools[0];
+
+static struct pool *pool_of(void *handle) {
+    struct pool *p = handle;
+    return p == &pools[0] || (p > &pools[0] && p < pools + POOLS && p->live) ? p : NULL;
+}
+
+CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice dev) {
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = &pools[0];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetMemPool(void **pool, CUdevice dev) {
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&mem_lock);
+    *pool = current_pool;
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceSetMemPool(CUdevice dev, void *pool) {
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&mem_lock);
+    struct pool *p = pool_of(pool);
+    if (p) current_pool = p;
+    pthread_mutex_unlock(&mem_lock);
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* CUmemPoolProps starts with its allocation type (1: pinned device memory) and its location
+ * (type 1: a device, and the ordinal): what a pool on the stand-in can be. */
+struct pool_props_head {
+    int alloc_type;
+    int handle_types;
+    int location_type;
+    int location_id;
+};
+
+CUresult cuMemPoolCreate(void **pool, const struct pool_props_head *props) {
+    if (!pool || !props || props->alloc_type != 1 || props->location_type != 1) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(props->location_id)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&mem_lock);
+    for (int i = 1; i < POOLS; i++) {
+        if (!pools[i].live) {
+            pools[i] = (struct pool){.live = 1, .device = props->location_id};
+            *pool = &pools[i];
+            pthread_mutex_unlock(&mem_lock);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuMemPoolDestroy(void *pool) {
+    pthread_mutex_lock(&mem_lock);
+    struct pool *p = pool_of(pool);
+    int ok = p && p != &pools[0]; /* a default pool is never destroyed */
+    if (ok) {
+        p->live = 0;
+        if (current_pool == p) current_pool = &pools[0];
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Attributes 1-3 are ints, 4-8 (the release threshold, then counters) 64-bit; the counters read
+ * 0 (the pool keeps nothing of its own), and as NVIDIA's only the high-water marks (6, 8) may be
+ * set, and only back to 0. */
+static CUresult pool_attribute(void *pool, int attr, void *value, int set) {
+    if (!value || attr < 1 || attr > POOL_ATTRIBUTES) return CUDA_ERROR_INVALID_VALUE;
+    if (set && attr > 4 && (attr % 2 || *(unsigned long long *)value)) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    struct pool *p = pool_of(pool);
+    if (p) {
+        int wide = attr >= 4;
+        if (set) p->attr[attr] = wide ? *(unsigned long long *)value : (unsigned long long)*(int *)value;
+        else if (wide) *(unsigned long long *)value = p->attr[attr];
+        else *(int *)value = (int)p->attr[attr];
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) { return pool_attribute(pool, attr, value, 1); }
+
+CUresult cuMemPoolGetAttribute(void *pool, int attr, void *value) { return pool_attribute(pool, attr, value, 0); }
+
+CUresult cuMemPoolTrimTo(void *pool, size_t minBytesToKeep) {
+    (void)minBytesToKeep;
+    pthread_mutex_lock(&mem_lock);
+    int ok = pool_of(pool) != NULL;
+    pthread_mutex_unlock(&mem_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- copies by unified address: each side is device memory where it starts in an
+ * allocation (and must then end inside it), host memory elsewhere. ---- */
+
+/* 1: device memory; 0: host memory; -1: starts in device memory and runs past its end. */
+static int side_of(const void *ptr, size_t bytes) {
+    pthread_mutex_lock(&mem_lock);
+    int device = range_at((uintptr_t)ptr) != NULL;
+    pthread_mutex_unlock(&mem_lock);
+    if (!device) return 0;
+    return cudashim_driver_is_device_range(ptr, bytes) ? 1 : -1;
+}
+
+static CUresult memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes, void *stream, int per_thread, const char *who) {
+    STICKY();
+    void *d = (void *)(uintptr_t)dst;
+    const void *s = (const void *)(uintptr_t)src;
+    int dst_side = side_of(d, bytes), src_side = side_of(s, bytes);
+    if (dst_side < 0 || src_side < 0 || !d || !s) return CUDA_ERROR_INVALID_VALUE;
+    if (!bytes) return CUDA_SUCCESS;
+    return cudashim_driver_copy_async(d, s, bytes, !dst_side, !src_side, stream, per_thread, who);
+}
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+    return memcpy_async(dst, src, bytes, stream, 0, "cuMemcpyAsync");
+}
+
+CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes, void *stream) {
+    return memcpy_async(dst, src, bytes, stream, 1, "cuMemcpyAsync");
+}
+
+/* Synchronous: as cuMemcpyHtoD, it waits for the legacy stream's work first and returns done. */
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+    STICKY();
+    void *d = (void *)(uintptr_t)dst;
+    const void *s = (const void *)(uintptr_t)src;
+    if (side_of(d, bytes) < 0 || side_of(s, bytes) < 0 || !d || !s) return CUDA_ERROR_INVALID_VALUE;
+    int code = block_on(NULL, 0, "cuMemcpy");
+    if (code) return code;
+    memmove(d, s, bytes);
+    return CUDA_SUCCESS;
+}
+
 /* ---- entry points: how the runtime, and programs with a static runtime, find the above ---- */
 
-/* `ptsz`: the per-thread default stream's variant, for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM. */
+/* `ptsz`: the per-thread default stream's variant, for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.
+ * Where a function's versions differ only in what they accept, not in their arguments
+ * (cuIpcOpenMemHandle, cuDevicePrimaryCtxRelease, the stream memory operations), the first
+ * version's CUDA release already gets the one function the stand-in has. */
 static const struct { const char *name; void *fn; int since; void *ptsz; } procs[] = {
     {"cuInit", (void *)cuInit, 2000, NULL},
     {"cuDriverGetVersion", (void *)cuDriverGetVersion, 2020, NULL},
@@ -1321,13 +1631,12 @@ static const struct { const char *name; void *fn; int since; void *ptsz; } procs
     {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2, 3020, NULL},
     {"cuMemAllocManaged", (void *)cuMemAllocManaged, 6000, NULL},
     {"cuMemAllocPitch", (void *)cuMemAllocPitch_v2, 3020, NULL},
-    {"cuMemAllocAsync", (void *)cuMemAllocAsync, 11020, NULL},
-    {"cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync, 11020, NULL},
-    {"cuMemFreeAsync", (void *)cuMemFreeAsync, 11020, NULL},
+    {"cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync, 11020, (void *)cuMemAllocFromPoolAsync_ptsz},
+    {"cuMemFreeAsync", (void *)cuMemFreeAsync, 11020, (void *)cuMemFreeAsync_ptsz},
     {"cuMemAllocHost", (void *)cuMemAllocHost_v2, 3020, NULL},
     {"cuMemFreeHost", (void *)cuMemFreeHost, 2000, NULL},
     {"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle, 4010, NULL},
-    {"cuIpcOpenMemHandle", (void *)cuIpcOpenMemHandle_v2, 11000, NULL},
+    {"cuIpcOpenMemHandle", (void *)cuIpcOpenMemHandle_v2, 4010, NULL}, /* v1 and v2: the same ABI */
     {"cuIpcCloseMemHandle", (void *)cuIpcCloseMemHandle, 4010, NULL},
     {"cuImportExternalMemory", (void *)cuImportExternalMemory, 10000, NULL},
     {"cuExternalMemoryGetMappedBuffer", (void *)cuExternalMemoryGetMappedBuffer, 10000, NULL},
@@ -1345,10 +1654,10 @@ static const struct { const char *name; void *fn; int since; void *ptsz; } procs
     {"cuEventQuery", (void *)cuEventQuery, 2000, NULL},
     {"cuEventSynchronize", (void *)cuEventSynchronize, 2000, NULL},
     {"cuEventElapsedTime", (void *)cuEventElapsedTime, 2000, NULL},
-    {"cuStreamWriteValue32", (void *)cuStreamWriteValue32_v2, 11070, (void *)cuStreamWriteValue32_v2_ptsz},
-    {"cuStreamWriteValue64", (void *)cuStreamWriteValue64_v2, 11070, (void *)cuStreamWriteValue64_v2_ptsz},
-    {"cuStreamWaitValue32", (void *)cuStreamWaitValue32_v2, 11070, (void *)cuStreamWaitValue32_v2_ptsz},
-    {"cuStreamWaitValue64", (void *)cuStreamWaitValue64_v2, 11070, (void *)cuStreamWaitValue64_v2_ptsz},
+    {"cuStreamWriteValue32", (void *)cuStreamWriteValue32_v2, 8000, (void *)cuStreamWriteValue32_v2_ptsz},
+    {"cuStreamWriteValue64", (void *)cuStreamWriteValue64_v2, 9000, (void *)cuStreamWriteValue64_v2_ptsz},
+    {"cuStreamWaitValue32", (void *)cuStreamWaitValue32_v2, 8000, (void *)cuStreamWaitValue32_v2_ptsz},
+    {"cuStreamWaitValue64", (void *)cuStreamWaitValue64_v2, 9000, (void *)cuStreamWaitValue64_v2_ptsz},
     {"cuMemHostAlloc", (void *)cuMemHostAlloc, 2020, NULL},
     {"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer_v2, 3020, NULL},
     {"cuMemHostRegister", (void *)cuMemHostRegister_v2, 6050, NULL},
@@ -1360,26 +1669,63 @@ static const struct { const char *name; void *fn; int since; void *ptsz; } procs
     {"cuLaunchKernel", (void *)cuLaunchKernel, 4000, (void *)cuLaunchKernel_ptsz},
     {"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel, 9000, (void *)cuLaunchCooperativeKernel_ptsz},
     {"cuLaunchKernelEx", (void *)cuLaunchKernelEx, 11060, (void *)cuLaunchKernelEx_ptsz},
+    {"cuDeviceGetName", (void *)cuDeviceGetName, 2000, NULL},
+    {"cuDeviceGetUuid", (void *)cuDeviceGetUuid_v2, 11040, NULL},
+    {"cuDeviceGetUuid", (void *)cuDeviceGetUuid, 9020, NULL},
+    {"cuGetErrorName", (void *)cuGetErrorName, 6000, NULL},
+    {"cuGetErrorString", (void *)cuGetErrorString, 6000, NULL},
+    {"cuGetProcAddress", (void *)cuGetProcAddress_v2, 12000, NULL},
+    {"cuGetProcAddress", (void *)cuGetProcAddress, 11030, NULL},
+    {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain, 7000, NULL},
+    {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2, 7000, NULL}, /* v1 and v2: the same ABI */
+    {"cuDevicePrimaryCtxGetState", (void *)cuDevicePrimaryCtxGetState, 7000, NULL},
+    {"cuCtxGetCurrent", (void *)cuCtxGetCurrent, 4000, NULL},
+    {"cuCtxSetCurrent", (void *)cuCtxSetCurrent, 4000, NULL},
+    {"cuCtxPushCurrent", (void *)cuCtxPushCurrent_v2, 4000, NULL},
+    {"cuCtxPopCurrent", (void *)cuCtxPopCurrent_v2, 4000, NULL},
+    {"cuCtxGetDevice", (void *)cuCtxGetDevice, 2000, NULL},
+    {"cuCtxGetId", (void *)cuCtxGetId, 12000, NULL},
+    {"cuStreamGetCtx", (void *)cuStreamGetCtx_v2, 12050, NULL},
+    {"cuStreamGetCtx", (void *)cuStreamGetCtx, 9020, NULL},
+    {"cuStreamIsCapturing", (void *)cuStreamIsCapturing, 10000, (void *)cuStreamIsCapturing_ptsz},
+    {"cuDeviceGetDefaultMemPool", (void *)cuDeviceGetDefaultMemPool, 11020, NULL},
+    {"cuDeviceGetMemPool", (void *)cuDeviceGetMemPool, 11020, NULL},
+    {"cuDeviceSetMemPool", (void *)cuDeviceSetMemPool, 11020, NULL},
+    {"cuMemPoolCreate", (void *)cuMemPoolCreate, 11020, NULL},
+    {"cuMemPoolDestroy", (void *)cuMemPoolDestroy, 11020, NULL},
+    {"cuMemPoolSetAttribute", (void *)cuMemPoolSetAttribute, 11020, NULL},
+    {"cuMemPoolGetAttribute", (void *)cuMemPoolGetAttribute, 11020, NULL},
+    {"cuMemPoolTrimTo", (void *)cuMemPoolTrimTo, 11020, NULL},
+    {"cuMemcpy", (void *)cuMemcpy, 4000, NULL},
+    {"cuMemcpyAsync", (void *)cuMemcpyAsync, 4000, (void *)cuMemcpyAsync_ptsz},
+    {"cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync_v2, 3020, (void *)cuMemcpyDtoHAsync_v2_ptsz},
+    {"cuMemsetD8Async", (void *)cuMemsetD8Async, 3020, (void *)cuMemsetD8Async_ptsz},
+    {"cuGraphLaunch", (void *)cuGraphLaunch, 10000, (void *)cuGraphLaunch_ptsz},
+    {"cuLibraryLoadData", (void *)cuLibraryLoadData, 12000, NULL},
+    {"cuLibraryGetKernel", (void *)cuLibraryGetKernel, 12000, NULL},
+    {"cuKernelGetFunction", (void *)cuKernelGetFunction, 12000, NULL},
+    {"cuMemAllocAsync", (void *)cuMemAllocAsync, 11020, (void *)cuMemAllocAsync_ptsz},
 };
 
-/* As NVIDIA's: the newest variant of `symbol` that `cudaVersion` knows (the stand-in has one,
- * its `_v2` where the function has versions); an older version asks for an ABI the stand-in
- * does not have, and gets "version not sufficient". */
+/* As NVIDIA's: the newest variant of `symbol` that `cudaVersion` knows (a name with several
+ * ABIs has a row for each, newest first: cuStreamGetCtx is cuStreamGetCtx_v2 from 12.5); a
+ * version older than every row asks for an ABI the stand-in does not have, and gets "version
+ * not sufficient". Every cu* function the stand-in exports has its row: the suite asks for
+ * each one (tests/suite/standin.rs). */
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus) {
     if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
+    int known = 0;
     for (size_t i = 0; i < sizeof procs / sizeof *procs; i++) {
         if (strcmp(procs[i].name, symbol)) continue;
-        if (cudaVersion < procs[i].since) {
-            if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-            return CUDA_ERROR_NOT_FOUND;
-        }
+        known = 1;
+        if (cudaVersion < procs[i].since) continue;
         *pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && procs[i].ptsz ? procs[i].ptsz : procs[i].fn;
         if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
         return CUDA_SUCCESS;
     }
-    if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (symbolStatus) *symbolStatus = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return CUDA_ERROR_NOT_FOUND;
 }
 

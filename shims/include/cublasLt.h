@@ -66,6 +66,9 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref);
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
                                                     cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
                                                     size_t sizeInBytes);
+cublasStatus_t cublasLtMatmulPreferenceGetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, void *buf,
+                                                    size_t sizeInBytes, size_t *sizeWritten);
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,
                                               cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
                                               cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,

@@ -24,6 +24,7 @@ CUresult cuCtxGetDevice(CUdevice *device);
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_FOUND 500
 typedef unsigned long long CUdeviceptr;
+typedef struct CUuuid_st { char bytes[16]; } CUuuid;
 typedef unsigned long long cuuint64_t;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef enum {

@@ -1,7 +1,9 @@
 /* Device memory from the driver, as a program with a static runtime gets it (nvcc's default
  * cudart_static, CuPy): libcuda.so.1 opened with dlopen, every function through
- * cuGetProcAddress_v2 at CUDA 12.0, none by name; then a cuBLAS GEMM on that memory.
- *   driver_entry clean|oob|nan */
+ * cuGetProcAddress_v2 at CUDA 12.0, none by name; then a cuBLAS GEMM on that memory. With
+ * `via-lookup`, the lookup function itself comes from the lookup first ("cuGetProcAddress" at
+ * 12.0: its `_v2`), as a static runtime gets it.
+ *   driver_entry clean|oob|nan [via-lookup] */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <math.h>
@@ -35,6 +37,7 @@ int main(int argc, char **argv) {
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     get_proc_fn get = cuda ? (get_proc_fn)dlsym(cuda, "cuGetProcAddress_v2") : NULL;
     if (!get) return 3;
+    if (argc > 2 && !strcmp(argv[2], "via-lookup")) get = (get_proc_fn)proc(get, "cuGetProcAddress");
     init_fn init = (init_fn)proc(get, "cuInit");
     alloc_fn mem_alloc = (alloc_fn)proc(get, "cuMemAlloc");
     free_fn mem_free = (free_fn)proc(get, "cuMemFree");

@@ -38,6 +38,7 @@ mod launches;
 mod layers;
 mod nan_origin;
 mod nvidia;
+mod nvmath;
 mod nvml_standin;
 mod parity;
 mod pytorch;

@@ -110,6 +110,22 @@ fn driver_memory_from_cu_get_proc_address_is_tracked_as_a_static_runtime_gets_it
 }
 
 #[test]
+fn driver_functions_found_through_a_looked_up_cu_get_proc_address_are_guarded_too() {
+    // A static runtime asks cuGetProcAddress for "cuGetProcAddress" (NVIDIA's driver hands out its
+    // _v2, as the stand-in's does) and may find the rest through that.
+    let guarded = run_c("driver_entry", &["clean", "via-lookup"], true);
+    assert!(guarded.stdout().contains("gemm=0\nsync=0\nC= 1 2 3 4"), "{}{}", guarded.stdout(), guarded.stderr());
+    let t = guarded.trace();
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+    assert_eq!(t.summary.calls.get("cuMemAlloc_v2"), Some(&3), "{:?}", t.summary.calls);
+    let t = run_c("driver_entry", &["oob", "via-lookup"], true).trace();
+    let f = only_fault(&t);
+    assert_eq!(f.kind, FaultKind::OutOfBounds, "{}", f.message);
+    let b = f.operands.iter().find(|o| o.name == "B").and_then(|o| o.allocation.as_ref()).expect("B's allocation");
+    assert_eq!(b.api.as_deref(), Some("cuMemAlloc_v2"), "the allocation names the function that made it");
+}
+
+#[test]
 fn an_expandable_segment_mapped_chunk_by_chunk_is_one_extent_until_unmapped() {
     // PyTorch's way: the virtual-memory functions through cudaGetDriverEntryPointByVersion, 2 MiB
     // chunks mapped side by side in one reservation, and a tensor across two chunks.

@@ -124,3 +124,36 @@ fn example_workload_trains() {
     let losses: Vec<f64> = out.lines().filter_map(|l| l.rsplit(' ').next()?.parse().ok()).collect();
     assert!(losses.len() == 5 && losses[4] < losses[0], "loss should fall: {losses:?}");
 }
+
+/// The stand-in's exported driver functions (`cu` and a capital: not its private `cudashim_*`).
+fn exported_driver_functions() -> Vec<String> {
+    let lib = standin().join("driver/libcuda.so.1");
+    dynamic_symbols(&lib, false).into_iter().filter(|s| s.starts_with("cu") && s[2..].starts_with(|c: char| c.is_ascii_uppercase())).collect()
+}
+
+#[test]
+fn cu_get_proc_address_hands_out_every_driver_function_the_stand_in_exports() {
+    // A client that finds the driver through cuGetProcAddress (cuda-bindings, a static runtime)
+    // must reach all of it: the table and the exports cannot drift apart.
+    let exports = exported_driver_functions();
+    assert!(exports.len() > 100 && exports.iter().any(|s| s == "cuMemAlloc_v2"), "{exports:?}");
+    let program = build_c("proc_table", &["proc_table.c"], false);
+    let args: Vec<&str> = exports.iter().map(String::as_str).collect();
+    let run = run(Launch { guarded: false, ..Launch::new(&program, &args) });
+    assert!(run.output.status.success(), "{}{}", run.stdout(), run.stderr());
+    assert_eq!(run.stdout(), format!("checked {}\n", exports.len()), "exported but not handed out");
+}
+
+#[test]
+fn the_driver_calls_nvmath_makes_answer_as_nvidias_driver_does() {
+    let program = build_c("proc_table", &["proc_table.c"], false);
+    let run = run(Launch { guarded: false, ..Launch::new(&program, &["--nvmath-calls"]) });
+    assert!(run.output.status.success(), "{}{}", run.stdout(), run.stderr());
+    let expected = "error_name 0\nerror_name_text CUDA_ERROR_ILLEGAL_ADDRESS\nerror_name_unknown 1\nerror_string_unknown_null 1\n\
+        pools_supported_status 0\npools_supported 1\nretain 0\nactive_after_retain 1\nset_current 0\nset_current_bogus 201\n\
+        get_current 0\ncurrent_is_primary 1\npop_after_set 0\npop_empty 201\npush 0\npop 0\nstream_ctx_v2 0\nstream_ctx_green_null 1\n\
+        is_capturing 0\ncapture_status 0\nrelease 0\nactive_after_release 0\nrelease_unretained 201\ndefault_pool 0\n\
+        pool_set 0\npool_get 0\npool_threshold 1048576\npool_alloc 0\nmemcpy_htod 0\nmemcpy_dtoh 0\nmemcpy_round_trip 1\n\
+        memcpy_overrun 1\n";
+    assert_eq!(run.stdout(), expected);
+}

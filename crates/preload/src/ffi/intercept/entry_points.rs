@@ -113,6 +113,10 @@ pub unsafe extern "C-unwind" fn cudaGetDriverEntryPointByVersion(
     status
 }
 
+/// The driver's lookup functions, which the driver's own lookup hands out too (NVIDIA's for
+/// "cuGetProcAddress": its `_v2` from CUDA 12.0, the first version before).
+pub(crate) const DRIVER_LOOKUPS: &[&str] = &["cuGetProcAddress", "cuGetProcAddress_v2"];
+
 /// The guard's wrapper of the lookup function `name`, and the library that defines it: what
 /// `dlsym` on that library returns for the name. `None`: not a lookup function.
 pub(crate) fn wrapper_for(name: &[u8]) -> Option<(*mut c_void, Library)> {

@@ -839,10 +839,14 @@ static NOTICE_AT_LOAD: extern "C" fn() = notice_an_earlier_guard;
 /// What a driver entry-point lookup of `symbol` returns, given what it `found`: the guarded copy
 /// of whichever hooked variant of `symbol` (`_v2`, `_ptsz`, ...) `found` is, checked against
 /// the library's own symbol of that name, so an ABI variant the guard does not wrap (the 32-bit
-/// `cuMemAlloc` of a version before 3.2) is never mistaken for one it does.
+/// `cuMemAlloc` of a version before 3.2) is never mistaken for one it does. The lookup itself
+/// is among them: a static runtime asks `cuGetProcAddress` for "cuGetProcAddress" and may look
+/// up everything else through what it got, which must be the guard's wrapper of the right
+/// version, or every function found through it would pass the guard by.
 pub(crate) fn guarded_entry(symbol: &std::ffi::CStr, found: *mut c_void) -> *mut c_void {
     let symbol = symbol.to_bytes();
-    let variants = HOOK_NAMES.iter().filter(|n| {
+    let names = HOOK_NAMES.iter().chain(crate::ffi::intercept::entry_points::DRIVER_LOOKUPS);
+    let variants = names.filter(|n| {
         let n = n.as_bytes();
         n.starts_with(symbol) && {
             let rest = &n[symbol.len()..];
