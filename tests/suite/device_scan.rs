@@ -99,7 +99,11 @@ fn on_the_stand_in_the_device_scan_runs_the_kernel_and_agrees_with_the_host_scan
         assert!(device.environment.device_scan_fallback.is_none(), "{case}: {:?}", device.environment.device_scan_fallback);
         assert_eq!(host.faults.len(), device.faults.len(), "{case}");
         for (h, d) in host.faults.iter().zip(&device.faults) {
-            assert_eq!((h.kind, without_addresses(&h.message)), (d.kind, without_addresses(&d.message)), "{case}: the same verdict");
+            // Whether the kernel that a host-memory scalar makes fault has surfaced by exit, and
+            // is attached to the call's fault, still depends on timing (issue 43, point 5, open):
+            // this test is about the scan's verdict.
+            let verdict = |m: &str| without_addresses(m.split(" [the kernel it launched then faulted").next().unwrap_or(m));
+            assert_eq!((h.kind, verdict(&h.message)), (d.kind, verdict(&d.message)), "{case}: the same verdict");
             for (ho, dop) in h.operands.iter().zip(&d.operands) {
                 assert_eq!((ho.nan, ho.inf, &ho.first_nonfinite), (dop.nan, dop.inf, &dop.first_nonfinite), "{case} {}", ho.name);
                 if dop.scanned {

@@ -462,6 +462,7 @@ pub(crate) fn harvest<R: Copy>(call: &Call<'_, R>, found_at: u64) {
         return;
     }
     let Some(memory) = call.device.verdict_memory() else { return };
+    let _turn = s.verdicts.judging_turn();
     let landed = s.verdicts.take_landed(&|arena, offset| memory.mark(arena, offset), false);
     if landed.is_empty() {
         return;

@@ -145,9 +145,20 @@ pub struct Verdicts {
     skipped: AtomicU64,
     /// Streams whose work had not finished when exit stopped waiting for it.
     unfinished_at_exit: AtomicU64,
+    /// Held from taking landed calls to publishing their verdicts: with two harvesters (the
+    /// program's thread and the guard's) each taking a batch, the later batch's faults were
+    /// now and then published first, and a NaN passed on was said before the one it came from.
+    turn: Mutex<()>,
 }
 
 impl Verdicts {
+    /// The turn to take landed calls and judge them, in the order they are taken. Judging a
+    /// batch takes microseconds a verdict; no lock of the guard's is taken while it is held
+    /// that is not also taken without it.
+    pub fn judging_turn(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.turn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Reserves `bytes` of `arena`'s region of `capacity` bytes (CUBLASGUARD_STAGING_BYTES: the
     /// scan kernel's counts take 24 bytes an operand, the host scan's copies the operand's
     /// bytes); `None` when it is full.
