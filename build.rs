@@ -103,13 +103,25 @@ fn stage_wheel_data(manifest: &Path, profile_dir: &Path, standin: &Path) {
     replace_link(profile_dir.join("deps/libcublasguard.so").to_str().expect("utf-8 target path"), &lib.join("libcublasguard.so"));
     let share = data.join("share/cublasguard/stand-in");
     let _ = fs::remove_dir_all(&share);
-    // Files only: the unversioned development links (libcublas.so -> libcublas.so.12) are for
-    // linking, and a wheel would carry each as a second copy.
-    for dir in ["lib", "driver", "bin"] {
+    // A wheel carries no symbolic links (each would be a second copy): the unversioned
+    // development names (libcublas.so, for `-lcublas`) become one-line linker scripts naming
+    // the versioned file, as glibc's own libc.so is, so a C program builds against the
+    // installed stand-in with its headers (include/) and the usual -l flags.
+    for dir in ["lib", "driver", "bin", "include"] {
         fs::create_dir_all(share.join(dir)).expect("create wheel-data stand-in dir");
         for entry in fs::read_dir(standin.join(dir)).expect("read stand-in dir").flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_file()) {
-                fs::copy(entry.path(), share.join(dir).join(entry.file_name())).expect("copy stand-in file");
+            let (from, to) = (entry.path(), share.join(dir).join(entry.file_name()));
+            match entry.file_type() {
+                Ok(t) if t.is_file() => {
+                    fs::copy(&from, &to).expect("copy stand-in file");
+                }
+                Ok(t) if t.is_symlink() => {
+                    if let Some(target) = fs::read_link(&from).ok().and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned())) {
+                        let script = format!("/* GNU ld script: the stand-in's development name for {target} */\nINPUT({target})\n");
+                        fs::write(&to, script).expect("write stand-in linker script");
+                    }
+                }
+                _ => {}
             }
         }
     }

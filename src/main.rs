@@ -107,6 +107,9 @@ enum Cmd {
         /// No banner line from the guard at each process's start
         #[arg(long, env = "CUBLASGUARD_QUIET", value_parser = clap::builder::FalseyValueParser::new())]
         quiet: bool,
+        /// The guard's lines go to FILE instead of stderr, appended (%p: the pid)
+        #[arg(long, value_name = "FILE", env = "CUBLASGUARD_LOG_FILE")]
+        log_file: Option<String>,
         /// The command to run and its arguments (options after its name are its own)
         #[arg(trailing_var_arg = true, required = true, num_args = 1.., value_name = "CMD")]
         command: Vec<OsString>,
@@ -183,8 +186,8 @@ enum Cmd {
         /// The .safetensors file named by the fault's `dump`
         #[arg(value_name = "DUMP")]
         dump: PathBuf,
-        /// Also rerun the call through the cuBLAS the loader finds (a GPU, or the stand-in) and
-        /// say whether the fault reproduces there
+        /// Also rerun the call through the cuBLAS the loader finds (a GPU; without CUDA on the
+        /// library path, the bundled CPU stand-in) and say whether the fault reproduces there
         #[arg(long)]
         cuda: bool,
         /// Write a standalone C program that loads the dump and makes the call, for a bug report
@@ -372,6 +375,7 @@ fn main() -> ExitCode {
             max_faults,
             stderr_lines,
             quiet,
+            log_file,
             command,
         } => {
             if trace_from_env && trace.trim().is_empty() {
@@ -403,6 +407,7 @@ fn main() -> ExitCode {
             set("CUBLASGUARD_MAX_FAULTS", max_faults);
             set("CUBLASGUARD_STDERR_LINES", stderr_lines);
             set("CUBLASGUARD_QUIET", quiet.then(|| "1".into()));
+            set("CUBLASGUARD_LOG_FILE", log_file);
             run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env, quiet_summary: false, stdout_to_stderr: false, gpu_coredump })
         }
         Cmd::Report { paths, format, limit, all, all_runs } => report_cmd(&paths, format, (!all).then_some(limit), all_runs),
@@ -432,7 +437,10 @@ fn main() -> ExitCode {
         }
         Cmd::Timeline { traces, output } => timeline_cmd(&traces, output),
         Cmd::Demo => demo(),
-        Cmd::Replay { dump, cuda, emit_c } => replay::run(&replay::Options { dump, cuda, emit_c }),
+        Cmd::Replay { dump, cuda, emit_c } => {
+            let bundled = if cuda { standin_dir().ok() } else { None };
+            replay::run(&replay::Options { dump, cuda, emit_c, bundled })
+        }
         Cmd::Subcommands => print(&subcommand_names().iter().map(|n| format!("{n}\n")).collect::<String>()).map(|_| 0),
     };
     match result {

@@ -22,6 +22,8 @@ pub struct Options {
     pub dump: PathBuf,
     pub cuda: bool,
     pub emit_c: Option<PathBuf>,
+    /// The bundled stand-in, for `--cuda` where no CUDA is on the library path.
+    pub bundled: Option<PathBuf>,
 }
 
 fn unreadable(message: impl Into<String>) -> CliError {
@@ -587,8 +589,15 @@ pub fn run(o: &Options) -> Result<i32, CliError> {
         let _ = writeln!(text, "  wrote {file} (build: cc {file} -lcublas -lcudart; run it beside the dump)");
     }
     if o.cuda {
-        let rerun =
-            super::replay_cuda::rerun(&d, &analysis.call).map_err(|e| CliError { message: format!("--cuda: {}", escape_field(&e)), code: UNREADABLE })?;
+        let (rerun, standin) = super::replay_cuda::rerun(&d, &analysis.call, o.bundled.as_deref())
+            .map_err(|e| CliError { message: format!("--cuda: {}", escape_field(&e)), code: UNREADABLE })?;
+        if let Some(dir) = standin {
+            let _ = writeln!(
+                text,
+                "  --cuda: no CUDA on the library path: rerun on the bundled CPU stand-in at {} (a GPU's cuBLAS may round differently)",
+                escape_field(&dir.display().to_string())
+            );
+        }
         let same = rerun.len() == d.tensors[&analysis.call.output_name].values.len()
             && rerun.iter().zip(&d.tensors[&analysis.call.output_name].values).all(|(x, y)| finite(*x) == finite(*y));
         let nonfinite = rerun.iter().filter(|v| !finite(**v)).count();

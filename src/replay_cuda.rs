@@ -3,6 +3,7 @@
 //! types and compute type.
 
 use std::ffi::{c_int, c_void};
+use std::path::{Path, PathBuf};
 
 use cublasguard_format::dump::{self, Dump};
 
@@ -21,10 +22,35 @@ fn op_code(op: char) -> c_int {
     }
 }
 
-/// The rerun's output, element by element in the dump's order (member, row, column).
-pub fn rerun(d: &Dump, call: &Replayed) -> Result<Vec<[f64; 2]>, String> {
+/// The CUDA runtime and cuBLAS the loader finds, else the bundled stand-in's in `bundled` (the
+/// folder `cublasguard demo` runs on): a user following the demo's `replay --cuda` has no CUDA
+/// on the library path. The folder where they came from, when it was the stand-in.
+fn libraries(bundled: Option<&Path>) -> Result<(Runtime, Cublas, Option<PathBuf>), String> {
+    let on_path = Runtime::load().and_then(|r| Cublas::load().map(|c| (r, c)));
+    let why = match on_path {
+        Ok((r, c)) => return Ok((r, c, None)),
+        Err(why) => why,
+    };
+    let Some(dir) = bundled else { return Err(why) };
+    let shown = dir.display();
+    // The driver and cuBLASLt first, by path: the runtime and cuBLAS then find them loaded by
+    // their sonames. They stay loaded for the rest of this short process.
+    for dependency in [dir.join("driver/libcuda.so.1"), dir.join("lib/libcublasLt.so.12")] {
+        // SAFETY: loading the stand-in's libraries runs their initialisers, as its programs do.
+        let library = unsafe { libloading::Library::new(&dependency) }.map_err(|e| format!("{why}; nor the bundled stand-in at {shown}: {e}"))?;
+        std::mem::forget(library);
+    }
+    let open = |name: &str| dir.join("lib").join(name).display().to_string();
+    let runtime = Runtime::open(&open("libcudart.so.12")).map_err(|e| format!("{why}; nor the bundled stand-in at {shown}: {e}"))?;
+    let cublas = Cublas::open(&open("libcublas.so.12")).map_err(|e| format!("{why}; nor the bundled stand-in at {shown}: {e}"))?;
+    Ok((runtime, cublas, Some(dir.to_path_buf())))
+}
+
+/// The rerun's output, element by element in the dump's order (member, row, column), and the
+/// stand-in's folder when it ran there for want of CUDA on the library path.
+pub fn rerun(d: &Dump, call: &Replayed, bundled: Option<&Path>) -> Result<(Vec<[f64; 2]>, Option<PathBuf>), String> {
     call.rerunnable(d)?;
-    let (cudart, cublas) = (Runtime::load()?, Cublas::load()?);
+    let (cudart, cublas, standin) = libraries(bundled)?;
     let missing = |name: &str| format!("{name} is not in the loaded CUDA libraries");
     let malloc = cudart.malloc.ok_or_else(|| missing("cudaMalloc"))?;
     let memcpy = cudart.memcpy.ok_or_else(|| missing("cudaMemcpy"))?;
@@ -118,5 +144,5 @@ pub fn rerun(d: &Dump, call: &Replayed) -> Result<Vec<[f64; 2]>, String> {
         let (member, col, row) = (i / (rows * cols).max(1), i / rows.max(1) % cols.max(1), i % rows.max(1));
         values[(member * rows + row) * cols + col] = dump::element(out.dtype, e);
     }
-    Ok(values)
+    Ok((values, standin))
 }

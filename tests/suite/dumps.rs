@@ -144,6 +144,28 @@ fn replay_calls_an_output_that_does_not_fit_its_type_inherent() {
 }
 
 #[test]
+fn replay_cuda_without_cuda_on_the_library_path_reruns_on_the_bundled_stand_in_and_says_so() {
+    // As a user who ran the demo and then the replay command it printed, with --cuda: no
+    // CUDA library on the loader's path.
+    let (dump, _) = dump_of("replay_cases", &["overflow"]);
+    let out = std::process::Command::new(cli())
+        .args(["replay", "--cuda"])
+        .arg(&dump)
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("replay");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("no CUDA on the library path: rerun on the bundled CPU stand-in at "), "{text}");
+    assert!(text.contains("the fault reproduces"), "{text}");
+    // With CUDA on the path, nothing is said of the stand-in: the loader's libraries ran it.
+    let (code, text) = replay(&dump, &["--cuda"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains("bundled CPU stand-in"), "{text}");
+}
+
+#[test]
 fn replay_calls_an_fp16_accumulation_that_overflows_where_the_exact_sum_is_zero_reduced_precision() {
     let (dump, t) = dump_of("replay_cases", &["fp16"]);
     assert_eq!(only_fault(&t).kind, FaultKind::NonfiniteOutput, "{}", only_fault(&t).message);

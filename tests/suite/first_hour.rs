@@ -290,3 +290,32 @@ fn a_process_out_of_file_descriptors_is_told_so_not_that_it_has_no_driver() {
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(text.contains("ulimit -n 65536") && !text.contains("Install the NVIDIA driver"), "{text}");
 }
+
+#[test]
+fn a_c_program_builds_against_the_stand_in_the_wheel_installs_with_its_headers_and_the_usual_link_flags() {
+    // What `pip install .` puts in <prefix>/share/cublasguard/stand-in, as the build stages it:
+    // headers, and development names (`-lcublas`) that a wheel can carry (linker scripts).
+    let standin = profile_dir().parent().expect("target").join("wheel-data/data/share/cublasguard/stand-in");
+    let (include, lib, driver) = (standin.join("include"), standin.join("lib"), standin.join("driver"));
+    assert!(include.join("cublas_v2.h").is_file(), "no headers in {}", include.display());
+    let out = temp_dir("wheel-standin-build").join("scenarios");
+    let status = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .arg("-o")
+        .arg(&out)
+        .arg(manifest_dir().join("tests/c/scenarios.c"))
+        .arg(format!("-I{}", include.display()))
+        .arg(format!("-L{}", lib.display()))
+        .args(["-lcublas", "-lcudart", "-ldl", "-lm"])
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "building against {} failed", standin.display());
+    let run = std::process::Command::new(&out)
+        .arg("clean")
+        .env("LD_LIBRARY_PATH", format!("{}:{}", lib.display(), driver.display()))
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run it");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(run.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(stdout.contains("cublasCreate=0"), "{stdout}");
+}

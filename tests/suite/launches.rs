@@ -15,8 +15,10 @@ fn launches(args: &[&str], env: &[(&str, &str)]) -> Run {
 fn an_error_pending_before_a_gemm_names_the_kernels_launched_since_the_device_was_clean() {
     // gemm mode: its synchronisation before the GEMM finds the error pending (under deferred it
     // surfaces at the GEMM's check or at the next launch, as the stand-in GPU gets to it:
-    // breadcrumbs.rs).
-    let run = launches(&[], &[("CUBLASGUARD_SYNC", "gemm")]);
+    // breadcrumbs.rs). The stand-in GPU is kept 20 ms behind: under load its worker once ran
+    // gather's faulting kernel before `scale` was launched, whose launch then returned the
+    // error itself (CI), and the GEMM's fault was the lost context's, not the pending error.
+    let run = launches(&[], &[("CUBLASGUARD_SYNC", "gemm"), ("CUDASHIM_WORKER_DELAY_US", "20000")]);
     assert!(run.stdout().contains("gather=0") && run.stdout().contains("sgemm="), "{}", run.stdout());
     let t = run.trace();
     let f = t.faults.iter().find(|f| f.api == "cublasSgemm_v2").expect("the GEMM's fault");

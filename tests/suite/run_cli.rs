@@ -220,3 +220,26 @@ fn the_trace_dir_option_puts_the_runs_traces_in_that_folder_and_the_sync_option_
     let recorded = serde_json::to_string(&trace.environment.variables).unwrap();
     assert!(recorded.contains("\"CUBLASGUARD_SYNC\":\"gemm\""), "{recorded}");
 }
+
+#[test]
+fn the_guards_lines_go_to_the_log_file_named_with_its_pid_and_a_path_that_cannot_be_one_falls_back_to_stderr() {
+    let dir = temp_dir("log-file");
+    let program = scenarios();
+    let program = program.to_str().expect("utf-8 path");
+    let out = cublasguard(&["run", "--log-file", "guard-%p.log", program, "nan_a"], &dir);
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("cublasguard: cublasSgemm_v2 #"), "the fault's line is not on stderr: {stderr}");
+    let logs: Vec<_> =
+        std::fs::read_dir(&dir).expect("dir").flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".log")).collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let pid = logs[0].strip_prefix("guard-").and_then(|n| n.strip_suffix(".log")).expect("guard-PID.log");
+    assert!(pid.parse::<u32>().is_ok(), "{pid}");
+    let log = std::fs::read_to_string(dir.join(&logs[0])).expect("log");
+    assert!(log.contains("cublasguard: guarding pid ") && log.contains("operand A") && log.contains("[nonfinite_input]"), "{log}");
+    // A folder where the file would be: said once on stderr, the lines stay there.
+    std::fs::create_dir_all(dir.join("taken.log")).expect("folder");
+    let out = cublasguard(&["run", "--log-file", "taken.log", program, "nan_a"], &dir);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("CUBLASGUARD_LOG_FILE='taken.log' ignored: "), "{stderr}");
+    assert!(stderr.contains("[nonfinite_input]"), "{stderr}");
+}

@@ -100,6 +100,14 @@ pub const DEFAULT_STAGING_BYTES: u64 = 32 << 20;
 /// The most CUBLASGUARD_STAGING_BYTES takes (all of it is page-locked).
 pub const MAX_STAGING_BYTES: u64 = 4 << 30;
 
+/// The variable naming the file the guard's lines go to instead of stderr.
+pub const LOG_FILE_VARIABLE: &str = "CUBLASGUARD_LOG_FILE";
+
+/// `CUBLASGUARD_LOG_FILE`'s path for process `pid` (`%p` replaced).
+pub fn log_file_path(pattern: &str, pid: u32) -> String {
+    pattern.replace("%p", &pid.to_string())
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// The trace path pattern (`%p`, `%h`, `%r`).
@@ -126,6 +134,10 @@ pub struct Config {
     pub device_scan: DeviceScan,
     /// No banner line at start-up.
     pub quiet: bool,
+    /// CUBLASGUARD_LOG_FILE: the file the guard's lines go to instead of stderr (`%p`: the
+    /// pid). The library opens it when it is loaded, before the rest is read; kept here for
+    /// the banner and the checks of the configuration.
+    pub log_file: Option<String>,
     /// CUBLASGUARD_EXIT_SUMMARY=0: no "N fault(s) in M intercepted call(s)" line at exit
     /// (`cublasguard run` sets it: its own summary covers every process of the run).
     pub exit_summary: bool,
@@ -229,6 +241,7 @@ impl Default for Config {
             budget: None,
             device_scan: DeviceScan::Auto,
             quiet: false,
+            log_file: None,
             exit_summary: true,
             sync: SyncMode::Deferred,
             launch_breadcrumbs: false,
@@ -391,6 +404,13 @@ impl Config {
                 Ok(n) if n > 0 => config.dump_bytes = n as u64,
                 Ok(_) => reject("CUBLASGUARD_DUMP_BYTES", &v, "must be at least 1".into(), "1073741824"),
                 Err(why) => reject("CUBLASGUARD_DUMP_BYTES", &v, why, "1073741824"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_LOG_FILE") {
+            if v.trim().is_empty() {
+                reject(LOG_FILE_VARIABLE, &v, "empty path".into(), "stderr");
+            } else {
+                config.log_file = Some(v);
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_IGNORE") {
@@ -580,6 +600,16 @@ mod tests {
         assert!(problems[0].contains("CUBLASGUARD_CHECKS='args,speed'") && problems[0].contains("speed"));
         assert!(problems[1].contains("CUBLASGUARD_ON_FAULT='explode'"));
         assert!(problems[2].contains("CUBLASGUARD_RING='-3'"));
+    }
+
+    #[test]
+    fn a_log_file_is_kept_with_its_pid_pattern_and_an_empty_one_is_refused() {
+        let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_LOG_FILE", "/tmp/guard-%p.log")]));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(config.log_file.as_deref().map(|p| log_file_path(p, 42)), Some("/tmp/guard-42.log".to_string()));
+        let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_LOG_FILE", " ")]));
+        assert_eq!(config.log_file, None);
+        assert!(problems.iter().any(|p| p.contains("CUBLASGUARD_LOG_FILE") && p.contains("empty path")), "{problems:?}");
     }
 
     #[test]

@@ -25,16 +25,72 @@ fn identity(fd: i32) -> Option<(u64, u64)> {
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
-/// Takes the duplicate (once, when the library is loaded).
+/// Takes the duplicate (once, when the library is loaded), or opens CUBLASGUARD_LOG_FILE
+/// instead: the lines then go there, appended (several processes of a run may share it).
 pub(crate) fn keep_original() {
+    let log = crate::ffi::host::process::var(crate::config::LOG_FILE_VARIABLE).filter(|p| !p.trim().is_empty());
+    let mut refused = None;
+    if let Some(pattern) = log {
+        let path = crate::config::log_file_path(&pattern, std::process::id());
+        match open_log(&path) {
+            Ok(fd) => {
+                take(fd);
+                return;
+            }
+            Err(e) => refused = Some(format!("cublasguard: CUBLASGUARD_LOG_FILE='{path}' ignored: {e}; the guard's lines go to stderr")),
+        }
+    }
     // SAFETY: fcntl(F_DUPFD_CLOEXEC) on fd 2 has no memory effects; a failure means fd 2 is
     // not open.
-    let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
+    take(unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) });
+    if let Some(why) = refused {
+        line(&why);
+    }
+}
+
+/// Makes `fd` (negative: none) the guard's lines' descriptor, remembering what it refers to.
+fn take(fd: i32) {
     if let Some((device, inode)) = (fd >= 0).then(|| identity(fd)).flatten() {
         DEVICE.store(device, Ordering::SeqCst);
         INODE.store(inode, Ordering::SeqCst);
     }
     let _ = FD.compare_exchange(UNSET, if fd < 0 { CLOSED } else { fd }, Ordering::SeqCst, Ordering::SeqCst);
+}
+
+/// Opens the log file for appending: a regular file only, never through a link at its name (a
+/// FIFO without a reader would block the program at load: asked without waiting, and refused).
+fn open_log(path: &str) -> std::io::Result<i32> {
+    let c = std::ffi::CString::new(path).map_err(|_| std::io::Error::other("a NUL byte in the path"))?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    // SAFETY: `c` is a NUL-terminated path; open has no other memory effects.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // Not 0, 1 or 2 (a program started with them closed): it would reopen them for its own.
+    let fd = if fd < 3 {
+        // SAFETY: duplicating and closing the descriptor this function opened.
+        unsafe {
+            let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
+            libc::close(fd);
+            if high < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            high
+        }
+    } else {
+        fd
+    };
+    // SAFETY: a zeroed stat is a valid out-parameter; fstat only writes it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above, on the descriptor just opened.
+    let regular = unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    if !regular {
+        // SAFETY: closing the descriptor this function opened.
+        unsafe { libc::close(fd) };
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(fd)
 }
 
 /// Writes one line; never raises SIGPIPE, never blocks on a lock.
