@@ -163,6 +163,14 @@ fn blame_unfinished<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, stre
         ),
     );
     finding.error = Some((status, call.api()));
+    if super::verdicts::tell_pinned_fault(call, first.seq, &finding, call.seq) {
+        // Told with the call's own description; the evidence of the streams added to it.
+        if let Some(mut told) = s.stored_fault(first.seq, api) {
+            told.breadcrumbs = evidence(s, progress);
+            call.amend(told);
+        }
+        return;
+    }
     let returned = recorded.map_or(0, |c| c.status);
     let status_name = if api.starts_with("cublas") { cuda::cublas_status_name(returned) } else { cuda::cuda_error_name(returned) };
     let mut fault = call.fault(finding, returned, status_name);

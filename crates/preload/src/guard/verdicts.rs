@@ -478,6 +478,31 @@ pub(crate) fn harvest<R: Copy>(call: &Call<'_, R>, found_at: u64) {
     });
 }
 
+/// Tells the kernel fault `finding` pinned on call `seq` (by breadcrumbs, found at call
+/// `found_at`) with the description kept for the call's verdict, as `gemm` mode tells it at the
+/// call: its arguments, handle, operands, Python frames and call site. Its operands are not
+/// judged: which of the reads queued before the faulting kernel ran is not known. False when
+/// the call keeps no verdict (its scans were off, or it was judged at the call).
+pub(crate) fn tell_pinned_fault<R: Copy>(call: &Call<'_, R>, seq: u64, finding: &crate::check::Finding, found_at: u64) -> bool {
+    let s = call.session;
+    let Some(pending) = s.verdicts.take_call(seq) else { return false };
+    let told = match pending.call.downcast_ref::<Verdict>() {
+        Some(v) => {
+            let outlet = LateOutlet { outlet: call.outlet, thread: v.thread, python: RefCell::new(v.python.clone()), site: v.site };
+            let forward = || v.returned;
+            let past = Call::judged_later(s, v.hook, seq, call.device, &outlet, &forward, call.memo);
+            let mut check = OperandCallCheck::from_facts(&v.call, &v.facts);
+            check.finding = Some(finding.clone());
+            super::operand_call::finish_late(&past, &check, v.returned, v.record, v.extra, found_at, v.time_ns);
+            true
+        }
+        None => false,
+    };
+    s.verdicts.release(pending.arena, &pending.log);
+    s.verdicts.judged();
+    told
+}
+
 fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pending, found_at: u64, buf: &mut Vec<u8>) {
     let Some(v) = pending.call.downcast_ref::<Verdict>() else { return };
     if !v.judge {

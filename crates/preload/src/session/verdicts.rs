@@ -230,6 +230,19 @@ impl Verdicts {
         landed
     }
 
+    /// Takes call `seq`'s waiting verdict, landed or not: a kernel fault pinned on the call
+    /// (breadcrumbs) is told with the description kept for its verdict. Counted as being
+    /// judged; the caller releases its reservations and calls `judged`.
+    pub fn take_call(&self, seq: u64) -> Option<Pending> {
+        let mut queues = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let (q, at) = queues.iter().enumerate().find_map(|(q, queue)| queue.calls.iter().position(|p| p.seq == seq).map(|at| (q, at)))?;
+        let taken = queues[q].calls.remove(at)?;
+        queues.retain(|q| !q.calls.is_empty());
+        self.judging.fetch_add(1, Ordering::AcqRel);
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        Some(taken)
+    }
+
     /// A call taken by `take_landed` has been judged (its fault, if any, published).
     pub fn judged(&self) {
         self.judged.fetch_add(1, Ordering::AcqRel);
@@ -353,5 +366,20 @@ mod tests {
         let rest = v.take_landed(&|_, _| 0, true);
         assert_eq!(rest.iter().map(|p| p.seq).collect::<Vec<_>>(), [3]);
         assert!(!v.any_waiting());
+    }
+
+    #[test]
+    fn a_call_is_taken_by_its_number_whether_or_not_its_mark_landed() {
+        let v = Verdicts::default();
+        let arena = VerdictArena { context: 1 };
+        for seq in [1, 2, 3] {
+            v.add(Pending { seq, arena, stream: 5, mark: Some(8 * seq), log: ScanLog::default(), call: Box::new(()) });
+        }
+        assert_eq!(v.take_call(2).map(|p| p.seq), Some(2));
+        assert!(v.take_call(2).is_none(), "taken once");
+        assert_eq!(v.counts().3, 2, "the others still wait");
+        assert!(v.unsettled());
+        v.judged();
+        assert_eq!(v.take_landed(&|_, _| 0, true).iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 3]);
     }
 }
