@@ -32,17 +32,17 @@ fn libraries(bundled: Option<&Path>) -> Result<(Runtime, Cublas, Option<PathBuf>
         Err(why) => why,
     };
     let Some(dir) = bundled else { return Err(why) };
-    let shown = dir.display();
+    let neither = |e: String| format!("{why}; nor the bundled stand-in at {}: {e}", dir.display());
     // The driver and cuBLASLt first, by path: the runtime and cuBLAS then find them loaded by
     // their sonames. They stay loaded for the rest of this short process.
     for dependency in [dir.join("driver/libcuda.so.1"), dir.join("lib/libcublasLt.so.12")] {
         // SAFETY: loading the stand-in's libraries runs their initialisers, as its programs do.
-        let library = unsafe { libloading::Library::new(&dependency) }.map_err(|e| format!("{why}; nor the bundled stand-in at {shown}: {e}"))?;
+        let library = unsafe { libloading::Library::new(&dependency) }.map_err(|e| neither(e.to_string()))?;
         std::mem::forget(library);
     }
     let open = |name: &str| dir.join("lib").join(name).display().to_string();
-    let runtime = Runtime::open(&open("libcudart.so.12")).map_err(|e| format!("{why}; nor the bundled stand-in at {shown}: {e}"))?;
-    let cublas = Cublas::open(&open("libcublas.so.12")).map_err(|e| format!("{why}; nor the bundled stand-in at {shown}: {e}"))?;
+    let runtime = Runtime::open(&open("libcudart.so.12")).map_err(neither)?;
+    let cublas = Cublas::open(&open("libcublas.so.12")).map_err(neither)?;
     Ok((runtime, cublas, Some(dir.to_path_buf())))
 }
 

@@ -114,6 +114,9 @@ pub(crate) struct Call<'a, R: Copy> {
     thread: u32,
     /// The hook's own frame, for the call site a verdict judged later keeps.
     frame: HookFrame,
+    /// The call site once read: a deferred call asks for it twice (its breadcrumb, its
+    /// verdict), and the frame-pointer chain is walked once.
+    site: Cell<Option<CallSite>>,
     /// A matrix multiply the hook layer already forwarded on its lean path (every check off)
     /// and that failed: its status and the sticky error known before it. The handler guards
     /// it as if it had just forwarded it, without calling the real function again.
@@ -133,20 +136,7 @@ impl<'a, R: Copy> Call<'a, R> {
     pub fn begin(session: &'a Session, hook: Hook, device: &'a dyn Device, outlet: &'a dyn Outlet, forward: &'a dyn Fn() -> R, thread: OnThread<'a>) -> Self {
         let seq = session.begin(hook.index());
         let started_ns = outlet.now_ns();
-        Self {
-            session,
-            hook,
-            seq,
-            device,
-            outlet,
-            memo: thread.memo,
-            forward,
-            recorded: Cell::new(false),
-            started_ns,
-            thread: thread.id,
-            frame: thread.frame,
-            ran: None,
-        }
+        Self::on_thread(session, hook, seq, started_ns, device, outlet, forward, thread, None)
     }
 
     /// A call the hook layer already numbered, timed and forwarded (`ran`), handed to its
@@ -163,6 +153,22 @@ impl<'a, R: Copy> Call<'a, R> {
         thread: OnThread<'a>,
         ran: (i32, Option<KnownError>),
     ) -> Self {
+        Self::on_thread(session, hook, seq, started_ns, device, outlet, forward, thread, Some(ran))
+    }
+
+    /// A call made on `thread`, not yet recorded (`begin`, `resumed`).
+    #[allow(clippy::too_many_arguments)]
+    fn on_thread(
+        session: &'a Session,
+        hook: Hook,
+        seq: u64,
+        started_ns: u64,
+        device: &'a dyn Device,
+        outlet: &'a dyn Outlet,
+        forward: &'a dyn Fn() -> R,
+        thread: OnThread<'a>,
+        ran: Option<(i32, Option<KnownError>)>,
+    ) -> Self {
         Self {
             session,
             hook,
@@ -175,7 +181,8 @@ impl<'a, R: Copy> Call<'a, R> {
             started_ns,
             thread: thread.id,
             frame: thread.frame,
-            ran: Some(ran),
+            site: Cell::new(None),
+            ran,
         }
     }
 
@@ -190,7 +197,21 @@ impl<'a, R: Copy> Call<'a, R> {
         forward: &'a dyn Fn() -> R,
         memo: &'a ThreadMemo,
     ) -> Self {
-        Self { session, hook, seq, device, outlet, memo, forward, recorded: Cell::new(true), started_ns: 0, thread: 0, frame: HookFrame::default(), ran: None }
+        Self {
+            session,
+            hook,
+            seq,
+            device,
+            outlet,
+            memo,
+            forward,
+            recorded: Cell::new(true),
+            started_ns: 0,
+            thread: 0,
+            frame: HookFrame::default(),
+            site: Cell::new(None),
+            ran: None,
+        }
     }
 
     /// A call that is neither counted nor recorded (a kernel registration): sequence number 0.
@@ -222,7 +243,12 @@ impl<'a, R: Copy> Call<'a, R> {
     /// Where the program made this call (return addresses, read now, while the hook's frame
     /// is live), for a verdict judged after it returns.
     pub fn call_site(&self) -> CallSite {
-        self.outlet.call_site(self.frame)
+        if let Some(site) = self.site.get() {
+            return site;
+        }
+        let site = self.outlet.call_site(self.frame);
+        self.site.set(Some(site));
+        site
     }
 
     /// This call's breadcrumb, with where the program made it.
