@@ -27,7 +27,8 @@
  *
  * Knobs (read once):
  *   CUDASHIM_SYNC=1               run all work at the launching call, as the stand-in did before:
- *                                 a fault is pending until the next synchronisation
+ *                                 a fault is pending until the next synchronisation, and work
+ *                                 launched after it does not run
  *   CUDASHIM_WORKER_DELAY_US=N    the worker sleeps N microseconds before each item
  *   CUDASHIM_WORKER_HOLD=1        the worker starts held: it runs nothing until the program
  *                                 calls cudashim_worker_hold(0) (a gate for the stand-in's tests)
@@ -246,8 +247,13 @@ static int submit(const void *stream, int per_thread, shim_work_fn fn, shim_read
             record_now(record, (void *)copy, next_seq++);
             pthread_mutex_unlock(&elock);
         }
-        /* All earlier work already ran: a wait is met or never will be. */
-        int code = fn ? fn(copy) : 0;
+        /* All earlier work already ran: a wait is met or never will be. After a fault nothing
+         * runs, as on a GPU whose context broke: the host learns of it at the next
+         * synchronisation, but work queued after it (a breadcrumb's write) never lands. */
+        pthread_mutex_lock(&elock);
+        int broken = pending_fault;
+        pthread_mutex_unlock(&elock);
+        int code = fn && !broken ? fn(copy) : 0;
         if (code) log_xid(code);
         pthread_mutex_lock(&elock);
         if (code && !pending_fault) pending_fault = code;

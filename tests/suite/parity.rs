@@ -102,14 +102,13 @@ fn each_attribution_case_tells_the_same_story_in_both_modes_on_either_stand_in_w
     // NaN/Inf in A and in C, an overflow, a bad leading dimension, a destroyed handle, a host
     // pointer, an operand out of bounds, a freed buffer, a kernel fault (CUDASHIM_ASYNC_FAULT=2
     // makes the second GEMM's kernel fault), on the asynchronous stand-in.
-    let cases = ["nan_a", "nan_c_beta1", "overflow", "bad_lda", "bad_handle", "host_pointer", "out_of_bounds", "use_after_free", "async"];
+    // A device-mode scalar in host memory (device_scalars) makes the stand-in's kernel fault.
+    let cases = ["nan_a", "nan_c_beta1", "overflow", "bad_lda", "bad_handle", "host_pointer", "out_of_bounds", "use_after_free", "device_scalars", "async"];
     let program = scenarios();
     let mut differ = Vec::new();
-    // The synchronous stand-in (CUDASHIM_SYNC=1) is left out for now: it runs each kernel
-    // inside its launch, so the breadcrumb after a kernel that faulted cannot be enqueued, and
-    // the default then leaves a kernel fault after a call with a fault of its own unattached
-    // (issue 43, noted as still open).
-    for standin in ["async"] {
+    // The synchronous stand-in (CUDASHIM_SYNC=1) runs each kernel inside its launch: a kernel
+    // fault is there before the call returns, before any breadcrumb could follow it.
+    for standin in ["async", "sync"] {
         for case in cases {
             let told = |mode: &str| {
                 let mut env = vec![("CUBLASGUARD_SYNC", mode)];
@@ -142,4 +141,34 @@ fn each_attribution_case_tells_the_same_story_in_both_modes_on_either_stand_in_w
         }
     }
     assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+#[test]
+fn a_fault_reads_the_same_whatever_the_timing_of_the_device() {
+    // Issue 43, point 5: a host-memory scalar, an operand past its allocation and a freed one
+    // make the stand-in's kernel fault. Whether the device ran that kernel before the call
+    // returned (the synchronous stand-in), soon after, or 20 ms later, the default mode writes
+    // the same fault: the same words, the same CUDA error from the same call, found at the call.
+    let program = scenarios();
+    let timings: [&[(&str, &str)]; 3] = [&[], &[("CUDASHIM_WORKER_DELAY_US", "20000")], &[("CUDASHIM_SYNC", "1")]];
+    for case in ["device_scalars", "host_pointer", "out_of_bounds", "use_after_free"] {
+        let told: Vec<Vec<String>> = timings
+            .iter()
+            .map(|env| {
+                let args = [case];
+                let trace = run(Launch { env, ..Launch::new(&program, &args) }).trace();
+                trace
+                    .faults
+                    .iter()
+                    .map(|f| {
+                        let error = f.error.as_ref().map(|e| (e.code, e.call.clone()));
+                        format!("{:?} #{} {error:?} found at {:?}: {}", f.kind, f.seq, f.found_at_seq, without_addresses(&f.message))
+                    })
+                    .collect()
+            })
+            .collect();
+        assert!(told[0].iter().any(|f| f.contains("Some((700, ")), "{case}: the kernel's fault attached: {:#?}", told[0]);
+        assert_eq!(told[1], told[0], "{case}: the device 20 ms behind");
+        assert_eq!(told[2], told[0], "{case}: the synchronous stand-in");
+    }
 }

@@ -21,24 +21,6 @@ fn console_block(readme: &str) -> Vec<String> {
     readme[start..end].lines().map(str::to_string).collect()
 }
 
-/// Addresses differ from run to run: each 0x... of 6 or more hex digits becomes 0xADDR.
-fn without_addresses(line: &str) -> String {
-    let mut out = String::new();
-    let mut rest = line;
-    while let Some(i) = rest.find("0x") {
-        out.push_str(&rest[..i]);
-        let digits = rest[i + 2..].chars().take_while(|c| c.is_ascii_hexdigit()).count();
-        if digits >= 6 {
-            out.push_str("0xADDR");
-        } else {
-            out.push_str(&rest[i..i + 2 + digits]);
-        }
-        rest = &rest[i + 2 + digits..];
-    }
-    out.push_str(rest);
-    out
-}
-
 /// What the README's `cargo build --release` leaves in target/release (the command, the
 /// library, the stand-in stack), assembled from where this `cargo test` put them: the README's
 /// quick start runs `cargo run --release -- demo` then `cargo test --release`, neither of which

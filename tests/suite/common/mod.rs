@@ -299,3 +299,21 @@ pub fn line_of(file: &std::path::Path, marker: &str) -> u32 {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     text.lines().position(|l| l.contains(marker)).unwrap_or_else(|| panic!("no {marker} in {}", file.display())) as u32 + 1
 }
+
+/// Addresses differ from run to run: each 0x... of 6 or more hex digits becomes 0xADDR.
+pub fn without_addresses(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(i) = rest.find("0x") {
+        out.push_str(&rest[..i]);
+        let digits = rest[i + 2..].chars().take_while(|c| c.is_ascii_hexdigit()).count();
+        if digits >= 6 {
+            out.push_str("0xADDR");
+        } else {
+            out.push_str(&rest[i..i + 2 + digits]);
+        }
+        rest = &rest[i + 2 + digits..];
+    }
+    out.push_str(rest);
+    out
+}

@@ -149,7 +149,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         if let Some(r) = &recording {
             r.after_call();
         }
-        if deferred && check.awaits_completion(forwarded, checks) {
+        if deferred && check.awaits_completion(forwarded, checks) && !check.expects_device_fault() {
             check.breadcrumb_left = call.device.breadcrumb(check.stream(), call.issued());
         }
         if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, call.device, scans, buf) {
@@ -697,6 +697,20 @@ mod tests {
         s.device.breadcrumbs_work.set(true);
         sgemm(&s, A, 2, 0, &Cell::new(0));
         assert_eq!((s.device.breadcrumbs.borrow().len(), s.device.synchronisations.get()), (0, 2));
+    }
+
+    #[test]
+    fn under_deferred_a_call_found_to_hand_the_kernel_bad_memory_is_synchronised_as_in_gemm_mode() {
+        // A starts 8 bytes into its 16-byte allocation: the kernel will read past it and fault;
+        // waiting for that here, as gemm mode does, attaches its error to this call's fault
+        // whatever the device's timing, where a breadcrumb would leave it to a later call.
+        let mut s = setup(OnFault::Continue, 1.0);
+        s.session.config.sync = crate::config::SyncMode::Deferred;
+        s.session.config.checks = crate::config::Checks::parse("args,bounds,sync").unwrap();
+        s.device.breadcrumbs_work.set(true);
+        sgemm(&s, A + 8, 2, 0, &Cell::new(0));
+        assert_eq!(faults(&s).iter().map(|f| f.kind).collect::<Vec<_>>(), [FaultKind::OutOfBounds]);
+        assert_eq!((s.device.breadcrumbs.borrow().len(), s.device.synchronisations.get()), (0, 1));
     }
 
     #[test]

@@ -287,6 +287,15 @@ impl<'a> OperandCallCheck<'a> {
         forwarded && checks.sync && !self.capturing && !self.is_empty() && self.pending_before == 0 && self.call.argument_problem.is_none()
     }
 
+    /// The call was found, before it ran, to hand the library memory its kernel cannot read
+    /// (host memory, past an allocation, freed): the kernel is expected to fault. Such a call is
+    /// synchronised right after it in every mode, so that the error it causes is attached to its
+    /// own fault the same way whatever the timing of the device (a breadcrumb would leave that
+    /// to whichever later call happens to see the error first).
+    pub fn expects_device_fault(&self) -> bool {
+        self.found_before && self.finding.as_ref().is_some_and(|f| matches!(f.kind, FaultKind::HostPointer | FaultKind::OutOfBounds | FaultKind::UseAfterFree))
+    }
+
     /// Nothing is read or written (a zero dimension or batch).
     pub(super) fn is_empty(&self) -> bool {
         !self.operands.iter().flatten().any(|o| o.spec.role.written() && o.extent.unwrap_or(0) > 0 && o.spec.members.count() > 0)
