@@ -3,7 +3,10 @@
  * third one's kernel fault when it runs), then cudaMemcpyAsync (not a synchronisation) until
  * it reports the error, then abort() (or exit(1), or a null write: argv[1]). With "create", the
  * program instead creates a second cuBLAS handle once the context is lost, and exits 2 when
- * that fails, as a program that sets up another library after the fault does. */
+ * that fails, as a program that sets up another library after the fault does; with "cudnn",
+ * it creates a cuDNN handle (libcudnn.so.9 loaded then), with "malloc" it allocates more
+ * device memory instead. */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,12 +42,27 @@ int main(int argc, char **argv) {
     cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice);
     const float one = 1.0f, zero = 0.0f;
     for (int i = 0; i < 3; i++) cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, a, N, &zero, c, N);
-    if (!strcmp(how, "create")) {
+    if (!strcmp(how, "create") || !strcmp(how, "malloc") || !strcmp(how, "cudnn")) {
         cudaError_t e = cudaSuccess;
         for (int tries = 0; tries < 5000 && e == cudaSuccess; tries++) {
             usleep(1000);
             e = cudaStreamQuery(0) == cudaErrorNotReady ? cudaSuccess : cudaPeekAtLastError();
             if (e == cudaSuccess && cudaStreamQuery(0) != cudaSuccess) e = cudaStreamQuery(0);
+        }
+        if (!strcmp(how, "cudnn")) {
+            /* Loaded as frameworks load it, after the fault. */
+            void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+            int (*create)(void **) = lib ? (int (*)(void **))dlsym(lib, "cudnnCreate") : NULL;
+            void *dnn = NULL;
+            int st = create ? create(&dnn) : -1;
+            printf("cudnnCreate=%d\n", st);
+            return st ? 2 : 0;
+        }
+        if (!strcmp(how, "malloc")) {
+            void *more = NULL;
+            cudaError_t st = cudaMalloc(&more, 1 << 20);
+            printf("cudaMalloc=%d\n", (int)st);
+            return st ? 2 : 0;
         }
         cublasHandle_t second;
         int st = cublasCreate(&second);

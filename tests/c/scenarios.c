@@ -74,6 +74,10 @@ int main(int argc, char **argv) {
         a[3 * N + 0] = INFINITY;
         cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
         gemm(da, db, &zero, dc);
+    } else if (!strcmp(s, "inf_b")) {
+        b[2 * N + 3] = -INFINITY; /* row 3, col 2 */
+        cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice);
+        gemm(da, db, &zero, dc);
     } else if (!strcmp(s, "nan_c_beta0")) {
         c[5] = NAN;
         cudaMemcpy(dc, c, sizeof c, cudaMemcpyHostToDevice);

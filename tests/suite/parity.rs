@@ -4,15 +4,21 @@
 use crate::common::*;
 use cublasguard_format::trace::{FaultKind, Trace};
 
+/// abort_after_error.c run `how`, in `mode`, on the asynchronous stand-in (on the synchronous
+/// one a kernel fault is pending until a synchronisation: the program's unhooked calls never
+/// see it, and it does not die).
 fn abort_after_error(how: &str, mode: &str) -> Trace {
     let program = build_c("abort_after_error", &["abort_after_error.c"], false);
-    let env = [("CUBLASGUARD_SYNC", mode), ("CUDASHIM_ASYNC_FAULT", "3")];
+    // The stand-in's cuDNN on the library path, for "cudnn".
+    let s = standin();
+    let libpath = format!("{}:{}:{}", s.join("lib").display(), s.join("driver").display(), s.join("cudnn").display());
+    let env = [("CUBLASGUARD_SYNC", mode), ("CUDASHIM_ASYNC_FAULT", "3"), ("LD_LIBRARY_PATH", libpath.as_str())];
     let args = [how];
     let run = run_within(Launch { env: &env, ..Launch::new(&program, &args) }, std::time::Duration::from_secs(60))
         .unwrap_or_else(|| panic!("{how} {mode}: still running after a minute"));
     let expected = match how {
         "exit" => Some(1),
-        "create" => Some(2),
+        "create" | "cudnn" | "malloc" => Some(2),
         _ => None, // killed by its signal
     };
     assert_eq!(run.code(), expected, "{how} {mode}: {}", run.stderr());
@@ -44,28 +50,36 @@ fn own_line(fault: &cublasguard_format::trace::Fault) -> Option<String> {
 #[test]
 fn a_kernel_fault_pinned_by_breadcrumbs_carries_the_gemms_own_line_as_in_gemm_mode() {
     // gemm mode records the fault at the GEMM, with its backtrace; the default pins it there
-    // later, at the program's cudaMemcpyAsync (line 55) or at exit, and must name the GEMM's
-    // line (41) from what it kept at the GEMM, not the line where the error surfaced.
+    // later, at the program's cudaMemcpyAsync or at exit, and must name the GEMM's line from
+    // what it kept at the GEMM, not the line where the error surfaced.
+    let source = std::fs::read_to_string(manifest_dir().join("tests/c/abort_after_error.c")).expect("the program's source");
+    let gemm_line = source.lines().position(|l| l.contains("cublasSgemm(handle")).expect("the GEMM's line") + 1;
     for how in ["abort", "exit"] {
         let (deferred, gemm_mode) = (abort_after_error(how, "deferred"), abort_after_error(how, "gemm"));
         let lines = |t: &Trace| t.faults.iter().map(own_line).collect::<Vec<_>>();
-        assert_eq!(lines(&gemm_mode), [Some("abort_after_error.c:41".to_string())], "{how}: {:#?}", gemm_mode.faults);
+        assert_eq!(lines(&gemm_mode), [Some(format!("abort_after_error.c:{gemm_line}"))], "{how}: {:#?}", gemm_mode.faults);
         assert_eq!(lines(&deferred), lines(&gemm_mode), "{how}: {:#?}", deferred.faults);
     }
 }
 
 #[test]
-fn a_cublas_create_that_fails_after_a_kernel_fault_is_blamed_on_the_lost_context_in_both_modes() {
+fn a_cublas_or_cudnn_create_that_fails_after_a_kernel_fault_is_blamed_on_the_lost_context_in_both_modes() {
     // The third GEMM's kernel faults; nothing synchronises; the program creates a second
-    // handle, which fails (NOT_INITIALIZED). Both modes: the GEMM's async_error, then the
-    // create's init_failed with the context lost since that GEMM.
-    let (deferred, gemm_mode) = (abort_after_error("create", "deferred"), abort_after_error("create", "gemm"));
-    let named =
-        |t: &Trace| t.faults.iter().map(|f| (f.kind, f.api.clone(), f.seq, f.cause.as_ref().map(|c| (c.kind, c.pending_since_seq)))).collect::<Vec<_>>();
-    let g = named(&gemm_mode);
-    assert_eq!(g.iter().map(|f| f.0).collect::<Vec<_>>(), [FaultKind::AsyncError, FaultKind::InitFailed], "{g:?}");
-    assert_eq!(g[1].3.map(|c| c.1), Some(Some(g[0].2)), "pending since the GEMM: {g:?}");
-    assert_eq!(named(&deferred), g, "{:#?}", deferred.faults);
+    // cuBLAS handle, or a cuDNN one, which fails (NOT_INITIALIZED). Both modes: the GEMM's
+    // async_error, then the create's init_failed with the context lost since that GEMM.
+    for (how, create) in [("create", "cublasCreate_v2"), ("cudnn", "cudnnCreate")] {
+        let (deferred, gemm_mode) = (abort_after_error(how, "deferred"), abort_after_error(how, "gemm"));
+        let named =
+            |t: &Trace| t.faults.iter().map(|f| (f.kind, f.api.clone(), f.seq, f.cause.as_ref().map(|c| (c.kind, c.pending_since_seq)))).collect::<Vec<_>>();
+        let g = named(&gemm_mode);
+        assert_eq!(
+            g.iter().map(|f| (f.0, f.1.as_str())).collect::<Vec<_>>(),
+            [(FaultKind::AsyncError, "cublasSgemm_v2"), (FaultKind::InitFailed, create)],
+            "{g:?}"
+        );
+        assert_eq!(g[1].3.map(|c| c.1), Some(Some(g[0].2)), "{how}: pending since the GEMM: {g:?}");
+        assert_eq!(named(&deferred), g, "{how}: {:#?}", deferred.faults);
+    }
 }
 
 /// What a fault says, field by field, that both modes must agree on: everything but when and
@@ -99,11 +113,12 @@ fn story_of(f: &cublasguard_format::trace::Fault, scans: bool) -> String {
 
 #[test]
 fn each_attribution_case_tells_the_same_story_in_both_modes_on_either_stand_in_with_the_programs_own_line() {
-    // NaN/Inf in A and in C, an overflow, a bad leading dimension, a destroyed handle, a host
-    // pointer, an operand out of bounds, a freed buffer, a kernel fault (CUDASHIM_ASYNC_FAULT=2
-    // makes the second GEMM's kernel fault), on the asynchronous stand-in.
-    // A device-mode scalar in host memory (device_scalars) makes the stand-in's kernel fault.
-    let cases = ["nan_a", "nan_c_beta1", "overflow", "bad_lda", "bad_handle", "host_pointer", "out_of_bounds", "use_after_free", "device_scalars", "async"];
+    // NaN/Inf in A, -Inf in B, NaN in C, an overflow, a bad leading dimension, a destroyed
+    // handle, a host pointer, an operand out of bounds, a freed buffer, a device-mode scalar in
+    // host memory (the stand-in's kernel then faults), a kernel fault (CUDASHIM_ASYNC_FAULT=2
+    // makes the second GEMM's kernel fault).
+    let cases =
+        ["nan_a", "inf_b", "nan_c_beta1", "overflow", "bad_lda", "bad_handle", "host_pointer", "out_of_bounds", "use_after_free", "device_scalars", "async"];
     let program = scenarios();
     let mut differ = Vec::new();
     // The synchronous stand-in (CUDASHIM_SYNC=1) runs each kernel inside its launch: a kernel
@@ -171,4 +186,15 @@ fn a_fault_reads_the_same_whatever_the_timing_of_the_device() {
         assert_eq!(told[1], told[0], "{case}: the device 20 ms behind");
         assert_eq!(told[2], told[0], "{case}: the synchronous stand-in");
     }
+}
+
+#[test]
+fn a_cuda_malloc_that_fails_after_a_kernel_fault_tells_the_same_story_in_both_modes() {
+    // As with cublasCreate: the third GEMM's kernel faults, nothing synchronises, and the
+    // program's next cudaMalloc fails with the sticky error.
+    let (deferred, gemm_mode) = (abort_after_error("malloc", "deferred"), abort_after_error("malloc", "gemm"));
+    let named = |t: &Trace| t.faults.iter().map(|f| (f.kind, f.api.clone(), f.seq, f.error.as_ref().map(|e| e.code))).collect::<Vec<_>>();
+    let g = named(&gemm_mode);
+    assert_eq!(g.first().map(|f| (f.0, f.1.as_str(), f.3)), Some((FaultKind::AsyncError, "cublasSgemm_v2", Some(700))), "{g:?}");
+    assert_eq!(named(&deferred), g, "{:#?}", deferred.faults);
 }

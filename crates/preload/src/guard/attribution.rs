@@ -14,9 +14,11 @@ use crate::session::breadcrumbs::{Issued, Progress};
 use crate::trace::{hex, FaultKind, StreamProgress};
 
 /// Records the unattributed sticky error `status` that this call saw (`where_`: how it
-/// surfaced, for the message; `args` and `stream`: this call's). True when it was recorded
-/// (then the caller reports nothing more about it); false when the error is not a sticky one
-/// or was attributed before.
+/// surfaced, for the message; `args` and `stream`: this call's). True when it was recorded on
+/// this call (then the caller reports nothing more about it); false when the error is not a
+/// sticky one, was attributed before, or was now pinned on the earlier call that caused it: a
+/// call of the program's that failed because of it then reports its own failure, as it would
+/// in gemm mode, where the error was known since that earlier call (`lost_since` says so).
 pub(crate) fn surfaced<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, args: CallArgs, stream: Option<u64>) -> bool {
     attribute(call, status, where_, args, stream, false)
 }
@@ -58,7 +60,7 @@ fn attribute<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, args: CallA
     if let [only] = behind[..] {
         if let Some(first) = only.first_unfinished {
             blame_unfinished(call, status, where_, only, first, &progress);
-            return true;
+            return false;
         }
     }
     s.note_error(status, call.seq);
@@ -124,6 +126,13 @@ fn attribute<R: Copy>(call: &Call<'_, R>, status: i32, where_: &str, args: CallA
     }
     call.report(fault);
     true
+}
+
+/// For the message of a call that failed with `status`: since when the context has been
+/// lost, when `status` is the error already attributed to an earlier call.
+pub(crate) fn lost_since(s: &crate::session::Session, status: i32) -> Option<String> {
+    let k = s.known_error().filter(|k| k.code == status)?;
+    Some(format!(": the CUDA context has been unusable since {} ({}) at call #{}", cuda::cuda_error_name(k.code), k.code, k.seq))
 }
 
 /// Records the error on `first`, the first call on `stream` whose breadcrumb never landed.
@@ -245,14 +254,21 @@ mod tests {
         s
     }
 
-    /// Call 5 (a cudaMemcpy) sees the error; the faults recorded.
-    fn surface(s: &crate::session::Session) -> Vec<crate::trace::Fault> {
+    /// Call 5 (a cudaMemcpy) sees the error; the faults recorded, and whether the fault was
+    /// recorded on the copy itself.
+    fn surface_at(s: &crate::session::Session) -> (Vec<crate::trace::Fault>, bool) {
         let (device, outlet, memo) = (ModelDevice::default(), ModelOutlet::default(), crate::state::ThreadMemo::new());
         let forward = || ILLEGAL_ADDRESS;
         let call = Call::begin(s, Hook::cudaMemcpy, &device, &outlet, &forward, OnThread { id: 7, memo: &memo, frame: Default::default() });
-        assert!(surfaced(&call, ILLEGAL_ADDRESS, "the copy", CallArgs::None, None));
+        let on_the_copy = surfaced(&call, ILLEGAL_ADDRESS, "the copy", CallArgs::None, None);
         assert!(!surfaced(&call, ILLEGAL_ADDRESS, "the copy", CallArgs::None, None), "attributed once");
-        s.trace(Default::default()).faults
+        let faults = s.trace(Default::default()).faults;
+        assert_eq!(on_the_copy, faults.iter().any(|f| f.seq == 5), "true exactly when recorded on the copy: {faults:#?}");
+        (faults, on_the_copy)
+    }
+
+    fn surface(s: &crate::session::Session) -> Vec<crate::trace::Fault> {
+        surface_at(s).0
     }
 
     #[test]
@@ -264,6 +280,9 @@ mod tests {
         assert_eq!(f[0].backtrace, ["model call site 0x5002"], "the blamed call's own line, kept at it, not the copy's stack");
         assert_eq!(f[0].breadcrumbs[0].last_landed, Some(1));
         assert_eq!(s.known_error().map(|k| (k.code, k.seq)), Some((ILLEGAL_ADDRESS, 2)), "later calls say since call #2");
+        // The copy, pinned elsewhere, reports its own failure as in gemm mode, saying since when.
+        assert_eq!(lost_since(&s, ILLEGAL_ADDRESS).as_deref(), Some(": the CUDA context has been unusable since cudaErrorIllegalAddress (700) at call #2"));
+        assert_eq!(lost_since(&s, 2), None, "another error");
     }
 
     #[test]

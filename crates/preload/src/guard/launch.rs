@@ -258,10 +258,8 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
             return status;
         }
         let mut message = format!("launching {} returned {} ({status})", kernel(), cuda::cuda_error_name(status));
-        if let Some(k) = s.known_error().filter(|k| k.code == status) {
-            // Not this launch's fault: the context was lost before it.
-            message.push_str(&format!(": the CUDA context has been unusable since {} ({}) at call #{}", cuda::cuda_error_name(k.code), k.code, k.seq));
-        }
+        // Not this launch's fault when the context was lost before it.
+        message.extend(super::attribution::lost_since(s, status));
         let finding = Finding::new(FaultKind::ApiError, message);
         let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
         launch_args(&mut fault, kernel(), func, grid, block, shared, stream);
@@ -335,7 +333,9 @@ fn launched_graph(call: &Call<'_, c_int>, exec: u64, stream: u64) -> c_int {
     call.record(status, recorded);
     if status != cuda::CUDA_SUCCESS {
         if !super::attribution::surfaced(call, status, &format!("{} itself", call.api()), recorded, Some(stream)) {
-            let finding = Finding::new(FaultKind::ApiError, format!("launching graph {} returned {} ({status})", hex(exec), cuda::cuda_error_name(status)));
+            let mut message = format!("launching graph {} returned {} ({status})", hex(exec), cuda::cuda_error_name(status));
+            message.extend(super::attribution::lost_since(s, status));
+            let finding = Finding::new(FaultKind::ApiError, message);
             let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
             fault.args = recorded.to_args();
             fault.stream = Some(hex(stream));

@@ -55,7 +55,9 @@ fn report_failure(call: &Call<'_, c_int>, status: c_int, size: usize, stream: Op
     let finding = if status == 2 {
         Finding::new(FaultKind::AllocFailed, format!("{} of {size} bytes failed: out of device memory (see memory for what was free)", call.api()))
     } else {
-        Finding::new(FaultKind::ApiError, format!("returned {} ({status})", cuda::cuda_error_name(status)))
+        let mut message = format!("returned {} ({status})", cuda::cuda_error_name(status));
+        message.extend(super::attribution::lost_since(call.session, status));
+        Finding::new(FaultKind::ApiError, message)
     };
     let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
     fault.args = CallArgs::Size { size: size as u64, stream }.to_args();
@@ -95,6 +97,7 @@ fn release(call: &Call<'_, c_int>, ptr: *mut c_void, stream: Option<Stream>) -> 
         return status;
     }
     let mut message = format!("returned {} ({status})", cuda::cuda_error_name(status));
+    message.extend(super::attribution::lost_since(s, status));
     if was_tracked.is_none() && base != 0 {
         message.push_str(&format!(": {} is not the start of a live allocation the guard saw (freed twice, or not from cudaMalloc)", hex(base)));
     }
