@@ -11,6 +11,7 @@
 #   MODES   the CUBLASGUARD_CHECKS values to measure ("all": the variable unset, every check);
 #           default "none args,bounds all"
 #   REPS    runs of each size, the lowest total kept (default 3)
+#   FORM    the call made: sgemm (default), gemm_ex, strided_ex or strided (benches/c/gemm_loop.c)
 #   NVML    CUBLASGUARD_NVML for the runs (default 0; see below)
 #   CUBLASGUARD_SYNC  passed on as set: unset, the guard's default (`deferred` since issue 29;
 #           BENCHMARKS.md's "all checks" rows before it are `gemm`). `none` and `args,bounds`
@@ -49,7 +50,7 @@ total() {
             [ "$mode" = all ] || env+=(CUBLASGUARD_CHECKS="$mode")
         fi
         (cd "$work" && env -u CUBLASGUARD_TRACE -u CUBLASGUARD_CHECKS -u LD_PRELOAD "${env[@]}" \
-            valgrind --tool=callgrind --callgrind-out-file="$work/out" ./gemm_loop 2 2 2 "$calls" >/dev/null 2>"$work/err") ||
+            valgrind --tool=callgrind --callgrind-out-file="$work/out" ./gemm_loop 2 2 2 "$calls" "${FORM:-sgemm}" >/dev/null 2>"$work/err") ||
             { echo "the $calls-call run failed ($lib, $mode):" >&2; tail -5 "$work/err" >&2; exit 1; }
         n=$(awk '/^(summary|totals):/ {print $2; exit}' "$work/out")
         if [ -z "$best" ] || [ "$n" -lt "$best" ]; then best=$n; fi

@@ -1,7 +1,10 @@
 /* Times `calls` cublasSgemm_v2 calls of size m x n x k on the stand-in stack and prints the
- * mean nanoseconds per call: gemm_loop M N K CALLS. The same binary runs bare and guarded. */
+ * mean nanoseconds per call: gemm_loop M N K CALLS [FORM]. The same binary runs bare and
+ * guarded. FORM: sgemm (the default), gemm_ex (cublasGemmEx, f32 with CUBLAS_COMPUTE_32F),
+ * strided_ex (cublasGemmStridedBatchedEx, one member) or strided (cublasSgemmStridedBatched). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <cublas_v2.h>
@@ -11,6 +14,23 @@ static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int gemm(cublasHandle_t h, int which, int m, int n, int k, const void *a, const void *b, void *c) {
+    static const float one = 1, zero = 0;
+    long long sa = (long long)m * k, sb = (long long)k * n, sc = (long long)m * n;
+    switch (which) {
+    case 1:
+        return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, CUDA_R_32F, m, b, CUDA_R_32F, k, &zero, c, CUDA_R_32F, m,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    case 2:
+        return cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, CUDA_R_32F, m, sa, b, CUDA_R_32F, k, sb, &zero, c,
+                                          CUDA_R_32F, m, sc, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    case 3:
+        return cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, sa, b, k, sb, &zero, c, m, sc, 1);
+    default:
+        return cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, b, k, &zero, c, m);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -27,12 +47,12 @@ int main(int argc, char **argv) {
     cudaMalloc(&c, (size_t)m * n * sizeof(float));
     cudaMemcpy(a, host, (size_t)m * k * sizeof(float), cudaMemcpyHostToDevice);
     cudaMemcpy(b, host, (size_t)k * n * sizeof(float), cudaMemcpyHostToDevice);
-    const float one = 1, zero = 0;
+    const char *form = argc > 5 ? argv[5] : "sgemm";
+    int which = !strcmp(form, "gemm_ex") ? 1 : !strcmp(form, "strided_ex") ? 2 : !strcmp(form, "strided") ? 3 : 0;
     for (int i = 0; i < calls / 10 + 1; i++) /* warm up */
-        cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, b, k, &zero, c, m);
+        if (gemm(h, which, m, n, k, a, b, c) != CUBLAS_STATUS_SUCCESS) return 4;
     double start = now();
-    for (int i = 0; i < calls; i++)
-        cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, b, k, &zero, c, m);
+    for (int i = 0; i < calls; i++) gemm(h, which, m, n, k, a, b, c);
     printf("%.1f\n", (now() - start) / calls);
     return 0;
 }

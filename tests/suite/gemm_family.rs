@@ -296,3 +296,40 @@ fn the_report_recognises_a_linear_layer_in_cublaslt() {
     assert!(body.contains("looks like nn.Linear(in_features=8, out_features=16) on a batch of 32"), "{body}");
     assert!(body.contains("epilogue=CUBLASLT_EPILOGUE_BIAS"), "{body}");
 }
+
+#[test]
+fn with_only_args_and_bounds_every_gemm_form_is_recorded_and_judged_as_its_handler_would() {
+    // The hook layer's lean path (issue 44, point 3) takes a call that `args` and `bounds`
+    // vouch for without its handler. Operand dumps keep every call on the handler's path, so
+    // the same run with them on is the reference: the same calls recorded with the same
+    // arguments, the same faults on the same calls.
+    let program = build_c("gemm_family", &["gemm_family.c"], false);
+    for (function, _) in VARIANTS {
+        for case in ["clean", "invalid", "oob", "types"] {
+            if case == "types" && !function.contains("Ex") {
+                continue;
+            }
+            let told = |dumps: bool| {
+                let mut env = vec![("CUBLASGUARD_CHECKS", "args,bounds")];
+                if dumps {
+                    env.push(("CUBLASGUARD_DUMP", "dumps"));
+                }
+                let args = [*function, case];
+                let run = run(Launch { env: &env, ..Launch::new(&program, &args) });
+                let t = run.trace();
+                // Addresses differ from run to run.
+                let calls: Vec<String> = t
+                    .recent_calls
+                    .iter()
+                    .map(|c| format!("#{} {} {} {:?}", c.seq, c.api, c.status, c.args))
+                    .map(|c| c.split("Address(").map(|p| p.trim_start_matches(|ch: char| ch.is_ascii_digit())).collect::<Vec<_>>().join("Address("))
+                    .collect();
+                let faults: Vec<String> = t.faults.iter().map(|f| format!("#{} {} {:?} {}", f.seq, f.api, f.kind, without_addresses(&f.message))).collect();
+                (run.stdout(), calls, faults)
+            };
+            let (lean, handler) = (told(false), told(true));
+            assert!(case == "clean" || !handler.2.is_empty(), "{function} {case}: the handler names it");
+            assert_eq!(lean, handler, "{function} {case}");
+        }
+    }
+}

@@ -251,7 +251,7 @@ pub fn scale_type(compute: ComputeType, c: DType) -> DType {
 
 /// Bytes a column-major matrix spans: `(ld * (cols - 1) + rows) * elem_size`, or 0 when it
 /// has no elements; `None` when a dimension is negative or the product overflows.
-#[inline]
+#[inline(always)]
 pub fn operand_extent(shape: StoredShape, elem_size: u64) -> Option<u64> {
     if shape.rows < 0 || shape.cols < 0 || shape.ld < 0 {
         return None;

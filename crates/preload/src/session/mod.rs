@@ -41,7 +41,7 @@ pub enum LeanGemm {
     /// Every check of a matrix multiply off and no dump to write: only forwarded and recorded.
     Unchecked,
     /// Only `args` and `bounds` of them on (no scan, no synchronisation, no dump, no origin
-    /// watch): forwarded and recorded when `gemm::PlainCall::clean_before` vouches that the checks
+    /// watch): forwarded and recorded when `gemm::DescribedGemm::clean_before` vouches that the checks
     /// would find nothing; otherwise through its handler.
     Prechecked,
 }

@@ -8,14 +8,18 @@
 //! - `operands`: the operand model (what a call reads and writes, and how it is batched);
 //! - `bounds`: pointers and extents against the live allocations;
 //! - `nonfinite`: NaN/Inf in what the call reads and writes;
+//! - `vouch`: whether the checks before a call would find nothing, from the tables alone (the
+//!   hook layer's lean path);
 //! - this file: the flow before and after the real call.
 
 mod bounds;
 mod nonfinite;
 mod operands;
+mod vouch;
 
 pub use nonfinite::scan_on_stream;
 pub use operands::{Members, OperandCall, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS};
+pub use vouch::operand_inside;
 
 use nonfinite::counts;
 use operands::describe;

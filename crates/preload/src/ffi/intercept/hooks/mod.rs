@@ -83,9 +83,10 @@ fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, frame: u64, forward: &
     }
 }
 
-/// A plain GEMM (a hook with `lean` in the table) with every check of a matrix multiply off and
-/// no dump to write (`LeanGemm::Unchecked`), or with only `args` and `bounds` on and vouched for
-/// by `PlainCall::clean_before` (`LeanGemm::Prechecked`): numbered, counted, timed, forwarded and
+/// A GEMM with `lean` in the table (the plain, Ex and strided-batch forms) with every check of a
+/// matrix multiply off and no dump to write (`LeanGemm::Unchecked`), or with only `args` and
+/// `bounds` on and vouched for by `DescribedGemm::clean_before` (`LeanGemm::Prechecked`):
+/// numbered, counted, timed, forwarded and
 /// recorded with its arguments by the export itself, without a `Call` or its handler (as
 /// `Call::begin`, `operand_call::guard`'s path for a clean call and `Call::record`, in order).
 /// Only a call that fails goes on to its handler, already forwarded, inside the panic catcher,
@@ -539,26 +540,26 @@ hook_table! {
     Cublas fn cublasDgemm_v2_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::dgemm, lean gemm::DGEMM;
     Cublas fn cublasHgemm(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::hgemm, lean gemm::HGEMM;
     Cublas fn cublasHgemm_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64) -> c_int => gemm::hgemm, lean gemm::HGEMM;
-    Cublas fn cublasSgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::sgemm_strided;
-    Cublas fn cublasSgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::sgemm_strided;
-    Cublas fn cublasDgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::dgemm_strided;
-    Cublas fn cublasDgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::dgemm_strided;
-    Cublas fn cublasHgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::hgemm_strided;
-    Cublas fn cublasHgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::hgemm_strided;
+    Cublas fn cublasSgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::sgemm_strided, lean gemm::SGEMM_STRIDED;
+    Cublas fn cublasSgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::sgemm_strided, lean gemm::SGEMM_STRIDED;
+    Cublas fn cublasDgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::dgemm_strided, lean gemm::DGEMM_STRIDED;
+    Cublas fn cublasDgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::dgemm_strided, lean gemm::DGEMM_STRIDED;
+    Cublas fn cublasHgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::hgemm_strided, lean gemm::HGEMM_STRIDED;
+    Cublas fn cublasHgemmStridedBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, sa: i64, b: P, ldb: i64, sb: i64, beta: P, c: P, ldc: i64, sc: i64, count: i64) -> c_int => gemm::hgemm_strided, lean gemm::HGEMM_STRIDED;
     Cublas fn cublasSgemmBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int, count: c_int) -> c_int => gemm::sgemm_batched;
     Cublas fn cublasSgemmBatched_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, lda: i64, b: P, ldb: i64, beta: P, c: P, ldc: i64, count: i64) -> c_int => gemm::sgemm_batched;
-    Cublas fn cublasGemmEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, b: P, bt: c_int, ldb: c_int, beta: P, c: P, ct: c_int, ldc: c_int, compute: c_int, algo: c_int) -> c_int => gemm::gemm_ex;
-    Cublas fn cublasGemmEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, b: P, bt: c_int, ldb: i64, beta: P, c: P, ct: c_int, ldc: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_ex;
-    Cublas fn cublasGemmStridedBatchedEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, sa: i64, b: P, bt: c_int, ldb: c_int, sb: i64, beta: P, c: P, ct: c_int, ldc: c_int, sc: i64, count: c_int, compute: c_int, algo: c_int) -> c_int => gemm::gemm_strided_ex;
-    Cublas fn cublasGemmStridedBatchedEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, sa: i64, b: P, bt: c_int, ldb: i64, sb: i64, beta: P, c: P, ct: c_int, ldc: i64, sc: i64, count: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_strided_ex;
+    Cublas fn cublasGemmEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, b: P, bt: c_int, ldb: c_int, beta: P, c: P, ct: c_int, ldc: c_int, compute: c_int, algo: c_int) -> c_int => gemm::gemm_ex, lean gemm::GEMM_EX;
+    Cublas fn cublasGemmEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, b: P, bt: c_int, ldb: i64, beta: P, c: P, ct: c_int, ldc: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_ex, lean gemm::GEMM_EX;
+    Cublas fn cublasGemmStridedBatchedEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, sa: i64, b: P, bt: c_int, ldb: c_int, sb: i64, beta: P, c: P, ct: c_int, ldc: c_int, sc: i64, count: c_int, compute: c_int, algo: c_int) -> c_int => gemm::gemm_strided_ex, lean gemm::STRIDED_GEMM_EX;
+    Cublas fn cublasGemmStridedBatchedEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, sa: i64, b: P, bt: c_int, ldb: i64, sb: i64, beta: P, c: P, ct: c_int, ldc: i64, sc: i64, count: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_strided_ex, lean gemm::STRIDED_GEMM_EX;
     Cublas fn cublasGemmBatchedEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, b: P, bt: c_int, ldb: c_int, beta: P, c: P, ct: c_int, ldc: c_int, count: c_int, compute: c_int, algo: c_int) -> c_int => gemm::gemm_batched_ex;
     Cublas fn cublasGemmBatchedEx_64(h: Handle, ta: c_int, tb: c_int, m: i64, n: i64, k: i64, alpha: P, a: P, at: c_int, lda: i64, b: P, bt: c_int, ldb: i64, beta: P, c: P, ct: c_int, ldc: i64, count: i64, compute: c_int, algo: c_int) -> c_int => gemm::gemm_batched_ex;
     Cublas fn cublasSetWorkspace_v2(handle: Handle, workspace: *mut c_void, bytes: usize) -> c_int => handles::set_workspace;
     Cublas fn cublasSgemmEx(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, at: c_int, lda: c_int, b: P, bt: c_int, ldb: c_int, beta: P, c: P, ct: c_int, ldc: c_int) -> c_int => gemm::sgemm_ex;
     Cublas fn cublasCgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::cgemm, lean gemm::CGEMM;
-    Cublas fn cublasCgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::cgemm_strided;
+    Cublas fn cublasCgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::cgemm_strided, lean gemm::CGEMM_STRIDED;
     Cublas fn cublasZgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::zgemm, lean gemm::ZGEMM;
-    Cublas fn cublasZgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::zgemm_strided;
+    Cublas fn cublasZgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::zgemm_strided, lean gemm::ZGEMM_STRIDED;
     Cublas fn cublasSgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::sgemv;
     Cublas fn cublasDgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::dgemv;
     Cublas fn cublasCgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::cgemv;
