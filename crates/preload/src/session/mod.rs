@@ -282,6 +282,11 @@ impl Session {
         self.scans.add_time(ns);
     }
 
+    /// A call on a stream capturing a CUDA graph, for the summary (never counted as scanned).
+    pub fn note_captured(&self) {
+        self.scans.note_captured();
+    }
+
     /// Operands scanned by an even sample (past CUBLASGUARD_SCAN_BYTES), for the summary.
     pub fn note_sampled(&self, operands: u64) {
         self.scans.note_sampled(operands);
@@ -607,6 +612,7 @@ impl Session {
             thread: call.thread,
             args,
             scanned: call.scanned,
+            captured: call.captured,
         }
     }
 }
@@ -770,7 +776,17 @@ mod tests {
         s.add_fault(fault(1), 0);
         s.note_error(700, 1);
         s.handles.created(0x77);
-        s.recorder.record(&RecordedCall { seq: 1, hook: 0, status: 0, time_ns: 1, duration_ns: 0, thread: 1, args: CallArgs::None, scanned: false });
+        s.recorder.record(&RecordedCall {
+            seq: 1,
+            hook: 0,
+            status: 0,
+            time_ns: 1,
+            duration_ns: 0,
+            thread: 1,
+            args: CallArgs::None,
+            scanned: false,
+            captured: false,
+        });
         let child = child_of(&s, 99, "child.json");
         let t = child.trace(Environment::default());
         assert!(t.faults.is_empty() && t.summary.calls.is_empty());

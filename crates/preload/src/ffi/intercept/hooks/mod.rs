@@ -155,7 +155,17 @@ impl<'t> LeanCall<'t> {
         }
         let time_ns = process::now_ns();
         let duration_ns = self.started.elapsed_ns(time_ns);
-        let call = RecordedCall { seq: self.seq, hook: self.hook.index() as u16, status, time_ns, duration_ns, thread: self.tid, args: lean(), scanned: false };
+        let call = RecordedCall {
+            seq: self.seq,
+            hook: self.hook.index() as u16,
+            status,
+            time_ns,
+            duration_ns,
+            thread: self.tid,
+            args: lean(),
+            scanned: false,
+            captured: false,
+        };
         self.s.recorder.record(&call);
         Ok(r)
     }

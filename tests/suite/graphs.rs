@@ -1,0 +1,82 @@
+//! CUDA graphs (issue 52): the guard never disturbs a capture, whatever the capture mode and
+//! whichever thread makes the first guarded call, in both modes; and a captured GEMM is never
+//! counted as scanned at capture. The stand-in enforces NVIDIA's capture rules (shims/engine.c):
+//! a page-locking, an allocation or a module load during a capture the thread's mode forbids
+//! is refused and invalidates the capture, and captured work runs only at each replay.
+
+use crate::common::*;
+
+const MODES: [&str; 2] = ["deferred", "gemm"];
+
+fn graphs() -> std::path::PathBuf {
+    build_c("graphs", &["graphs.c"], false)
+}
+
+/// Runs `case` of tests/c/graphs.c, guarded in `mode` (None: without the guard).
+fn run_case(case: &str, mode: Option<&str>) -> Run {
+    let program = graphs();
+    let args = [case];
+    let env = [("CUBLASGUARD_SYNC", mode.unwrap_or("deferred"))];
+    let run = run_within(Launch { env: &env, guarded: mode.is_some(), ..Launch::new(&program, &args) }, std::time::Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("{case} {mode:?}: still running after a minute"));
+    assert_eq!(run.code(), Some(0), "{case} {mode:?}:\n{}\n{}", run.stdout(), run.stderr());
+    run
+}
+
+/// What the program printed for a capture that went well and a replay that computed C.
+fn assert_captured_and_replayed(run: &Run, case: &str, mode: Option<&str>, c: &str) {
+    let out = run.stdout();
+    for line in ["begin=0\n", "end=0\n", "captured C=0\n", "instantiate=0\n", "sync=0\n", &format!("\nC={c}\n")] {
+        assert!(out.contains(line), "{case} {mode:?}: no {line:?} in\n{out}\n{}", run.stderr());
+    }
+    assert!(!out.contains("launch "), "{case} {mode:?}: a replay failed:\n{out}");
+}
+
+#[test]
+fn a_first_gemm_inside_a_global_capture_is_captured_and_replayed_correctly_in_both_modes() {
+    assert_captured_and_replayed(&run_case("global", None), "global", None, "8");
+    for mode in MODES {
+        let run = run_case("global", Some(mode));
+        assert_captured_and_replayed(&run, "global", Some(mode), "8");
+        assert!(run.stdout().contains("gemm=0\n"), "{mode}: {}", run.stdout());
+        assert!(run.trace().faults.is_empty(), "{mode}: {:#?}", run.trace().faults);
+    }
+}
+
+#[test]
+fn a_first_gemm_inside_a_thread_local_capture_is_captured_and_replayed_correctly_in_both_modes() {
+    assert_captured_and_replayed(&run_case("thread_local", None), "thread_local", None, "8");
+    for mode in MODES {
+        let run = run_case("thread_local", Some(mode));
+        assert_captured_and_replayed(&run, "thread_local", Some(mode), "8");
+        assert!(run.trace().faults.is_empty(), "{mode}: {:#?}", run.trace().faults);
+    }
+}
+
+#[test]
+fn another_threads_first_gemm_during_a_global_capture_leaves_the_capture_intact_in_both_modes() {
+    assert_captured_and_replayed(&run_case("other_thread", None), "other_thread", None, "2");
+    for mode in MODES {
+        let run = run_case("other_thread", Some(mode));
+        assert_captured_and_replayed(&run, "other_thread", Some(mode), "2");
+        assert!(run.stdout().contains("other gemm=0 C=8\n"), "{mode}: {}", run.stdout());
+        let trace = run.trace();
+        assert!(trace.faults.is_empty(), "{mode}: {:#?}", trace.faults);
+        // The other thread's GEMM ran outside any capture: it is checked as any call is.
+        let gemm = trace.recent_calls.iter().find(|c| c.api == "cublasSgemm_v2").expect("the other thread's GEMM");
+        assert!(gemm.scanned, "{mode}: {gemm:?}");
+    }
+}
+
+#[test]
+fn a_captured_gemm_is_not_counted_as_scanned_at_its_capture() {
+    for mode in MODES {
+        let run = run_case("nan", Some(mode));
+        assert!(run.stdout().contains("end=0\n"), "{mode}: {}", run.stdout());
+        let trace = run.trace();
+        let gemm = trace.recent_calls.iter().find(|c| c.api == "cublasSgemm_v2").expect("the captured GEMM");
+        assert!(!gemm.scanned, "{mode}: {gemm:?}");
+        assert_eq!(trace.summary.scanned_calls, 0, "{mode}: {:?}", trace.summary);
+        assert_eq!(trace.summary.captured_calls, 1, "{mode}: {:?}", trace.summary);
+    }
+}
