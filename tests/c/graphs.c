@@ -4,6 +4,9 @@
  *   other_thread  a second thread's ordinary first GEMM while the main thread runs a Global
  *                 capture (of a device-to-device copy), then the capture replayed
  *   nan           a GEMM whose input A holds a NaN (A[1,2]), captured, replayed 4 times
+ *   rules         the stand-in's capture rules: a cudaMalloc during a capture, by the capturing
+ *                 thread or another one, in each capture mode and thread mode ("name malloc=X
+ *                 end=Y" lines; 900: refused, 901: the capture was invalidated)
  * Prints each capture's end status and C (from a copy after the replays); C stays 0 until a
  * replay computes it (the stand-in records captured work and runs it at each launch). */
 #include <math.h>
@@ -54,8 +57,56 @@ static void *other_thread(void *arg) {
     return NULL;
 }
 
+/* A cudaMalloc in thread mode `mode` (its status in `status`). */
+struct allocation {
+    enum cudaStreamCaptureMode mode;
+    int status;
+};
+
+static void *allocate(void *arg) {
+    struct allocation *a = arg;
+    enum cudaStreamCaptureMode mode = a->mode;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    void *p = NULL;
+    a->status = cudaMalloc(&p, 256);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaGetLastError();
+    return NULL;
+}
+
+/* One rule: a capture in `capture_mode` on `st`, during which a cudaMalloc is made in thread
+ * mode `thread_mode`, by this thread or (`other`) another one. */
+static void rule(const char *name, cudaStream_t st, enum cudaStreamCaptureMode capture_mode, enum cudaStreamCaptureMode thread_mode, int other) {
+    cudaGraph_t g;
+    struct allocation a = {thread_mode, -1};
+    if (cudaStreamBeginCapture(st, capture_mode)) return;
+    if (other) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, allocate, &a) == 0) pthread_join(t, NULL);
+    } else {
+        allocate(&a);
+    }
+    int end = cudaStreamEndCapture(st, &g);
+    cudaGetLastError();
+    printf("%s malloc=%d end=%d\n", name, a.status, end);
+}
+
 int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "global";
+    if (!strcmp(how, "rules")) {
+        cudaStream_t st;
+        if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking)) return 4;
+        const enum cudaStreamCaptureMode G = cudaStreamCaptureModeGlobal, L = cudaStreamCaptureModeThreadLocal, R = cudaStreamCaptureModeRelaxed;
+        rule("own_global", st, G, G, 0);
+        rule("own_thread_local", st, L, G, 0);
+        rule("own_relaxed_capture", st, R, G, 0);
+        rule("own_relaxed_thread", st, G, R, 0);
+        rule("other_global", st, G, G, 1);
+        rule("other_thread_local_capture", st, L, G, 1);
+        rule("other_thread_local_thread", st, G, L, 1);
+        rule("other_relaxed_thread", st, G, R, 1);
+        return 0;
+    }
     float *a = device_matrix(1.0f), *b = device_matrix(2.0f), *c = device_matrix(0.0f);
     if (!a || !b || !c) return 4;
     if (!strcmp(how, "nan")) {

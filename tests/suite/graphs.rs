@@ -33,6 +33,25 @@ fn assert_captured_and_replayed(run: &Run, case: &str, mode: Option<&str>, c: &s
 }
 
 #[test]
+fn the_stand_in_refuses_what_each_capture_mode_forbids_and_the_refusal_invalidates_the_capture() {
+    // NVIDIA's rules (cudaThreadExchangeStreamCaptureMode): in Global mode a thread may not make
+    // a potentially unsafe call (here cudaMalloc) while it captures (unless its capture is
+    // Relaxed) or while another thread runs a Global capture; in ThreadLocal mode only its own
+    // capture counts; in Relaxed mode nothing does. The same with the guard in both modes.
+    let expected = "own_global malloc=900 end=901\n\
+                    own_thread_local malloc=900 end=901\n\
+                    own_relaxed_capture malloc=0 end=0\n\
+                    own_relaxed_thread malloc=0 end=0\n\
+                    other_global malloc=900 end=901\n\
+                    other_thread_local_capture malloc=0 end=0\n\
+                    other_thread_local_thread malloc=0 end=0\n\
+                    other_relaxed_thread malloc=0 end=0\n";
+    for mode in [None, Some("deferred"), Some("gemm")] {
+        assert_eq!(run_case("rules", mode).stdout(), expected, "{mode:?}");
+    }
+}
+
+#[test]
 fn a_first_gemm_inside_a_global_capture_is_captured_and_replayed_correctly_in_both_modes() {
     assert_captured_and_replayed(&run_case("global", None), "global", None, "8");
     for mode in MODES {
@@ -75,7 +94,7 @@ fn a_captured_gemm_is_not_counted_as_scanned_at_its_capture() {
         assert!(run.stdout().contains("end=0\n"), "{mode}: {}", run.stdout());
         let trace = run.trace();
         let gemm = trace.recent_calls.iter().find(|c| c.api == "cublasSgemm_v2").expect("the captured GEMM");
-        assert!(!gemm.scanned, "{mode}: {gemm:?}");
+        assert!(!gemm.scanned && gemm.captured, "{mode}: {gemm:?}");
         assert_eq!(trace.summary.scanned_calls, 0, "{mode}: {:?}", trace.summary);
         assert_eq!(trace.summary.captured_calls, 1, "{mode}: {:?}", trace.summary);
     }
