@@ -26,8 +26,8 @@ pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<
     }
     if captured > 0 {
         lines.push(format!(
-            "{captured} {} captured into a CUDA graph and not scanned for NaN/Inf: {} at each replay, which \
-             the guard does not scan yet (run a step without graphs to check them).",
+            "{captured} {} captured into a CUDA graph and not scanned at the capture: {} at each replay, \
+             scanned after each replay with CUBLASGUARD_SYNC=gemm only.",
             plural(captured, "call was", "calls were"),
             plural(captured, "its kernel runs", "their kernels run")
         ));

@@ -5,6 +5,7 @@
 //! is refused and invalidates the capture, and captured work runs only at each replay.
 
 use crate::common::*;
+use cublasguard_format::trace::FaultKind;
 
 const MODES: [&str; 2] = ["deferred", "gemm"];
 
@@ -98,4 +99,30 @@ fn a_captured_gemm_is_not_counted_as_scanned_at_its_capture() {
         assert_eq!(trace.summary.scanned_calls, 0, "{mode}: {:?}", trace.summary);
         assert_eq!(trace.summary.captured_calls, 1, "{mode}: {:?}", trace.summary);
     }
+}
+
+/// The first frame of `fault`'s backtrace in the C program's own source: "file.c:139".
+fn own_line(fault: &cublasguard_format::trace::Fault) -> Option<String> {
+    fault.backtrace.iter().find_map(|frame| {
+        let (_, after) = frame.split_once(" at ")?;
+        let location = after.split_whitespace().next()?;
+        location.contains("/tests/c/").then(|| location.rsplit('/').next().unwrap_or(location).to_string())
+    })
+}
+
+#[test]
+fn in_gemm_mode_a_nan_read_by_a_captured_gemm_is_found_at_the_graphs_first_replay_with_the_captured_line() {
+    // A[1,2] is NaN; the GEMM is captured, the graph replayed four times. Nothing is scanned at
+    // the capture; the first replay is scanned after it ran, and blamed, naming the captured
+    // call, its operand and element, and the line where it was captured (graphs.c, built -g).
+    let run = run_case("nan", Some("gemm"));
+    assert!(run.stdout().contains("end=0\n") && run.stdout().contains("sync=0\n"), "{}", run.stdout());
+    let trace = run.trace();
+    let gemm = trace.recent_calls.iter().find(|c| c.api == "cublasSgemm_v2").expect("the captured GEMM").seq;
+    let first_launch = trace.recent_calls.iter().find(|c| c.api == "cudaGraphLaunch").expect("a replay").seq;
+    let f = trace.faults.first().unwrap_or_else(|| panic!("no fault: {}", run.stderr()));
+    assert_eq!((f.kind, f.api.as_str(), f.seq), (FaultKind::NonfiniteInput, "cudaGraphLaunch", first_launch), "{}", f.message);
+    assert!(f.message.starts_with(&format!("A of cublasSgemm_v2 #{gemm} (captured into this graph")), "{}", f.message);
+    assert!(f.message.contains("1 NaN and 0 Inf") && f.message.ends_with("first at row 1, col 2"), "{}", f.message);
+    assert_eq!(own_line(f).as_deref(), Some("graphs.c:139"), "{:#?}", f.backtrace);
 }

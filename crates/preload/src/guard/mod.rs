@@ -11,6 +11,7 @@ pub(crate) mod blas;
 pub(crate) mod cudnn;
 pub(crate) mod dump;
 pub(crate) mod gemm;
+pub(crate) mod graphs;
 pub(crate) mod handles;
 pub(crate) mod launch;
 pub(crate) mod launch_pointers;

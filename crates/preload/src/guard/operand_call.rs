@@ -89,6 +89,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
     // it). Asked here once, for the checks too.
     let capture_query = checks.nan.then(|| call.device.is_capturing(OperandCallCheck::new(matmul, handle).stream()));
     let captured = capture_query == Some(Ok(true));
+    let keep_for_replays = captured;
     if captured {
         s.note_captured();
     }
@@ -167,6 +168,9 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, call.device, scans, buf) {
             s.note_error(code, call.seq);
         }
+        if keep_for_replays && forwarded && status == cuda::CUBLAS_SUCCESS && check.finding.is_none() {
+            keep_captured(call, matmul, check.stream());
+        }
         let produced_here = matches!(check.finding.as_ref().map(|f| f.kind), Some(FaultKind::AsyncError | FaultKind::NonfiniteOutput));
         let returned =
             if forwarded && s.config.on_fault == OnFault::Error && !check.found_before && produced_here { cuda::CUBLAS_EXECUTION_FAILED } else { status };
@@ -205,6 +209,26 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
     } else {
         body(&mut Vec::new())
     }
+}
+
+/// A call captured into a graph: its operands (each one matrix, not a batch; not the
+/// workspace), kept with the capture to be scanned after the graph's launches.
+fn keep_captured(call: &Call<'_, i32>, matmul: &OperandCall, stream: u64) {
+    use crate::check::operand_call::{Members, Role};
+    let site = call.call_site();
+    let kept = matmul.operands.iter().flatten().filter(|o| o.members == Members::One && o.role != Role::Workspace && o.triangle.is_none()).map(|o| {
+        crate::session::graphs::KeptOperand {
+            seq: call.seq,
+            hook: call.hook.index() as u16,
+            name: o.name,
+            addr: o.ptr,
+            shape: o.shape,
+            dtype: o.dtype,
+            role: o.role,
+            site,
+        }
+    });
+    call.session.graphs.keep(stream, kept);
 }
 
 /// What the scans found finite: a NaN found there later was written since; and how many

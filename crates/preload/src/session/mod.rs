@@ -18,6 +18,7 @@ pub mod call_site;
 mod device_scan;
 mod facts;
 mod faults;
+pub mod graphs;
 pub(crate) mod kernels;
 pub mod launch_memory;
 mod scans;
@@ -161,6 +162,8 @@ pub struct Session {
     /// CUBLASGUARD_SYNC=deferred: the calls whose NaN/Inf verdict waits for its scans to land
     /// (a forked child starts without: the regions they land in are its parent's).
     pub verdicts: verdicts::Verdicts,
+    /// What calls captured into CUDA graphs read and write, kept for the graphs' launches.
+    pub graphs: graphs::Graphs,
     /// The allocations each recent launch's parameters point into.
     pub launch_touches: launch_memory::LaunchTouches,
     /// When each allocation was last scanned and found finite.
@@ -232,6 +235,7 @@ impl Session {
             device_scan: DeviceScanState::default(),
             breadcrumbs: breadcrumbs::Breadcrumbs::default(),
             verdicts: verdicts::Verdicts::default(),
+            graphs: graphs::Graphs::default(),
             launch_touches: launch_memory::LaunchTouches::default(),
             finite_seen: launch_memory::FiniteSeen::default(),
             watched: launch_memory::Watched::default(),

@@ -18,7 +18,7 @@ use crate::ffi::intercept::real::{Library, RealSymbol};
 use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, ReentryOn};
 use crate::guard::launch::{self, Dim3, DriverLaunchConfig, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
-use crate::guard::{blas, cudnn, gemm, handles, lt, memory, sync, Call, OnThread, Outlet};
+use crate::guard::{blas, cudnn, gemm, graphs, handles, lt, memory, sync, Call, OnThread, Outlet};
 use crate::recorder::{CallArgs, RecordedCall};
 use crate::session::call_site::HookFrame;
 use crate::session::{LeanGemm, Recorded, Session};
@@ -669,6 +669,8 @@ hook_table! {
     Driver fn cuModuleGetFunction(function: *mut Handle, module: Handle, name: *const std::ffi::c_char) -> c_int => launch::module_get_function;
     Driver fn cuLibraryGetKernel(kernel: *mut Handle, library: Handle, name: *const std::ffi::c_char) -> c_int => launch::module_get_function;
     Driver fn cuKernelGetFunction(function: *mut Handle, kernel: Handle) -> c_int => launch::kernel_get_function;
+    Cudart fn cudaStreamEndCapture(stream: Stream, graph: *mut Handle) -> c_int => graphs::end_capture;
+    Cudart fn cudaGraphInstantiate(exec: *mut Handle, graph: Handle, flags: u64) -> c_int => graphs::instantiate;
     Cudart fn cudaGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch_ptsz(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
