@@ -434,6 +434,20 @@ int cudashim_engine_capture_exchange_mode(int *mode) {
 static int submit(const void *stream, int per_thread, shim_work_fn fn, shim_ready_fn ready, const void *arg,
                   size_t size, struct event *record);
 
+/* cudaGraphExecUpdate: the executable runs `graph`'s work from now on. 0, or 400 for a graph or
+ * an executable the stand-in never made. */
+int cudashim_engine_graph_update(void *exec, void *graph) {
+    pthread_mutex_lock(&elock);
+    struct shim_graph *e = NULL, *g = NULL;
+    for (struct shim_graph *it = graphs; it; it = it->next) {
+        if (it == exec) e = it;
+        if (it == graph) g = it;
+    }
+    if (e && g) e->items = g->items;
+    pthread_mutex_unlock(&elock);
+    return e && g ? 0 : 400;
+}
+
 /* One launch of a graph (an executable graph, the same object) on `stream`: its recorded work,
  * in order. 0, 400 for a graph the stand-in never made, or the context's error. */
 int cudashim_engine_graph_launch(void *graph, const void *stream, int per_thread) {

@@ -59,6 +59,7 @@ int cudashim_engine_capture_conflict(const void *stream, int per_thread);
 int cudashim_engine_capture_unsafe(void);
 int cudashim_engine_capture_exchange_mode(int *mode);
 int cudashim_engine_graph_launch(void *graph, const void *stream, int per_thread);
+int cudashim_engine_graph_update(void *exec, void *graph);
 
 /* The test gate (CUDASHIM_WORKER_HOLD): while held, the worker starts no work. */
 void cudashim_worker_hold(int held);

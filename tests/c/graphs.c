@@ -4,6 +4,9 @@
  *   other_thread  a second thread's ordinary first GEMM while the main thread runs a Global
  *                 capture (of a device-to-device copy), then the capture replayed
  *   nan           a GEMM whose input A holds a NaN (A[1,2]), captured, replayed 4 times
+ *   update        the NaN GEMM captured and instantiated, then the executable updated
+ *                 (cudaGraphExecUpdate) to a second capture of the same GEMM on a clean A (a2)
+ *                 and replayed 4 times
  *   rules         the stand-in's capture rules: a cudaMalloc during a capture, by the capturing
  *                 thread or another one, in each capture mode and thread mode ("name malloc=X
  *                 end=Y" lines; 900: refused, 901: the capture was invalidated)
@@ -109,7 +112,7 @@ int main(int argc, char **argv) {
     }
     float *a = device_matrix(1.0f), *b = device_matrix(2.0f), *c = device_matrix(0.0f);
     if (!a || !b || !c) return 4;
-    if (!strcmp(how, "nan")) {
+    if (!strcmp(how, "nan") || !strcmp(how, "update")) {
         float h[N * N];
         for (int i = 0; i < N * N; i++) h[i] = 1.0f;
         h[2 * N + 1] = NAN; /* A[1,2], column-major */
@@ -139,11 +142,20 @@ int main(int argc, char **argv) {
         int gemm = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, b, N, &zero, c, N); /* the captured line */
         printf("gemm=%d\n", gemm);
         end = cudaStreamEndCapture(st, &graph);
+        if (!end && !strcmp(how, "update")) {
+            float *a2 = device_matrix(1.0f);
+            cudaGraph_t second;
+            if (!a2 || cudaGraphInstantiate(&exec, graph, 0)) return 4;
+            printf("begin=%d\n", cudaStreamBeginCapture(st, mode));
+            cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a2, N, b, N, &zero, c, N);
+            if (cudaStreamEndCapture(st, &second)) return 4;
+            printf("update=%d\n", cudaGraphExecUpdate(exec, second, NULL));
+        }
     }
     printf("end=%d\n", end);
     if (end) return 1;
     printf("captured C=%g\n", first_of(c));
-    int instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    int instantiated = exec ? 0 : cudaGraphInstantiate(&exec, graph, 0);
     printf("instantiate=%d\n", instantiated);
     if (instantiated) return 1;
     for (int i = 0; i < replays; i++) {

@@ -1,6 +1,7 @@
 //! CUDA graphs: a call captured into a graph runs at each launch of the graph, not at its
 //! capture. Its operands are kept at the capture (`operand_call`), follow the capture to its
-//! graph (`cudaStreamEndCapture`) and the graph to its executables (`cudaGraphInstantiate`),
+//! graph (`cudaStreamEndCapture`) and the graph to its executables (`cudaGraphInstantiate`;
+//! `cudaGraphExecUpdate` gives an executable its new graph's),
 //! and with CUBLASGUARD_SYNC=gemm they are scanned after each launch: a NaN/Inf there is a
 //! fault on the launch, naming the captured call, its operand and element, and the line where
 //! the call was captured.
@@ -31,6 +32,17 @@ pub(crate) fn instantiate(call: &Call<'_, c_int>, exec: *mut *mut c_void, graph:
     call.record(status, CallArgs::None);
     let made = if status == cuda::CUDA_SUCCESS { super::parameters::written_u64(call, exec as u64).unwrap_or(0) } else { 0 };
     call.session.graphs.instantiate(graph as u64, made);
+    status
+}
+
+/// cudaGraphExecUpdate: an executable updated to `graph` runs `graph`'s calls from now on, and
+/// keeps what `graph` kept (nothing, if it kept nothing); a refused update changes nothing.
+pub(crate) fn exec_update(call: &Call<'_, c_int>, exec: *mut c_void, graph: *mut c_void, _info: *mut c_void) -> c_int {
+    let status = call.forward();
+    call.record(status, CallArgs::None);
+    if status == cuda::CUDA_SUCCESS {
+        call.session.graphs.instantiate(graph as u64, exec as u64);
+    }
     status
 }
 
