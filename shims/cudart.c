@@ -1011,6 +1011,16 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, void *r
     return gpu.graph_update(exec, graph) ? fail(cudaErrorInvalidValue) : cudaSuccess;
 }
 
+/* The same, with its flags (cudaGraphInstantiateFlagAutoFreeOnLaunch 1, PyTorch's; Upload 2,
+ * DeviceLaunch 4, UseNodePriority 8): accepted, and nothing more. */
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+    count_call(__func__);
+    ENTER();
+    if (!exec || !graph || flags & ~0xfull) return fail(cudaErrorInvalidValue);
+    *exec = (cudaGraphExec_t)graph;
+    return cudaSuccess;
+}
+
 static long graph_launches;
 static int run_graph(void *arg) { return *(int *)arg; }
 

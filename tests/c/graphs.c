@@ -4,6 +4,8 @@
  *   other_thread  a second thread's ordinary first GEMM while the main thread runs a Global
  *                 capture (of a device-to-device copy), then the capture replayed
  *   nan           a GEMM whose input A holds a NaN (A[1,2]), captured, replayed 4 times
+ *   nan_flags     the same, instantiated with cudaGraphInstantiateWithFlags (AutoFreeOnLaunch,
+ *                 as PyTorch does)
  *   update        the NaN GEMM captured and instantiated, then the executable updated
  *                 (cudaGraphExecUpdate) to a second capture of the same GEMM on a clean A (a2)
  *                 and replayed 4 times
@@ -112,7 +114,7 @@ int main(int argc, char **argv) {
     }
     float *a = device_matrix(1.0f), *b = device_matrix(2.0f), *c = device_matrix(0.0f);
     if (!a || !b || !c) return 4;
-    if (!strcmp(how, "nan") || !strcmp(how, "update")) {
+    if (!strcmp(how, "nan") || !strcmp(how, "nan_flags") || !strcmp(how, "update")) {
         float h[N * N];
         for (int i = 0; i < N * N; i++) h[i] = 1.0f;
         h[2 * N + 1] = NAN; /* A[1,2], column-major */
@@ -155,7 +157,9 @@ int main(int argc, char **argv) {
     printf("end=%d\n", end);
     if (end) return 1;
     printf("captured C=%g\n", first_of(c));
-    int instantiated = exec ? 0 : cudaGraphInstantiate(&exec, graph, 0);
+    int instantiated = exec                          ? 0
+                       : !strcmp(how, "nan_flags") ? cudaGraphInstantiateWithFlags(&exec, graph, 1)
+                                                   : cudaGraphInstantiate(&exec, graph, 0);
     printf("instantiate=%d\n", instantiated);
     if (instantiated) return 1;
     for (int i = 0; i < replays; i++) {

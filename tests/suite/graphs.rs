@@ -115,12 +115,19 @@ fn in_gemm_mode_a_nan_read_by_a_captured_gemm_is_found_at_the_graphs_first_repla
     // A[1,2] is NaN; the GEMM is captured, the graph replayed four times. Nothing is scanned at
     // the capture; the first replay is scanned after it ran, and blamed, naming the captured
     // call, its operand and element, and the line where it was captured (graphs.c, built -g).
-    let run = run_case("nan", Some("gemm"));
+    // The graph instantiated as the runtime's examples do, and as PyTorch does (with flags).
+    for case in ["nan", "nan_flags"] {
+        replay_finds_the_nan(case);
+    }
+}
+
+fn replay_finds_the_nan(case: &str) {
+    let run = run_case(case, Some("gemm"));
     assert!(run.stdout().contains("end=0\n") && run.stdout().contains("sync=0\n"), "{}", run.stdout());
     let trace = run.trace();
     let gemm = trace.recent_calls.iter().find(|c| c.api == "cublasSgemm_v2").expect("the captured GEMM").seq;
     let first_launch = trace.recent_calls.iter().find(|c| c.api == "cudaGraphLaunch").expect("a replay").seq;
-    let f = trace.faults.first().unwrap_or_else(|| panic!("no fault: {}", run.stderr()));
+    let f = trace.faults.first().unwrap_or_else(|| panic!("{case}: no fault: {}", run.stderr()));
     assert_eq!((f.kind, f.api.as_str(), f.seq), (FaultKind::NonfiniteInput, "cudaGraphLaunch", first_launch), "{}", f.message);
     assert!(f.message.starts_with(&format!("A of cublasSgemm_v2 #{gemm} (captured into this graph")), "{}", f.message);
     assert!(f.message.contains("1 NaN and 0 Inf") && f.message.ends_with("first at row 1, col 2"), "{}", f.message);

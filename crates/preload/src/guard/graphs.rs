@@ -26,7 +26,8 @@ pub(crate) fn end_capture(call: &Call<'_, c_int>, stream: *mut c_void, graph: *m
     status
 }
 
-/// cudaGraphInstantiate: the executable keeps what its graph kept.
+/// cudaGraphInstantiate, cudaGraphInstantiateWithFlags (PyTorch's): the executable keeps what
+/// its graph kept.
 pub(crate) fn instantiate(call: &Call<'_, c_int>, exec: *mut *mut c_void, graph: *mut c_void, _flags: u64) -> c_int {
     let status = call.forward();
     call.record(status, CallArgs::None);

@@ -671,6 +671,7 @@ hook_table! {
     Driver fn cuKernelGetFunction(function: *mut Handle, kernel: Handle) -> c_int => launch::kernel_get_function;
     Cudart fn cudaStreamEndCapture(stream: Stream, graph: *mut Handle) -> c_int => graphs::end_capture;
     Cudart fn cudaGraphInstantiate(exec: *mut Handle, graph: Handle, flags: u64) -> c_int => graphs::instantiate;
+    Cudart fn cudaGraphInstantiateWithFlags(exec: *mut Handle, graph: Handle, flags: u64) -> c_int => graphs::instantiate;
     Cudart fn cudaGraphExecUpdate(exec: Handle, graph: Handle, info: *mut c_void) -> c_int => graphs::exec_update;
     Cudart fn cudaGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
