@@ -31,6 +31,14 @@
 
 /* A call that blocks its thread until the stream's work (all: the device's) ran: counted;
  * under CUDASHIM_SYNC=1 everything already ran and the driver reports nothing (as before). */
+/* A "potentially unsafe" call while a capture is under way (engine.c says when): refused with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900), and the captures that forbid it invalidated. */
+#define CAPTURE_UNSAFE()                                   \
+    do {                                                   \
+        int capture_ = cudashim_engine_capture_unsafe();   \
+        if (capture_) return capture_;                     \
+    } while (0)
+
 #define block_on(stream, per_thread, who) cudashim_engine_block((stream), (per_thread), 0, (who))
 #define block_all(who) cudashim_engine_block(NULL, 0, 1, (who))
 
@@ -190,6 +198,7 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     STICKY();
+    CAPTURE_UNSAFE();
     if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mem_lock);
     int over = bytesize > memory_total - bytes_in_use;
@@ -226,6 +235,7 @@ static CUresult free_device(CUdeviceptr dptr) {
  * use the memory): a host-blocking call. */
 CUresult cuMemFree_v2(CUdeviceptr dptr) {
     STICKY();
+    CAPTURE_UNSAFE();
     if (!dptr) return CUDA_SUCCESS;
     int code = block_all("cuMemFree_v2");
     return code ? code : free_device(dptr);
@@ -348,6 +358,7 @@ int cudashim_driver_is_pinned(const void *ptr, size_t bytes) {
 
 CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
     STICKY();
+    CAPTURE_UNSAFE();
     if (!pp || flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
         return CUDA_ERROR_INVALID_VALUE;
     size_t rounded = (bytesize + 255) & ~(size_t)255;
@@ -398,6 +409,7 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int 
 
 CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags) {
     STICKY();
+    CAPTURE_UNSAFE();
     if (!p || !bytesize || flags & ~0xfu) return CUDA_ERROR_INVALID_VALUE;
     if (cudashim_driver_is_pinned(p, 1)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     return track_pinned(p, bytesize, flags | PINNED_REGISTERED) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
@@ -526,6 +538,7 @@ CUresult cuDestroyExternalMemory(CUexternalMemory mem) {
  * blocking calls. */
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
     STICKY();
+    CAPTURE_UNSAFE();
     if (!cudashim_driver_is_device_range((const void *)(uintptr_t)dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
     int code = block_on(NULL, 0, "cuMemcpyHtoD_v2");
     if (code) return code;
@@ -535,6 +548,7 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
 
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
     STICKY();
+    CAPTURE_UNSAFE();
     if (!cudashim_driver_is_device_range((const void *)(uintptr_t)src, bytes)) return CUDA_ERROR_INVALID_VALUE;
     int code = block_on(NULL, 0, "cuMemcpyDtoH_v2");
     if (code) return code;
@@ -749,6 +763,7 @@ CUresult cuCtxGetId(void *ctx, unsigned long long *id) {
 
 CUresult cuModuleLoadData(void **module, const void *image) {
     count_call(__func__);
+    CAPTURE_UNSAFE();
     if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
     if (env_int("CUDASHIM_REFUSE_MODULES", 0)) return CUDA_ERROR_INVALID_IMAGE;
     if (strstr((const char *)image, "cudashim test kernels")) {
@@ -1125,27 +1140,32 @@ CUresult cuStreamDestroy_v2(CUstream stream) {
 CUresult cuStreamSynchronize(CUstream stream) {
     count_call(__func__);
     STICKY();
+    if (cudashim_engine_capture_conflict(stream, 0)) return 900;
     return block_on(stream, 0, "cuStreamSynchronize");
 }
 
 CUresult cuStreamSynchronize_ptsz(void *stream) {
     count_call("cuStreamSynchronize");
     STICKY();
+    if (cudashim_engine_capture_conflict(stream, 1)) return 900;
     return block_on(stream, 1, "cuStreamSynchronize");
 }
 
 CUresult cuStreamQuery(CUstream stream) {
     STICKY();
+    if (cudashim_engine_capture_conflict(stream, 0)) return 900;
     return cudashim_engine_is_sync() ? CUDA_SUCCESS : cudashim_engine_query_stream(stream, 0);
 }
 
 CUresult cuStreamQuery_ptsz(void *stream) {
     STICKY();
+    if (cudashim_engine_capture_conflict(stream, 1)) return 900;
     return cudashim_engine_is_sync() ? CUDA_SUCCESS : cudashim_engine_query_stream(stream, 1);
 }
 
 CUresult cuCtxSynchronize(void) {
     STICKY();
+    CAPTURE_UNSAFE();
     return block_all("cuCtxSynchronize");
 }
 
@@ -1245,6 +1265,8 @@ static CUresult graph_launch(void *exec, void *stream, int per_thread) {
     if (!exec) return CUDA_ERROR_INVALID_VALUE;
     long n = __atomic_add_fetch(&driver_graph_launches, 1, __ATOMIC_RELAXED);
     int code = env_int("CUDASHIM_GRAPH_FAULT", 0) == n ? 700 : 0;
+    int launched = cudashim_engine_graph_launch(exec, stream, per_thread);
+    if (launched) return launched == 400 ? CUDA_ERROR_INVALID_HANDLE : launched;
     return cudashim_engine_submit(stream, per_thread, run_graph, NULL, &code, sizeof code);
 }
 
@@ -1438,15 +1460,21 @@ CUresult cuStreamGetCtx_v2(CUstream stream, void **pctx, void **pGreenCtx) {
     return code;
 }
 
-/* The driver's streams never capture here: CU_STREAM_CAPTURE_STATUS_NONE. */
+/* The stream's capture status (the runtime's captures and the driver's are one: engine.c). */
 CUresult cuStreamIsCapturing(CUstream stream, int *status) {
     if (!status) return CUDA_ERROR_INVALID_VALUE;
     if (!driver_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    *status = 0;
+    *status = cudashim_engine_capture_status(stream, 0);
     return CUDA_SUCCESS;
 }
 
 CUresult cuStreamIsCapturing_ptsz(CUstream stream, int *status) { return cuStreamIsCapturing(stream, status); }
+
+/* The calling thread's capture mode (CUstreamCaptureMode: Global 0, ThreadLocal 1, Relaxed 2),
+ * exchanged; the runtime's cudaThreadExchangeStreamCaptureMode changes the same one. */
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+    return cudashim_engine_capture_exchange_mode(mode) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
 
 /* ---- memory pools: a pool hands out ordinary device memory (cuMemAllocFromPoolAsync) and
  * keeps its attributes; it holds nothing back, so trimming has nothing to do. Each device's
@@ -1594,6 +1622,7 @@ CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes, void
 /* Synchronous: as cuMemcpyHtoD, it waits for the legacy stream's work first and returns done. */
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
     STICKY();
+    CAPTURE_UNSAFE();
     void *d = (void *)(uintptr_t)dst;
     const void *s = (const void *)(uintptr_t)src;
     if (side_of(d, bytes) < 0 || side_of(s, bytes) < 0 || !d || !s) return CUDA_ERROR_INVALID_VALUE;
@@ -1688,6 +1717,7 @@ static const struct { const char *name; void *fn; int since; void *ptsz; } procs
     {"cuStreamGetCtx", (void *)cuStreamGetCtx_v2, 12050, NULL},
     {"cuStreamGetCtx", (void *)cuStreamGetCtx, 9020, NULL},
     {"cuStreamIsCapturing", (void *)cuStreamIsCapturing, 10000, (void *)cuStreamIsCapturing_ptsz},
+    {"cuThreadExchangeStreamCaptureMode", (void *)cuThreadExchangeStreamCaptureMode, 10010, NULL},
     {"cuDeviceGetDefaultMemPool", (void *)cuDeviceGetDefaultMemPool, 11020, NULL},
     {"cuDeviceGetMemPool", (void *)cuDeviceGetMemPool, 11020, NULL},
     {"cuDeviceSetMemPool", (void *)cuDeviceSetMemPool, 11020, NULL},

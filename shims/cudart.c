@@ -38,7 +38,6 @@ typedef int (*cu_fn_uint)(unsigned int);
 
 struct stream {
     int live;
-    int capture; /* enum cudaStreamCaptureStatus */
 };
 
 struct fail_rule {
@@ -82,6 +81,14 @@ static struct {
     int (*event_synchronize)(void *, const char *);
     int (*event_elapsed)(float *, void *, void *);
     int (*stream_wait_event)(const void *, int, void *);
+    int (*capture_begin)(const void *, int, int);
+    int (*capture_end)(const void *, int, void **);
+    int (*capture_status)(const void *, int);
+    int (*capture_conflict)(const void *, int);
+    int (*capture_unsafe)(void);
+    int (*capture_exchange_mode)(int *);
+    int (*graph_launch)(void *, const void *, int);
+    int (*graph_update)(void *, void *);
 } gpu;
 static struct stream streams[MAX_STREAMS];
 static struct fail_rule rules[MAX_RULES];
@@ -205,13 +212,21 @@ static void initialise(void) {
     GPU_FN(event_synchronize, "cudashim_engine_event_synchronize");
     GPU_FN(event_elapsed, "cudashim_engine_event_elapsed");
     GPU_FN(stream_wait_event, "cudashim_engine_stream_wait_event");
+    GPU_FN(capture_begin, "cudashim_engine_capture_begin");
+    GPU_FN(capture_end, "cudashim_engine_capture_end");
+    GPU_FN(capture_status, "cudashim_engine_capture_status");
+    GPU_FN(capture_conflict, "cudashim_engine_capture_conflict");
+    GPU_FN(capture_unsafe, "cudashim_engine_capture_unsafe");
+    GPU_FN(capture_exchange_mode, "cudashim_engine_capture_exchange_mode");
+    GPU_FN(graph_launch, "cudashim_engine_graph_launch");
+    GPU_FN(graph_update, "cudashim_engine_graph_update");
 #undef GPU_FN
     int status = 0;
     if (!drv_get_proc || drv_get_proc("cuMemAlloc", (void **)&drv_mem_alloc, SHIM_RUNTIME_VERSION, 0, &status) ||
         drv_get_proc("cuMemFree", (void **)&drv_mem_free, SHIM_RUNTIME_VERSION, 0, &status) ||
         drv_get_proc("cuMemGetInfo", (void **)&drv_mem_get_info, SHIM_RUNTIME_VERSION, 0, &status) ||
         !drv_is_device_range || !drv_reserve || !drv_release || !drv_is_pinned || !drv_free_pinned || !drv_copy_async ||
-        !gpu.submit || !gpu.stream_wait_event) {
+        !gpu.submit || !gpu.stream_wait_event || !gpu.capture_unsafe || !gpu.graph_launch) {
         driver_error = cudaErrorInsufficientDriver;
         return;
     }
@@ -514,7 +529,15 @@ cudaError_t cudaGetDevice(int *device) {
 
 /* ---- memory ---- */
 
+/* A "potentially unsafe" call during a capture (engine.c): refused, as CUDA refuses it. */
+#define CAPTURE_UNSAFE()                                     \
+    do {                                                     \
+        if (gpu.capture_unsafe && gpu.capture_unsafe())      \
+            return fail(cudaErrorStreamCaptureUnsupported);  \
+    } while (0)
+
 static cudaError_t allocate(void **devPtr, size_t size) {
+    CAPTURE_UNSAFE();
     if (!devPtr) return fail(cudaErrorInvalidValue);
     if (size == 0) {
         *devPtr = NULL;
@@ -577,6 +600,7 @@ cudaError_t cudaMallocFromPoolAsync(void **devPtr, size_t size, void *pool, cuda
  * that copies into it are asynchronous and its device pointer (the same address: unified
  * addressing) is a target for stream memory operations. */
 static cudaError_t host_alloc(void **ptr, size_t size, unsigned int flags) {
+    CAPTURE_UNSAFE();
     if (!ptr || flags > 0xf) return fail(cudaErrorInvalidValue);
     int (*alloc)(void **, size_t, unsigned int) = driver_fn("cuMemHostAlloc");
     return alloc && !alloc(ptr, size, flags & 0x7) ? cudaSuccess : fail(cudaErrorMemoryAllocation);
@@ -614,6 +638,7 @@ cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int f
 cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
     count_call(__func__);
     ENTER();
+    CAPTURE_UNSAFE();
     int (*reg)(void *, size_t, unsigned int) = driver_fn("cuMemHostRegister");
     int status = reg ? reg(ptr, size, flags) : 1;
     return status ? fail(status == 712 ? 712 : cudaErrorInvalidValue) : cudaSuccess;
@@ -631,6 +656,7 @@ cudaError_t cudaFree(void *devPtr) {
     count_call(__func__);
     ENTER();
     INJECT("cudaFree");
+    CAPTURE_UNSAFE();
     return release(devPtr);
 }
 
@@ -714,6 +740,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
     count_call(__func__);
     ENTER();
     INJECT("cudaMemcpy");
+    CAPTURE_UNSAFE();
     /* cudaMemcpy waits for the legacy stream's work, which waits for the blocking streams'. */
     int async = settle_on(NULL, 0, "cudaMemcpy");
     if (async) return fail(async);
@@ -814,7 +841,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) 
     pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_STREAMS; i++) {
         if (!streams[i].live) {
-            streams[i] = (struct stream){1, cudaStreamCaptureStatusNone};
+            streams[i] = (struct stream){1};
             pthread_mutex_unlock(&lock);
             *stream = (cudaStream_t)&streams[i];
             gpu.stream_created(*stream, flags); /* non-blocking: no ordering with the legacy stream */
@@ -849,11 +876,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     ENTER();
     INJECT("cudaStreamSynchronize");
     if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
-    struct stream *s = user_stream(stream);
-    if (s && s->capture == cudaStreamCaptureStatusActive) {
-        s->capture = cudaStreamCaptureStatusInvalidated; /* as CUDA does: the capture is lost */
-        return fail(cudaErrorStreamCaptureUnsupported);
-    }
+    /* As CUDA does: refused, and the capture is lost. */
+    if (gpu.capture_conflict(stream, 0)) return fail(cudaErrorStreamCaptureUnsupported);
     int async = settle_on(stream, 0, "cudaStreamSynchronize");
     return async ? fail(async) : cudaSuccess;
 }
@@ -862,6 +886,7 @@ cudaError_t cudaDeviceSynchronize(void) {
     count_call(__func__);
     ENTER();
     INJECT("cudaDeviceSynchronize");
+    CAPTURE_UNSAFE();
     int async = settle_on(NULL, 1, "cudaDeviceSynchronize");
     return async ? fail(async) : cudaSuccess;
 }
@@ -871,8 +896,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     count_call(__func__);
     ENTER();
     if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
-    struct stream *s = user_stream(stream);
-    if (s && s->capture == cudaStreamCaptureStatusActive) return fail(cudaErrorStreamCaptureUnsupported);
+    if (gpu.capture_conflict(stream, 0)) return fail(cudaErrorStreamCaptureUnsupported);
     int code = gpu.is_sync() ? 0 : gpu.query_stream(stream, 0);
     return code == 600 ? code : code ? fail(code) : cudaSuccess;
 }
@@ -935,36 +959,40 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
     count_call(__func__);
     ENTER();
     if (!status || !cudashim_stream_valid(stream)) return fail(cudaErrorInvalidValue);
-    struct stream *s = user_stream(stream);
-    *status = s ? (enum cudaStreamCaptureStatus)s->capture : cudaStreamCaptureStatusNone;
+    *status = (enum cudaStreamCaptureStatus)gpu.capture_status(stream, 0);
     return cudaSuccess;
 }
 
+/* Captures, their modes and their graphs are the stand-in GPU's (engine.c), shared with the
+ * driver: work queued on a capturing stream is recorded, and runs at each graph launch. */
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
     count_call(__func__);
     ENTER();
-    (void)mode;
-    struct stream *s = user_stream(stream);
-    if (!s || !cudashim_stream_valid(stream)) return fail(cudaErrorStreamCaptureUnsupported);
-    s->capture = cudaStreamCaptureStatusActive;
-    return cudaSuccess;
+    if (!user_stream(stream) || !cudashim_stream_valid(stream)) return fail(cudaErrorStreamCaptureUnsupported);
+    int code = gpu.capture_begin(stream, 0, (int)mode);
+    return code ? fail(code) : cudaSuccess;
 }
 
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
     count_call(__func__);
     ENTER();
-    struct stream *s = user_stream(stream);
-    if (!s || !cudashim_stream_valid(stream) || !graph) return fail(cudaErrorInvalidValue);
-    int state = s->capture;
-    s->capture = cudaStreamCaptureStatusNone;
-    if (state != cudaStreamCaptureStatusActive) return fail(cudaErrorStreamCaptureInvalidated);
-    *graph = (cudaGraph_t)s;
+    if (!user_stream(stream) || !cudashim_stream_valid(stream) || !graph) return fail(cudaErrorInvalidValue);
+    void *g = NULL;
+    int code = gpu.capture_end(stream, 0, &g);
+    if (code) return fail(code);
+    *graph = (cudaGraph_t)g;
     return cudaSuccess;
 }
 
-/* Graphs: a captured graph is its stream's capture (nothing is recorded into it); an
- * executable graph runs as one piece of work on the stream it is launched on, which faults
- * for the launch CUDASHIM_GRAPH_FAULT names. */
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {
+    count_call(__func__);
+    ENTER();
+    return gpu.capture_exchange_mode((int *)mode) ? fail(cudaErrorInvalidValue) : cudaSuccess;
+}
+
+/* Graphs: a captured graph is what its capture recorded; an executable graph is the same
+ * object, and each launch queues the recorded work on the launch's stream, then one piece of
+ * work that faults for the launch CUDASHIM_GRAPH_FAULT names. */
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
     count_call(__func__);
     ENTER();
@@ -973,16 +1001,38 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsig
     return cudaSuccess;
 }
 
+/* Every update succeeds when both are the stand-in's (the topology is not compared);
+ * `resultInfo` (cudaGraphExecUpdateResultInfo) is left as it is. */
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, void *resultInfo) {
+    count_call(__func__);
+    ENTER();
+    (void)resultInfo;
+    if (!exec || !graph || !gpu.graph_update) return fail(cudaErrorInvalidValue);
+    return gpu.graph_update(exec, graph) ? fail(cudaErrorInvalidValue) : cudaSuccess;
+}
+
+/* The same, with its flags (cudaGraphInstantiateFlagAutoFreeOnLaunch 1, PyTorch's; Upload 2,
+ * DeviceLaunch 4, UseNodePriority 8): accepted, and nothing more. */
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+    count_call(__func__);
+    ENTER();
+    if (!exec || !graph || flags & ~0xfull) return fail(cudaErrorInvalidValue);
+    *exec = (cudaGraphExec_t)graph;
+    return cudaSuccess;
+}
+
 static long graph_launches;
 static int run_graph(void *arg) { return *(int *)arg; }
 
 /* Private: one graph launch's work on `stream` (the driver's cuGraphLaunch comes here too). */
-int cudashim_graph_launch(cudaStream_t stream, int per_thread) {
+int cudashim_graph_launch(void *exec, cudaStream_t stream, int per_thread) {
     pthread_once(&init_once, initialise);
     long n = __atomic_add_fetch(&graph_launches, 1, __ATOMIC_RELAXED);
     const char *at = getenv("CUDASHIM_GRAPH_FAULT");
     int code = at && *at && atol(at) == n ? cudaErrorIllegalAddress : 0;
     if (!gpu.submit) return code ? (cudashim_raise_async(code), 0) : 0;
+    int launched = gpu.graph_launch(exec, stream, per_thread);
+    if (launched) return launched == 400 ? cudaErrorInvalidValue : launched;
     return gpu.submit(stream, per_thread, run_graph, NULL, &code, sizeof code);
 }
 
@@ -990,7 +1040,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     count_call(__func__);
     ENTER();
     if (!exec || !cudashim_stream_valid(stream)) return fail(cudaErrorInvalidValue);
-    int code = cudashim_graph_launch(stream, 0);
+    int code = cudashim_graph_launch(exec, stream, 0);
     return code ? fail(code) : cudaSuccess;
 }
 

@@ -236,8 +236,245 @@ static void log_xid(int code) {
     fclose(log);
 }
 
+/* ---- stream capture (CUDA graphs), as NVIDIA documents it ----
+ * A stream in capture records the work submitted to it instead of running it; the capture
+ * ends as a graph (its recorded work, in order), which each graph launch submits again on the
+ * launch's stream. The capture modes (cudaStreamCaptureMode) decide which host calls are
+ * legal meanwhile: a "potentially unsafe" call (an allocation, cuMemHostRegister, a module
+ * load, a synchronous copy, a device-wide synchronisation) made by a thread in Global mode is
+ * refused (900, cudaErrorStreamCaptureUnsupported) while that thread captures (in any mode
+ * but Relaxed) or any other thread runs a Global capture; in ThreadLocal mode only the
+ * thread's own capture counts; in Relaxed mode nothing does. The refusal invalidates the
+ * captures that forbade the call, whose cudaStreamEndCapture then returns 901
+ * (cudaErrorStreamCaptureInvalidated). A thread's mode is Global until
+ * cudaThreadExchangeStreamCaptureMode changes it. Synchronising or querying a capturing
+ * stream is always refused, and invalidates its capture. */
+#define MAX_CAPTURES 64
+#define CAPTURE_ACTIVE 1
+#define CAPTURE_INVALIDATED 2
+#define MODE_GLOBAL 0
+#define MODE_THREAD_LOCAL 1
+#define MODE_RELAXED 2
+struct captured {
+    struct captured *next;
+    shim_work_fn fn;
+    size_t size;
+    max_align_t arg[];
+};
+static struct capture {
+    const void *key; /* NULL: a free slot */
+    int status;
+    int mode;
+    pthread_t thread;
+    struct captured *items, **tail;
+} captures[MAX_CAPTURES];
+/* A graph: what its capture recorded; an executable graph is the same object. */
+struct shim_graph {
+    struct shim_graph *next;
+    struct captured *items;
+};
+static struct shim_graph *graphs;
+static __thread int thread_capture_mode; /* MODE_GLOBAL */
+
+/* Under elock. */
+static struct capture *capture_of(const void *key) {
+    for (int i = 0; i < MAX_CAPTURES; i++)
+        if (captures[i].key && captures[i].key == key) return &captures[i];
+    return NULL;
+}
+
+static void free_items(struct captured *it) {
+    while (it) {
+        struct captured *next = it->next;
+        free(it);
+        it = next;
+    }
+}
+
+/* Work submitted to a capturing stream is recorded: 0, or 901 when its capture was
+ * invalidated; -1 when the stream is not capturing. */
+static int capture_record(const void *key, shim_work_fn fn, const void *arg, size_t size, int is_record) {
+    pthread_mutex_lock(&elock);
+    struct capture *c = capture_of(key);
+    int code = -1;
+    if (c && c->status == CAPTURE_INVALIDATED) {
+        code = 901;
+    } else if (c && (is_record || !fn)) {
+        code = 0; /* events and waits: ordering only, inside one stream's graph */
+    } else if (c) {
+        struct captured *it = malloc(sizeof *it + size);
+        if (it) {
+            it->next = NULL;
+            it->fn = fn;
+            it->size = size;
+            memcpy(it->arg, arg, size);
+            *c->tail = it;
+            c->tail = &it->next;
+            code = 0;
+        } else {
+            code = 2;
+        }
+    }
+    pthread_mutex_unlock(&elock);
+    return code;
+}
+
+int cudashim_engine_capture_begin(const void *stream, int per_thread, int mode) {
+    const void *key;
+    int cls;
+    resolve(stream, per_thread, &key, &cls);
+    if (cls == LEGACY) return 900; /* the legacy stream cannot be captured */
+    if (mode < MODE_GLOBAL || mode > MODE_RELAXED) return 1;
+    pthread_mutex_lock(&elock);
+    int code = 900;
+    if (!capture_of(key)) {
+        for (int i = 0; i < MAX_CAPTURES; i++) {
+            if (!captures[i].key) {
+                captures[i] = (struct capture){key, CAPTURE_ACTIVE, mode, pthread_self(), NULL, NULL};
+                captures[i].tail = &captures[i].items;
+                code = 0;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&elock);
+    return code;
+}
+
+/* 0 with the graph; 901 when the capture was invalidated; 908 from another thread (a capture
+ * begun in Global or ThreadLocal mode ends on its own thread); 401 when not capturing. */
+int cudashim_engine_capture_end(const void *stream, int per_thread, void **graph) {
+    const void *key;
+    int cls;
+    resolve(stream, per_thread, &key, &cls);
+    pthread_mutex_lock(&elock);
+    struct capture *c = capture_of(key);
+    int code = 0;
+    if (!c) {
+        code = 401; /* cudaErrorIllegalState */
+    } else if (c->mode != MODE_RELAXED && !pthread_equal(c->thread, pthread_self())) {
+        code = 908; /* cudaErrorStreamCaptureWrongThread: the capture goes on, invalidated */
+        c->status = CAPTURE_INVALIDATED;
+    } else {
+        struct captured *items = c->items;
+        int status = c->status;
+        c->key = NULL;
+        struct shim_graph *g = status == CAPTURE_ACTIVE ? malloc(sizeof *g) : NULL;
+        if (!g) {
+            free_items(items);
+            code = status == CAPTURE_ACTIVE ? 2 : 901;
+        } else {
+            g->items = items;
+            g->next = graphs;
+            graphs = g;
+            *graph = g;
+        }
+    }
+    pthread_mutex_unlock(&elock);
+    return code;
+}
+
+/* 0: not capturing, 1: capturing, 2: its capture was invalidated. */
+int cudashim_engine_capture_status(const void *stream, int per_thread) {
+    const void *key;
+    int cls;
+    resolve(stream, per_thread, &key, &cls);
+    pthread_mutex_lock(&elock);
+    struct capture *c = capture_of(key);
+    int status = c ? c->status : 0;
+    pthread_mutex_unlock(&elock);
+    return status;
+}
+
+/* A synchronisation or query of `stream`: 900, and its capture invalidated, while it captures. */
+int cudashim_engine_capture_conflict(const void *stream, int per_thread) {
+    const void *key;
+    int cls;
+    resolve(stream, per_thread, &key, &cls);
+    pthread_mutex_lock(&elock);
+    struct capture *c = capture_of(key);
+    int code = 0;
+    if (c && c->status == CAPTURE_ACTIVE) {
+        c->status = CAPTURE_INVALIDATED;
+        code = 900;
+    }
+    pthread_mutex_unlock(&elock);
+    return code;
+}
+
+/* A potentially unsafe call by the calling thread: 0 when its capture mode allows it, else
+ * 900 with the captures that forbid it invalidated. */
+int cudashim_engine_capture_unsafe(void) {
+    int mode = thread_capture_mode;
+    if (mode == MODE_RELAXED) return 0;
+    pthread_t self = pthread_self();
+    int code = 0;
+    pthread_mutex_lock(&elock);
+    for (int i = 0; i < MAX_CAPTURES; i++) {
+        struct capture *c = &captures[i];
+        if (!c->key || c->status != CAPTURE_ACTIVE) continue;
+        int own = pthread_equal(c->thread, self);
+        if ((own && c->mode != MODE_RELAXED) || (!own && mode == MODE_GLOBAL && c->mode == MODE_GLOBAL)) {
+            c->status = CAPTURE_INVALIDATED;
+            code = 900;
+        }
+    }
+    pthread_mutex_unlock(&elock);
+    return code;
+}
+
+/* cudaThreadExchangeStreamCaptureMode: the thread's mode becomes *mode, *mode the old one. */
+int cudashim_engine_capture_exchange_mode(int *mode) {
+    if (!mode || *mode < MODE_GLOBAL || *mode > MODE_RELAXED) return 1;
+    int old = thread_capture_mode;
+    thread_capture_mode = *mode;
+    *mode = old;
+    return 0;
+}
+
+static int submit(const void *stream, int per_thread, shim_work_fn fn, shim_ready_fn ready, const void *arg,
+                  size_t size, struct event *record);
+
+/* cudaGraphExecUpdate: the executable runs `graph`'s work from now on. 0, or 400 for a graph or
+ * an executable the stand-in never made. */
+int cudashim_engine_graph_update(void *exec, void *graph) {
+    pthread_mutex_lock(&elock);
+    struct shim_graph *e = NULL, *g = NULL;
+    for (struct shim_graph *it = graphs; it; it = it->next) {
+        if (it == exec) e = it;
+        if (it == graph) g = it;
+    }
+    if (e && g) e->items = g->items;
+    pthread_mutex_unlock(&elock);
+    return e && g ? 0 : 400;
+}
+
+/* One launch of a graph (an executable graph, the same object) on `stream`: its recorded work,
+ * in order. 0, 400 for a graph the stand-in never made, or the context's error. */
+int cudashim_engine_graph_launch(void *graph, const void *stream, int per_thread) {
+    pthread_mutex_lock(&elock);
+    struct shim_graph *g = graphs;
+    while (g && g != graph) g = g->next;
+    struct captured *items = g ? g->items : NULL;
+    pthread_mutex_unlock(&elock);
+    if (!g) return 400;
+    /* A graph's recorded work is never freed (a graph lives as long as the process here). */
+    for (struct captured *it = items; it; it = it->next) {
+        int code = submit(stream, per_thread, it->fn, NULL, it->arg, it->size, NULL);
+        if (code) return code;
+    }
+    return 0;
+}
+
 static int submit(const void *stream, int per_thread, shim_work_fn fn, shim_ready_fn ready, const void *arg,
                   size_t size, struct event *record) {
+    {
+        const void *key;
+        int cls;
+        resolve(stream, per_thread, &key, &cls);
+        int captured = cls == LEGACY ? -1 : capture_record(key, fn, arg, size, record != NULL);
+        if (captured >= 0) return captured;
+    }
     if (sync_mode) {
         if (context_error) return context_error;
         max_align_t copy[size / sizeof(max_align_t) + 1];

@@ -51,6 +51,16 @@ int cudashim_engine_event_synchronize(void *event, const char *who);
 int cudashim_engine_event_elapsed(float *ms, void *start, void *end);
 int cudashim_engine_stream_wait_event(const void *stream, int per_thread, void *event);
 
+/* Stream capture (engine.c describes the rules). Each returns 0 or the CUDA error. */
+int cudashim_engine_capture_begin(const void *stream, int per_thread, int mode);
+int cudashim_engine_capture_end(const void *stream, int per_thread, void **graph);
+int cudashim_engine_capture_status(const void *stream, int per_thread);
+int cudashim_engine_capture_conflict(const void *stream, int per_thread);
+int cudashim_engine_capture_unsafe(void);
+int cudashim_engine_capture_exchange_mode(int *mode);
+int cudashim_engine_graph_launch(void *graph, const void *stream, int per_thread);
+int cudashim_engine_graph_update(void *exec, void *graph);
+
 /* The test gate (CUDASHIM_WORKER_HOLD): while held, the worker starts no work. */
 void cudashim_worker_hold(int held);
 #endif

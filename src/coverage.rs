@@ -8,8 +8,9 @@ use cublasguard_format::trace::Summary;
 /// The sentences for the summaries of a run's traces; none when every call the checks wanted
 /// was scanned whole.
 pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<String> {
-    let (mut skipped_calls, mut no_room, mut at_call, mut sampled) = (0u64, 0u64, 0u64, 0u64);
+    let (mut skipped_calls, mut no_room, mut at_call, mut sampled, mut captured) = (0u64, 0u64, 0u64, 0u64, 0u64);
     for s in summaries {
+        captured = captured.saturating_add(s.captured_calls);
         skipped_calls = skipped_calls.saturating_add(s.skipped_scans);
         sampled = sampled.saturating_add(s.sampled_operands);
         no_room = no_room.saturating_add(s.deferred_verdicts.get("no_room").copied().unwrap_or(0));
@@ -21,6 +22,14 @@ pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<
             "{skipped_calls} {} not scanned for NaN/Inf, as CUBLASGUARD_SCAN_EVERY or CUBLASGUARD_BUDGET asked: \
              unset them to scan every call.",
             plural(skipped_calls, "call was", "calls were")
+        ));
+    }
+    if captured > 0 {
+        lines.push(format!(
+            "{captured} {} captured into a CUDA graph and not scanned at the capture: {} at each replay, \
+             scanned after each replay with CUBLASGUARD_SYNC=gemm only.",
+            plural(captured, "call was", "calls were"),
+            plural(captured, "its kernel runs", "their kernels run")
         ));
     }
     if no_room > 0 {
@@ -64,6 +73,13 @@ mod tests {
 
     fn summary(skipped: u64, counts: &[(&str, u64)]) -> Summary {
         Summary { skipped_scans: skipped, deferred_verdicts: counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(), ..Summary::default() }
+    }
+
+    #[test]
+    fn captured_calls_are_said_to_be_unscanned() {
+        let lines = unscanned_lines([Summary { captured_calls: 2, ..Summary::default() }].iter());
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].starts_with("2 calls were captured into a CUDA graph and not scanned"), "{lines:?}");
     }
 
     #[test]

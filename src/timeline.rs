@@ -154,7 +154,7 @@ mod tests {
         if let Some(s) = stream {
             args.insert("stream", trace::Arg::Address(s));
         }
-        RecentCall { seq, api: "cudaLaunchKernel".into(), status: 0, time_ns, duration_ns, thread: 7, args, scanned: false }
+        RecentCall { seq, api: "cudaLaunchKernel".into(), status: 0, time_ns, duration_ns, thread: 7, args, scanned: false, captured: false }
     }
 
     #[test]

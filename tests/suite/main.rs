@@ -22,6 +22,7 @@ mod first_hour;
 mod fuzz_validator;
 mod gemm_family;
 mod gpu_health;
+mod graphs;
 mod guard;
 mod hardening_dumps;
 mod hardening_loader;

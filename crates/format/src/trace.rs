@@ -603,6 +603,10 @@ pub struct RecentCall {
     /// Whether the guard scanned this call's operands (GEMMs).
     #[serde(default)]
     pub scanned: bool,
+    /// The call's stream was capturing a CUDA graph: the call was recorded into the graph, not
+    /// run, so it was not scanned at its capture (left out when false; traces before 0.5 lack it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub captured: bool,
 }
 
 /// Written through `visit_summary`, read by its fields' names (a unit test holds the two to
@@ -625,6 +629,10 @@ pub struct Summary {
     /// was scanned, not every element.
     #[serde(default)]
     pub sampled_operands: u64,
+    /// Calls made on a stream capturing a CUDA graph: recorded into the graph, not run, and
+    /// neither scanned nor counted in `scanned_calls` or `skipped_scans` (0 in traces before 0.5).
+    #[serde(default)]
+    pub captured_calls: u64,
     /// The rules of CUBLASGUARD_IGNORE in force, each with the faults it kept out of the trace
     /// (not counted in `faults`).
     #[serde(default)]
@@ -647,6 +655,7 @@ pub trait SummarySource {
     fn scanned_calls(&self) -> u64;
     fn skipped_scans(&self) -> u64;
     fn sampled_operands(&self) -> u64;
+    fn captured_calls(&self) -> u64;
     /// Each CUBLASGUARD_IGNORE rule, as written, with the faults it kept out.
     fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64));
     /// The deferred verdicts' counts that are not 0, by name.
@@ -675,6 +684,7 @@ pub fn visit_summary(source: &dyn SummarySource, f: &mut dyn FnMut(&'static str,
     f("scanned_calls", SummaryValue::Count(source.scanned_calls()));
     f("skipped_scans", SummaryValue::Count(source.skipped_scans()));
     f("sampled_operands", SummaryValue::Count(source.sampled_operands()));
+    f("captured_calls", SummaryValue::Count(source.captured_calls()));
     f("ignored_faults", SummaryValue::Counts { visit: &|g| source.ignored_faults(g), omit_empty: true });
     f("deferred_verdicts", SummaryValue::Counts { visit: &|g| source.deferred_verdicts(g), omit_empty: true });
 }
@@ -697,6 +707,9 @@ impl SummarySource for Summary {
     }
     fn sampled_operands(&self) -> u64 {
         self.sampled_operands
+    }
+    fn captured_calls(&self) -> u64 {
+        self.captured_calls
     }
     fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64)) {
         self.ignored_faults.iter().for_each(|(k, v)| f(k, *v));
@@ -723,6 +736,7 @@ impl Summary {
             scanned_calls: source.scanned_calls(),
             skipped_scans: source.skipped_scans(),
             sampled_operands: source.sampled_operands(),
+            captured_calls: source.captured_calls(),
             ignored_faults: collect(&|f| source.ignored_faults(f)),
             deferred_verdicts: collect(&|f| source.deferred_verdicts(f)),
         }
@@ -1697,12 +1711,26 @@ mod tests {
             scanned_calls: 2,
             skipped_scans: 1,
             sampled_operands: 3,
+            captured_calls: 4,
             ignored_faults: [("kind=nonfinite_input".to_string(), 5)].into(),
             deferred_verdicts: [("deferred".to_string(), 2)].into(),
         };
         let json = serde_json::to_value(&summary).unwrap();
         let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys, ["calls", "deferred_verdicts", "dropped_faults", "faults", "ignored_faults", "sampled_operands", "scanned_calls", "skipped_scans"]);
+        assert_eq!(
+            keys,
+            [
+                "calls",
+                "captured_calls",
+                "deferred_verdicts",
+                "dropped_faults",
+                "faults",
+                "ignored_faults",
+                "sampled_operands",
+                "scanned_calls",
+                "skipped_scans"
+            ]
+        );
         assert_eq!(serde_json::from_value::<Summary>(json).unwrap(), summary, "each field read back under the name it was written");
         assert_eq!(Summary::from_source(&summary), summary);
         // An empty map of ignore rules is left out, as before.

@@ -279,6 +279,8 @@ pub struct RecordedCall {
     pub args: CallArgs,
     /// The call's operands were scanned for NaN/Inf.
     pub scanned: bool,
+    /// The call's stream was capturing a CUDA graph: the call was recorded into the graph.
+    pub captured: bool,
 }
 
 /// Words per recorded call (the slot's mark aside).
@@ -335,7 +337,7 @@ impl RecordedCall {
             CallArgs::Graph { exec, stream } => (11, [exec, stream, 0, 0, 0, 0, 0]),
             CallArgs::Cudnn { handle, stream, plan, pack } => (12, [handle, stream, plan, pack, 0, 0, 0]),
         };
-        w[3] = self.hook as u64 | tag << 16 | (self.scanned as u64) << 32;
+        w[3] = self.hook as u64 | tag << 16 | (self.scanned as u64) << 32 | (self.captured as u64) << 33;
         w[4..11].copy_from_slice(&payload);
         w[11] = self.duration_ns;
         w
@@ -396,6 +398,7 @@ impl RecordedCall {
             thread: (w[2] >> 32) as u32,
             args,
             scanned: (w[3] >> 32) & 1 != 0,
+            captured: (w[3] >> 33) & 1 != 0,
         })
     }
 }
@@ -516,7 +519,17 @@ mod tests {
     use super::*;
 
     fn call(seq: u64, args: CallArgs) -> RecordedCall {
-        RecordedCall { seq, hook: 3, status: -7, time_ns: seq * 10, duration_ns: seq, thread: 42, args, scanned: seq.is_multiple_of(2) }
+        RecordedCall {
+            seq,
+            hook: 3,
+            status: -7,
+            time_ns: seq * 10,
+            duration_ns: seq,
+            thread: 42,
+            args,
+            scanned: seq.is_multiple_of(2),
+            captured: seq.is_multiple_of(3),
+        }
     }
 
     #[test]
@@ -570,7 +583,9 @@ mod tests {
         let got: Vec<CallArgs> = r.snapshot().iter().map(|c| c.args).collect();
         assert_eq!(got, forms);
         let first = r.snapshot()[1];
-        assert_eq!((first.status, first.thread, first.hook, first.scanned), (-7, 42, 3, true));
+        assert_eq!((first.status, first.thread, first.hook, first.scanned, first.captured), (-7, 42, 3, true, false));
+        let third = r.snapshot()[2];
+        assert_eq!((third.scanned, third.captured), (false, true), "each flag in its own bit");
     }
 
     #[test]

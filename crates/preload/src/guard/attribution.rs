@@ -242,7 +242,17 @@ mod tests {
         let gemm = Hook::cublasSgemm_v2.index() as u16;
         for seq in 1..=4 {
             s.begin(Hook::cublasSgemm_v2.index());
-            s.recorder.record(&RecordedCall { seq, hook: gemm, status: 0, time_ns: 0, duration_ns: 0, thread: 3, args: CallArgs::None, scanned: false });
+            s.recorder.record(&RecordedCall {
+                seq,
+                hook: gemm,
+                status: 0,
+                time_ns: 0,
+                duration_ns: 0,
+                thread: 3,
+                args: CallArgs::None,
+                scanned: false,
+                captured: false,
+            });
         }
         for &(stream, seq) in issued {
             // Each call's site stands for the line it was made at.

@@ -346,6 +346,7 @@ fn launched_graph(call: &Call<'_, c_int>, exec: u64, stream: u64) -> c_int {
     if !s.config.sync.synchronises_calls() {
         leave_breadcrumb(call, stream, recorded);
     }
+    super::graphs::scan_after_launch(call, exec, stream);
     status
 }
 

@@ -11,6 +11,7 @@ pub(crate) mod blas;
 pub(crate) mod cudnn;
 pub(crate) mod dump;
 pub(crate) mod gemm;
+pub(crate) mod graphs;
 pub(crate) mod handles;
 pub(crate) mod launch;
 pub(crate) mod launch_pointers;
@@ -258,10 +259,11 @@ impl<'a, R: Copy> Call<'a, R> {
 
     /// Enters the call in the flight recorder with how it ended.
     pub fn record(&self, status: i32, args: CallArgs) {
-        self.record_scanned(status, args, false);
+        self.record_call(status, args, false, false);
     }
 
-    pub fn record_scanned(&self, status: i32, args: CallArgs, scanned: bool) {
+    /// `captured`: the call's stream was capturing a CUDA graph (the call was recorded into it).
+    pub fn record_call(&self, status: i32, args: CallArgs, scanned: bool, captured: bool) {
         self.recorded.set(true);
         let time_ns = self.outlet.now_ns();
         let call = RecordedCall {
@@ -273,6 +275,7 @@ impl<'a, R: Copy> Call<'a, R> {
             thread: self.thread,
             args,
             scanned,
+            captured,
         };
         self.session.recorder.record(&call);
     }

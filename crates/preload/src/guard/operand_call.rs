@@ -83,6 +83,17 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         _ => (0, 0, 0),
     };
     let site = (call.hook.index() as u64) ^ d0 << 8 ^ d1 << 24 ^ d2 << 40;
+    // A call on a stream capturing a CUDA graph is recorded into the graph, not run: it is not
+    // scanned (nor counted as scanned), nothing is queued on its stream, and no one-time setup
+    // is made for it (CUDA refuses most of them during a capture, and the refusal invalidates
+    // it). Asked here once, for the checks too.
+    let capture_query = checks.nan.then(|| call.device.is_capturing(OperandCallCheck::new(matmul, handle).stream()));
+    let captured = capture_query == Some(Ok(true));
+    let keep_for_replays = captured;
+    if captured {
+        s.note_captured();
+    }
+    checks.nan = checks.nan && !captured;
     let scan_started = if checks.nan { call.outlet.now_ns() } else { 0 };
     checks.nan = checks.nan && s.should_scan(site, scan_started);
     let may_wait = checks.nan && super::verdicts::may_wait(call, &record);
@@ -96,6 +107,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         let mut known = known_at_entry;
         let mut check = OperandCallCheck::new(matmul, handle);
         check.deferred = deferred;
+        check.capture_query = capture_query;
         // Under `deferred`, the scans' reads are queued and their verdict judged later, when
         // the region has room for all of them.
         let on_device = s.config.device_scan != crate::config::DeviceScan::Off && !s.device_scan.failed();
@@ -112,6 +124,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             r.abandon();
             check = OperandCallCheck::new(matmul, handle);
             check.deferred = deferred;
+            check.capture_query = capture_query;
             check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, call.device, buf);
         }
         let scans: &dyn Device = match &recording {
@@ -155,6 +168,9 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, call.device, scans, buf) {
             s.note_error(code, call.seq);
         }
+        if keep_for_replays && forwarded && status == cuda::CUBLAS_SUCCESS && check.finding.is_none() {
+            keep_captured(call, matmul, check.stream());
+        }
         let produced_here = matches!(check.finding.as_ref().map(|f| f.kind), Some(FaultKind::AsyncError | FaultKind::NonfiniteOutput));
         let returned =
             if forwarded && s.config.on_fault == OnFault::Error && !check.found_before && produced_here { cuda::CUBLAS_EXECUTION_FAILED } else { status };
@@ -162,7 +178,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             // The whole guarded call counts against the budget: scans dominate it.
             s.add_scan_time(call.outlet.now_ns().saturating_sub(scan_started));
         }
-        call.record_scanned(returned, record, checks.nan && !recording.as_ref().is_some_and(|r| r.overflowed()));
+        call.record_call(returned, record, checks.nan && !recording.as_ref().is_some_and(|r| r.overflowed()), captured);
         if s.config.nan_origin {
             super::origin::watch_operands(call, &check);
         }
@@ -193,6 +209,26 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
     } else {
         body(&mut Vec::new())
     }
+}
+
+/// A call captured into a graph: its operands (each one matrix, not a batch; not the
+/// workspace), kept with the capture to be scanned after the graph's launches.
+fn keep_captured(call: &Call<'_, i32>, matmul: &OperandCall, stream: u64) {
+    use crate::check::operand_call::{Members, Role};
+    let site = call.call_site();
+    let kept = matmul.operands.iter().flatten().filter(|o| o.members == Members::One && o.role != Role::Workspace && o.triangle.is_none()).map(|o| {
+        crate::session::graphs::KeptOperand {
+            seq: call.seq,
+            hook: call.hook.index() as u16,
+            name: o.name,
+            addr: o.ptr,
+            shape: o.shape,
+            dtype: o.dtype,
+            role: o.role,
+            site,
+        }
+    });
+    call.session.graphs.keep(stream, kept);
 }
 
 /// What the scans found finite: a NaN found there later was written since; and how many

@@ -18,6 +18,7 @@ pub mod call_site;
 mod device_scan;
 mod facts;
 mod faults;
+pub mod graphs;
 pub(crate) mod kernels;
 pub mod launch_memory;
 mod scans;
@@ -161,6 +162,8 @@ pub struct Session {
     /// CUBLASGUARD_SYNC=deferred: the calls whose NaN/Inf verdict waits for its scans to land
     /// (a forked child starts without: the regions they land in are its parent's).
     pub verdicts: verdicts::Verdicts,
+    /// What calls captured into CUDA graphs read and write, kept for the graphs' launches.
+    pub graphs: graphs::Graphs,
     /// The allocations each recent launch's parameters point into.
     pub launch_touches: launch_memory::LaunchTouches,
     /// When each allocation was last scanned and found finite.
@@ -232,6 +235,7 @@ impl Session {
             device_scan: DeviceScanState::default(),
             breadcrumbs: breadcrumbs::Breadcrumbs::default(),
             verdicts: verdicts::Verdicts::default(),
+            graphs: graphs::Graphs::default(),
             launch_touches: launch_memory::LaunchTouches::default(),
             finite_seen: launch_memory::FiniteSeen::default(),
             watched: launch_memory::Watched::default(),
@@ -280,6 +284,11 @@ impl Session {
 
     pub fn add_scan_time(&self, ns: u64) {
         self.scans.add_time(ns);
+    }
+
+    /// A call on a stream capturing a CUDA graph, for the summary (never counted as scanned).
+    pub fn note_captured(&self) {
+        self.scans.note_captured();
     }
 
     /// Operands scanned by an even sample (past CUBLASGUARD_SCAN_BYTES), for the summary.
@@ -607,6 +616,7 @@ impl Session {
             thread: call.thread,
             args,
             scanned: call.scanned,
+            captured: call.captured,
         }
     }
 }
@@ -770,7 +780,17 @@ mod tests {
         s.add_fault(fault(1), 0);
         s.note_error(700, 1);
         s.handles.created(0x77);
-        s.recorder.record(&RecordedCall { seq: 1, hook: 0, status: 0, time_ns: 1, duration_ns: 0, thread: 1, args: CallArgs::None, scanned: false });
+        s.recorder.record(&RecordedCall {
+            seq: 1,
+            hook: 0,
+            status: 0,
+            time_ns: 1,
+            duration_ns: 0,
+            thread: 1,
+            args: CallArgs::None,
+            scanned: false,
+            captured: false,
+        });
         let child = child_of(&s, 99, "child.json");
         let t = child.trace(Environment::default());
         assert!(t.faults.is_empty() && t.summary.calls.is_empty());

@@ -16,6 +16,7 @@ pub(super) struct ScanPolicy {
     scanned_calls: AtomicU64,
     skipped_scans: AtomicU64,
     sampled_operands: AtomicU64,
+    captured_calls: AtomicU64,
 }
 
 impl ScanPolicy {
@@ -27,6 +28,7 @@ impl ScanPolicy {
             scanned_calls: AtomicU64::new(0),
             skipped_scans: AtomicU64::new(0),
             sampled_operands: AtomicU64::new(0),
+            captured_calls: AtomicU64::new(0),
         }
     }
 
@@ -61,6 +63,15 @@ impl ScanPolicy {
     /// An operand past CUBLASGUARD_SCAN_BYTES was scanned by an even sample.
     pub fn note_sampled(&self, operands: u64) {
         self.sampled_operands.fetch_add(operands, Ordering::Relaxed);
+    }
+
+    /// A call on a stream capturing a CUDA graph: not scanned, and not counted as scanned.
+    pub fn note_captured(&self) {
+        self.captured_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn captured_calls(&self) -> u64 {
+        self.captured_calls.load(Ordering::Relaxed)
     }
 
     pub fn sampled_operands(&self) -> u64 {

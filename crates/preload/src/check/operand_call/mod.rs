@@ -51,6 +51,9 @@ pub struct OperandCallCheck<'a> {
     /// The finding was made before the call, so `on_fault = error` may refuse it.
     pub found_before: bool,
     pub(super) capturing: bool,
+    /// The answer to "is the call's stream capturing a graph?", when the caller already asked
+    /// (so the checks do not ask twice).
+    pub capture_query: Option<Result<bool, i32>>,
     /// The error a synchronisation before the call already reported.
     pending_before: i32,
     /// A synchronisation by the guard found the device clean before the call, and after it.
@@ -147,6 +150,7 @@ impl<'a> OperandCallCheck<'a> {
             freed: None,
             found_before: true,
             capturing: false,
+            capture_query: None,
             pending_before: 0,
             clean_before: false,
             clean_after: false,
@@ -245,7 +249,7 @@ impl<'a> OperandCallCheck<'a> {
             return;
         }
         let stream = check.stream();
-        let pending = match device.is_capturing(stream) {
+        let pending = match check.capture_query.take().unwrap_or_else(|| device.is_capturing(stream)) {
             // A sticky error already there answers the capture query itself (below).
             Ok(false) if check.deferred => 0,
             Ok(false) => device.synchronize(stream),

@@ -76,7 +76,7 @@ pub(crate) fn drop_breadcrumb(crumbs: &Breadcrumbs, stream: u64, issued: Issued)
         Some(addr) => addr,
         None if !crumbs.knows(context) => {
             // Asked once per context: a refusal is kept as an empty page.
-            let page = allocate_page();
+            let page = crate::ffi::cuda_client::device::relaxed(allocate_page);
             if page.is_some() {
                 register_final_check();
             }

@@ -94,6 +94,7 @@ cuda_functions! {
     Driver fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usize, dptr: u64) -> c_int;
     Driver fn cuCtxGetId(ctx: Ptr, id: *mut u64) -> c_int;
     Driver fn cuMemHostRegister_v2(host: Ptr, bytes: usize, flags: c_uint) -> c_int;
+    Driver fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) -> c_int;
     Driver fn cuMemHostGetDevicePointer_v2(dptr: *mut u64, host: Ptr, flags: c_uint) -> c_int;
     Driver fn cuStreamWriteValue64_v2(stream: Ptr, addr: u64, value: u64, flags: c_uint) -> c_int;
     Driver fn cuStreamQuery(stream: Ptr) -> c_int;

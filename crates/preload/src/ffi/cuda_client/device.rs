@@ -28,6 +28,26 @@ pub(crate) fn quietly(call: impl FnOnce() -> Option<c_int>) -> Option<c_int> {
     Some(code)
 }
 
+/// Runs the guard's one-time setups (page-locking its staging region and breadcrumb pages, the
+/// scan module's load, allocation and self-test) with the calling thread's stream-capture mode
+/// Relaxed, put back after, as PyTorch's allocator does around cudaMalloc: in the default
+/// (Global) mode CUDA refuses such calls while any thread captures a graph in Global mode (and
+/// while this thread captures in any mode but Relaxed), and the refusal invalidates the
+/// capture. The guard never makes them for a call on a capturing stream. The driver's form
+/// leaves the runtime's last error alone; without it, `setup` runs as it is.
+pub(crate) fn relaxed<T>(setup: impl FnOnce() -> T) -> T {
+    const RELAXED: c_int = 2; // CU_STREAM_CAPTURE_MODE_RELAXED
+    let mut mode = RELAXED;
+    // SAFETY: `mode` is a writable int holding a valid CUstreamCaptureMode.
+    let exchanged = unsafe { api::cuThreadExchangeStreamCaptureMode(&mut mode) } == Some(0);
+    let out = setup();
+    if exchanged {
+        // SAFETY: as above; `mode` holds the thread's mode from before.
+        unsafe { api::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    }
+    out
+}
+
 /// The guard's view of CUDA (and, when enabled, of the driver for on-device scans), for one
 /// hooked call.
 pub(crate) struct RealDevice<'a> {

@@ -77,27 +77,31 @@ fn context(state: &DeviceScanState, stream: u64) -> Result<LoadedKernels, Unusab
         return Err(Unusable::Unavailable("no current CUDA context".into()));
     }
     let mut wrong = None;
+    // Loaded, allocated and self-tested with the thread's capture mode Relaxed: legal while
+    // another thread captures a graph (never for a call on a capturing stream: no scan is made).
     let loaded = state.kernel_for(ctx as usize, || {
-        let ptx = CString::new(KERNEL_PTX).map_err(|_| "the PTX text holds a NUL".to_string())?;
-        let (mut module, mut function, mut many, mut out): (Ptr, Ptr, Ptr, u64) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0);
-        // Valid out-parameters; the PTX and the kernel names are NUL-terminated.
-        // SAFETY: `module` is writable; the PTX is a NUL-terminated CString.
-        driver("cuModuleLoadData", unsafe { api::cuModuleLoadData(&mut module, ptx.as_ptr() as *const c_void) })?;
-        // SAFETY: the out-parameter is writable, the module was just loaded, the name is a NUL-terminated literal.
-        driver("cuModuleGetFunction", unsafe { api::cuModuleGetFunction(&mut function, module, KERNEL_NAME.as_ptr() as *const c_char) })?;
-        // SAFETY: the out-parameter is writable, the module was just loaded, the name is a NUL-terminated literal.
-        driver("cuModuleGetFunction", unsafe { api::cuModuleGetFunction(&mut many, module, MANY_KERNEL_NAME.as_ptr() as *const c_char) })?;
-        // SAFETY: the out-parameter is a writable u64.
-        driver("cuMemAlloc of the result buffer", unsafe { api::cuMemAlloc_v2(&mut out, OUT_BYTES) })?;
-        let kernels = LoadedKernels { single: function as usize, many: many as usize, out, resident_blocks: resident_blocks(many) };
-        match self_test(kernels, stream) {
-            Ok(()) => Ok(kernels),
-            Err(Unusable::Wrong(why)) => {
-                wrong = Some(why.clone());
-                Err(why)
+        crate::ffi::cuda_client::device::relaxed(|| {
+            let ptx = CString::new(KERNEL_PTX).map_err(|_| "the PTX text holds a NUL".to_string())?;
+            let (mut module, mut function, mut many, mut out): (Ptr, Ptr, Ptr, u64) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0);
+            // Valid out-parameters; the PTX and the kernel names are NUL-terminated.
+            // SAFETY: `module` is writable; the PTX is a NUL-terminated CString.
+            driver("cuModuleLoadData", unsafe { api::cuModuleLoadData(&mut module, ptx.as_ptr() as *const c_void) })?;
+            // SAFETY: the out-parameter is writable, the module was just loaded, the name is a NUL-terminated literal.
+            driver("cuModuleGetFunction", unsafe { api::cuModuleGetFunction(&mut function, module, KERNEL_NAME.as_ptr() as *const c_char) })?;
+            // SAFETY: the out-parameter is writable, the module was just loaded, the name is a NUL-terminated literal.
+            driver("cuModuleGetFunction", unsafe { api::cuModuleGetFunction(&mut many, module, MANY_KERNEL_NAME.as_ptr() as *const c_char) })?;
+            // SAFETY: the out-parameter is a writable u64.
+            driver("cuMemAlloc of the result buffer", unsafe { api::cuMemAlloc_v2(&mut out, OUT_BYTES) })?;
+            let kernels = LoadedKernels { single: function as usize, many: many as usize, out, resident_blocks: resident_blocks(many) };
+            match self_test(kernels, stream) {
+                Ok(()) => Ok(kernels),
+                Err(Unusable::Wrong(why)) => {
+                    wrong = Some(why.clone());
+                    Err(why)
+                }
+                Err(Unusable::Unavailable(why)) => Err(why),
             }
-            Err(Unusable::Unavailable(why)) => Err(why),
-        }
+        })
     });
     match (loaded, wrong) {
         (Ok(kernels), _) => Ok(kernels),

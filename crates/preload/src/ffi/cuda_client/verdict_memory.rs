@@ -77,8 +77,9 @@ impl VerdictMemory for RealVerdictMemory<'_> {
             match regions.iter().find(|r| r.context == context) {
                 Some(r) => *r,
                 None => {
-                    // Made under the lock: two threads of one context make one region.
-                    let r = make_region(context, self.session.config.staging_bytes);
+                    // Made under the lock: two threads of one context make one region; legal
+                    // while another thread captures a graph (`relaxed`).
+                    let r = crate::ffi::cuda_client::device::relaxed(|| make_region(context, self.session.config.staging_bytes));
                     regions.push(r);
                     r
                 }

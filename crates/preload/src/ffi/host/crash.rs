@@ -361,7 +361,8 @@ fn call_json(w: &mut Writer, c: &RecordedCall, api: &str) {
         w.bytes(b"\":");
         arg_value(w, value);
     });
-    w.bytes(if c.scanned { b"},\"scanned\":true}" } else { b"},\"scanned\":false}" });
+    w.bytes(if c.scanned { b"},\"scanned\":true" } else { b"},\"scanned\":false" });
+    w.bytes(if c.captured { b",\"captured\":true}" } else { b"}" });
 }
 
 /// The summary, walked field by field as the normal writer's serde form walks it.
@@ -717,6 +718,7 @@ mod tests {
             thread: 9,
             args: CallArgs::Gemm { transa: 1, transb: 9, m: 2, n: 3, k: 4, lda: 4, ldb: 4, ldc: 2 },
             scanned: true,
+            captured: false,
         };
         call_json(&mut w, &call, "cublasSgemm_v2");
         w.bytes(b",");
@@ -731,6 +733,7 @@ mod tests {
             scanned_calls: 1,
             skipped_scans: 2,
             sampled_operands: 0,
+            captured_calls: 1,
             ignored_faults: [("py=\"odd\\name\u{1}.py\"\n".to_string(), 4), ("kind=nonfinite_input".to_string(), 0)].into(),
             deferred_verdicts: [("deferred".to_string(), 5), ("waiting".to_string(), 1)].into(),
         };
@@ -764,7 +767,7 @@ mod tests {
         t.environment.variables.insert("X".into(), ",\"faults\":[]".into());
         let mut whole = serde_json::to_vec(&t).unwrap();
         let prefix = render_prefix(&t).unwrap();
-        let rest = b",\"faults\":[],\"recent_calls\":[],\"summary\":{\"calls\":{},\"faults\":0,\"dropped_faults\":0,\"scanned_calls\":0,\"skipped_scans\":0,\"sampled_operands\":0}}";
+        let rest = b",\"faults\":[],\"recent_calls\":[],\"summary\":{\"calls\":{},\"faults\":0,\"dropped_faults\":0,\"scanned_calls\":0,\"skipped_scans\":0,\"sampled_operands\":0,\"captured_calls\":0}}";
         assert_eq!([prefix.as_slice(), rest].concat(), std::mem::take(&mut whole), "the prefix and the rest are the trace as serde writes it");
     }
 

@@ -18,7 +18,7 @@ use crate::ffi::intercept::real::{Library, RealSymbol};
 use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, ReentryOn};
 use crate::guard::launch::{self, Dim3, DriverLaunchConfig, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
-use crate::guard::{blas, cudnn, gemm, handles, lt, memory, sync, Call, OnThread, Outlet};
+use crate::guard::{blas, cudnn, gemm, graphs, handles, lt, memory, sync, Call, OnThread, Outlet};
 use crate::recorder::{CallArgs, RecordedCall};
 use crate::session::call_site::HookFrame;
 use crate::session::{LeanGemm, Recorded, Session};
@@ -156,7 +156,17 @@ impl<'t> LeanCall<'t> {
         }
         let time_ns = process::now_ns();
         let duration_ns = self.started.elapsed_ns(time_ns);
-        let call = RecordedCall { seq: self.seq, hook: self.hook.index() as u16, status, time_ns, duration_ns, thread: self.tid, args: lean(), scanned: false };
+        let call = RecordedCall {
+            seq: self.seq,
+            hook: self.hook.index() as u16,
+            status,
+            time_ns,
+            duration_ns,
+            thread: self.tid,
+            args: lean(),
+            scanned: false,
+            captured: false,
+        };
         self.s.recorder.record(&call);
         Ok(r)
     }
@@ -660,6 +670,10 @@ hook_table! {
     Driver fn cuModuleGetFunction(function: *mut Handle, module: Handle, name: *const std::ffi::c_char) -> c_int => launch::module_get_function;
     Driver fn cuLibraryGetKernel(kernel: *mut Handle, library: Handle, name: *const std::ffi::c_char) -> c_int => launch::module_get_function;
     Driver fn cuKernelGetFunction(function: *mut Handle, kernel: Handle) -> c_int => launch::kernel_get_function;
+    Cudart fn cudaStreamEndCapture(stream: Stream, graph: *mut Handle) -> c_int => graphs::end_capture;
+    Cudart fn cudaGraphInstantiate(exec: *mut Handle, graph: Handle, flags: u64) -> c_int => graphs::instantiate;
+    Cudart fn cudaGraphInstantiateWithFlags(exec: *mut Handle, graph: Handle, flags: u64) -> c_int => graphs::instantiate;
+    Cudart fn cudaGraphExecUpdate(exec: Handle, graph: Handle, info: *mut c_void) -> c_int => graphs::exec_update;
     Cudart fn cudaGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch_ptsz(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
