@@ -136,7 +136,7 @@ fn stage_wheel_data(manifest: &Path, profile_dir: &Path, standin: &Path) {
 }
 
 /// The tests that need what scripts/fetch-*.sh install (NVIDIA's wheels, PyTorch, JAX,
-/// nvmath-python) run
+/// nvmath-python, CuPy) run
 /// where a script left its marker in target/test-env/, or where CI requires them
 /// (CUBLASGUARD_REQUIRE_*, when a missing install fails them); elsewhere they are
 /// `#[ignore]`d with the reason, so `cargo test` counts them as ignored instead of passing them.
@@ -149,6 +149,7 @@ fn test_environment(manifest: &Path) {
         ("torch", "CUBLASGUARD_REQUIRE_TORCH"),
         ("jax", "CUBLASGUARD_REQUIRE_JAX"),
         ("nvmath", "CUBLASGUARD_REQUIRE_NVMATH"),
+        ("cupy", "CUBLASGUARD_REQUIRE_CUPY"),
     ] {
         println!("cargo::rustc-check-cfg=cfg(cublasguard_has_{name})");
         println!("cargo:rerun-if-env-changed={required}");
