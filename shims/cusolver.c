@@ -4,7 +4,7 @@
  * symbols at this soname's version). */
 #include "stubs.h"
 
-#define CUSOLVER_STATUS_NOT_SUPPORTED 7
+#define CUSOLVER_STATUS_NOT_SUPPORTED 9
 
 int cusolverGetProperty(int type, int *value);
 int cusolverGetProperty(int type, int *value) {

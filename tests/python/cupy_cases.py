@@ -5,7 +5,8 @@ provides as libraries that load and fail cleanly), so it runs here unmodified.
 `clean`: every cuBLAS path of CuPy's on good operands (matmul in each floating and complex
 type, `@`, dot, tensordot, a transposed operand, batched matmul), the results printed (bare and
 guarded must print the same); then what the stand-in does not compute (an elementwise kernel
-needs NVRTC, an FFT cuFFT, random numbers cuRAND), each failing with its library's error.
+needs NVRTC, an FFT cuFFT, random numbers cuRAND, a handle cuSOLVER or cuSPARSE), each
+failing with its library's error.
 `faults`: each planted mistake once, on the line marked `# FAULT <name>`; the script carries on
 after each (the guard refuses the call, CUBLASGUARD_ON_FAULT=error, and CuPy raises).
 `nan`: a NaN reaching a product under the guard's defaults.
@@ -48,6 +49,8 @@ def clean():
     print("elementwise", error_of(cupy.ones, 3))
     print("fft", error_of(cupy.fft.fft, cupy.asarray(np.arange(8, dtype=np.complex64))))
     print("random", error_of(cupy.random.rand, 3))
+    print("solver", error_of(cupy.cuda.device.get_cusolver_handle))
+    print("sparse", error_of(cupy.cuda.device.get_cusparse_handle))
 
 
 @contextlib.contextmanager

@@ -91,7 +91,7 @@ fn cupy_computes_every_cublas_path_the_same_bare_and_guarded_with_no_fault() {
         assert!(out.contains(&format!("batched {dtype} {batched}\n")), "{dtype}: {out}");
     }
     // What the stand-in does not compute fails cleanly, with each library's own error.
-    for line in ["elementwise NVRTCError\n", "fft CuFFTError\n", "random CURANDError\n"] {
+    for line in ["elementwise NVRTCError\n", "fft CuFFTError\n", "random CURANDError\n", "solver CUSOLVERError\n", "sparse CuSparseError\n"] {
         assert!(out.contains(line), "{line}: {out}");
     }
 
