@@ -2,7 +2,9 @@
 //! and symbol versions, and the C example workload linked against them by soname.
 //!
 //! Layout, under `$OUT_DIR/stand-in` and copied to `target/<profile>/stand-in`:
-//!   lib/      libcudart.so.12, libcublas.so.12, libcublasLt.so.12 (+ unversioned links for `-lcudart ...`)
+//!   lib/      libcudart.so.12, libcublas.so.12, libcublasLt.so.12 (+ unversioned links for `-lcudart ...`),
+//!             and libcufft.so.11, libcurand.so.10, libcusparse.so.12, libnvrtc.so.12,
+//!             libcusolver.so.11, which CuPy 12 links: they load and fail cleanly (shims/stubs.h)
 //!   driver/   libcuda.so.1, apart so a test can leave the driver out
 //!   nvml/     libnvidia-ml.so.1, the stand-in NVML: apart, so a test chooses whether NVML is there
 //!   include/  the stand-in headers
@@ -53,6 +55,12 @@ const LIBRARIES: &[SharedLib] = &[
         links: &["-lcudart", "-lpthread", "-lm"],
         extra: &[],
     },
+    // The libraries CuPy 12 links besides cuBLAS (shims/stubs.h): they load and fail cleanly.
+    SharedLib { source: "cufft", soname: "libcufft.so.11", folder: "lib", dev_link: "libcufft.so", links: &[], extra: &[] },
+    SharedLib { source: "curand", soname: "libcurand.so.10", folder: "lib", dev_link: "libcurand.so", links: &[], extra: &[] },
+    SharedLib { source: "cusparse", soname: "libcusparse.so.12", folder: "lib", dev_link: "libcusparse.so", links: &[], extra: &[] },
+    SharedLib { source: "nvrtc", soname: "libnvrtc.so.12", folder: "lib", dev_link: "libnvrtc.so", links: &[], extra: &[] },
+    SharedLib { source: "cusolver", soname: "libcusolver.so.11", folder: "lib", dev_link: "libcusolver.so", links: &[], extra: &[] },
     SharedLib { source: "nvml", soname: "libnvidia-ml.so.1", folder: "nvml", dev_link: "libnvidia-ml.so", links: &["-lpthread"], extra: &[] },
 ];
 
@@ -128,7 +136,7 @@ fn stage_wheel_data(manifest: &Path, profile_dir: &Path, standin: &Path) {
 }
 
 /// The tests that need what scripts/fetch-*.sh install (NVIDIA's wheels, PyTorch, JAX,
-/// nvmath-python) run
+/// nvmath-python, CuPy) run
 /// where a script left its marker in target/test-env/, or where CI requires them
 /// (CUBLASGUARD_REQUIRE_*, when a missing install fails them); elsewhere they are
 /// `#[ignore]`d with the reason, so `cargo test` counts them as ignored instead of passing them.
@@ -141,6 +149,7 @@ fn test_environment(manifest: &Path) {
         ("torch", "CUBLASGUARD_REQUIRE_TORCH"),
         ("jax", "CUBLASGUARD_REQUIRE_JAX"),
         ("nvmath", "CUBLASGUARD_REQUIRE_NVMATH"),
+        ("cupy", "CUBLASGUARD_REQUIRE_CUPY"),
     ] {
         println!("cargo::rustc-check-cfg=cfg(cublasguard_has_{name})");
         println!("cargo:rerun-if-env-changed={required}");
@@ -289,6 +298,7 @@ fn main() {
     println!("cargo:rerun-if-changed=shims/elements.h");
     println!("cargo:rerun-if-changed=shims/counting.h");
     println!("cargo:rerun-if-changed=shims/engine.h");
+    println!("cargo:rerun-if-changed=shims/stubs.h");
     copy_tree(&shims.join("include"), &root.join("include"));
     println!("cargo:rerun-if-changed=shims/include");
 

@@ -1632,6 +1632,25 @@ CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
     return CUDA_SUCCESS;
 }
 
+/* ---- what CuPy 12 links and the stand-in driver does not model (stubs.h): modules from files,
+ * the linker, globals, occupancy, function attributes, explicit contexts; each fails cleanly
+ * with CUDA_ERROR_NOT_SUPPORTED ---- */
+#include "stubs.h"
+STUB(cuCtxCreate_v2, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuCtxDestroy_v2, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuFuncGetAttribute, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuFuncSetAttribute, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuLinkAddData_v2, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuLinkAddFile_v2, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuLinkComplete, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuLinkCreate_v2, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuLinkDestroy, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuModuleGetGlobal_v2, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuModuleLoad, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuModuleUnload, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuOccupancyMaxActiveBlocksPerMultiprocessor, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+STUB(cuOccupancyMaxPotentialBlockSize, 801 /* CUDA_ERROR_NOT_SUPPORTED */)
+
 /* ---- entry points: how the runtime, and programs with a static runtime, find the above ---- */
 
 /* `ptsz`: the per-thread default stream's variant, for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.
@@ -1735,6 +1754,20 @@ static const struct { const char *name; void *fn; int since; void *ptsz; } procs
     {"cuLibraryGetKernel", (void *)cuLibraryGetKernel, 12000, NULL},
     {"cuKernelGetFunction", (void *)cuKernelGetFunction, 12000, NULL},
     {"cuMemAllocAsync", (void *)cuMemAllocAsync, 11020, (void *)cuMemAllocAsync_ptsz},
+    {"cuCtxCreate", (void *)cuCtxCreate_v2, 3020, NULL},
+    {"cuCtxDestroy", (void *)cuCtxDestroy_v2, 4000, NULL},
+    {"cuFuncGetAttribute", (void *)cuFuncGetAttribute, 2020, NULL},
+    {"cuFuncSetAttribute", (void *)cuFuncSetAttribute, 9000, NULL},
+    {"cuLinkCreate", (void *)cuLinkCreate_v2, 6050, NULL},
+    {"cuLinkAddData", (void *)cuLinkAddData_v2, 6050, NULL},
+    {"cuLinkAddFile", (void *)cuLinkAddFile_v2, 6050, NULL},
+    {"cuLinkComplete", (void *)cuLinkComplete, 5050, NULL},
+    {"cuLinkDestroy", (void *)cuLinkDestroy, 5050, NULL},
+    {"cuModuleGetGlobal", (void *)cuModuleGetGlobal_v2, 3020, NULL},
+    {"cuModuleLoad", (void *)cuModuleLoad, 2000, NULL},
+    {"cuModuleUnload", (void *)cuModuleUnload, 2000, NULL},
+    {"cuOccupancyMaxActiveBlocksPerMultiprocessor", (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, NULL},
+    {"cuOccupancyMaxPotentialBlockSize", (void *)cuOccupancyMaxPotentialBlockSize, 6050, NULL},
 };
 
 /* As NVIDIA's: the newest variant of `symbol` that `cudaVersion` knows (a name with several
@@ -1762,3 +1795,4 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
     return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
 }
+

@@ -1112,3 +1112,207 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
 cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags, int *driverStatus) {
     return cudaGetDriverEntryPointByVersion(symbol, funcPtr, SHIM_RUNTIME_VERSION, flags, driverStatus);
 }
+
+/* ---- what CuPy 12 calls at import and around a GEMM ---- */
+
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream) {
+    count_call(__func__);
+    ENTER();
+    if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
+    if (count == 0) return cudaSuccess;
+    if (!devPtr || !cudashim_is_device_range(devPtr, count)) return fail(cudaErrorInvalidValue);
+    struct memset_work m = {devPtr, count, value};
+    int status = gpu.submit(stream, 0, run_memset, NULL, &m, sizeof m);
+    return status ? fail(status) : cudaSuccess;
+}
+
+/* A 2D copy: `height` rows of `width` bytes, each a row copy of cudaMemcpy[Async]'s checks. */
+static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                           enum cudaMemcpyKind kind, cudaStream_t stream, int async) {
+    if (width > dpitch || width > spitch) return fail(12 /* cudaErrorInvalidPitchValue */);
+    if (width == 0 || height == 0) return cudaSuccess;
+    if (!async) {
+        int pending = settle_on(NULL, 0, "cudaMemcpy2D");
+        if (pending) return fail(pending);
+    } else if (!cudashim_stream_valid(stream)) {
+        return fail(cudaErrorInvalidResourceHandle);
+    }
+    for (size_t row = 0; row < height; row++) {
+        char *d = (char *)dst + row * dpitch;
+        const char *s = (const char *)src + row * spitch;
+        if (!async) {
+            cudaError_t status = copy(d, s, width, kind);
+            if (status) return status;
+            continue;
+        }
+        int dst_host, src_host;
+        cudaError_t checked = check_copy(d, s, width, kind, &dst_host, &src_host);
+        if (checked) return checked;
+        int status = drv_copy_async(d, s, width, dst_host, src_host, stream, 0, "cudaMemcpy2DAsync");
+        if (status) return fail(status);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                         enum cudaMemcpyKind kind) {
+    count_call(__func__);
+    ENTER();
+    return copy_2d(dst, dpitch, src, spitch, width, height, kind, NULL, 0);
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                              size_t height, enum cudaMemcpyKind kind, cudaStream_t stream) {
+    count_call(__func__);
+    ENTER();
+    return copy_2d(dst, dpitch, src, spitch, width, height, kind, stream, 1);
+}
+
+/* cudaDeviceProp as CUDA 12.0-12.9 lay it out (1032 bytes; CUDA 13 changed it): the fields
+ * CuPy reads that the stand-in GPU can answer, written at their offsets, the rest zero. */
+#define DEVICE_PROP_SIZE 1032
+static void put_int(unsigned char *prop, size_t offset, int value) { memcpy(prop + offset, &value, sizeof value); }
+static void put_size(unsigned char *prop, size_t offset, size_t value) { memcpy(prop + offset, &value, sizeof value); }
+
+cudaError_t cudaGetDeviceProperties_v2(void *prop, int device) {
+    count_call(__func__);
+    ENTER();
+    if (!prop || device != 0) return fail(prop ? 101 /* cudaErrorInvalidDevice */ : cudaErrorInvalidValue);
+    int major = 0, minor = 0;
+    size_t free_bytes = 0, total = 0;
+    if (cudaDeviceGetAttribute(&major, 75, 0) || cudaDeviceGetAttribute(&minor, 76, 0) ||
+        drv_mem_get_info(&free_bytes, &total))
+        return fail(cudaErrorInvalidValue);
+    unsigned char *p = prop;
+    memset(p, 0, DEVICE_PROP_SIZE);
+    snprintf((char *)p, 256, "cudashim stand-in GPU");
+    put_size(p, 288, total);          /* totalGlobalMem */
+    put_size(p, 296, 48 * 1024);      /* sharedMemPerBlock */
+    put_int(p, 304, 65536);           /* regsPerBlock */
+    put_int(p, 308, 32);              /* warpSize */
+    put_size(p, 312, (size_t)1 << 31); /* memPitch */
+    put_int(p, 320, 1024);            /* maxThreadsPerBlock */
+    put_int(p, 324, 1024), put_int(p, 328, 1024), put_int(p, 332, 64);              /* maxThreadsDim */
+    put_int(p, 336, 0x7fffffff), put_int(p, 340, 65535), put_int(p, 344, 65535);    /* maxGridSize */
+    put_int(p, 348, 1980000);         /* clockRate (kHz) */
+    put_size(p, 352, 64 * 1024);      /* totalConstMem */
+    put_int(p, 360, major);
+    put_int(p, 364, minor);
+    put_size(p, 368, 512);            /* textureAlignment */
+    put_int(p, 388, 132);             /* multiProcessorCount */
+    put_int(p, 576, 1);               /* concurrentKernels */
+    put_int(p, 600, 2);               /* asyncEngineCount */
+    put_int(p, 604, 1);               /* unifiedAddressing */
+    put_int(p, 608, 2619000);         /* memoryClockRate (kHz) */
+    put_int(p, 612, 5120);            /* memoryBusWidth */
+    put_int(p, 616, 50 * 1024 * 1024); /* l2CacheSize */
+    put_int(p, 624, 2048);            /* maxThreadsPerMultiProcessor */
+    put_size(p, 640, 228 * 1024);     /* sharedMemPerMultiprocessor */
+    put_int(p, 648, 65536);           /* regsPerMultiprocessor */
+    put_int(p, 652, 1);               /* managedMemory */
+    put_size(p, 696, 227 * 1024);     /* sharedMemPerBlockOptin */
+    return cudaSuccess;
+}
+
+/* Fat binaries (nvcc-compiled kernels in a client's own library, registered when it loads):
+ * accepted and never run (a launch of one is cudaLaunchKernel's, which runs host functions). */
+static void *fat_binary_handle;
+
+void **__cudaRegisterFatBinary(void *fatCubin);
+void **__cudaRegisterFatBinary(void *fatCubin) {
+    (void)fatCubin;
+    return &fat_binary_handle;
+}
+
+void __cudaRegisterFatBinaryEnd(void **fatCubinHandle);
+void __cudaRegisterFatBinaryEnd(void **fatCubinHandle) { (void)fatCubinHandle; }
+
+void __cudaUnregisterFatBinary(void **fatCubinHandle);
+void __cudaUnregisterFatBinary(void **fatCubinHandle) { (void)fatCubinHandle; }
+
+void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress, const char *deviceName, int ext,
+                       size_t size, int constant, int global);
+void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress, const char *deviceName, int ext,
+                       size_t size, int constant, int global) {
+    (void)fatCubinHandle, (void)hostVar, (void)deviceAddress, (void)deviceName, (void)ext, (void)size, (void)constant,
+        (void)global;
+}
+
+/* The <<<...>>> configuration a kernel's host stub pops before its cudaLaunchKernel. */
+struct call_configuration {
+    struct { unsigned int x, y, z; } grid, block;
+    size_t shared;
+    void *stream;
+};
+static __thread struct call_configuration pushed;
+
+unsigned int __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, void *stream);
+unsigned int __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, void *stream) {
+    pushed.grid.x = gridDim.x, pushed.grid.y = gridDim.y, pushed.grid.z = gridDim.z;
+    pushed.block.x = blockDim.x, pushed.block.y = blockDim.y, pushed.block.z = blockDim.z;
+    pushed.shared = sharedMem;
+    pushed.stream = stream;
+    return 0;
+}
+
+cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream);
+cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream) {
+    if (gridDim) gridDim->x = pushed.grid.x, gridDim->y = pushed.grid.y, gridDim->z = pushed.grid.z;
+    if (blockDim) blockDim->x = pushed.block.x, blockDim->y = pushed.block.y, blockDim->z = pushed.block.z;
+    if (sharedMem) *sharedMem = pushed.shared;
+    if (stream) *(void **)stream = pushed.stream;
+    return cudaSuccess;
+}
+
+/* ---- what CuPy 12 links and the stand-in does not model (stubs.h): each fails cleanly with
+ * cudaErrorNotSupported (801) and sets the thread's last error as any failing call does ---- */
+
+#define STUB_RT(name) \
+    cudaError_t name(void); \
+    cudaError_t name(void) { count_call(__func__); return fail(801 /* cudaErrorNotSupported */); }
+STUB_RT(cudaCreateSurfaceObject)
+STUB_RT(cudaCreateTextureObject)
+STUB_RT(cudaDestroySurfaceObject)
+STUB_RT(cudaDestroyTextureObject)
+STUB_RT(cudaDeviceCanAccessPeer)
+STUB_RT(cudaDeviceDisablePeerAccess)
+STUB_RT(cudaDeviceEnablePeerAccess)
+STUB_RT(cudaDeviceGetByPCIBusId)
+STUB_RT(cudaDeviceGetDefaultMemPool)
+STUB_RT(cudaDeviceGetLimit)
+STUB_RT(cudaDeviceGetMemPool)
+STUB_RT(cudaDeviceGetPCIBusId)
+STUB_RT(cudaDeviceSetLimit)
+STUB_RT(cudaDeviceSetMemPool)
+STUB_RT(cudaFreeArray)
+STUB_RT(cudaFuncGetAttributes)
+STUB_RT(cudaGetChannelDesc)
+STUB_RT(cudaGetTextureObjectResourceDesc)
+STUB_RT(cudaGetTextureObjectTextureDesc)
+STUB_RT(cudaGraphDestroy)
+STUB_RT(cudaGraphExecDestroy)
+STUB_RT(cudaGraphUpload)
+STUB_RT(cudaIpcGetEventHandle)
+STUB_RT(cudaIpcOpenEventHandle)
+STUB_RT(cudaLaunchHostFunc)
+STUB_RT(cudaMalloc3DArray)
+STUB_RT(cudaMallocArray)
+STUB_RT(cudaMemAdvise)
+STUB_RT(cudaMemPoolCreate)
+STUB_RT(cudaMemPoolDestroy)
+STUB_RT(cudaMemPoolGetAttribute)
+STUB_RT(cudaMemPoolSetAttribute)
+STUB_RT(cudaMemPoolTrimTo)
+STUB_RT(cudaMemPrefetchAsync)
+STUB_RT(cudaMemcpy2DFromArray)
+STUB_RT(cudaMemcpy2DFromArrayAsync)
+STUB_RT(cudaMemcpy2DToArray)
+STUB_RT(cudaMemcpy2DToArrayAsync)
+STUB_RT(cudaMemcpy3D)
+STUB_RT(cudaMemcpy3DAsync)
+STUB_RT(cudaMemcpyPeer)
+STUB_RT(cudaMemcpyPeerAsync)
+STUB_RT(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)
+STUB_RT(cudaProfilerStart)
+STUB_RT(cudaProfilerStop)
+STUB_RT(cudaStreamAddCallback)

@@ -11,6 +11,7 @@ mod blas_family;
 mod breadcrumbs;
 mod cli;
 mod cudnn;
+mod cupy;
 mod deferred_verdicts;
 mod device_scan;
 mod doctor;

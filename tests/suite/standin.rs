@@ -91,6 +91,12 @@ fn libraries_carry_nvidia_sonames_and_symbol_versions() {
         (s.join("lib/libcublas.so.12"), "libcublas.so.12"),
         (s.join("lib/libcublasLt.so.12"), "libcublasLt.so.12"),
         (s.join("driver/libcuda.so.1"), "libcuda.so.1"),
+        // What CuPy 12 links besides (shims/stubs.h).
+        (s.join("lib/libcufft.so.11"), "libcufft.so.11"),
+        (s.join("lib/libcurand.so.10"), "libcurand.so.10"),
+        (s.join("lib/libcusparse.so.12"), "libcusparse.so.12"),
+        (s.join("lib/libnvrtc.so.12"), "libnvrtc.so.12"),
+        (s.join("lib/libcusolver.so.11"), "libcusolver.so.11"),
     ] {
         let dynamic = readelf(&["-d", "-W"], &path);
         assert!(dynamic.contains(&format!("Library soname: [{soname}]")), "{}: {dynamic}", path.display());
