@@ -12,6 +12,7 @@ mod breadcrumbs;
 mod cli;
 mod cudnn;
 mod deferred_verdicts;
+mod descriptors;
 mod device_scan;
 mod doctor;
 mod doctor_health;

@@ -301,12 +301,40 @@ fn write_trace_with(s: &Session, live: bool) {
             s.kernels.name(func, crate::ffi::host::backtrace::kernel_name);
         }
     });
+    keep_claim(s);
     let trace = s.trace(environment::collect(s, live));
     let path = s.trace_path();
     if let Err(e) = trace::write_atomic_with(Path::new(&path), &trace, crash::RenameTicket::take) {
         warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {path}: {e}"));
     }
     crash::update_prefix(&trace);
+}
+
+static CLAIM_LOST: AtomicBool = AtomicBool::new(false);
+
+/// Before a trace is written: when the program closed the socket that claims the trace path
+/// (`close_range` in a daemon detaching or a `subprocess` child), another process may have
+/// taken the path since: this one's trace moves to a name of its own (`-PID`), which the crash
+/// writer takes too; a `-PID` name is claimed again.
+fn keep_claim(s: &Session) {
+    if claim::still_held() {
+        return;
+    }
+    let identity = s.identity();
+    let process = &identity.process;
+    let current = identity.trace_path;
+    let requested = config::expand_trace_path(&s.config.trace_pattern, process.pid, &process.hostname, process.rank);
+    if current != requested {
+        claim::claim_again(&current);
+        return;
+    }
+    let moved = claim::own_trace_path(&requested, process.pid, process.run_id.as_deref(), true);
+    warn_once(
+        &CLAIM_LOST,
+        &format!("cublasguard: the program closed the guard's claim on {current} (its descriptors were closed); another process may write there, so this one's trace goes to {moved}"),
+    );
+    s.move_trace(moved.clone());
+    crash::update_path(&moved);
 }
 
 /// The crash writer's head made again from the trace as it is now (the NVML thread, when the
