@@ -42,6 +42,7 @@ mod nvidia;
 mod nvmath;
 mod nvml_standin;
 mod parity;
+mod python_shutdown;
 mod pytorch;
 mod reach;
 mod readme;

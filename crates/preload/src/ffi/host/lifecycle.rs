@@ -358,6 +358,8 @@ fn register_exit_handler() {
 
 #[cfg_attr(test, allow(dead_code))]
 fn at_exit(status: i32) {
+    // From here on no Python frames are read: the interpreter has finalised by now.
+    crate::ffi::host::python::process_exiting();
     let Some(_inside) = crate::ffi::intercept::reentry::Reentry::enter() else { return };
     if DISABLED.load(Ordering::Relaxed) || process::is_privileged() || EXITED.swap(true, Ordering::SeqCst) {
         return;
