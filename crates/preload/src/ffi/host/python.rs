@@ -242,6 +242,79 @@ unsafe fn register_at_exit(api: &Api) {
     }
 }
 
+/// Where the running Python keeps its own files (`PythonPaths`), learnt once, at the first
+/// frame read or trace write while the interpreter runs (no GIL needed: the interpreter
+/// computed them at start), remembered for the writes after it finalised.
+pub(crate) fn paths() -> Option<crate::trace::PythonPaths> {
+    learn_paths();
+    PATHS.get().cloned()
+}
+
+static PATHS: OnceLock<crate::trace::PythonPaths> = OnceLock::new();
+
+/// Learns the paths if not yet known: after the first time, one load.
+fn learn_paths() {
+    if PATHS.get().is_none() {
+        if let Some(learnt) = ask_paths() {
+            let _ = PATHS.set(learnt);
+        }
+    }
+}
+
+fn ask_paths() -> Option<crate::trace::PythonPaths> {
+    type Getter = unsafe extern "C" fn() -> *const libc::wchar_t;
+    let api = api()?;
+    let getters: Vec<Option<Getter>> = [c"Py_GetPrefix", c"Py_GetExecPrefix", c"Py_GetPath"]
+        .into_iter()
+        .map(|name| {
+            let p = lookup(name);
+            // SAFETY: `wchar_t *Py_GetPrefix(void)` and its siblings, in the C API since 3.0.
+            (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, Getter>(p) })
+        })
+        .collect();
+    let [Some(prefix), Some(exec_prefix), Some(path)] = getters[..] else { return None };
+    // SAFETY: asked only while the interpreter runs and is not shutting down; the strings are
+    // the interpreter's path configuration, set at start and NUL-terminated.
+    unsafe {
+        if (api.is_initialized)() == 0 || shutting_down(api) {
+            return None;
+        }
+        let prefixes: Vec<String> = [prefix(), exec_prefix()].iter().map(|w| wide(*w)).filter(|p| !p.is_empty()).collect();
+        let stdlib: Vec<String> = wide(path()).split(':').filter(|p| !p.is_empty()).map(String::from).collect();
+        let mut prefixes_once = Vec::new();
+        for p in prefixes {
+            if !prefixes_once.contains(&p) {
+                prefixes_once.push(p);
+            }
+        }
+        let process = crate::ffi::host::process::var;
+        let user_base = process("PYTHONUSERBASE")
+            .filter(|b| !b.is_empty())
+            .or_else(|| process("HOME").filter(|h| !h.is_empty()).map(|h| format!("{}/.local", h.trim_end_matches('/'))));
+        Some(crate::trace::PythonPaths { prefixes: prefixes_once, stdlib, user_base })
+    }
+}
+
+/// A NUL-terminated wide string of the interpreter's (UTF-32 on Linux), as text.
+///
+/// # Safety
+/// `w` is null or points to a NUL-terminated `wchar_t` string.
+unsafe fn wide(w: *const libc::wchar_t) -> String {
+    if w.is_null() {
+        return String::new();
+    }
+    let mut text = String::new();
+    for i in 0..4096 {
+        // SAFETY: within the string: it ends at its NUL, which stops the loop.
+        let c = unsafe { *w.add(i) };
+        if c == 0 {
+            break;
+        }
+        text.push(char::from_u32(c as u32).unwrap_or(char::REPLACEMENT_CHARACTER));
+    }
+    text
+}
+
 /// The running Python's version ("3.11.7"), when the process runs Python; remembered once
 /// learnt (at exit the interpreter is finalized and no longer answers).
 pub(crate) fn version() -> Option<String> {
@@ -278,6 +351,7 @@ pub(crate) fn stack(thread_name: &str) -> Option<(Vec<PythonFrame>, Option<Strin
         if shutting_down(api) {
             return Some((Vec::new(), Some(format!("{thread_name}: {SHUTDOWN_NOTE}"))));
         }
+        learn_paths();
         let tstate = (api.this_thread_state)();
         if tstate.is_null() {
             return Some((Vec::new(), Some(no_frames_note(thread_name))));
@@ -317,6 +391,7 @@ pub(crate) fn frames_at_call() -> Option<crate::guard::KeptFrames> {
             let thread = this_thread_name();
             return Some(crate::guard::KeptFrames::Read(Vec::new(), Some(format!("{thread}: {SHUTDOWN_NOTE}")), thread));
         }
+        learn_paths();
         let tstate = (api.this_thread_state)();
         let frames = if tstate.is_null() {
             Vec::new()
