@@ -214,6 +214,7 @@ extern "C" fn after_fork_in_child() {
     // Until the child's own session is in force, a call takes the slow way to it.
     let was_active = !ACTIVE.swap(std::ptr::null_mut(), Ordering::SeqCst).is_null();
     loader_gate::reopen_in_child();
+    crate::ffi::host::python::after_fork_in_child();
     let _ = std::panic::catch_unwind(|| {
         process::reset_thread_id();
         let Some(seed) = CHILD_SEED.try_with(|slot| slot.borrow_mut().take()).ok().flatten() else { return };

@@ -173,6 +173,12 @@ static AT_EXIT_REGISTERED: AtomicBool = AtomicBool::new(false);
 /// How long the `atexit` callback waits for thread states being made (a few microseconds each).
 const MAKING_WAIT: Duration = Duration::from_secs(1);
 
+/// In a forked child: the reader threads of the parent do not exist here, and none makes a
+/// thread state (a count copied mid-way would hold the child's exit up for a second).
+pub(crate) fn after_fork_in_child() {
+    MAKING_STATE.store(0, Ordering::SeqCst);
+}
+
 /// The guard's exit handler has begun: no frames from here on.
 pub(crate) fn process_exiting() {
     EXITING.store(true, Ordering::SeqCst);
