@@ -20,6 +20,7 @@ mod driver_launches;
 mod dumps;
 mod examples;
 mod first_hour;
+mod fork_faults;
 mod fuzz_validator;
 mod gemm_family;
 mod gpu_health;

@@ -295,6 +295,9 @@ pub(crate) fn write_trace(s: &Session) {
 
 /// `live`: the CUDA libraries may be called for their versions (false at exit).
 fn write_trace_with(s: &Session, live: bool) {
+    if !of_this_process(s) {
+        return;
+    }
     let _one_writer = s.writer_lock();
     // Name the recorded launches' kernels (once per address) for the trace.
     s.recorder.visit(|c| {
@@ -309,6 +312,13 @@ fn write_trace_with(s: &Session, live: bool) {
         warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {path}: {e}"));
     }
     crash::update_prefix(&trace);
+}
+
+/// Whether `s` is this process's session: a child forked without the guard's fork handlers (a
+/// clone system call, `_Fork`) runs on a copy of its parent's, whose trace (the parent's path,
+/// the faults judged by the fork) it must never write over the parent's own.
+fn of_this_process(s: &Session) -> bool {
+    s.identity().process.pid == std::process::id()
 }
 
 static CLAIM_LOST: AtomicBool = AtomicBool::new(false);
@@ -376,6 +386,9 @@ fn at_exit(status: i32) {
         Some(s) => s,
         None => SESSION.get_or_init(start),
     };
+    if !of_this_process(s) {
+        return; // the parent's session, copied: its record and its exit line are the parent's
+    }
     // A failed capability probe explains a failing exit: it is written as the fault.
     if let Some(recorded) = s.probe_at_exit(status, process::now_ns()) {
         for line in &recorded.lines {
@@ -407,7 +420,7 @@ const EXIT_WAIT_MS: u32 = 5000;
 /// any call.
 pub(crate) fn check_breadcrumbs_at_exit() {
     let Some(_inside) = crate::ffi::intercept::reentry::Reentry::enter() else { return };
-    let Some(s) = current() else { return };
+    let Some(s) = current().filter(|s| of_this_process(s)) else { return };
     let crumbs_out = s.known_error().is_none() && s.breadcrumbs.progress().iter().any(|p| p.unfinished > 0);
     // A verdict being judged by the guard's thread right now counts too: the trace written
     // after this must hold its fault.
