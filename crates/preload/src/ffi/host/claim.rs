@@ -16,9 +16,10 @@
 //! A program may close the claiming socket under the guard (`close_range(3, ~0U, 0)` in a
 //! daemon detaching, or in Python's `subprocess` child before `exec`): the name is then free
 //! for another process to take. The socket's identity (device and inode) is remembered, and
-//! before each trace write the guard checks that its descriptor still refers to it; a claim
-//! found lost is never taken again for the path (another process may have written it
-//! meanwhile): the trace moves to `-PID`, as a process that found the path taken writes.
+//! before each trace write the guard checks that its descriptor still refers to it. A claim
+//! found lost is made again only when no live process holds the path and the file there is
+//! still the one this process wrote last; otherwise the trace moves to `-PID`, as a process
+//! that found the path taken writes.
 
 use std::io::Read as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -73,11 +74,11 @@ pub(crate) fn still_held() -> bool {
     fd < 0 || socket_identity(fd) == Some((HELD_DEVICE.load(Ordering::SeqCst), HELD_INODE.load(Ordering::SeqCst)))
 }
 
-/// Claims `path` again after the claim was lost (a `-PID` name, which no live process of
-/// another pid wants): whether another process took it meanwhile is not asked.
-pub(crate) fn claim_again(path: &str) {
+/// Claims `path` again after the claim was lost; false when another live process of this
+/// user holds it now.
+pub(crate) fn claim_again(path: &str) -> bool {
     HELD_FD.store(-1, Ordering::SeqCst);
-    claim(path);
+    claim(path)
 }
 
 /// The device and inode of the socket at `fd`, if `fd` is an open socket.

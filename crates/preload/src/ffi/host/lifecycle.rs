@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use super::{backtrace, claim, crash, environment, process};
@@ -308,8 +308,9 @@ fn write_trace_with(s: &Session, live: bool) {
     keep_claim(s);
     let trace = s.trace(environment::collect(s, live));
     let path = s.trace_path();
-    if let Err(e) = trace::write_atomic_with(Path::new(&path), &trace, crash::RenameTicket::take) {
-        warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {path}: {e}"));
+    match trace::write_atomic_with(Path::new(&path), &trace, crash::RenameTicket::take) {
+        Ok(_) => remember_written(&path),
+        Err(e) => warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {path}: {e}")),
     }
     crash::update_prefix(&trace);
 }
@@ -322,11 +323,33 @@ fn of_this_process(s: &Session) -> bool {
 }
 
 static CLAIM_LOST: AtomicBool = AtomicBool::new(false);
+/// The file this process last wrote its trace to, as `file_identity` tells it (all 0: none).
+static WRITTEN: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// The device, inode, size and modification time (ns) of the file at `path`, never through a
+/// link: an inode number alone may be given again to another process's file once this one's
+/// was replaced.
+fn file_identity(path: &str) -> Option<[u64; 4]> {
+    std::fs::symlink_metadata(path).ok().map(|m| {
+        use std::os::unix::fs::MetadataExt as _;
+        [m.dev(), m.ino(), m.size(), (m.mtime() as u64).wrapping_mul(1_000_000_000).wrapping_add(m.mtime_nsec() as u64)]
+    })
+}
+
+fn remember_written(path: &str) {
+    if let Some(identity) = file_identity(path) {
+        for (slot, value) in WRITTEN.iter().zip(identity) {
+            slot.store(value, Ordering::SeqCst);
+        }
+    }
+}
 
 /// Before a trace is written: when the program closed the socket that claims the trace path
 /// (`close_range` in a daemon detaching or a `subprocess` child), another process may have
-/// taken the path since: this one's trace moves to a name of its own (`-PID`), which the crash
-/// writer takes too; a `-PID` name is claimed again.
+/// taken the path since. The claim is made again when no live process holds the path and the
+/// file there is still the one this process wrote last (or none is there and it wrote none):
+/// nobody else wrote it meanwhile. Otherwise this one's trace moves to a name of its own
+/// (`-PID`), which the crash writer takes too; a `-PID` name is claimed again.
 fn keep_claim(s: &Session) {
     if claim::still_held() {
         return;
@@ -337,6 +360,14 @@ fn keep_claim(s: &Session) {
     let requested = config::expand_trace_path(&s.config.trace_pattern, process.pid, &process.hostname, process.rank);
     if current != requested {
         claim::claim_again(&current);
+        return;
+    }
+    let written = WRITTEN.each_ref().map(|slot| slot.load(Ordering::SeqCst));
+    let untouched = match file_identity(&current) {
+        Some(found) => found == written,
+        None => written == [0; 4],
+    };
+    if untouched && claim::claim_again(&current) {
         return;
     }
     let moved = claim::own_trace_path(&requested, process.pid, process.run_id.as_deref(), true);
