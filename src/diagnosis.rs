@@ -106,7 +106,11 @@ pub fn program_of(t: &Trace) -> Program {
         return Program::Native;
     }
     // Where the frames and libraries come from.
-    let files = t.faults.iter().flat_map(|f| f.python_stack.iter().map(|p| p.file.as_str()));
+    // A frame in the user's own code says nothing of the framework, whatever its folders are
+    // called (a project in a folder named `torch`): where the trace says which files are
+    // installed, only those count.
+    let installed = |file: &str| t.environment.python_paths.as_ref().is_none_or(|paths| paths.holds(file));
+    let files = t.faults.iter().flat_map(|f| f.python_stack.iter().map(|p| p.file.as_str())).filter(|file| installed(file));
     let native = t.faults.iter().flat_map(|f| f.backtrace.iter().map(String::as_str));
     let libraries = t.environment.libraries.iter().map(|l| l.path.as_str());
     let places: Vec<&str> = files.chain(native).chain(libraries).collect();

@@ -216,6 +216,9 @@ pub struct Entry<'a> {
     /// The process's executable, to find the program's own frames.
     #[serde(skip)]
     pub exe: Option<&'a str>,
+    /// Where the process's Python keeps its own files, to find the user's frames.
+    #[serde(skip)]
+    pub python: Option<&'a trace::PythonPaths>,
     /// Which trace of the run it is in.
     #[serde(skip)]
     pub source: usize,
@@ -297,6 +300,7 @@ pub fn merge(loaded: &[Loaded]) -> Vec<Entry<'_>> {
                 kind: l.unknown_kinds.get(&fi).map(String::as_str).unwrap_or(f.kind.name()),
                 fault: f,
                 exe: l.trace.process.exe.as_deref(),
+                python: l.trace.environment.python_paths.as_ref(),
                 source: li,
                 program: programs[li],
                 propagated_from,
@@ -389,7 +393,7 @@ pub fn summary_rows(entries: &[Entry]) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
     let mut index: HashMap<(String, String, String), usize> = HashMap::new();
     for e in entries {
-        let key = (e.kind.to_string(), e.fault.api.clone(), call_site(e.fault, e.exe));
+        let key = (e.kind.to_string(), e.fault.api.clone(), call_site(e.fault, e.exe, e.python));
         match index.get(&key) {
             Some(&i) => rows[i].faults += 1,
             None => {
@@ -403,8 +407,8 @@ pub fn summary_rows(entries: &[Entry]) -> Vec<Row> {
 
 /// Where the call came from: the user's own Python frame, else the program's own native frame,
 /// else the function itself.
-pub fn call_site(f: &Fault, exe: Option<&str>) -> String {
-    user_place(f, exe).map(|(place, _)| place).unwrap_or_else(|| f.api.clone())
+pub fn call_site(f: &Fault, exe: Option<&str>, python: Option<&trace::PythonPaths>) -> String {
+    user_place(f, exe, python).map(|(place, _)| place).unwrap_or_else(|| f.api.clone())
 }
 
 fn call_text(f: &Fault) -> String {
@@ -413,14 +417,18 @@ fn call_text(f: &Fault) -> String {
 }
 
 /// Whether a Python file is the user's, by where it lies, not by what its folders are called:
-/// not inside a folder packages are installed into (`site-packages`, `dist-packages`: PyTorch
-/// and every other package, in any environment), not in an interpreter's standard library (a
-/// `pythonX.Y` folder directly inside a prefix's `lib` or `lib64`), not one of the interpreter's
-/// own frozen or generated modules (`<frozen ...>`, `<string>`). A folder of the user's named
-/// `torch` or `python3` is the user's.
-fn is_user_file(file: &str) -> bool {
+/// not one of the interpreter's own frozen or generated modules (`<frozen ...>`, `<string>`),
+/// and not inside the folders the trace says the process's Python keeps its standard library
+/// and installed packages in (`python`: `PythonPaths::holds`). A trace without them (an older
+/// guard's) is read by the folders' names: not inside a `site-packages` or `dist-packages`
+/// folder, nor a `pythonX.Y` folder directly inside a `lib` or `lib64`. Either way a folder of
+/// the user's named `torch` or `python3` is the user's.
+fn is_user_file(file: &str, python: Option<&trace::PythonPaths>) -> bool {
     if file.is_empty() || file.starts_with('<') {
         return false;
+    }
+    if let Some(paths) = python {
+        return !paths.holds(file);
     }
     let parts: Vec<&str> = file.split('/').collect();
     let folders = &parts[..parts.len().saturating_sub(1)];
@@ -438,8 +446,8 @@ fn is_user_file(file: &str) -> bool {
 /// code, with its source line when the file can be read. A program without Python frames: the
 /// innermost native frame in the program's own executable (`exe`), with its source line when
 /// it was built with debug information.
-pub fn user_line(fault: &trace::Fault, exe: Option<&str>) -> Option<String> {
-    let (place, source) = user_place(fault, exe)?;
+pub fn user_line(fault: &trace::Fault, exe: Option<&str>, python: Option<&trace::PythonPaths>) -> Option<String> {
+    let (place, source) = user_place(fault, exe, python)?;
     Some(match source {
         Some(line) => format!("{place}: {line}"),
         None => place,
@@ -447,8 +455,8 @@ pub fn user_line(fault: &trace::Fault, exe: Option<&str>) -> Option<String> {
 }
 
 /// The user's own frame ("model.py:57 in forward") and its source line, if it can be read.
-fn user_place(fault: &trace::Fault, exe: Option<&str>) -> Option<(String, Option<String>)> {
-    let Some(frame) = fault.python_stack.iter().find(|f| is_user_file(&f.file)) else {
+fn user_place(fault: &trace::Fault, exe: Option<&str>, python: Option<&trace::PythonPaths>) -> Option<(String, Option<String>)> {
+    let Some(frame) = fault.python_stack.iter().find(|f| is_user_file(&f.file, python)) else {
         let exe = exe?;
         let native = fault.backtrace.iter().find(|l| l.contains(&format!("({exe}+")))?;
         return Some(native_user_place(native));
@@ -460,12 +468,12 @@ fn user_place(fault: &trace::Fault, exe: Option<&str>) -> Option<(String, Option
 /// The user's frames that called the innermost one (`user_place`), innermost first: the run of
 /// frames in the user's own files that follows it, up to the first one outside them, at most
 /// `MAX_CALLERS`. A small helper's line alone hides the mistake at its caller.
-fn user_callers(fault: &trace::Fault, exe: Option<&str>) -> Vec<(String, Option<String>)> {
+fn user_callers(fault: &trace::Fault, exe: Option<&str>, python: Option<&trace::PythonPaths>) -> Vec<(String, Option<String>)> {
     const MAX_CALLERS: usize = 2;
-    if let Some(first) = fault.python_stack.iter().position(|f| is_user_file(&f.file)) {
+    if let Some(first) = fault.python_stack.iter().position(|f| is_user_file(&f.file, python)) {
         return fault.python_stack[first + 1..]
             .iter()
-            .take_while(|f| is_user_file(&f.file))
+            .take_while(|f| is_user_file(&f.file, python))
             .take(MAX_CALLERS)
             .map(|frame| {
                 let source = usize::try_from(frame.line).ok().and_then(|n| source_line(Path::new(&frame.file), n));
@@ -1143,13 +1151,13 @@ fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
         let _ = writeln!(doc.out, "\n[{n}] {} #{}: {} ({}, thread {})", f.api, f.seq, e.kind, who(e), f.thread);
     }
     // The user's own line first: where in their code this call came from.
-    if let Some((place, source)) = user_place(f, e.exe) {
+    if let Some((place, source)) = user_place(f, e.exe, e.python) {
         let line = match source {
             Some(s) => format!("at {}: {}", doc.c(&place), doc.c(&s)),
             None => format!("at {}", doc.c(&place)),
         };
         doc.item(&line);
-        for (place, source) in user_callers(f, e.exe) {
+        for (place, source) in user_callers(f, e.exe, e.python) {
             let line = match source {
                 Some(s) => format!("called from {}: {}", doc.c(&place), doc.c(&s)),
                 None => format!("called from {}", doc.c(&place)),
@@ -1348,8 +1356,12 @@ fn environment(doc: &mut Doc, loaded: &[Loaded]) {
     for l in loaded {
         let Some(probe) = &l.trace.environment.probe else { continue };
         let cause = probe.cause.as_ref().map(|c| c.message.as_str()).unwrap_or(probe.status_name.as_str());
-        let place =
-            probe.python_stack.iter().find(|f| is_user_file(&f.file)).map(|f| format!(", at {}:{} in {}", f.file, f.line, f.function)).unwrap_or_default();
+        let place = probe
+            .python_stack
+            .iter()
+            .find(|f| is_user_file(&f.file, l.trace.environment.python_paths.as_ref()))
+            .map(|f| format!(", at {}:{} in {}", f.file, f.line, f.function))
+            .unwrap_or_default();
         // Beside the same process's failed starts, counted as faults, the probe is their
         // first sign, not something apart from them.
         let failed_start = l.trace.faults.iter().any(|f| f.kind == FaultKind::InitFailed);
@@ -1421,7 +1433,7 @@ mod tests {
     #[test]
     fn a_python_file_is_the_users_by_where_it_lies_not_by_its_folders_names() {
         for users in ["/home/me/torch/train.py", "/home/me/lib/python3/train.py", "/srv/python3.12/model.py", "train.py", "/home/me/site-packages-notes/x.py"] {
-            assert!(is_user_file(users), "{users} is the user's");
+            assert!(is_user_file(users, None), "{users} is the user's");
         }
         for not_users in [
             "/usr/lib/python3.12/site-packages/torch/nn/functional.py",
@@ -1433,7 +1445,7 @@ mod tests {
             "<string>",
             "",
         ] {
-            assert!(!is_user_file(not_users), "{not_users} is not the user's");
+            assert!(!is_user_file(not_users, None), "{not_users} is not the user's");
         }
     }
 

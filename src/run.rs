@@ -432,7 +432,7 @@ fn summarise(traces: &[PathBuf], pattern: &str) {
         eprintln!("  {} #{} [{}] {}", report::escape_controls(&e.fault.api), e.fault.seq, e.fault.kind.name(), report::escape_controls(&e.fault.message));
     }
     let first = &entries[0];
-    if let Some(line) = report::user_line(first.fault, first.exe) {
+    if let Some(line) = report::user_line(first.fault, first.exe, first.python) {
         eprintln!("  at {}", report::escape_controls(&line));
     }
     eprintln!("  probable cause: {}", report::escape_controls(&first.diagnosis.cause));

@@ -1,7 +1,8 @@
 /* Just enough of CPython's C API for the guard's look at a faulting thread's Python frames
  * (crates/preload/src/ffi/host/python.rs), loaded RTLD_GLOBAL by tests/c/loader_cases.c. With
- * fake_python_exit_in_ensure set, PyGILState_Ensure ends the calling thread, as CPython's does
- * for a daemon thread once the interpreter is finalizing. */
+ * fake_python_exit_in_ensure set, taking the GIL (PyEval_RestoreThread, or PyGILState_Ensure)
+ * ends the calling thread, as CPython's does for a daemon thread once the interpreter is
+ * finalizing. */
 #include <pthread.h>
 #include <stddef.h>
 
@@ -16,6 +17,15 @@ int PyGILState_Ensure(void) {
     return 0;
 }
 void PyGILState_Release(int state) { (void)state; }
+static int interpreter, reader_state;
+void *PyInterpreterState_Main(void) { return &interpreter; }
+void *PyThreadState_New(void *interp) { (void)interp; return &reader_state; }
+void PyEval_RestoreThread(void *tstate) {
+    (void)tstate;
+    if (fake_python_exit_in_ensure) pthread_exit((void *)9);
+}
+void PyThreadState_Clear(void *tstate) { (void)tstate; }
+void PyThreadState_DeleteCurrent(void) {}
 void *PyThreadState_GetFrame(void *tstate) { (void)tstate; return NULL; }
 void *PyFrame_GetBack(void *f) { (void)f; return NULL; }
 void *PyFrame_GetCode(void *f) { (void)f; return NULL; }

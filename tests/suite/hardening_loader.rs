@@ -107,7 +107,7 @@ fn a_cancellation_request_waits_until_the_guard_has_started() {
 #[test]
 fn a_thread_that_python_ends_while_the_guard_asks_for_its_frames_ends_cleanly() {
     // The frames are asked for on a reader thread (the faulting thread holds no GIL): Python
-    // ends that one inside PyGILState_Ensure, and the faulting thread goes on as it would bare.
+    // ends that one as it takes the GIL, and the faulting thread goes on as it would bare.
     let python = build_c("fake_python", &["fake_python.c"], true);
     let python = python.display().to_string();
     let run = guarded(&["python-exit", &python]);

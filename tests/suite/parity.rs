@@ -21,7 +21,7 @@ fn abort_after_error(how: &str, mode: &str) -> Trace {
         "create" | "cudnn" | "malloc" => Some(2),
         _ => None, // killed by its signal
     };
-    assert_eq!(run.code(), expected, "{how} {mode}: {}", run.stderr());
+    assert_eq!(run.code(), expected, "{how} {mode}: {}{}", run.stdout(), run.stderr());
     run.trace()
 }
 

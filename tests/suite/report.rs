@@ -770,3 +770,47 @@ fn traces_of_an_earlier_run_in_the_same_folder_are_left_out_unless_all_runs() {
     assert!(body.lines().next().unwrap().ends_with(", 2 process(es)") && body.contains("out_of_bounds"), "{body}");
     assert!(!text(&all.stderr).contains("left out"), "{}", text(&all.stderr));
 }
+
+#[test]
+fn a_users_script_in_folders_named_site_packages_and_torch_keeps_its_line_in_the_report() {
+    // The user's own checkout, in folders that only names would take for installed packages:
+    // the trace says where this Python keeps its own files, and these are not among them.
+    let dir = temp_dir("user-torch");
+    let folder = dir.join("site-packages").join("torch");
+    std::fs::create_dir_all(&folder).expect("folders");
+    let script = folder.join("train.py");
+    std::fs::write(
+        &script,
+        "import ctypes\n\
+         ctypes.CDLL('libcudart.so.12', mode=ctypes.RTLD_GLOBAL)\n\
+         ctypes.CDLL('libcublas.so.12', mode=ctypes.RTLD_GLOBAL)\n\
+         lib = ctypes.CDLL(None)\n\
+         def device(values):\n    \
+             ptr = ctypes.c_void_p()\n    \
+             lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(4 * len(values)))\n    \
+             host = (ctypes.c_float * len(values))(*values)\n    \
+             lib.cudaMemcpy(ptr, host, ctypes.c_size_t(4 * len(values)), 1)\n    \
+             return ptr\n\
+         handle = ctypes.c_void_p()\n\
+         assert lib.cublasCreate_v2(ctypes.byref(handle)) == 0\n\
+         a, b, c = device([float('nan'), 1.0, 1.0, 1.0]), device([1.0] * 4), device([0.0] * 4)\n\
+         one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)\n\
+         lib.cublasSgemm_v2(handle, 0, 0, 2, 2, 2, ctypes.byref(one), a, 2, b, 2, ctypes.byref(zero), c, 2)  # THE LINE\n\
+         lib.cudaDeviceSynchronize()\n",
+    )
+    .expect("script");
+    let path = std::env::var("PATH").unwrap_or_default();
+    let python = std::path::PathBuf::from("python3");
+    let script_s = s(&script);
+    let run = run(Launch { env: &[("PATH", path.as_str())], ..Launch::new(&python, &[script_s.as_str()]) });
+    assert!(run.output.status.success(), "{}", run.stderr());
+    let t = run.trace();
+    let paths = t.environment.python_paths.as_ref().expect("the trace says where this Python keeps its own files");
+    assert!(!paths.stdlib.is_empty() && !paths.prefixes.is_empty(), "{paths:#?}");
+    let f = t.faults.iter().find(|f| f.kind == cublasguard_format::trace::FaultKind::NonfiniteInput).expect("the NaN fault");
+    assert!(f.python_stack.iter().any(|p| p.file == script_s), "the frames hold the script: {:#?}", f.python_stack);
+    let out = cublasguard(&["report", &s(&run.trace_path)]);
+    let report = text(&out.stdout);
+    let line = line_of(&script, "# THE LINE");
+    assert!(report.contains(&format!("at {script_s}:{line} in <module>")), "the user's line is in the report:\n{report}");
+}

@@ -112,6 +112,10 @@ pub struct Environment {
     /// The Python the process runs, if it runs one (the version its frames come from).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python_version: Option<String>,
+    /// Where the running Python's own files lie, learnt at the first frame read: what is not
+    /// the user's code (`PythonPaths::holds`). Absent in older traces (names decide there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_paths: Option<PythonPaths>,
     /// The program's first capability probe that found no usable CUDA, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeNote>,
@@ -141,6 +145,45 @@ pub struct ProbeNote {
     /// The native frames of the probe (the framework's code that asked).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backtrace: Vec<String>,
+}
+
+/// Where the running Python keeps its own files and installs packages, as the interpreter
+/// computed them at start (`Py_GetPrefix`, `Py_GetExecPrefix`, `Py_GetPath`: no GIL needed).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct PythonPaths {
+    /// `sys.prefix` and `sys.exec_prefix` (a virtual environment's folder in one).
+    pub prefixes: Vec<String>,
+    /// The module search path before `site` ran: the standard library's folders and archive.
+    pub stdlib: Vec<String>,
+    /// The user's base (`PYTHONUSERBASE`, else `~/.local`), where `pip install --user` puts
+    /// packages; absent when neither is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_base: Option<String>,
+}
+
+impl PythonPaths {
+    /// Whether `file` (an absolute path) is one of the interpreter's own or an installed
+    /// package's: inside a standard-library folder, or inside `lib`, `lib64` or `local/lib` of a
+    /// prefix (the one a standard-library folder `PREFIX/lib/pythonX.Y` lies in too) or of the
+    /// user's base, where every layout puts `site-packages`/`dist-packages`. What the folders
+    /// are called decides nothing: a user's folder named `torch` or `site-packages` is theirs.
+    pub fn holds(&self, file: &str) -> bool {
+        let inside = |folder: &str| {
+            let folder = folder.trim_end_matches('/');
+            !folder.is_empty() && file.strip_prefix(folder).is_some_and(|rest| rest.starts_with('/'))
+        };
+        let prefix_of_stdlib = |dir: &str| -> Option<String> {
+            let parts: Vec<&str> = dir.split('/').collect();
+            let at = parts.iter().rposition(|p| matches!(*p, "lib" | "lib64"))?;
+            Some(parts[..at].join("/"))
+        };
+        let prefixes = self.prefixes.iter().cloned().chain(self.stdlib.iter().filter_map(|d| prefix_of_stdlib(d))).chain(self.user_base.clone());
+        self.stdlib.iter().any(|d| inside(d))
+            || prefixes.into_iter().any(|p| {
+                let p = p.trim_end_matches('/');
+                ["lib", "lib64", "local/lib"].iter().any(|lib| inside(&format!("{p}/{lib}")))
+            })
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -1539,6 +1582,33 @@ pub fn read_lenient(path: &Path) -> Result<Parsed, ReadError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_interpreters_own_files_are_told_by_where_they_lie_not_by_their_folders_names() {
+        let venv = PythonPaths {
+            prefixes: vec!["/home/me/proj/.venv".into()],
+            stdlib: vec!["/usr/lib/python311.zip".into(), "/usr/lib/python3.11".into(), "/usr/lib/python3.11/lib-dynload".into()],
+            user_base: Some("/home/me/.local".into()),
+        };
+        for installed in [
+            "/home/me/proj/.venv/lib/python3.11/site-packages/torch/nn/functional.py",
+            "/usr/lib/python3.11/threading.py",
+            "/usr/lib/python3/dist-packages/numpy/core/numeric.py",
+            "/usr/local/lib/python3.11/dist-packages/jax/api.py",
+            "/home/me/.local/lib/python3.11/site-packages/transformers/bert.py",
+        ] {
+            assert!(venv.holds(installed), "{installed} is the interpreter's or a package's");
+        }
+        for users in
+            ["/home/me/proj/torch/train.py", "/home/me/site-packages/torch/train.py", "/home/me/lib/python3.11/model.py", "/srv/usr/lib/x.py", "/usr/lib2/x.py"]
+        {
+            assert!(!venv.holds(users), "{users} is the user's");
+        }
+        let conda = PythonPaths { prefixes: vec!["/opt/conda".into()], stdlib: vec!["/opt/conda/lib/python3.12".into()], user_base: None };
+        assert!(conda.holds("/opt/conda/lib/python3.12/site-packages/torch/_tensor.py"));
+        assert!(!conda.holds("/opt/conda-projects/train.py"), "a folder beside the prefix is not inside it");
+    }
+
     use super::*;
 
     fn sample() -> Trace {

@@ -89,6 +89,10 @@ impl ProcessFacts {
         self.identity.lock().clone()
     }
 
+    pub fn move_trace(&self, path: String) {
+        self.identity.lock().trace_path = path;
+    }
+
     pub fn known_error(&self) -> Option<KnownError> {
         self.known_error_of(self.known_error_code())
     }

@@ -259,9 +259,13 @@ impl Session {
         self.facts.identity().trace_path
     }
 
-    #[cfg(test)]
     pub fn identity(&self) -> Identity {
         self.facts.identity()
+    }
+
+    /// The trace goes to `path` from now on (the claim on the old one was lost).
+    pub fn move_trace(&self, path: String) {
+        self.facts.move_trace(path);
     }
 
     /// Set when this process is the child of a fork made after the guard started.

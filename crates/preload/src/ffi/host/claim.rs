@@ -12,10 +12,18 @@
 //! another user's socket sits on is passed over for the next of a few slots; a process that
 //! binds one also checks the others, so that two processes of this user that took different
 //! slots never both keep a claim.
+//!
+//! A program may close the claiming socket under the guard (`close_range(3, ~0U, 0)` in a
+//! daemon detaching, or in Python's `subprocess` child before `exec`): the name is then free
+//! for another process to take. The socket's identity (device and inode) is remembered, and
+//! before each trace write the guard checks that its descriptor still refers to it. A claim
+//! found lost is made again only when no live process holds the path and the file there is
+//! still the one this process wrote last; otherwise the trace moves to `-PID`, as a process
+//! that found the path taken writes.
 
 use std::io::Read as _;
 use std::os::unix::fs::OpenOptionsExt as _;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use crate::config;
 
@@ -28,11 +36,20 @@ const HEAD_BYTES: u64 = 256 << 10;
 
 static ALL_SLOTS_TAKEN: AtomicBool = AtomicBool::new(false);
 
+/// The socket that holds this process's claim (-1: none, or none could be made and the
+/// process behaves as without claims), and the device and inode it had when it was made.
+/// Atomics, not a lock: a forked child claims afresh while parent threads may be anywhere.
+static HELD_FD: AtomicI32 = AtomicI32::new(-1);
+static HELD_DEVICE: AtomicU64 = AtomicU64::new(0);
+static HELD_INODE: AtomicU64 = AtomicU64::new(0);
+
 /// The path this process writes its trace to: `path` when this process can claim it and no
 /// earlier process of this run (`run_id`) left its trace there; else the first of `-PID`,
 /// `-PID-2`, ... that holds no such trace. `parents`: `path` is the trace of the process this
 /// one was forked from, never this one's.
 pub(crate) fn own_trace_path(path: &str, pid: u32, run_id: Option<&str>, parents: bool) -> String {
+    // A claim made before (the parent's, in a forked child) is not this path's.
+    HELD_FD.store(-1, Ordering::SeqCst);
     if !parents && !holds_trace_of_run(path, run_id) && claim(path) {
         return path.to_string();
     }
@@ -46,6 +63,39 @@ pub(crate) fn own_trace_path(path: &str, pid: u32, run_id: Option<&str>, parents
             return candidate;
         }
         n += 1;
+    }
+}
+
+/// Whether the claim this process made is still held: true when it made none it can check
+/// (claims could not be made here), false when the program closed the socket or put another
+/// file at its number.
+pub(crate) fn still_held() -> bool {
+    let fd = HELD_FD.load(Ordering::SeqCst);
+    fd < 0 || socket_identity(fd) == Some((HELD_DEVICE.load(Ordering::SeqCst), HELD_INODE.load(Ordering::SeqCst)))
+}
+
+/// Claims `path` again after the claim was lost; false when another live process of this
+/// user holds it now.
+pub(crate) fn claim_again(path: &str) -> bool {
+    HELD_FD.store(-1, Ordering::SeqCst);
+    claim(path)
+}
+
+/// The device and inode of the socket at `fd`, if `fd` is an open socket.
+fn socket_identity(fd: libc::c_int) -> Option<(u64, u64)> {
+    // SAFETY: a zeroed stat is a valid out-parameter; fstat only writes it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; fstat on any number is harmless (EBADF when closed).
+    let open = unsafe { libc::fstat(fd, &mut st) } == 0;
+    (open && st.st_mode & libc::S_IFMT == libc::S_IFSOCK).then_some((st.st_dev, st.st_ino))
+}
+
+/// Remembers `fd` as the socket holding this process's claim.
+fn remember(fd: libc::c_int) {
+    if let Some((device, inode)) = socket_identity(fd) {
+        HELD_DEVICE.store(device, Ordering::SeqCst);
+        HELD_INODE.store(inode, Ordering::SeqCst);
+        HELD_FD.store(fd, Ordering::SeqCst);
     }
 }
 
@@ -82,6 +132,7 @@ fn claim(path: &str) -> bool {
                     unsafe { libc::close(fd) };
                     return false;
                 }
+                remember(fd);
                 return true;
             }
             Bind::InUse if held_by(name, uid) => return false,

@@ -15,7 +15,7 @@
 //! signal. The guard's handler stays installed for the next signal.
 
 use std::ffi::CString;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use crate::recorder::{ArgValue, RecordedCall};
 use crate::session::Session;
@@ -166,7 +166,12 @@ fn random_tag() -> String {
     format!("{value:016x}")
 }
 
+/// The process whose trace path the handler holds: a child forked without the guard's fork
+/// handlers (a clone system call) has its parent's copied, and must not write it.
+static WRITER_PID: AtomicU32 = AtomicU32::new(0);
+
 pub(crate) fn update_path(path: &str) {
+    WRITER_PID.store(std::process::id(), Ordering::SeqCst);
     let tmp = {
         let p = std::path::Path::new(path);
         let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -478,6 +483,10 @@ fn render_tail(w: &mut Writer, s: &crate::session::Session, listed: u64, dropped
 }
 
 fn write_crash_trace(sig: libc::c_int, name: &str) {
+    // SAFETY: getpid is async-signal-safe and cannot fail.
+    if WRITER_PID.load(Ordering::SeqCst) != unsafe { libc::getpid() } as u32 {
+        return; // the path and the faults are the parent's (a fork that ran no fork handlers)
+    }
     let Some(s) = crate::ffi::host::lifecycle::existing_session() else { return };
     if s.fault_count() == 0 && !s.config.trace_requested {
         return;

@@ -81,6 +81,7 @@ pub(crate) fn collect(s: &Session, live: bool) -> Environment {
         device_scan_fallback: s.device_scan.failure(),
         framework: framework_build(),
         python_version: crate::ffi::host::python::version(),
+        python_paths: crate::ffi::host::python::paths(),
         probe: s.probe_note(),
         gpu_health: Some(crate::ffi::host::nvml::snapshot(false)),
     }

@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use super::{backtrace, claim, crash, environment, process};
@@ -214,6 +214,7 @@ extern "C" fn after_fork_in_child() {
     // Until the child's own session is in force, a call takes the slow way to it.
     let was_active = !ACTIVE.swap(std::ptr::null_mut(), Ordering::SeqCst).is_null();
     loader_gate::reopen_in_child();
+    crate::ffi::host::python::after_fork_in_child();
     let _ = std::panic::catch_unwind(|| {
         process::reset_thread_id();
         let Some(seed) = CHILD_SEED.try_with(|slot| slot.borrow_mut().take()).ok().flatten() else { return };
@@ -294,6 +295,9 @@ pub(crate) fn write_trace(s: &Session) {
 
 /// `live`: the CUDA libraries may be called for their versions (false at exit).
 fn write_trace_with(s: &Session, live: bool) {
+    if !of_this_process(s) {
+        return;
+    }
     let _one_writer = s.writer_lock();
     // Name the recorded launches' kernels (once per address) for the trace.
     s.recorder.visit(|c| {
@@ -301,12 +305,78 @@ fn write_trace_with(s: &Session, live: bool) {
             s.kernels.name(func, crate::ffi::host::backtrace::kernel_name);
         }
     });
+    keep_claim(s);
     let trace = s.trace(environment::collect(s, live));
     let path = s.trace_path();
-    if let Err(e) = trace::write_atomic_with(Path::new(&path), &trace, crash::RenameTicket::take) {
-        warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {path}: {e}"));
+    match trace::write_atomic_with(Path::new(&path), &trace, crash::RenameTicket::take) {
+        Ok(_) => remember_written(&path),
+        Err(e) => warn_once(&WRITE_FAILED, &format!("cublasguard: cannot write the trace to {path}: {e}")),
     }
     crash::update_prefix(&trace);
+}
+
+/// Whether `s` is this process's session: a child forked without the guard's fork handlers (a
+/// clone system call, `_Fork`) runs on a copy of its parent's, whose trace (the parent's path,
+/// the faults judged by the fork) it must never write over the parent's own.
+fn of_this_process(s: &Session) -> bool {
+    s.identity().process.pid == std::process::id()
+}
+
+static CLAIM_LOST: AtomicBool = AtomicBool::new(false);
+/// The file this process last wrote its trace to, as `file_identity` tells it (all 0: none).
+static WRITTEN: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// The device, inode, size and modification time (ns) of the file at `path`, never through a
+/// link: an inode number alone may be given again to another process's file once this one's
+/// was replaced.
+fn file_identity(path: &str) -> Option<[u64; 4]> {
+    std::fs::symlink_metadata(path).ok().map(|m| {
+        use std::os::unix::fs::MetadataExt as _;
+        [m.dev(), m.ino(), m.size(), (m.mtime() as u64).wrapping_mul(1_000_000_000).wrapping_add(m.mtime_nsec() as u64)]
+    })
+}
+
+fn remember_written(path: &str) {
+    if let Some(identity) = file_identity(path) {
+        for (slot, value) in WRITTEN.iter().zip(identity) {
+            slot.store(value, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Before a trace is written: when the program closed the socket that claims the trace path
+/// (`close_range` in a daemon detaching or a `subprocess` child), another process may have
+/// taken the path since. The claim is made again when no live process holds the path and the
+/// file there is still the one this process wrote last (or none is there and it wrote none):
+/// nobody else wrote it meanwhile. Otherwise this one's trace moves to a name of its own
+/// (`-PID`), which the crash writer takes too; a `-PID` name is claimed again.
+fn keep_claim(s: &Session) {
+    if claim::still_held() {
+        return;
+    }
+    let identity = s.identity();
+    let process = &identity.process;
+    let current = identity.trace_path;
+    let requested = config::expand_trace_path(&s.config.trace_pattern, process.pid, &process.hostname, process.rank);
+    if current != requested {
+        claim::claim_again(&current);
+        return;
+    }
+    let written = WRITTEN.each_ref().map(|slot| slot.load(Ordering::SeqCst));
+    let untouched = match file_identity(&current) {
+        Some(found) => found == written,
+        None => written == [0; 4],
+    };
+    if untouched && claim::claim_again(&current) {
+        return;
+    }
+    let moved = claim::own_trace_path(&requested, process.pid, process.run_id.as_deref(), true);
+    warn_once(
+        &CLAIM_LOST,
+        &format!("cublasguard: the program closed the guard's claim on {current} (its descriptors were closed); another process may write there, so this one's trace goes to {moved}"),
+    );
+    s.move_trace(moved.clone());
+    crash::update_path(&moved);
 }
 
 /// The crash writer's head made again from the trace as it is now (the NVML thread, when the
@@ -330,6 +400,8 @@ fn register_exit_handler() {
 
 #[cfg_attr(test, allow(dead_code))]
 fn at_exit(status: i32) {
+    // From here on no Python frames are read: the interpreter has finalised by now.
+    crate::ffi::host::python::process_exiting();
     let Some(_inside) = crate::ffi::intercept::reentry::Reentry::enter() else { return };
     if DISABLED.load(Ordering::Relaxed) || process::is_privileged() || EXITED.swap(true, Ordering::SeqCst) {
         return;
@@ -345,6 +417,9 @@ fn at_exit(status: i32) {
         Some(s) => s,
         None => SESSION.get_or_init(start),
     };
+    if !of_this_process(s) {
+        return; // the parent's session, copied: its record and its exit line are the parent's
+    }
     // A failed capability probe explains a failing exit: it is written as the fault.
     if let Some(recorded) = s.probe_at_exit(status, process::now_ns()) {
         for line in &recorded.lines {
@@ -376,7 +451,7 @@ const EXIT_WAIT_MS: u32 = 5000;
 /// any call.
 pub(crate) fn check_breadcrumbs_at_exit() {
     let Some(_inside) = crate::ffi::intercept::reentry::Reentry::enter() else { return };
-    let Some(s) = current() else { return };
+    let Some(s) = current().filter(|s| of_this_process(s)) else { return };
     let crumbs_out = s.known_error().is_none() && s.breadcrumbs.progress().iter().any(|p| p.unfinished > 0);
     // A verdict being judged by the guard's thread right now counts too: the trace written
     // after this must hold its fault.
