@@ -15,8 +15,8 @@ use crate::common;
 use common::*;
 use cublasguard_format::trace::{self, Fault, FaultKind, Trace};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 fn python() -> PathBuf {
     let venv = cache_dir().join("cupy-venv");
@@ -47,29 +47,15 @@ fn run_script(mode: &str, trace: Option<&Path>, env: &[(&str, &str)]) -> Output 
         cmd.env("LD_PRELOAD", guard_lib()).env("CUBLASGUARD_TRACE", trace);
     }
     cmd.envs(env.iter().copied());
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn python");
-    let started = Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("cupy_cases.py {mode} did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn text(out: &Output) -> String {
-    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    let dir = temp_dir(&format!("cupy-{mode}"));
+    output_within(&mut cmd, &dir, Duration::from_secs(120)).unwrap_or_else(|| panic!("cupy_cases.py {mode} did not finish within 120 s"))
 }
 
 #[test]
 #[cfg_attr(not(cublasguard_has_cupy), ignore = "needs CuPy: run scripts/fetch-cupy.sh")]
 fn cupy_computes_every_cublas_path_the_same_bare_and_guarded_with_no_fault() {
     let bare = run_script("clean", None, &[]);
-    assert!(bare.status.success(), "{}", text(&bare));
+    assert!(bare.status.success(), "{}", output_text(&bare));
     let out = String::from_utf8_lossy(&bare.stdout).into_owned();
     // A (4 x 3, 1..12 by rows) times B (3 x 2, 1..6 by rows), by each path and type.
     let product = "[[22.0, 28.0], [49.0, 64.0], [76.0, 100.0], [103.0, 136.0]]";
@@ -97,8 +83,8 @@ fn cupy_computes_every_cublas_path_the_same_bare_and_guarded_with_no_fault() {
 
     let trace_path = temp_dir("cupy-clean").join("trace.json");
     let guarded = run_script("clean", Some(&trace_path), &[]);
-    assert_eq!(out, String::from_utf8_lossy(&guarded.stdout), "same stdout: {}", text(&guarded));
-    assert_eq!(bare.status.code(), guarded.status.code(), "same exit status: {}", text(&guarded));
+    assert_eq!(out, String::from_utf8_lossy(&guarded.stdout), "same stdout: {}", output_text(&guarded));
+    assert_eq!(bare.status.code(), guarded.status.code(), "same exit status: {}", output_text(&guarded));
     let t = trace::read(&trace_path).expect("a trace at exit");
     assert!(t.faults.is_empty(), "{:#?}", t.faults);
     assert!(t.crash.is_none());
@@ -138,12 +124,12 @@ fn each_mistake_planted_through_cupy_is_named_with_its_call_operand_element_and_
     // Refused (CUBLASGUARD_ON_FAULT=error), so CuPy raises at each and the script goes on.
     let trace_path = temp_dir("cupy-faults").join("trace.json");
     let out = run_script("faults", Some(&trace_path), &[("CUBLASGUARD_ON_FAULT", "error")]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     for name in ["nan_a", "inf_b", "nan_batched", "short", "freed", "host"] {
-        assert!(stdout.contains(&format!("{name} CUBLASError\n")), "{name}: {}", text(&out));
+        assert!(stdout.contains(&format!("{name} CUBLASError\n")), "{name}: {}", output_text(&out));
     }
-    assert!(stdout.contains("after float32 [[22.0, 28.0], [49.0, 64.0], [76.0, 100.0], [103.0, 136.0]]\n"), "{}", text(&out));
+    assert!(stdout.contains("after float32 [[22.0, 28.0], [49.0, 64.0], [76.0, 100.0], [103.0, 136.0]]\n"), "{}", output_text(&out));
     let t = trace::read(&trace_path).expect("a trace at exit");
     assert_eq!(t.faults.len(), 6, "{:#?}", t.faults);
 
@@ -176,14 +162,14 @@ fn each_mistake_planted_through_cupy_is_named_with_its_call_operand_element_and_
 #[cfg_attr(not(cublasguard_has_cupy), ignore = "needs CuPy: run scripts/fetch-cupy.sh")]
 fn a_nan_reaching_a_cupy_product_under_the_defaults_is_named_and_changes_nothing_cupy_computes() {
     let bare = run_script("nan", None, &[]);
-    assert!(bare.status.success(), "{}", text(&bare));
+    assert!(bare.status.success(), "{}", output_text(&bare));
     let out = String::from_utf8_lossy(&bare.stdout).into_owned();
     // Row 0 of A holds the NaN: row 0 of the product is NaN, the rest as without it.
     assert_eq!(out, "nan float32 [[nan, nan], [49.0, 64.0], [76.0, 100.0], [103.0, 136.0]]\n");
     let trace_path = temp_dir("cupy-nan").join("trace.json");
     let guarded = run_script("nan", Some(&trace_path), &[]);
-    assert_eq!(out, String::from_utf8_lossy(&guarded.stdout), "same stdout: {}", text(&guarded));
-    assert_eq!(bare.status.code(), guarded.status.code(), "same exit status: {}", text(&guarded));
+    assert_eq!(out, String::from_utf8_lossy(&guarded.stdout), "same stdout: {}", output_text(&guarded));
+    assert_eq!(bare.status.code(), guarded.status.code(), "same exit status: {}", output_text(&guarded));
     let t = trace::read(&trace_path).expect("a trace at exit");
     assert_eq!(t.faults.len(), 1, "{:#?}", t.faults);
     let f = planted_in(&t, "default_nan", "cublasGemmEx", FaultKind::NonfiniteInput, "nan");

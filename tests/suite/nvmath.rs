@@ -14,8 +14,8 @@ use crate::common;
 use common::*;
 use cublasguard_format::trace::{self, Fault, FaultKind, Trace};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 fn python() -> PathBuf {
     let venv = cache_dir().join("nvmath-venv");
@@ -45,29 +45,15 @@ fn run_script(mode: &str, trace: Option<&Path>, env: &[(&str, &str)]) -> Output 
         cmd.env("LD_PRELOAD", guard_lib()).env("CUBLASGUARD_TRACE", trace);
     }
     cmd.envs(env.iter().copied());
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn python");
-    let started = Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("nvmath_cases.py {mode} did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn text(out: &Output) -> String {
-    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    let dir = temp_dir(&format!("nvmath-{mode}"));
+    output_within(&mut cmd, &dir, Duration::from_secs(120)).unwrap_or_else(|| panic!("nvmath_cases.py {mode} did not finish within 120 s"))
 }
 
 #[test]
 #[cfg_attr(not(cublasguard_has_nvmath), ignore = "needs nvmath-python: run scripts/fetch-nvmath.sh")]
 fn nvmath_computes_the_same_bare_and_guarded_with_no_fault_even_without_c() {
     let bare = run_script("clean", None, &[]);
-    assert!(bare.status.success(), "{}", text(&bare));
+    assert!(bare.status.success(), "{}", output_text(&bare));
     let out = String::from_utf8_lossy(&bare.stdout).into_owned();
     // A (4 x 3, 1..12 by rows) times B (3 x 2, 1..6 by rows), by each path.
     let product = "[[22.0, 28.0], [49.0, 64.0], [76.0, 100.0], [103.0, 136.0]]";
@@ -78,8 +64,8 @@ fn nvmath_computes_the_same_bare_and_guarded_with_no_fault_even_without_c() {
 
     let trace_path = temp_dir("nvmath-clean").join("trace.json");
     let guarded = run_script("clean", Some(&trace_path), &[]);
-    assert_eq!(out, String::from_utf8_lossy(&guarded.stdout), "same stdout: {}", text(&guarded));
-    assert_eq!(bare.status.code(), guarded.status.code(), "same exit status: {}", text(&guarded));
+    assert_eq!(out, String::from_utf8_lossy(&guarded.stdout), "same stdout: {}", output_text(&guarded));
+    assert_eq!(bare.status.code(), guarded.status.code(), "same exit status: {}", output_text(&guarded));
     let t = trace::read(&trace_path).expect("a trace at exit");
     // nvmath's own path, C = NULL with beta = 0 included, is no fault.
     assert!(t.faults.is_empty(), "{:#?}", t.faults);
@@ -125,7 +111,7 @@ fn each_mistake_planted_through_nvmath_is_named_with_its_call_operand_element_an
         ("host", "cuBLASError"),
         ("lt_ld", "cuBLASLtError"),
     ] {
-        assert!(stdout.contains(&format!("{name} {error}\n")), "{name}: {}", text(&out));
+        assert!(stdout.contains(&format!("{name} {error}\n")), "{name}: {}", output_text(&out));
     }
     let t = trace::read(&trace_path).expect("a trace at exit");
     assert_eq!(t.faults.len(), 6, "{:#?}", t.faults);

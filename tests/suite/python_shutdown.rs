@@ -9,7 +9,7 @@ use common::*;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const RUNS: usize = 200;
 /// Runs at once: the machine's cores are shared with the rest of the suite.
@@ -52,8 +52,8 @@ fn one_run(python: &str, n: usize) -> (Option<String>, bool) {
     let script = manifest_dir().join("tests/python/shutdown.py");
     // Later runs leave the main thread longer, so that its exit meets faults at every stage.
     let wait = format!("{:.2}", 0.3 + (n % 9) as f64 * 0.1);
-    let mut child = Command::new(python)
-        .arg(&script)
+    let mut cmd = Command::new(python);
+    cmd.arg(&script)
         .args(["4", &wait])
         .current_dir(&dir)
         .env_clear()
@@ -64,24 +64,12 @@ fn one_run(python: &str, n: usize) -> (Option<String>, bool) {
         .env("CUBLASGUARD_SYNC", "gemm")
         .env("CUBLASGUARD_QUIET", "1")
         // Every fault stored, so that every one reads frames, up to the end.
-        .env("CUBLASGUARD_MAX_FAULTS", "100000")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("stderr")).expect("stderr file"))
-        .spawn()
-        .expect("run python");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return (Some(format!("{python} run {n}: still running after 60 s")), false);
-        }
-        std::thread::sleep(Duration::from_millis(20));
+        .env("CUBLASGUARD_MAX_FAULTS", "100000");
+    let Some(output) = output_within(&mut cmd, &dir, Duration::from_secs(60)) else {
+        return (Some(format!("{python} run {n}: still running after 60 s")), false);
     };
-    let stderr = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+    let status = output.status;
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let tail: String = stderr.lines().filter(|l| !l.contains("cublasSgemm_v2 #")).collect::<Vec<_>>().join("\n");
     if !status.success() || stderr.contains("Fatal Python error") {
         return (Some(format!("{python} run {n}: {status}; {tail}")), false);

@@ -275,6 +275,14 @@ pub fn with_standin_nvml() -> String {
 /// the guard never holds a program up.
 pub fn run_within(launch: Launch, limit: std::time::Duration) -> Option<Run> {
     let (mut cmd, dir, trace_path) = command(&launch);
+    let output = output_within(&mut cmd, &dir, limit)?;
+    Some(Run { output, dir, trace_path })
+}
+
+/// `cmd` run to its end, its stdout and stderr kept in files in `dir` (a pipe nobody reads
+/// while waiting could fill and stall it); killed if it has not ended within `limit` (then
+/// `None`).
+pub fn output_within(cmd: &mut Command, dir: &Path, limit: std::time::Duration) -> Option<Output> {
     let (out, err) = (dir.join("stdout"), dir.join("stderr"));
     cmd.stdout(std::fs::File::create(&out).expect("stdout file")).stderr(std::fs::File::create(&err).expect("stderr file"));
     let mut child = cmd.spawn().expect("run program");
@@ -290,8 +298,12 @@ pub fn run_within(launch: Launch, limit: std::time::Duration) -> Option<Run> {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    let output = Output { status, stdout: std::fs::read(&out).unwrap_or_default(), stderr: std::fs::read(&err).unwrap_or_default() };
-    Some(Run { output, dir, trace_path })
+    Some(Output { status, stdout: std::fs::read(&out).unwrap_or_default(), stderr: std::fs::read(&err).unwrap_or_default() })
+}
+
+/// A finished program's stdout and stderr, for a failed assertion's message.
+pub fn output_text(out: &Output) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 /// The line number of the line of `file` that holds `marker`.

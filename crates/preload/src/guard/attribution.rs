@@ -264,9 +264,8 @@ mod tests {
         s
     }
 
-    /// Call 5 (a cudaMemcpy) sees the error; the faults recorded, and whether the fault was
-    /// recorded on the copy itself.
-    fn surface_at(s: &crate::session::Session) -> (Vec<crate::trace::Fault>, bool) {
+    /// Call 5 (a cudaMemcpy) sees the error; the faults recorded.
+    fn surface(s: &crate::session::Session) -> Vec<crate::trace::Fault> {
         let (device, outlet, memo) = (ModelDevice::default(), ModelOutlet::default(), crate::state::ThreadMemo::new());
         let forward = || ILLEGAL_ADDRESS;
         let call = Call::begin(s, Hook::cudaMemcpy, &device, &outlet, &forward, OnThread { id: 7, memo: &memo, frame: Default::default() });
@@ -274,11 +273,7 @@ mod tests {
         assert!(!surfaced(&call, ILLEGAL_ADDRESS, "the copy", CallArgs::None, None), "attributed once");
         let faults = s.trace(Default::default()).faults;
         assert_eq!(on_the_copy, faults.iter().any(|f| f.seq == 5), "true exactly when recorded on the copy: {faults:#?}");
-        (faults, on_the_copy)
-    }
-
-    fn surface(s: &crate::session::Session) -> Vec<crate::trace::Fault> {
-        surface_at(s).0
+        faults
     }
 
     #[test]
