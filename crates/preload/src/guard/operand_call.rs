@@ -801,6 +801,49 @@ mod tests {
     }
 
     #[test]
+    fn a_synchronisation_returns_only_after_the_verdict_the_guards_thread_is_publishing_is_published() {
+        let mut s = setup(OnFault::Continue, f32::NAN);
+        s.session.config.sync = crate::config::SyncMode::Deferred;
+        s.device.verdicts_work.set(true);
+        s.device.breadcrumbs_work.set(true);
+        sgemm(&s, A, 2, 0, &Cell::new(0));
+        s.device.land();
+        let published = std::sync::atomic::AtomicBool::new(false);
+        let taken = std::sync::Barrier::new(2);
+        let verdicts = &s.session.verdicts;
+        std::thread::scope(|scope| {
+            // The guard's thread, stood in for: it has taken the landed call and is judging it.
+            scope.spawn(|| {
+                let _turn = verdicts.judging_turn();
+                let landed = verdicts.take_landed(&|_, _| 0, true);
+                taken.wait();
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                published.store(true, std::sync::atomic::Ordering::SeqCst);
+                for pending in &landed {
+                    verdicts.release(pending.arena, &pending.log);
+                    verdicts.judged();
+                }
+            });
+            taken.wait();
+            let memo = crate::state::ThreadMemo::new();
+            let forward = || 0;
+            let sync = Call::begin(
+                &s.session,
+                Hook::cudaDeviceSynchronize,
+                &s.device,
+                &s.outlet,
+                &forward,
+                super::super::OnThread { id: 9, memo: &memo, frame: Default::default() },
+            );
+            assert_eq!(super::super::sync::device_synchronize(&sync), 0);
+            assert!(
+                published.load(std::sync::atomic::Ordering::SeqCst),
+                "the program went on while the verdict of a call before its synchronisation was still being published"
+            );
+        });
+    }
+
+    #[test]
     fn a_clean_call_is_recorded_once_with_its_shape() {
         let s = setup(OnFault::Continue, 1.0);
         let calls = Cell::new(0);

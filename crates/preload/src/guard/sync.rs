@@ -59,7 +59,7 @@ fn synchronised(call: &Call<'_, c_int>, waits: Waits) -> c_int {
     call.record(status, args);
     // What the program waited for has landed: the verdicts of the calls before it are judged
     // now, before it goes on (one atomic load when none waits).
-    super::verdicts::harvest(call, call.seq);
+    super::verdicts::harvest_at_synchronisation(call, call.seq);
     if status == cuda::CUDA_SUCCESS {
         // Only a device-wide wait says every launch before it completed cleanly.
         if matches!(waits, Waits::Device) {

@@ -457,10 +457,24 @@ impl Outlet for LateOutlet<'_> {
 /// Judges the waiting calls whose scans have landed, recording what they found on them, found
 /// at call `found_at` (`found_at_seq`; 0: at exit). Cheap when none waits: one atomic load.
 pub(crate) fn harvest<R: Copy>(call: &Call<'_, R>, found_at: u64) {
-    let s = call.session;
-    if !s.verdicts.any_waiting() {
-        return;
+    if call.session.verdicts.any_waiting() {
+        judge_landed(call, found_at);
     }
+}
+
+/// At a synchronisation of the program's: every verdict of the calls before it is published
+/// before it goes on, as gemm mode's were at their calls. Those the guard's thread has taken
+/// and is publishing count too: the program waits for its turn (microseconds a verdict) where
+/// `harvest` would go on, and a program that closes its descriptors or exits right after its
+/// synchronisation must find the fault on disk already.
+pub(crate) fn harvest_at_synchronisation<R: Copy>(call: &Call<'_, R>, found_at: u64) {
+    if call.session.verdicts.unsettled() {
+        judge_landed(call, found_at);
+    }
+}
+
+fn judge_landed<R: Copy>(call: &Call<'_, R>, found_at: u64) {
+    let s = call.session;
     let Some(memory) = call.device.verdict_memory() else { return };
     let _turn = s.verdicts.judging_turn();
     let landed = s.verdicts.take_landed(&|arena, offset| memory.mark(arena, offset), false);
