@@ -547,6 +547,11 @@ mod tests {
         assert_eq!(t.recent_calls.iter().map(|c| (c.seq, c.status, c.args["m"].as_i64())).collect::<Vec<_>>(), [(1, 0, Some(2)), (2, 13, Some(2))]);
     }
 
+    /// The program's cudaDeviceSynchronize on thread 9, after the calls made on `s`.
+    fn synchronisation<'a>(s: &'a Setup, memo: &'a crate::state::ThreadMemo) -> Call<'a, i32> {
+        Call::begin(&s.session, Hook::cudaDeviceSynchronize, &s.device, &s.outlet, &|| 0, super::super::OnThread { id: 9, memo, frame: Default::default() })
+    }
+
     fn faults(s: &Setup) -> Vec<crate::trace::Fault> {
         s.session.trace(Default::default()).faults
     }
@@ -760,15 +765,7 @@ mod tests {
         assert!(faults(&s).is_empty(), "nothing is known at the call");
         assert_eq!(s.device.synchronisations.get(), 0, "nor waited for");
         let memo = crate::state::ThreadMemo::new();
-        let forward = || 0;
-        let later = Call::begin(
-            &s.session,
-            Hook::cudaDeviceSynchronize,
-            &s.device,
-            &s.outlet,
-            &forward,
-            super::super::OnThread { id: 9, memo: &memo, frame: Default::default() },
-        );
+        let later = synchronisation(&s, &memo);
         super::super::verdicts::harvest(&later, later.seq);
         assert!(faults(&s).is_empty(), "the copies have not landed yet");
         s.device.land();
@@ -786,15 +783,7 @@ mod tests {
         session.session.config.sync = crate::config::SyncMode::Deferred;
         sgemm(&session, A, 2, 0, &calls);
         session.device.land();
-        let forward = || 0;
-        let later = Call::begin(
-            &session.session,
-            Hook::cudaDeviceSynchronize,
-            &session.device,
-            &session.outlet,
-            &forward,
-            super::super::OnThread { id: 9, memo: &memo, frame: Default::default() },
-        );
+        let later = synchronisation(&session, &memo);
         super::super::verdicts::harvest(&later, later.seq);
         assert!(faults(&session).is_empty());
         assert_eq!(session.session.verdicts.counts(), (1, 0, 0, 0));
@@ -826,15 +815,7 @@ mod tests {
             });
             taken.wait();
             let memo = crate::state::ThreadMemo::new();
-            let forward = || 0;
-            let sync = Call::begin(
-                &s.session,
-                Hook::cudaDeviceSynchronize,
-                &s.device,
-                &s.outlet,
-                &forward,
-                super::super::OnThread { id: 9, memo: &memo, frame: Default::default() },
-            );
+            let sync = synchronisation(&s, &memo);
             assert_eq!(super::super::sync::device_synchronize(&sync), 0);
             assert!(
                 published.load(std::sync::atomic::Ordering::SeqCst),
