@@ -1270,7 +1270,7 @@ static CUresult graph_launch(void *exec, void *stream, int per_thread) {
     return cudashim_engine_submit(stream, per_thread, run_graph, NULL, &code, sizeof code);
 }
 
-CUresult cuGraphLaunch(void *exec, CUstream stream) { return graph_launch(exec, stream, 0); }
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) { return graph_launch(exec, stream, 0); }
 CUresult cuGraphLaunch_ptsz(void *exec, void *stream) { return graph_launch(exec, stream, 1); }
 
 static CUresult write_value(void *stream, int per_thread, CUdeviceptr addr, unsigned long long value, unsigned int flags, int wide) {
@@ -1469,6 +1469,52 @@ CUresult cuStreamIsCapturing(CUstream stream, int *status) {
 }
 
 CUresult cuStreamIsCapturing_ptsz(CUstream stream, int *status) { return cuStreamIsCapturing(stream, status); }
+
+/* Captures through the driver: the runtime's (engine.c), on the runtime's streams too (the
+ * engine knows them; 900: the legacy and per-thread default streams cannot capture). */
+CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode) {
+    STICKY();
+    if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+    return cudashim_engine_capture_begin(stream, 0, (int)mode);
+}
+
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode) { return cuStreamBeginCapture_v2(stream, mode); }
+
+CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph) {
+    STICKY();
+    if (!graph || !stream) return CUDA_ERROR_INVALID_VALUE;
+    void *g = NULL;
+    int code = cudashim_engine_capture_end(stream, 0, &g);
+    if (!code) *graph = (CUgraph)g;
+    return code;
+}
+
+CUresult cuStreamEndCapture_ptsz(CUstream stream, CUgraph *graph) { return cuStreamEndCapture(stream, graph); }
+
+/* An executable graph is its graph's object, as the runtime's is (cudart.c); flags as there. */
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags) {
+    STICKY();
+    if (!exec || !graph || flags & ~0xfull) return CUDA_ERROR_INVALID_VALUE;
+    *exec = (CUgraphExec)graph;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, void *resultInfo) {
+    STICKY();
+    (void)resultInfo;
+    if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
+    return cudashim_engine_graph_update(exec, graph) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+/* The stand-in's graphs have no nodes to name: any node is taken as one of the executable's
+ * kernels, and the change accepted (its recorded work runs as captured). */
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node, const void *params) {
+    STICKY();
+    return exec && node && params ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The graph stays: the stand-in's executable is its graph's object. */
+CUresult cuGraphExecDestroy(CUgraphExec exec) { return exec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
 /* The calling thread's capture mode (CUstreamCaptureMode: Global 0, ThreadLocal 1, Relaxed 2),
  * exchanged; the runtime's cudaThreadExchangeStreamCaptureMode changes the same one. */
@@ -1750,6 +1796,12 @@ static const struct { const char *name; void *fn; int since; void *ptsz; } procs
     {"cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync_v2, 3020, (void *)cuMemcpyDtoHAsync_v2_ptsz},
     {"cuMemsetD8Async", (void *)cuMemsetD8Async, 3020, (void *)cuMemsetD8Async_ptsz},
     {"cuGraphLaunch", (void *)cuGraphLaunch, 10000, (void *)cuGraphLaunch_ptsz},
+    {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2, 10010, (void *)cuStreamBeginCapture_v2_ptsz},
+    {"cuStreamEndCapture", (void *)cuStreamEndCapture, 10000, (void *)cuStreamEndCapture_ptsz},
+    {"cuGraphInstantiateWithFlags", (void *)cuGraphInstantiateWithFlags, 11040, NULL},
+    {"cuGraphExecUpdate", (void *)cuGraphExecUpdate_v2, 12000, NULL},
+    {"cuGraphExecKernelNodeSetParams", (void *)cuGraphExecKernelNodeSetParams_v2, 12000, NULL},
+    {"cuGraphExecDestroy", (void *)cuGraphExecDestroy, 10000, NULL},
     {"cuLibraryLoadData", (void *)cuLibraryLoadData, 12000, NULL},
     {"cuLibraryGetKernel", (void *)cuLibraryGetKernel, 12000, NULL},
     {"cuKernelGetFunction", (void *)cuKernelGetFunction, 12000, NULL},

@@ -1021,6 +1021,21 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t gra
     return cudaSuccess;
 }
 
+/* The stand-in's graphs have no nodes to name: any node is taken as one of the executable's
+ * kernels, and the change accepted (its recorded work runs as captured). */
+cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node, const struct cudaKernelNodeParams *params) {
+    count_call(__func__);
+    ENTER();
+    return exec && node && params ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+/* The graph stays: the stand-in's executable is its graph's object. */
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    count_call(__func__);
+    ENTER();
+    return exec ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
 static long graph_launches;
 static int run_graph(void *arg) { return *(int *)arg; }
 
@@ -1290,7 +1305,6 @@ STUB_RT(cudaGetChannelDesc)
 STUB_RT(cudaGetTextureObjectResourceDesc)
 STUB_RT(cudaGetTextureObjectTextureDesc)
 STUB_RT(cudaGraphDestroy)
-STUB_RT(cudaGraphExecDestroy)
 STUB_RT(cudaGraphUpload)
 STUB_RT(cudaIpcGetEventHandle)
 STUB_RT(cudaIpcOpenEventHandle)

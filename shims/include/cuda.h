@@ -75,6 +75,21 @@ CUresult cuDestroyExternalMemory(CUexternalMemory mem);
 /* Streams, events, synchronisation, stream memory operations, pinned memory. */
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef enum { CU_STREAM_CAPTURE_MODE_GLOBAL = 0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1, CU_STREAM_CAPTURE_MODE_RELAXED = 2 } CUstreamCaptureMode;
+/* Captures and graphs through the driver (CUDA 12's names; cuda.h maps the plain ones). */
+#define cuStreamBeginCapture cuStreamBeginCapture_v2
+#define cuGraphExecUpdate cuGraphExecUpdate_v2
+#define cuGraphExecKernelNodeSetParams cuGraphExecKernelNodeSetParams_v2
+CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, void *resultInfo);
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node, const void *params);
+CUresult cuGraphExecDestroy(CUgraphExec exec);
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 #define CU_STREAM_DEFAULT 0x0

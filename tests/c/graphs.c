@@ -9,6 +9,11 @@
  *   update        the NaN GEMM captured and instantiated, then the executable updated
  *                 (cudaGraphExecUpdate) to a second capture of the same GEMM on a clean A (a2)
  *                 and replayed 4 times
+ *   driver        the nan case through the driver, as PyTorch and JAX reach it
+ *                 (cudaGetDriverEntryPoint): cuStreamBeginCapture, cuStreamEndCapture,
+ *                 cuGraphInstantiateWithFlags, cuGraphLaunch
+ *   node_params   the nan case, and before the replays a kernel node's arguments changed
+ *                 (cudaGraphExecKernelNodeSetParams; the stand-in has no nodes: it takes any)
  *   rules         the stand-in's capture rules: a cudaMalloc during a capture, by the capturing
  *                 thread or another one, in each capture mode and thread mode ("name malloc=X
  *                 end=Y" lines; 900: refused, 901: the capture was invalidated)
@@ -20,6 +25,7 @@
 #include <string.h>
 
 #include <cublas_v2.h>
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 enum { N = 4 };
@@ -31,6 +37,22 @@ static float *device_matrix(float value) {
     float *d = NULL;
     if (cudaMalloc((void **)&d, sizeof h) || cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice)) return NULL;
     return d;
+}
+
+/* The driver's capture and graph functions, found as PyTorch finds driver functions. */
+struct driver {
+    CUresult (*begin)(CUstream, CUstreamCaptureMode);
+    CUresult (*end)(CUstream, CUgraph *);
+    CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*launch)(CUgraphExec, CUstream);
+};
+
+static int driver_functions(struct driver *d) {
+    int status = 0;
+    return cudaGetDriverEntryPoint("cuStreamBeginCapture", (void **)&d->begin, 0, &status) ||
+           cudaGetDriverEntryPoint("cuStreamEndCapture", (void **)&d->end, 0, &status) ||
+           cudaGetDriverEntryPoint("cuGraphInstantiateWithFlags", (void **)&d->instantiate, 0, &status) ||
+           cudaGetDriverEntryPoint("cuGraphLaunch", (void **)&d->launch, 0, &status) || !d->begin || !d->end || !d->instantiate || !d->launch;
 }
 
 static float first_of(const float *d) {
@@ -114,7 +136,10 @@ int main(int argc, char **argv) {
     }
     float *a = device_matrix(1.0f), *b = device_matrix(2.0f), *c = device_matrix(0.0f);
     if (!a || !b || !c) return 4;
-    if (!strcmp(how, "nan") || !strcmp(how, "nan_flags") || !strcmp(how, "update")) {
+    int driver = !strcmp(how, "driver");
+    struct driver drv;
+    if (driver && driver_functions(&drv)) return 5;
+    if (!strcmp(how, "nan") || !strcmp(how, "nan_flags") || !strcmp(how, "update") || driver || !strcmp(how, "node_params")) {
         float h[N * N];
         for (int i = 0; i < N * N; i++) h[i] = 1.0f;
         h[2 * N + 1] = NAN; /* A[1,2], column-major */
@@ -140,10 +165,10 @@ int main(int argc, char **argv) {
         cublasHandle_t handle;
         if (cublasCreate(&handle) || cublasSetStream(handle, st)) return 4;
         enum cudaStreamCaptureMode mode = strcmp(how, "thread_local") ? cudaStreamCaptureModeGlobal : cudaStreamCaptureModeThreadLocal;
-        printf("begin=%d\n", cudaStreamBeginCapture(st, mode));
+        printf("begin=%d\n", driver ? drv.begin((CUstream)st, CU_STREAM_CAPTURE_MODE_GLOBAL) : cudaStreamBeginCapture(st, mode));
         int gemm = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, b, N, &zero, c, N); /* the captured line */
         printf("gemm=%d\n", gemm);
-        end = cudaStreamEndCapture(st, &graph);
+        end = driver ? drv.end((CUstream)st, (CUgraph *)&graph) : cudaStreamEndCapture(st, &graph);
         if (!end && !strcmp(how, "update")) {
             float *a2 = device_matrix(1.0f);
             cudaGraph_t second;
@@ -158,12 +183,19 @@ int main(int argc, char **argv) {
     if (end) return 1;
     printf("captured C=%g\n", first_of(c));
     int instantiated = exec                          ? 0
+                       : driver                    ? drv.instantiate((CUgraphExec *)&exec, (CUgraph)graph, 0)
                        : !strcmp(how, "nan_flags") ? cudaGraphInstantiateWithFlags(&exec, graph, 1)
                                                    : cudaGraphInstantiate(&exec, graph, 0);
     printf("instantiate=%d\n", instantiated);
     if (instantiated) return 1;
+    if (!strcmp(how, "node_params")) {
+        float *a2 = device_matrix(1.0f);
+        void *args[] = {&a2};
+        struct cudaKernelNodeParams params = {.func = NULL, .gridDim = {1, 1, 1}, .blockDim = {1, 1, 1}, .kernelParams = args};
+        printf("set_params=%d\n", cudaGraphExecKernelNodeSetParams(exec, (cudaGraphNode_t)graph, &params));
+    }
     for (int i = 0; i < replays; i++) {
-        int launched = cudaGraphLaunch(exec, st);
+        int launched = driver ? drv.launch((CUgraphExec)exec, (CUstream)st) : cudaGraphLaunch(exec, st);
         if (launched) printf("launch %d=%d\n", i, launched);
     }
     printf("sync=%d\n", cudaStreamSynchronize(st));

@@ -111,29 +111,53 @@ fn own_line(fault: &cublasguard_format::trace::Fault) -> Option<String> {
 }
 
 #[test]
-fn in_gemm_mode_a_nan_read_by_a_captured_gemm_is_found_at_the_graphs_first_replay_with_the_captured_line() {
+fn in_both_modes_a_nan_read_by_a_captured_gemm_is_found_at_the_graphs_first_replay_with_the_captured_line() {
     // A[1,2] is NaN; the GEMM is captured, the graph replayed four times. Nothing is scanned at
-    // the capture; the first replay is scanned after it ran, and blamed, naming the captured
-    // call, its operand and element, and the line where it was captured (graphs.c, built -g).
-    // The graph instantiated as the runtime's examples do, and as PyTorch does (with flags).
-    for case in ["nan", "nan_flags"] {
-        replay_finds_the_nan(case);
+    // the capture; the first replay is scanned after it ran (in the default mode by a scan
+    // queued after it and judged later), and blamed, naming the captured call, its operand and
+    // element, and the line where it was captured (graphs.c, built -g). The graph instantiated
+    // as the runtime's examples do, and as PyTorch does (with flags).
+    for case in ["nan", "nan_flags", "driver"] {
+        let told = MODES.map(|mode| replay_finds_the_nan(case, mode));
+        assert_eq!(told[0], told[1], "{case}: the default mode tells the replay's NaN as gemm mode does");
     }
 }
 
-fn replay_finds_the_nan(case: &str) {
-    let run = run_case(case, Some("gemm"));
+/// The run's faults as both modes must tell them alike: kind, function, call, message, the
+/// program's own line, and how many replays were blamed.
+fn replay_finds_the_nan(case: &str, mode: &str) -> Vec<(FaultKind, String, u64, String, Option<String>)> {
+    let run = run_case(case, Some(mode));
     assert!(run.stdout().contains("end=0\n") && run.stdout().contains("sync=0\n"), "{}", run.stdout());
     let trace = run.trace();
     let gemm = trace.recent_calls.iter().find(|c| c.api == "cublasSgemm_v2").expect("the captured GEMM").seq;
-    let first_launch = trace.recent_calls.iter().find(|c| c.api == "cudaGraphLaunch").expect("a replay").seq;
-    let f = trace.faults.first().unwrap_or_else(|| panic!("{case}: no fault: {}", run.stderr()));
-    assert_eq!((f.kind, f.api.as_str(), f.seq), (FaultKind::NonfiniteInput, "cudaGraphLaunch", first_launch), "{}", f.message);
+    let launch = if case == "driver" { "cuGraphLaunch" } else { "cudaGraphLaunch" };
+    let first_launch = trace.recent_calls.iter().find(|c| c.api == launch).expect("a replay").seq;
+    let f = trace.faults.first().unwrap_or_else(|| panic!("{case} {mode}: no fault: {}", run.stderr()));
+    assert_eq!((f.kind, f.api.as_str(), f.seq), (FaultKind::NonfiniteInput, launch, first_launch), "{case} {mode}: {}", f.message);
     assert!(f.message.starts_with(&format!("A of cublasSgemm_v2 #{gemm} (captured into this graph")), "{}", f.message);
     assert!(f.message.contains("1 NaN and 0 Inf") && f.message.ends_with("first at row 1, col 2"), "{}", f.message);
     let source = std::fs::read_to_string(manifest_dir().join("tests/c/graphs.c")).expect("graphs.c");
     let line = source.lines().position(|l| l.contains("/* the captured line */")).expect("the captured line") + 1;
     assert_eq!(own_line(f), Some(format!("graphs.c:{line}")), "{:#?}", f.backtrace);
+    if mode == "deferred" {
+        assert!(f.found_at_seq.is_some_and(|at| at > first_launch), "judged after the launch: {f:?}");
+        assert_eq!(trace.summary.deferred_verdicts.get("deferred"), Some(&4), "one verdict a replay: {:?}", trace.summary.deferred_verdicts);
+    }
+    trace.faults.iter().map(|f| (f.kind, f.api.clone(), f.seq, f.message.clone(), own_line(f))).collect()
+}
+
+#[test]
+fn an_executable_whose_kernel_node_arguments_changed_is_not_blamed_for_what_it_kept_before() {
+    // The NaN GEMM captured and instantiated, then a kernel node's arguments changed: the guard
+    // cannot tell what the node reads now, so it scans nothing after the replays rather than
+    // blame them for the NaN still sitting in the A it captured.
+    for mode in MODES {
+        let run = run_case("node_params", Some(mode));
+        assert!(run.stdout().contains("set_params=0\n") && run.stdout().contains("sync=0\n"), "{mode}: {}", run.stdout());
+        let trace = run.trace();
+        assert!(trace.faults.is_empty(), "{mode}: {:#?}", trace.faults);
+        assert_eq!(trace.summary.captured_calls, 1, "{mode}: {:?}", trace.summary);
+    }
 }
 
 #[test]
@@ -141,10 +165,12 @@ fn an_executable_updated_to_another_graph_is_scanned_for_that_graphs_operands() 
     // The executable was instantiated from a capture that read a NaN, then updated to a capture
     // of the same GEMM on a clean A: its replays compute C = 8, and nothing is blamed on the
     // operands it no longer reads (the NaN still sits in the first A).
-    let run = run_case("update", Some("gemm"));
-    assert!(run.stdout().contains("update=0\n"), "{}", run.stdout());
-    assert_captured_and_replayed(&run, "update", Some("gemm"), "8");
-    let trace = run.trace();
-    assert!(trace.faults.is_empty(), "{:#?}", trace.faults);
-    assert_eq!(trace.summary.captured_calls, 2, "{:?}", trace.summary);
+    for mode in MODES {
+        let run = run_case("update", Some(mode));
+        assert!(run.stdout().contains("update=0\n"), "{mode}: {}", run.stdout());
+        assert_captured_and_replayed(&run, "update", Some(mode), "8");
+        let trace = run.trace();
+        assert!(trace.faults.is_empty(), "{mode}: {:#?}", trace.faults);
+        assert_eq!(trace.summary.captured_calls, 2, "{mode}: {:?}", trace.summary);
+    }
 }

@@ -2,17 +2,22 @@
 //! capture. Its operands are kept at the capture (`operand_call`), follow the capture to its
 //! graph (`cudaStreamEndCapture`) and the graph to its executables (`cudaGraphInstantiate`;
 //! `cudaGraphExecUpdate` gives an executable its new graph's),
-//! and with CUBLASGUARD_SYNC=gemm they are scanned after each launch: a NaN/Inf there is a
-//! fault on the launch, naming the captured call, its operand and element, and the line where
-//! the call was captured.
+//! and they are scanned after each launch (under CUBLASGUARD_SYNC=deferred, stream-ordered and
+//! judged later, as a call's deferred verdict is): a NaN/Inf there is a fault on the launch,
+//! naming the captured call, its operand and element, and the line where the call was
+//! captured.
 
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 
-use super::Call;
-use crate::check::operand_call::scan_on_stream;
-use crate::check::Finding;
+use super::verdicts::Recording;
+use super::{Call, Hook};
+use crate::check::operand_call::{scan_on_stream, scan_staging_need, scanned_by_kernel, STAGING_BASE};
+use crate::check::{Device, Finding};
+use crate::config::{DeviceScan, OnFault, SyncMode};
 use crate::cuda;
 use crate::recorder::CallArgs;
+use crate::scan::MatrixScan;
 use crate::session::graphs::KeptOperand;
 use crate::trace::{hex, FaultKind};
 
@@ -47,28 +52,132 @@ pub(crate) fn exec_update(call: &Call<'_, c_int>, exec: *mut c_void, graph: *mut
     status
 }
 
-/// After a launch of `exec` on `stream` that succeeded (CUBLASGUARD_SYNC=gemm): the kept
-/// operands of its captured calls, scanned once the launch's work ran; the first non-finite
-/// one is a fault on this launch.
+/// cudaGraphExecKernelNodeSetParams, cudaGraphExecNodeSetParams and the driver's: a node of
+/// `exec` now runs with arguments the guard did not see (other operands, perhaps), so what its
+/// captures kept is forgotten: its launches are no longer scanned, rather than blamed for
+/// memory they may no longer read.
+pub(crate) fn node_changed<P>(call: &Call<'_, c_int>, exec: *mut c_void, _node: *mut c_void, _params: P) -> c_int {
+    let status = call.forward();
+    call.record(status, CallArgs::None);
+    if status == cuda::CUDA_SUCCESS {
+        call.session.graphs.forget(exec as u64);
+    }
+    status
+}
+
+/// cudaGraphExecDestroy, cuGraphExecDestroy: the executable's address may be given again.
+pub(crate) fn exec_destroyed(call: &Call<'_, c_int>, exec: *mut c_void) -> c_int {
+    let status = call.forward();
+    call.record(status, CallArgs::None);
+    if status == cuda::CUDA_SUCCESS {
+        call.session.graphs.forget(exec as u64);
+    }
+    status
+}
+
+/// After a launch of `exec` on `stream` that succeeded: the kept operands of its captured
+/// calls are scanned once the launch's work ran, and the first non-finite one is a fault on
+/// this launch. Under CUBLASGUARD_SYNC=deferred the scans are queued on the stream after the
+/// launch and judged when they land, as a call's deferred verdict is; otherwise (or when the
+/// staging region cannot take them, or the program needs the verdict now) the stream is
+/// synchronised and they are read at once.
 pub(crate) fn scan_after_launch(call: &Call<'_, c_int>, exec: u64, stream: u64) {
     let s = call.session;
-    if !s.config.checks.nan || !s.config.sync.synchronises_calls() {
+    if !s.config.checks.nan {
         return;
     }
     let Some(kept) = s.graphs.for_launch(exec) else { return };
-    // A launch captured into another graph runs later; and a synchronisation that reports an
-    // error leaves it to the checks that report errors.
-    if call.device.is_capturing(stream) != Ok(false) || call.device.synchronize(stream) != 0 {
+    // A launch captured into another graph runs later.
+    if call.device.is_capturing(stream) != Ok(false) {
         return;
     }
-    let mut found: Option<(KeptOperand, crate::scan::MatrixScan)> = None;
-    call.device.with_scan_buffer(&mut |buf| {
-        found = kept.iter().find_map(|op| {
-            let scan = scan_on_stream(call.device, op.addr, op.shape, op.dtype, stream, buf, s.config.scan_bytes)?;
-            (scan.nan > 0 || scan.inf > 0).then_some((*op, scan))
-        });
+    if may_wait(&s.config) && scan_later(call, exec, stream, &kept) {
+        return;
+    }
+    // A synchronisation that reports an error leaves it to the checks that report errors.
+    if call.device.synchronize(stream) != 0 {
+        return;
+    }
+    let mut found = None;
+    call.device.with_scan_buffer(&mut |buf| found = first_nonfinite(call.device, &kept, stream, buf, s.config.scan_bytes));
+    if let Some((op, scan)) = found {
+        report(call, exec, stream, &op, &scan, None);
+    }
+}
+
+/// Whether a replay's verdict may wait, as a call's may (`verdicts::may_wait`): under
+/// `deferred`, unless the program needs it at once (`ON_FAULT=error` or `abort`, origin mode).
+fn may_wait(c: &crate::config::Config) -> bool {
+    c.sync == SyncMode::Deferred && c.on_fault == OnFault::Continue && !c.nan_origin
+}
+
+/// What a replay's deferred verdict is judged from, besides its scans.
+pub(super) struct ReplayVerdict {
+    hook: Hook,
+    exec: u64,
+    stream: u64,
+    kept: Arc<[KeptOperand]>,
+    thread: u32,
+    time_ns: u64,
+    python: Option<super::KeptFrames>,
+}
+
+/// Queues the kept operands' scans on `stream` after the launch and keeps the launch for its
+/// verdict; false when they could not all be queued (nothing is kept then).
+fn scan_later(call: &Call<'_, c_int>, exec: u64, stream: u64, kept: &Arc<[KeptOperand]>) -> bool {
+    let s = call.session;
+    let on_device = s.config.device_scan != DeviceScan::Off && !s.device_scan.failed();
+    let need = kept.iter().fold(STAGING_BASE, |need, op| {
+        need.saturating_add(scan_staging_need(op.dtype, op.shape, 1, on_device && scanned_by_kernel(op.dtype), s.config.scan_bytes))
     });
-    let Some((op, scan)) = found else { return };
+    let Some(recording) = Recording::begin(call, stream, need) else { return false };
+    recording.after_call();
+    call.device.with_scan_buffer(&mut |buf| {
+        for op in kept.iter() {
+            scan_on_stream(&recording, op.addr, op.shape, op.dtype, stream, buf, s.config.scan_bytes);
+        }
+    });
+    if recording.overflowed() {
+        recording.abandon();
+        return false;
+    }
+    recording.queue(call, || {
+        Box::new(ReplayVerdict {
+            hook: call.hook,
+            exec,
+            stream,
+            kept: kept.clone(),
+            thread: call.outlet.thread_id(),
+            time_ns: call.outlet.now_ns(),
+            python: call.outlet.python_frames_at_call(),
+        })
+    });
+    true
+}
+
+/// Judges the launch `seq` once its scans landed (`replay` answers them), found at call
+/// `found_at`.
+pub(super) fn judge_replay<R: Copy>(call: &Call<'_, R>, replay: &dyn Device, seq: u64, v: &ReplayVerdict, found_at: u64, buf: &mut Vec<u8>) {
+    let s = call.session;
+    let Some((op, scan)) = first_nonfinite(replay, &v.kept, v.stream, buf, s.config.scan_bytes) else { return };
+    let outlet = super::verdicts::LateOutlet::new(call.outlet, v.thread, v.python.clone(), op.site);
+    let forward = || cuda::CUDA_SUCCESS;
+    let launch = Call::judged_later(s, v.hook, seq, replay, &outlet, &forward, call.memo);
+    report(&launch, v.exec, v.stream, &op, &scan, Some((found_at, v.time_ns)));
+}
+
+/// The first kept operand that holds a NaN or an Inf, read through `device` in their order.
+fn first_nonfinite(device: &dyn Device, kept: &[KeptOperand], stream: u64, buf: &mut Vec<u8>, scan_bytes: u64) -> Option<(KeptOperand, MatrixScan)> {
+    kept.iter().find_map(|op| {
+        let scan = scan_on_stream(device, op.addr, op.shape, op.dtype, stream, buf, scan_bytes)?;
+        (scan.nan > 0 || scan.inf > 0).then_some((*op, scan))
+    })
+}
+
+/// The fault on the launch of `exec`: `op` of a captured call holds what `scan` found. `late`:
+/// judged after the launch, at call `found_at`, the launch made at `time_ns`.
+fn report(call: &Call<'_, c_int>, exec: u64, stream: u64, op: &KeptOperand, scan: &MatrixScan, late: Option<(u64, u64)>) {
+    let s = call.session;
     let kind = if op.role.written() { FaultKind::NonfiniteOutput } else { FaultKind::NonfiniteInput };
     let at = scan.first_nonfinite.map(|(row, col)| format!(", first at row {row}, col {col}")).unwrap_or_default();
     let message = format!(
@@ -80,6 +189,10 @@ pub(crate) fn scan_after_launch(call: &Call<'_, c_int>, exec: u64, stream: u64) 
         scan.inf
     );
     let mut fault = call.fault(Finding::new(kind, message), cuda::CUDA_SUCCESS, "cudaSuccess");
+    if let Some((found_at, time_ns)) = late {
+        fault.found_at_seq = (found_at != call.seq).then_some(found_at);
+        fault.time_ns = time_ns;
+    }
     fault.args = CallArgs::Graph { exec, stream }.to_args();
     fault.stream = Some(hex(stream));
     // The captured call's own line: the launch's stack says only where the graph was launched.

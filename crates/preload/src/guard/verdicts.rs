@@ -157,6 +157,28 @@ impl<'a> Recording<'a> {
             // not judged, and counted.
             s.verdicts.note_skipped(check.operands.iter().flatten().filter(|o| o.spec.role.written()).count() as u64);
         }
+        self.queue(call, || {
+            let python = if judge { call.outlet.python_frames_at_call() } else { None };
+            Box::new(Verdict {
+                hook: call.hook,
+                thread: call.outlet.thread_id(),
+                time_ns: call.outlet.now_ns(),
+                call: check.call.clone(),
+                facts: check.facts(),
+                record,
+                extra,
+                returned,
+                judge,
+                python,
+                site: if judge { call.call_site() } else { CallSite::default() },
+            })
+        });
+    }
+
+    /// Queues the mark after what was recorded and keeps what `verdict` makes (what the call
+    /// is judged from) until it lands; with nothing queued, only gives the reservations back.
+    pub fn queue(self, call: &Call<'_, i32>, verdict: impl FnOnce() -> Box<dyn std::any::Any + Send>) {
+        let s = call.session;
         let log = self.log.into_inner();
         let queued = !(log.copies.is_empty() && log.scans.is_empty());
         let Some(mark) = self.mark.filter(|_| queued) else {
@@ -168,21 +190,7 @@ impl<'a> Recording<'a> {
         if !marked {
             call.device.synchronize(self.stream);
         }
-        let python = if judge { call.outlet.python_frames_at_call() } else { None };
-        let verdict = Verdict {
-            hook: call.hook,
-            thread: call.outlet.thread_id(),
-            time_ns: call.outlet.now_ns(),
-            call: check.call.clone(),
-            facts: check.facts(),
-            record,
-            extra,
-            returned,
-            judge,
-            python,
-            site: if judge { call.call_site() } else { CallSite::default() },
-        };
-        s.verdicts.add(Pending { seq: call.seq, arena: self.arena, stream: self.stream, mark: marked.then_some(mark), log, call: Box::new(verdict) });
+        s.verdicts.add(Pending { seq: call.seq, arena: self.arena, stream: self.stream, mark: marked.then_some(mark), log, call: verdict() });
         self.memory.judge_soon();
     }
 }
@@ -399,11 +407,17 @@ impl Device for Replay<'_> {
 /// The outlet of a call judged after it returned: the thread, time, Python frames and call
 /// site are the call's, kept at it (the thread has long moved on: its stack of now is not the
 /// call's).
-struct LateOutlet<'a> {
+pub(super) struct LateOutlet<'a> {
     outlet: &'a dyn Outlet,
     thread: u32,
     python: RefCell<Option<super::KeptFrames>>,
     site: CallSite,
+}
+
+impl<'a> LateOutlet<'a> {
+    pub(super) fn new(outlet: &'a dyn Outlet, thread: u32, python: Option<super::KeptFrames>, site: CallSite) -> Self {
+        Self { outlet, thread, python: RefCell::new(python), site }
+    }
 }
 
 impl Outlet for LateOutlet<'_> {
@@ -518,6 +532,12 @@ pub(crate) fn tell_pinned_fault<R: Copy>(call: &Call<'_, R>, seq: u64, finding: 
 }
 
 fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pending, found_at: u64, buf: &mut Vec<u8>) {
+    if let Some(replayed) = pending.call.downcast_ref::<super::graphs::ReplayVerdict>() {
+        let replay = Replay::new(call.device, memory, pending.arena, &pending.log);
+        replay.phase.set(AFTER);
+        super::graphs::judge_replay(call, &replay, pending.seq, replayed, found_at, buf);
+        return;
+    }
     let Some(v) = pending.call.downcast_ref::<Verdict>() else { return };
     if !v.judge {
         return;

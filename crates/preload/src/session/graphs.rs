@@ -86,6 +86,11 @@ impl Graphs {
         }
     }
 
+    /// `exec` runs what the guard no longer knows (a node's arguments changed), or is gone.
+    pub fn forget(&self, exec: u64) {
+        self.kept.lock().execs.retain(|(e, _)| *e != exec);
+    }
+
     /// What a launch of `exec` runs that the guard scans after it.
     pub fn for_launch(&self, exec: u64) -> Option<Arc<[KeptOperand]>> {
         self.kept.lock().execs.iter().find(|(e, _)| *e == exec).map(|(_, ops)| ops.clone())
@@ -124,5 +129,9 @@ mod tests {
         // A new executable at a reused address holds nothing of the old one's.
         g.instantiate(0x99, 0x700);
         assert_eq!(g.for_launch(0x700), None);
+        // Nor one whose nodes were changed.
+        g.instantiate(0x70, 0x701);
+        g.forget(0x701);
+        assert_eq!(g.for_launch(0x701), None);
     }
 }

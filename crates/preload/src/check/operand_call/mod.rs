@@ -18,7 +18,7 @@ mod operands;
 mod vouch;
 
 pub use nonfinite::scan_on_stream;
-pub use operands::{Members, OperandCall, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS};
+pub use operands::{scan_staging_need, scanned_by_kernel, Members, OperandCall, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS, STAGING_BASE};
 pub use vouch::operand_inside;
 
 use nonfinite::counts;

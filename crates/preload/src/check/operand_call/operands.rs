@@ -121,31 +121,44 @@ impl OperandCall {
     /// `scan_bytes` of them, with each read's alignment. A call that cannot have this much is
     /// judged at the call rather than lose part of its scans.
     pub fn staging_need(&self, scan_bytes: u64, on_device: bool) -> u64 {
-        /// A reservation's alignment and the mark's word, as `session::verdicts` rounds them.
-        const SLACK: u64 = 16;
-        let mut need = 2 * SLACK;
+        let mut need = STAGING_BASE;
         for o in self.operands.iter().flatten() {
             let phases = u64::from(matches!(o.role, Role::Input | Role::InOut | Role::Accumulator | Role::Addend)) + u64::from(o.role.written());
             if phases == 0 {
                 continue;
             }
-            let by_kernel = on_device && o.triangle.is_none() && o.dtype.is_float() && o.dtype.complex_part().is_none() && o.role != Role::Result;
-            let per_phase = if by_kernel {
-                24 + SLACK
-            } else {
-                let elem = o.dtype.size().unwrap_or(1).max(1);
-                let members = o.members.count();
-                let extent = crate::validate::operand_extent(o.shape, elem).unwrap_or(0);
-                let bytes = extent.saturating_mul(members).min(scan_bytes.saturating_add(members.saturating_mul(elem)));
-                // One read per chunk, member, or (sampled) column read.
-                let reads = bytes / crate::scan::CHUNK_BYTES as u64 + members + 1;
-                let reads = if extent.saturating_mul(members) > scan_bytes { reads + (o.shape.cols.max(0) as u64).saturating_mul(members) } else { reads };
-                bytes.saturating_add(reads.saturating_mul(SLACK))
-            };
+            let by_kernel = on_device && o.triangle.is_none() && scanned_by_kernel(o.dtype) && o.role != Role::Result;
+            let per_phase = scan_staging_need(o.dtype, o.shape, o.members.count(), by_kernel, scan_bytes);
             need = need.saturating_add(per_phase.saturating_mul(phases));
         }
         need
     }
+}
+
+/// A reservation's alignment and the mark's word, as `session::verdicts` rounds them.
+const STAGING_SLACK: u64 = 16;
+
+/// What any deferred verdict's staging takes besides its scans: the mark, and alignment.
+pub const STAGING_BASE: u64 = 2 * STAGING_SLACK;
+
+/// Whether the scan kernel scans a whole operand of `dtype` (else the host scan reads it).
+pub fn scanned_by_kernel(dtype: DType) -> bool {
+    dtype.is_float() && dtype.complex_part().is_none()
+}
+
+/// The staging bytes one scan of an operand may take: the scan kernel's counts (`by_kernel`),
+/// else the host scan's copies of at most `scan_bytes`, with each read's alignment.
+pub fn scan_staging_need(dtype: DType, shape: StoredShape, members: u64, by_kernel: bool, scan_bytes: u64) -> u64 {
+    if by_kernel {
+        return 24 + STAGING_SLACK;
+    }
+    let elem = dtype.size().unwrap_or(1).max(1);
+    let extent = crate::validate::operand_extent(shape, elem).unwrap_or(0);
+    let bytes = extent.saturating_mul(members).min(scan_bytes.saturating_add(members.saturating_mul(elem)));
+    // One read per chunk, member, or (sampled) column read.
+    let reads = bytes / crate::scan::CHUNK_BYTES as u64 + members + 1;
+    let reads = if extent.saturating_mul(members) > scan_bytes { reads + (shape.cols.max(0) as u64).saturating_mul(members) } else { reads };
+    bytes.saturating_add(reads.saturating_mul(STAGING_SLACK))
 }
 
 /// What the guard learnt about one operand.

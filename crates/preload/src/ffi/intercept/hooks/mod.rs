@@ -674,6 +674,16 @@ hook_table! {
     Cudart fn cudaGraphInstantiate(exec: *mut Handle, graph: Handle, flags: u64) -> c_int => graphs::instantiate;
     Cudart fn cudaGraphInstantiateWithFlags(exec: *mut Handle, graph: Handle, flags: u64) -> c_int => graphs::instantiate;
     Cudart fn cudaGraphExecUpdate(exec: Handle, graph: Handle, info: *mut c_void) -> c_int => graphs::exec_update;
+    Driver fn cuStreamEndCapture(stream: Stream, graph: *mut Handle) -> c_int => graphs::end_capture;
+    Driver fn cuStreamEndCapture_ptsz(stream: Stream, graph: *mut Handle) -> c_int => graphs::end_capture;
+    Driver fn cuGraphInstantiateWithFlags(exec: *mut Handle, graph: Handle, flags: u64) -> c_int => graphs::instantiate;
+    Driver fn cuGraphExecUpdate_v2(exec: Handle, graph: Handle, info: *mut c_void) -> c_int => graphs::exec_update;
+    Cudart fn cudaGraphExecKernelNodeSetParams(exec: Handle, node: Handle, params: *const c_void) -> c_int => graphs::node_changed;
+    Cudart fn cudaGraphExecNodeSetParams(exec: Handle, node: Handle, params: *mut c_void) -> c_int => graphs::node_changed;
+    Driver fn cuGraphExecKernelNodeSetParams_v2(exec: Handle, node: Handle, params: *const c_void) -> c_int => graphs::node_changed;
+    Driver fn cuGraphExecNodeSetParams(exec: Handle, node: Handle, params: *mut c_void) -> c_int => graphs::node_changed;
+    Cudart fn cudaGraphExecDestroy(exec: Handle) -> c_int => graphs::exec_destroyed;
+    Driver fn cuGraphExecDestroy(exec: Handle) -> c_int => graphs::exec_destroyed;
     Cudart fn cudaGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
     Driver fn cuGraphLaunch_ptsz(exec: Handle, stream: Stream) -> c_int => launch::graph_launch;
