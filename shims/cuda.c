@@ -1513,6 +1513,12 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node, c
     return exec && node && params ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* CUDA 12.2's form for any kind of node: the same. */
+CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, void *params) {
+    STICKY();
+    return exec && node && params ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* The graph stays: the stand-in's executable is its graph's object. */
 CUresult cuGraphExecDestroy(CUgraphExec exec) { return exec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
@@ -1802,6 +1808,7 @@ static const struct { const char *name; void *fn; int since; void *ptsz; } procs
     {"cuGraphExecUpdate", (void *)cuGraphExecUpdate_v2, 12000, NULL},
     {"cuGraphExecKernelNodeSetParams", (void *)cuGraphExecKernelNodeSetParams_v2, 12000, NULL},
     {"cuGraphExecDestroy", (void *)cuGraphExecDestroy, 10000, NULL},
+    {"cuGraphExecNodeSetParams", (void *)cuGraphExecNodeSetParams, 12020, NULL},
     {"cuLibraryLoadData", (void *)cuLibraryLoadData, 12000, NULL},
     {"cuLibraryGetKernel", (void *)cuLibraryGetKernel, 12000, NULL},
     {"cuKernelGetFunction", (void *)cuKernelGetFunction, 12000, NULL},

@@ -1029,6 +1029,13 @@ cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode
     return exec && node && params ? cudaSuccess : fail(cudaErrorInvalidValue);
 }
 
+/* CUDA 12.2's form for any kind of node (cudaGraphNodeParams): the same. */
+cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node, void *params) {
+    count_call(__func__);
+    ENTER();
+    return exec && node && params ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
 /* The graph stays: the stand-in's executable is its graph's object. */
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
     count_call(__func__);

@@ -88,6 +88,7 @@ CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
 CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, void *resultInfo);
 CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node, const void *params);
+CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, void *params);
 CUresult cuGraphExecDestroy(CUgraphExec exec);
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
 #define CU_STREAM_LEGACY ((CUstream)0x1)
