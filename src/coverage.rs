@@ -50,10 +50,11 @@ pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<
     }
     if at_call > 0 && lines.is_empty() {
         lines.push(format!(
-            "{at_call} {} too large for the staging region (CUBLASGUARD_STAGING_BYTES): {} scanned at the call, \
-             waiting for the GPU as CUBLASGUARD_SYNC=gemm does.",
-            plural(at_call, "call's operands were", "calls' operands were"),
-            plural(at_call, "it was", "they were")
+            "{at_call} {} scanned at the call, waiting for the GPU as CUBLASGUARD_SYNC=gemm does: the staging region \
+             (CUBLASGUARD_STAGING_BYTES) had no room for {} scans, or held as many waiting verdicts as it allows (the \
+             host far ahead of the GPU).",
+            plural(at_call, "call was", "calls were"),
+            plural(at_call, "its", "their")
         ));
     }
     lines
@@ -92,6 +93,6 @@ mod tests {
         let sampled = unscanned_lines([Summary { sampled_operands: 2, ..Summary::default() }].iter());
         assert!(sampled[0].starts_with("2 operands were larger than CUBLASGUARD_SCAN_BYTES"), "{sampled:?}");
         let at_call = unscanned_lines([summary(0, &[("judged_at_call", 1)])].iter());
-        assert!(at_call[0].starts_with("1 call's operands were too large") && at_call[0].contains("it was scanned at the call"), "{at_call:?}");
+        assert!(at_call[0].starts_with("1 call was scanned at the call") && at_call[0].contains("no room for its scans"), "{at_call:?}");
     }
 }

@@ -229,6 +229,26 @@ fn a_host_running_far_ahead_of_the_device_still_gets_every_verdict() {
     assert!(!t.summary.deferred_verdicts.contains_key("no_room"), "{:?}", t.summary);
 }
 
+#[test]
+fn a_host_running_far_ahead_keeps_no_more_verdicts_waiting_than_the_heap_ceiling_allows_and_loses_none() {
+    // 3,000 small GEMMs (the device scan reserves about 200 bytes of the region for each) on a
+    // GPU a little behind, then one reading a NaN, with a 256 KiB region: the region alone would
+    // let about 1,300 wait, each holding about 2 KiB of heap; the ceiling (session::verdicts::
+    // max_waiting: twice the region in heap, 4 KiB a verdict) lets 128 wait, and the calls past
+    // it are judged at the call. The NaN is still found on its call.
+    let program = large_operands();
+    let args = ["burst", "0", "3000", "4"];
+    let env = [DEFERRED, ("CUDASHIM_WORKER_DELAY_US", "50"), ("CUBLASGUARD_DEVICE_SCAN", "on"), ("CUBLASGUARD_STAGING_BYTES", "262144")];
+    let run = run(Launch { env: &env, ..Launch::new(&program, &args) });
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let t = run.trace();
+    let most = t.summary.deferred_verdicts.get("most_waiting").copied().unwrap_or(0);
+    assert!((64..=128).contains(&most), "the host ran ahead up to the ceiling and no further: {most} waited at once; {:?}", t.summary);
+    assert!(t.summary.deferred_verdicts.get("judged_at_call").is_some_and(|&n| n > 0), "{:?}", t.summary);
+    let f = only_fault(&t);
+    assert_eq!((f.kind, f.seq), (FaultKind::NonfiniteInput, *gemm_seqs(&t).last().expect("the last GEMM")), "{}", f.message);
+}
+
 /// This machine's CPython interpreters of the `minors` given ("3.11"), one each: on the PATH
 /// or installed by pyenv, by their real executable (pyenv's shims need the environment the
 /// tests clear).

@@ -561,3 +561,21 @@ fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pend
         super::operand_call::finish_late(&past, &check, v.returned, v.record, v.extra, found_at, v.time_ns);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::session::verdicts::{Pending, VERDICT_HEAP_BYTES};
+
+    #[test]
+    fn a_waiting_verdict_takes_no_more_heap_than_the_ceiling_counts_for_it() {
+        // The box and the queue's slot; the scan log's entries besides (each holds staging bytes,
+        // which bound their number) and the Python frames (shared, kept once per frame).
+        let verdict = std::mem::size_of::<super::Verdict>().max(std::mem::size_of::<super::super::graphs::ReplayVerdict>());
+        let taken = verdict + std::mem::size_of::<Pending>();
+        eprintln!("a waiting verdict: {verdict} bytes boxed, {taken} with its slot");
+        assert!(
+            2 * taken as u64 <= VERDICT_HEAP_BYTES,
+            "{taken} bytes a verdict: the ceiling's count (session::verdicts::max_waiting) no longer bounds their heap"
+        );
+    }
+}

@@ -230,9 +230,15 @@ impl crate::trace::SummarySource for LiveSummary<'_> {
     fn deferred_verdicts(&self, f: &mut dyn FnMut(&str, u64)) {
         let (deferred, judged_at_call, no_room, waiting) = self.session.verdicts.counts();
         let unfinished = self.session.verdicts.unfinished_at_exit();
-        for (name, n) in
-            [("deferred", deferred), ("judged_at_call", judged_at_call), ("no_room", no_room), ("waiting", waiting), ("unfinished_at_exit", unfinished)]
-        {
+        let most_waiting = self.session.verdicts.most_waiting();
+        for (name, n) in [
+            ("deferred", deferred),
+            ("judged_at_call", judged_at_call),
+            ("no_room", no_room),
+            ("waiting", waiting),
+            ("most_waiting", most_waiting),
+            ("unfinished_at_exit", unfinished),
+        ] {
             if n > 0 {
                 f(name, n);
             }

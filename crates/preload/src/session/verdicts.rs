@@ -125,6 +125,18 @@ struct StreamQueue {
     calls: VecDeque<Pending>,
 }
 
+/// The heap a waiting call's verdict takes, at most, besides its scan log (its description,
+/// facts and Python frames; `guard::verdicts` checks its size against this).
+pub const VERDICT_HEAP_BYTES: u64 = 4096;
+
+/// How many calls may wait for their verdicts at once in a staging region of `capacity`
+/// bytes: their heap is then at most twice the region (a host far ahead of the device fills
+/// the count before the region: a device-scanned GEMM reserves about 200 bytes of it). A call
+/// past it is judged at the call, as one the region has no room for.
+pub fn max_waiting(capacity: u64) -> usize {
+    (capacity.saturating_mul(2) / VERDICT_HEAP_BYTES).clamp(64, usize::MAX as u64) as usize
+}
+
 /// The regions' rings and the calls waiting for a verdict.
 #[derive(Default)]
 pub struct Verdicts {
@@ -145,6 +157,8 @@ pub struct Verdicts {
     skipped: AtomicU64,
     /// Streams whose work had not finished when exit stopped waiting for it.
     unfinished_at_exit: AtomicU64,
+    /// The most calls that waited at once.
+    most_waiting: AtomicUsize,
     /// Held from taking landed calls to publishing their verdicts: with two harvesters (the
     /// program's thread and the guard's) each taking a batch, the later batch's faults were
     /// now and then published first, and a NaN passed on was said before the one it came from.
@@ -179,6 +193,9 @@ impl Verdicts {
     /// Whether `bytes` can be reserved in `arena`'s region of `capacity` bytes, in as many
     /// reservations as a call makes (see `Ring::room`).
     pub fn has_room(&self, arena: VerdictArena, bytes: u64, capacity: u64) -> bool {
+        if self.waiting.load(Ordering::Acquire) >= max_waiting(capacity) {
+            return false;
+        }
         let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let room = rings.iter().find(|(c, _)| *c == arena.context).map_or(capacity, |(_, ring)| ring.room(capacity));
         bytes <= room
@@ -202,7 +219,8 @@ impl Verdicts {
             Some(q) => q.calls.push_back(pending),
             None => queues.push(StreamQueue { context, stream, calls: VecDeque::from([pending]) }),
         }
-        self.waiting.fetch_add(1, Ordering::Release);
+        let now = self.waiting.fetch_add(1, Ordering::Release) + 1;
+        self.most_waiting.fetch_max(now, Ordering::Relaxed);
     }
 
     /// Whether any call waits: one atomic load, asked at every hooked call.
@@ -270,6 +288,11 @@ impl Verdicts {
         )
     }
 
+    /// The most calls that waited for their verdicts at once.
+    pub fn most_waiting(&self) -> u64 {
+        self.most_waiting.load(Ordering::Relaxed) as u64
+    }
+
     /// Streams whose work had not finished when exit stopped waiting for it.
     pub fn note_unfinished_at_exit(&self, streams: u64) {
         self.unfinished_at_exit.fetch_add(streams, Ordering::Relaxed);
@@ -294,10 +317,11 @@ impl Verdicts {
         self.judged_at_call.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Whether more than half of a region of `capacity` bytes is held: the calls holding it are
-    /// judged (those whose scans landed) before another call reserves more.
+    /// Whether more than half of a region of `capacity` bytes is held, or half as many calls
+    /// wait as may: the calls holding it are judged (those whose scans landed) before another
+    /// call reserves more.
     pub fn crowded(&self, capacity: u64) -> bool {
-        self.held.load(Ordering::Relaxed) > capacity / 2
+        self.held.load(Ordering::Relaxed) > capacity / 2 || self.waiting.load(Ordering::Relaxed) >= max_waiting(capacity) / 2
     }
 }
 
