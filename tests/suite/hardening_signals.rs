@@ -1,7 +1,7 @@
 //! Issue 28, round two of hardening: fatal signals in the shapes that lost the crash record or
 //! hung the process. A hardware fault with its signal ignored (finding 3), a stack overflow
 //! (finding 19), and a crash amid concurrent faults, whose record must count what it lists
-//! (finding 23).
+//! (finding 23). And a job ended from outside (issue 50): SIGTERM and SIGINT leave the trace.
 
 use crate::common;
 
@@ -36,6 +36,12 @@ fn signal_cases() -> PathBuf {
 /// `guarded` is false, a trace in a fresh folder), with stdout and stderr to files, and kills
 /// it if it is still running after `LIMIT`.
 fn run_bounded(program: &Path, args: &[&str], env: &[(&str, &str)], guarded: bool) -> Bounded {
+    run_bounded_sending(program, args, env, guarded, &[])
+}
+
+/// As `run_bounded`, and once the program printed "ready", sends it `signals` (kill(), as a
+/// scheduler or torchrun sends them), a tenth of a second apart.
+fn run_bounded_sending(program: &Path, args: &[&str], env: &[(&str, &str)], guarded: bool, signals: &[i32]) -> Bounded {
     let dir = temp_dir("signals");
     let trace_path = dir.join("trace.json");
     let s = standin();
@@ -58,7 +64,19 @@ fn run_bounded(program: &Path, args: &[&str], env: &[(&str, &str)], guarded: boo
     }
     let mut child = cmd.spawn().expect("spawn");
     let deadline = Instant::now() + LIMIT;
+    let mut to_send = signals.iter();
+    let mut ready = signals.is_empty();
     let status = loop {
+        if !ready && std::fs::read_to_string(&out).is_ok_and(|o| o.contains("ready")) {
+            ready = true;
+        }
+        if ready {
+            if let Some(&sig) = to_send.next() {
+                // SAFETY: kill with the child's pid (not yet waited for) and a valid signal.
+                unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
         if let Some(status) = child.try_wait().expect("wait") {
             break status;
         }
@@ -172,5 +190,38 @@ fn a_crash_amid_concurrent_faults_lists_as_many_faults_as_it_counts() {
         seqs.sort_unstable();
         seqs.dedup();
         assert_eq!(seqs.len() as u64, listed, "round {round}: each fault listed once");
+    }
+}
+
+fn stopped() -> PathBuf {
+    build_c("stopped", &["stopped.c"], false)
+}
+
+#[test]
+fn a_job_ended_by_sigterm_or_sigint_leaves_its_trace_and_still_dies_of_the_signal() {
+    // A scheduler's time limit, torchrun stopping its workers, Ctrl-C: the trace (with the NaN
+    // fault found before) is written as at a crash, and the process dies as it would bare.
+    for (signal, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
+        let bare = run_bounded_sending(&stopped(), &["wait"], &[], false, &[signal]);
+        assert_eq!(bare.status.signal(), Some(signal), "{name} bare");
+        let run = run_bounded_sending(&stopped(), &["wait"], &[], true, &[signal]);
+        assert_recorded_death(&run, signal, name, 1, name);
+    }
+}
+
+#[test]
+fn a_program_that_ignores_sigterm_and_handles_sigint_itself_goes_on_as_it_would_bare() {
+    // SIGTERM stays ignored (the guard leaves an ignored disposition alone, which its children
+    // inherit); the program's SIGINT handler runs and the program ends normally, with the
+    // trace an ordinary exit writes, no crash record.
+    for guarded in [false, true] {
+        let run = run_bounded_sending(&stopped(), &["ignore"], &[], guarded, &[libc::SIGTERM, libc::SIGINT]);
+        assert_eq!(run.status.code(), Some(0), "guarded {guarded}: {:?}\n{}\n{}", run.status, run.stdout, run.stderr);
+        assert!(run.stdout.contains("interrupted"), "guarded {guarded}: {}", run.stdout);
+        if guarded {
+            let t = run.trace();
+            assert!(t.crash.is_none(), "{:?}", t.crash);
+            assert_eq!(t.faults.len(), 1, "{:#?}", t.faults);
+        }
     }
 }

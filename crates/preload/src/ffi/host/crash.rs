@@ -1,6 +1,6 @@
-//! The trace at a fatal signal. The handler may run in a thread that crashed anywhere, even
-//! inside malloc or holding one of the guard's locks, so it allocates nothing and waits for
-//! nothing but a bounded moment. What it writes is prepared in advance: the trace's prefix
+//! The trace at a fatal signal (a fault, an abort, or SIGTERM and SIGINT sent to end the job).
+//! The handler may run in a thread that crashed anywhere, even inside malloc or holding one of
+//! the guard's locks, so it allocates nothing and waits for nothing but a bounded moment. What it writes is prepared in advance: the trace's prefix
 //! (format, process, environment), and each stored fault rendered once, when it was stored,
 //! into a slot of its own. The handler streams the prefix and every fault slot to a fresh file
 //! of its own (O_EXCL, an unpredictable name), then the flight recorder (which takes no lock),
@@ -21,8 +21,33 @@ use crate::recorder::{ArgValue, RecordedCall};
 use crate::session::Session;
 use crate::trace::{visit_summary, SummarySource, SummaryValue, Trace};
 
-const SIGNALS: [(libc::c_int, &str); 5] =
-    [(libc::SIGSEGV, "SIGSEGV"), (libc::SIGBUS, "SIGBUS"), (libc::SIGABRT, "SIGABRT"), (libc::SIGFPE, "SIGFPE"), (libc::SIGILL, "SIGILL")];
+/// The fatal signals whose record is written: a fault, an abort, and (SIGTERM, SIGINT) a
+/// process ended from outside: a scheduler's time limit, torchrun stopping its workers, Ctrl-C.
+const SIGNALS: [(libc::c_int, &str); 7] = [
+    (libc::SIGSEGV, "SIGSEGV"),
+    (libc::SIGBUS, "SIGBUS"),
+    (libc::SIGABRT, "SIGABRT"),
+    (libc::SIGFPE, "SIGFPE"),
+    (libc::SIGILL, "SIGILL"),
+    (libc::SIGTERM, "SIGTERM"),
+    (libc::SIGINT, "SIGINT"),
+];
+
+/// Signals sent to end a process: left alone where the process ignores them, since a handler
+/// is not inherited across exec as an ignored disposition is (a job started in the background
+/// by a shell ignores SIGINT, and so must the programs it runs).
+fn sent_to_stop(sig: libc::c_int) -> bool {
+    matches!(sig, libc::SIGTERM | libc::SIGINT)
+}
+
+/// Whether `sig` is ignored now.
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: a query only; the out-parameter is local.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut current) == 0 && current.sa_sigaction == libc::SIG_IGN
+    }
+}
 
 /// Bytes kept for everything after the recent calls (summary, crash record).
 const TAIL_RESERVE: usize = 16 << 10;
@@ -58,7 +83,7 @@ static SLOTS_FILLED: AtomicUsize = AtomicUsize::new(0);
 static TMP_PATH: Published = Published::new();
 static FINAL_PATH: Published = Published::new();
 static SCRATCH: Published = Published::new();
-static OLD_ACTIONS: [AtomicPtr<libc::sigaction>; 5] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 5];
+static OLD_ACTIONS: [AtomicPtr<libc::sigaction>; SIGNALS.len()] = [const { AtomicPtr::new(std::ptr::null_mut()) }; SIGNALS.len()];
 /// Set by the first thread that writes a crash record; others wait for `CRASH_WRITTEN`.
 static HANDLING: AtomicBool = AtomicBool::new(false);
 static CRASH_WRITTEN: AtomicBool = AtomicBool::new(false);
@@ -201,6 +226,9 @@ pub(crate) fn install(s: &Session, trace: &Trace) {
     update_path(&s.trace_path());
     update_prefix(trace);
     for (i, (sig, _)) in SIGNALS.iter().enumerate() {
+        if sent_to_stop(*sig) && ignored(*sig) {
+            continue;
+        }
         // SAFETY: a zeroed sigaction with our handler; the old one is kept for restoring.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
@@ -632,11 +660,11 @@ fn record_crash_once(sig: libc::c_int, name: &str) {
 
 /// Whether the kernel raised `sig` for the faulting instruction itself (si_code > 0: SEGV_*,
 /// BUS_*, FPE_*, ILL_*, SI_KERNEL), rather than a process sending it (SI_USER, SI_TKILL, ...).
-/// SIGABRT never is: abort() raises it, and falls back to the default action on its own.
+/// SIGABRT never is (abort() raises it), nor SIGTERM or SIGINT (a terminal's Ctrl-C comes as SI_KERNEL).
 fn is_hardware_fault(sig: libc::c_int, info: *const libc::siginfo_t) -> bool {
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler; checked for null all
     // the same.
-    sig != libc::SIGABRT && !info.is_null() && unsafe { (*info).si_code } > 0
+    matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL) && !info.is_null() && unsafe { (*info).si_code } > 0
 }
 
 /// Hands a signal another process sent with kill() to the main thread, when it was delivered to
