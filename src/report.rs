@@ -681,6 +681,18 @@ pub fn render(loaded: &[Loaded], format: Format) -> String {
     render_limited(loaded, format, Some(DEFAULT_LIMIT))
 }
 
+/// A process ended by SIGTERM or SIGINT (its crash record says so): who may have sent it, and
+/// its last recorded call, where it was when it was stopped.
+fn ended_from_outside(t: &Trace) -> Option<String> {
+    let crash = t.crash.as_ref().filter(|c| c.name == "SIGTERM" || c.name == "SIGINT")?;
+    let sender = if crash.name == "SIGINT" { "Ctrl-C, or a launcher passing it on" } else { "a scheduler's time limit, torchrun stopping its workers, kill" };
+    let last = match t.recent_calls.last() {
+        Some(c) => format!("its last recorded call was {} #{}", c.api, c.seq),
+        None => "no call of it was recorded".to_string(),
+    };
+    Some(format!("pid {} was ended by {} from outside ({sender}); its trace was written as it ended, and {last}.", t.process.pid, crash.name))
+}
+
 /// The report. `limit`: how many root causes text and markdown show in full (None: all, and
 /// every fault that follows from them, one line each); JSON always holds every fault.
 pub fn render_limited(loaded: &[Loaded], format: Format, limit: Option<usize>) -> String {
@@ -1052,6 +1064,7 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool, limit: Option<usize>) ->
         let rule = if md { doc.c(rule) } else { format!("'{rule}'") };
         preamble.push(format!("ignored by CUBLASGUARD_IGNORE {rule}: {n} fault(s)"));
     }
+    preamble.extend(loaded.iter().filter_map(|l| ended_from_outside(&l.trace)));
     if md && !preamble.is_empty() {
         doc.out.push('\n');
     }

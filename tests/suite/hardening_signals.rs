@@ -206,6 +206,11 @@ fn a_job_ended_by_sigterm_or_sigint_leaves_its_trace_and_still_dies_of_the_signa
         assert_eq!(bare.status.signal(), Some(signal), "{name} bare");
         let run = run_bounded_sending(&stopped(), &["wait"], &[], true, &[signal]);
         assert_recorded_death(&run, signal, name, 1, name);
+        // The report says how the job ended and where it was.
+        let report = Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("cublasguard report");
+        let text = String::from_utf8_lossy(&report.stdout);
+        let said = format!("pid {} was ended by {name} from outside", run.trace().process.pid);
+        assert!(text.contains(&said) && text.contains("its last recorded call was cudaDeviceSynchronize"), "{name}:\n{text}");
     }
 }
 
