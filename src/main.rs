@@ -12,6 +12,7 @@ mod replay_cuda;
 mod report;
 mod run;
 mod setup_checks;
+mod snapshot;
 mod timeline;
 
 use std::ffi::OsString;
@@ -173,6 +174,19 @@ enum Cmd {
         /// TRACE.timeline.json (in the folder, for a folder: cublasguard.timeline.json)
         #[arg(short, long, value_name = "OUT.json")]
         output: Option<PathBuf>,
+    },
+    /// Ask running guarded processes to write their traces now, without stopping them
+    #[command(after_help = "For a job that looks stuck before any timeout ends it, or a healthy one: each process \
+        named (or, with --all, every guarded process of this user on this host) writes its trace as it is now and \
+        goes on; the command prints where each went. Processes of this user only.\n\n\
+        Exit status: 0 every process wrote its trace, 1 one could not be asked or did not write it.")]
+    Snapshot {
+        /// The processes' ids
+        #[arg(value_name = "PID")]
+        pids: Vec<u32>,
+        /// Every guarded process of this user on this host
+        #[arg(long)]
+        all: bool,
     },
     /// Run the bundled example on the CPU stand-in CUDA stack with a NaN injected, and report
     Demo,
@@ -436,6 +450,7 @@ fn main() -> ExitCode {
             result
         }
         Cmd::Timeline { traces, output } => timeline_cmd(&traces, output),
+        Cmd::Snapshot { pids, all } => snapshot::run(&pids, all),
         Cmd::Demo => demo(),
         Cmd::Replay { dump, cuda, emit_c } => {
             let bundled = if cuda { standin_dir().ok() } else { None };

@@ -12,15 +12,8 @@ use std::process::{Command, Stdio};
 
 /// `descriptors MODE` under the guard with CUBLASGUARD_TRACE=`trace`, in `dir`.
 fn guarded(program: &std::path::Path, mode: &str, dir: &std::path::Path, trace: &std::path::Path) -> Command {
-    let s = standin();
-    let mut cmd = Command::new(program);
-    cmd.arg(mode)
-        .current_dir(dir)
-        .env_clear()
-        .env("LD_LIBRARY_PATH", format!("{}:{}", s.join("lib").display(), s.join("driver").display()))
-        .env("LD_PRELOAD", guard_lib())
-        .env("CUBLASGUARD_TRACE", trace)
-        .env("CUBLASGUARD_QUIET", "1");
+    let mut cmd = guarded_on_the_standin(program, dir, trace);
+    cmd.arg(mode);
     cmd
 }
 

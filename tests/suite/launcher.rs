@@ -91,7 +91,7 @@ fn the_launchers_help_shows_the_script_and_module_forms_and_the_commands_own_hel
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(stdout.contains("python -m cublasguard SCRIPT [ARGS...]"), "{stdout}");
     assert!(stdout.contains("python -m cublasguard -m MODULE [ARGS...]"), "{stdout}");
-    assert!(stdout.contains("run, report, doctor, timeline, demo, replay"), "the subcommands, from the command: {stdout}");
+    assert!(stdout.contains("run, report, doctor, timeline, snapshot, demo, replay"), "the subcommands, from the command: {stdout}");
     assert!(stdout.contains("Usage: cublasguard <COMMAND>") && stdout.contains("\nCommands:\n"), "the command's own help follows: {stdout}");
 }
 

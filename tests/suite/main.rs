@@ -53,4 +53,5 @@ mod report;
 mod robustness;
 mod run_cli;
 mod schema;
+mod snapshot;
 mod standin;

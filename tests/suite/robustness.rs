@@ -20,15 +20,8 @@ fn kill_after_fault(signal: i32) -> (std::process::ExitStatus, std::path::PathBu
 fn kill_after_fault_with(signal: i32, env: &[(&str, &str)], plant: impl FnOnce(&std::path::Path, u32)) -> (std::process::ExitStatus, std::path::PathBuf) {
     let dir = temp_dir("signal");
     let trace_path = dir.join("trace.json");
-    let s = standin();
-    let mut child = Command::new(scenarios())
+    let mut child = guarded_on_the_standin(&scenarios(), &dir, &trace_path)
         .arg("fault_then_wait")
-        .current_dir(&dir)
-        .env_clear()
-        .env("LD_LIBRARY_PATH", format!("{}:{}", s.join("lib").display(), s.join("driver").display()))
-        .env("LD_PRELOAD", guard_lib())
-        .env("CUBLASGUARD_TRACE", &trace_path)
-        .env("CUBLASGUARD_QUIET", "1")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

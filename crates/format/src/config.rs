@@ -464,6 +464,14 @@ pub fn path_with_pid_n(path: &str, pid: u32, n: u32) -> String {
     }
 }
 
+/// The abstract Unix socket a guarded process of user `uid` answers `cublasguard snapshot` on.
+pub fn snapshot_socket_name(uid: u32, pid: u32) -> String {
+    format!("{SNAPSHOT_SOCKET_PREFIX}{uid}-{pid}")
+}
+
+/// What every snapshot socket's name starts with (`/proc/net/unix` lists them with a `@`).
+pub const SNAPSHOT_SOCKET_PREFIX: &str = "cublasguard-snapshot-";
+
 /// The abstract socket name that claims trace `path` for user `uid` (its effective uid):
 /// slot 0, or slot 1, 2, ... when another user's socket sits on the earlier ones. The uid
 /// keeps two users' claims apart (each may write its own file at one path, in folders of its

@@ -85,6 +85,20 @@ pub fn build_c(name: &str, sources: &[&str], shared: bool) -> PathBuf {
     out
 }
 
+/// `program` on the stand-in under the guard, alone in an empty environment, writing its trace
+/// to `trace` quietly, started in `dir`.
+pub fn guarded_on_the_standin(program: &Path, dir: &Path, trace: &Path) -> Command {
+    let s = standin();
+    let mut cmd = Command::new(program);
+    cmd.current_dir(dir)
+        .env_clear()
+        .env("LD_LIBRARY_PATH", format!("{}:{}", s.join("lib").display(), s.join("driver").display()))
+        .env("LD_PRELOAD", guard_lib())
+        .env("CUBLASGUARD_TRACE", trace)
+        .env("CUBLASGUARD_QUIET", "1");
+    cmd
+}
+
 pub fn scenarios() -> PathBuf {
     build_c("scenarios", &["scenarios.c"], false)
 }

@@ -82,7 +82,7 @@ pub(crate) fn claim_again(path: &str) -> bool {
 }
 
 /// The device and inode of the socket at `fd`, if `fd` is an open socket.
-fn socket_identity(fd: libc::c_int) -> Option<(u64, u64)> {
+pub(crate) fn socket_identity(fd: libc::c_int) -> Option<(u64, u64)> {
     // SAFETY: a zeroed stat is a valid out-parameter; fstat only writes it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above; fstat on any number is harmless (EBADF when closed).
@@ -155,7 +155,7 @@ enum Bind {
 }
 
 /// `sockaddr_un` for an abstract name (a leading NUL), and its length.
-fn abstract_address(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
+pub(crate) fn abstract_address(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
     // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;

@@ -176,6 +176,7 @@ fn arm(s: &'static Session) {
     super::nvml::prepare(s.config.nvml, &s.config.kernel_log);
     crash::install(s, &s.trace(environment::collect(s, true)));
     super::nvml::start();
+    super::snapshot::start();
     // SAFETY: the handlers are plain extern "C" functions that never unwind.
     unsafe {
         libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));

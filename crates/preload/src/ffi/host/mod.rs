@@ -1,6 +1,7 @@
 //! Services of the process the guard lives in: its load, forks and exit, the crash writer,
 //! stderr, trace-file claims, its description and environment, Python frames, backtraces, threads,
-//! the GPU's health (NVML, the kernel log), and the thread that judges deferred verdicts.
+//! the GPU's health (NVML, the kernel log), the thread that judges deferred verdicts, and the
+//! one that writes the trace when `cublasguard snapshot` asks.
 
 pub(crate) mod backtrace;
 pub(crate) mod call_site;
@@ -15,6 +16,7 @@ pub(crate) mod nvml;
 pub mod process;
 pub(crate) mod python;
 pub(crate) mod python_internals;
+pub(crate) mod snapshot;
 pub(crate) mod stderr;
 pub(crate) mod stopwatch;
 pub(crate) mod thread;
