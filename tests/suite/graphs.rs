@@ -140,7 +140,9 @@ fn replay_finds_the_nan(case: &str, mode: &str) -> Vec<(FaultKind, String, u64, 
     let line = source.lines().position(|l| l.contains("/* the captured line */")).expect("the captured line") + 1;
     assert_eq!(own_line(f), Some(format!("graphs.c:{line}")), "{:#?}", f.backtrace);
     if mode == "deferred" {
-        assert!(f.found_at_seq.is_some_and(|at| at > first_launch), "judged after the launch: {f:?}");
+        // Judged later, by the scans queued after each launch (the guard's thread may judge one
+        // before the program's next call: then it was found at its own launch).
+        assert!(f.found_at_seq.is_none_or(|at| at > first_launch), "judged after the launch: {f:?}");
         assert_eq!(trace.summary.deferred_verdicts.get("deferred"), Some(&4), "one verdict a replay: {:?}", trace.summary.deferred_verdicts);
     }
     trace.faults.iter().map(|f| (f.kind, f.api.clone(), f.seq, f.message.clone(), own_line(f))).collect()
