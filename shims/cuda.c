@@ -25,7 +25,7 @@
 /* The context's sticky error, for the calls a broken context refuses. */
 #define STICKY()                                                              \
     do {                                                                      \
-        int sticky_ = cudashim_engine_is_sync() ? 0 : cudashim_engine_error(); \
+        int sticky_ = cudashim_engine_error();                                \
         if (sticky_) return sticky_;                                          \
     } while (0)
 
@@ -1154,13 +1154,13 @@ CUresult cuStreamSynchronize_ptsz(void *stream) {
 CUresult cuStreamQuery(CUstream stream) {
     STICKY();
     if (cudashim_engine_capture_conflict(stream, 0)) return 900;
-    return cudashim_engine_is_sync() ? CUDA_SUCCESS : cudashim_engine_query_stream(stream, 0);
+    return cudashim_engine_query_stream(stream, 0);
 }
 
 CUresult cuStreamQuery_ptsz(void *stream) {
     STICKY();
     if (cudashim_engine_capture_conflict(stream, 1)) return 900;
-    return cudashim_engine_is_sync() ? CUDA_SUCCESS : cudashim_engine_query_stream(stream, 1);
+    return cudashim_engine_query_stream(stream, 1);
 }
 
 CUresult cuCtxSynchronize(void) {

@@ -897,7 +897,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     ENTER();
     if (!cudashim_stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
     if (gpu.capture_conflict(stream, 0)) return fail(cudaErrorStreamCaptureUnsupported);
-    int code = gpu.is_sync() ? 0 : gpu.query_stream(stream, 0);
+    int code = gpu.query_stream(stream, 0);
     return code == 600 ? code : code ? fail(code) : cudaSuccess;
 }
 

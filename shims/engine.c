@@ -593,12 +593,15 @@ int cudashim_engine_block(const void *stream, int per_thread, int all, const cha
     return code;
 }
 
+/* A query reports the context's error as a synchronisation does (a GPU answers a query of a
+ * stream whose kernel faulted with the fault); under CUDASHIM_SYNC=1 nothing is ever queued,
+ * so it only settles the pending fault. */
 int cudashim_engine_query_stream(const void *stream, int per_thread) {
     const void *key;
     int cls;
     resolve(stream, per_thread, &key, &cls);
     pthread_mutex_lock(&elock);
-    int code = context_error;
+    int code = settle();
     for (struct item *it = head; it && !code; it = it->next)
         if (it->key == key) code = 600; /* cudaErrorNotReady, CUDA_ERROR_NOT_READY */
     pthread_mutex_unlock(&elock);
@@ -740,7 +743,7 @@ int cudashim_engine_event_record(void *event, const void *stream, int per_thread
 int cudashim_engine_event_query(void *event) {
     pthread_mutex_lock(&elock);
     struct event *ev = live_event(event);
-    int code = !ev ? 400 : context_error ? context_error : (ev->record_seq && !ev->done) ? 600 : 0;
+    int code = !ev ? 400 : settle() ? context_error : (ev->record_seq && !ev->done) ? 600 : 0;
     pthread_mutex_unlock(&elock);
     return code;
 }

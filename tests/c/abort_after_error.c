@@ -1,11 +1,12 @@
 /* A program that checks its own unhooked calls' statuses and dies at the first error, as a
  * CUDA_CHECK macro does (issue 43, point 1): three GEMMs (CUDASHIM_ASYNC_FAULT=3 makes the
- * third one's kernel fault when it runs), then cudaMemcpyAsync (not a synchronisation) until
- * it reports the error, then abort() (or exit(1), or a null write: argv[1]). With "create", the
- * program instead creates a second cuBLAS handle once the context is lost, and exits 2 when
- * that fails, as a program that sets up another library after the fault does; with "cudnn",
- * it creates a cuDNN handle (libcudnn.so.9 loaded then), with "malloc" it allocates more
- * device memory instead. */
+ * third one's kernel fault when it runs), then cudaMemcpyAsync and cudaStreamQuery (neither a
+ * synchronisation, neither hooked) until one reports the error, then abort() (or exit(1), or
+ * a null write: argv[1]). With "create", the program instead creates a second cuBLAS handle
+ * once the context is lost, and exits 2 when that fails, as a program that sets up another
+ * library after the fault does; with "cudnn", it creates a cuDNN handle (libcudnn.so.9 loaded
+ * then), with "malloc" it allocates more device memory, with "cumalloc" it does so through
+ * the driver (cuMemAlloc_v2). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,7 @@ int main(int argc, char **argv) {
     cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice);
     const float one = 1.0f, zero = 0.0f;
     for (int i = 0; i < 3; i++) cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, a, N, &zero, c, N);
-    if (!strcmp(how, "create") || !strcmp(how, "malloc") || !strcmp(how, "cudnn")) {
+    if (strcmp(how, "abort") && strcmp(how, "exit") && strcmp(how, "segv")) {
         cudaError_t e = cudaSuccess;
         for (int tries = 0; tries < 40000 && e == cudaSuccess; tries++) { /* up to 40 s: a loaded machine */
             usleep(1000);
@@ -58,6 +59,14 @@ int main(int argc, char **argv) {
             printf("cudnnCreate=%d\n", st);
             return st ? 2 : 0;
         }
+        if (!strcmp(how, "cumalloc")) {
+            void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+            int (*alloc)(unsigned long long *, size_t) = driver ? (int (*)(unsigned long long *, size_t))dlsym(driver, "cuMemAlloc_v2") : NULL;
+            unsigned long long more = 0;
+            int st = alloc ? alloc(&more, 1 << 20) : -1;
+            printf("cuMemAlloc_v2=%d\n", st);
+            return st ? 2 : 0;
+        }
         if (!strcmp(how, "malloc")) {
             void *more = NULL;
             cudaError_t st = cudaMalloc(&more, 1 << 20);
@@ -71,6 +80,9 @@ int main(int argc, char **argv) {
     }
     for (int tries = 0; tries < 40000; tries++) { /* up to 40 s: a loaded machine */
         CUDA_CHECK(cudaMemcpyAsync(h, c, sizeof h, cudaMemcpyDeviceToHost, 0), how);
+        /* A query, as a training loop polls its stream: work still running is no error. */
+        cudaError_t q = cudaStreamQuery(0);
+        CUDA_CHECK(q == cudaErrorNotReady ? cudaSuccess : q, how);
         usleep(1000);
     }
     return 0;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "include/cublas_v2.h"
 #include "include/cuda.h"
@@ -63,7 +64,7 @@ static int late(void) {
     return 0;
 }
 
-static int fault(void) {
+static int fault(int query) {
     cublasHandle_t h;
     setup(&h);
     printf("gemm %d\n", gemm(h));
@@ -72,7 +73,14 @@ static int fault(void) {
     void *p = NULL;
     printf("malloc_before %d\n", cudaMalloc(&p, 16));
     hold(0);
-    printf("sync %d\n", cudaStreamSynchronize(NULL));
+    /* "faultquery": the stream's query reports the fault, as a synchronisation does. */
+    if (query) {
+        cudaError_t q;
+        while ((q = cudaStreamQuery(NULL)) == cudaErrorNotReady) usleep(1000);
+        printf("query %d\n", q);
+    } else {
+        printf("sync %d\n", cudaStreamSynchronize(NULL));
+    }
     printf("malloc_after %d\n", cudaMalloc(&p, 16));
     printf("unrelated_after %d\n", cudaGetDeviceCount(&count));
     return 0;
@@ -139,7 +147,8 @@ static int events(void) {
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "late")) return late();
-    if (!strcmp(mode, "fault")) return fault();
+    if (!strcmp(mode, "fault")) return fault(0);
+    if (!strcmp(mode, "faultquery")) return fault(1);
     if (!strcmp(mode, "writevalue")) return writevalue();
     if (!strcmp(mode, "events")) return events();
     fprintf(stderr, "unknown mode '%s'\n", mode);

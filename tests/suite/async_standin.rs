@@ -68,6 +68,16 @@ fn under_cudashim_sync_a_fault_waits_for_the_next_synchronisation_as_before() {
 }
 
 #[test]
+fn under_cudashim_sync_a_query_of_the_stream_reports_the_fault_as_a_synchronisation_does() {
+    // A GPU answers a query of a stream whose kernel faulted with the fault (the guard's last
+    // look at a dying program asks that way, and so do training loops).
+    let seen = held("faultquery", &[("CUDASHIM_ASYNC_FAULT", "1"), ("CUDASHIM_SYNC", "1")]);
+    says(&seen, "unrelated_before", "0");
+    says(&seen, "query", "700");
+    says(&seen, "malloc_after", "700");
+}
+
+#[test]
 fn a_stream_write_lands_in_mapped_pinned_memory_after_the_work_before_it() {
     let seen = held("writevalue", &[]);
     says(&seen, "host_alloc", "0");

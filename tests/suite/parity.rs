@@ -4,37 +4,77 @@
 use crate::common::*;
 use cublasguard_format::trace::{FaultKind, Trace};
 
-/// abort_after_error.c run `how`, in `mode`, on the asynchronous stand-in (on the synchronous
-/// one a kernel fault is pending until a synchronisation: the program's unhooked calls never
-/// see it, and it does not die).
-fn abort_after_error(how: &str, mode: &str) -> Trace {
+/// abort_after_error.c run `how`, in `mode`, on the asynchronous stand-in or, with `standin`
+/// "sync", the synchronous one (CUDASHIM_SYNC=1: the kernel runs inside its launch, and the
+/// program's next query of the stream reports its fault).
+fn abort_after_error(how: &str, mode: &str, stand_in: &str) -> Trace {
     let program = build_c("abort_after_error", &["abort_after_error.c"], false);
     // The stand-in's cuDNN on the library path, for "cudnn".
     let s = standin();
     let libpath = format!("{}:{}:{}", s.join("lib").display(), s.join("driver").display(), s.join("cudnn").display());
-    let env = [("CUBLASGUARD_SYNC", mode), ("CUDASHIM_ASYNC_FAULT", "3"), ("LD_LIBRARY_PATH", libpath.as_str())];
+    let sync = if stand_in == "sync" { "1" } else { "0" };
+    let env = [("CUBLASGUARD_SYNC", mode), ("CUDASHIM_ASYNC_FAULT", "3"), ("CUDASHIM_SYNC", sync), ("LD_LIBRARY_PATH", libpath.as_str())];
     let args = [how];
     let run = run_within(Launch { env: &env, ..Launch::new(&program, &args) }, std::time::Duration::from_secs(60))
-        .unwrap_or_else(|| panic!("{how} {mode}: still running after a minute"));
+        .unwrap_or_else(|| panic!("{how} {mode} on the {stand_in} stand-in: still running after a minute"));
     let expected = match how {
         "exit" => Some(1),
-        "create" | "cudnn" | "malloc" => Some(2),
+        "create" | "cudnn" | "malloc" | "cumalloc" => Some(2),
         _ => None, // killed by its signal
     };
-    assert_eq!(run.code(), expected, "{how} {mode}: {}{}", run.stdout(), run.stderr());
+    assert_eq!(run.code(), expected, "{how} {mode} on the {stand_in} stand-in: {}{}", run.stdout(), run.stderr());
     run.trace()
 }
 
+/// The line of abort_after_error.c that holds `text`: "abort_after_error.c:LINE".
+fn line_of(text: &str) -> String {
+    let source = std::fs::read_to_string(manifest_dir().join("tests/c/abort_after_error.c")).expect("the program's source");
+    let line = source.lines().position(|l| l.contains(text)).unwrap_or_else(|| panic!("no line with {text}")) + 1;
+    format!("abort_after_error.c:{line}")
+}
+
+/// Each abort_after_error.c case `how`, run in both modes on both stand-ins: gemm mode's
+/// faults must be `expected` (kind, hooked function, the line of the program's that made the
+/// call), and the default's must tell the same story, field by field.
+fn both_modes_tell(how: &str, expected: &[(FaultKind, &str, &str)]) {
+    let mut differ = Vec::new();
+    for standin in ["async", "sync"] {
+        let (deferred, gemm_mode) = (abort_after_error(how, "deferred", standin), abort_after_error(how, "gemm", standin));
+        let shape = |t: &Trace| t.faults.iter().map(|f| (f.kind, f.api.clone(), own_line(f))).collect::<Vec<_>>();
+        let wanted: Vec<_> = expected.iter().map(|(kind, api, line)| (*kind, api.to_string(), Some(line_of(line)))).collect();
+        assert_eq!(shape(&gemm_mode), wanted, "{how} on the {standin} stand-in, gemm mode: {:#?}", gemm_mode.faults);
+        // The GEMM's kernel faulted: the default cannot know which reads queued before it ran,
+        // so it judges none of its operands (gemm mode scanned them at the call).
+        let told = |t: &Trace| t.faults.iter().map(|f| story_of(f, false)).collect::<Vec<_>>();
+        let pending = |t: &Trace| t.faults.iter().map(|f| f.cause.as_ref().and_then(|c| c.pending_since_seq)).collect::<Vec<_>>();
+        if told(&deferred) != told(&gemm_mode) || pending(&deferred) != pending(&gemm_mode) {
+            differ.push(format!(
+                "{how} on the {standin} stand-in:\n  gemm     {:?} {:?}\n  deferred {:?} {:?}",
+                told(&gemm_mode),
+                pending(&gemm_mode),
+                told(&deferred),
+                pending(&deferred)
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+/// The line of the GEMM whose kernel faults.
+const GEMM: &str = "cublasSgemm(handle";
+
 #[test]
 fn a_program_that_dies_right_after_an_unhooked_call_saw_a_kernel_fault_has_it_pinned_on_the_gemm_in_both_modes() {
-    // The third GEMM's kernel faults; the program's own cudaMemcpyAsync (no synchronisation,
-    // not hooked) returns 700 and the program aborts, exits 1 or crashes at once.
+    // The third GEMM's kernel faults; the program's own cudaMemcpyAsync or cudaStreamQuery
+    // (no synchronisation, not hooked) returns 700 and the program aborts, exits 1 or crashes
+    // at once. Both modes pin the fault on the third GEMM, with the GEMM's own line, not the
+    // line where the error surfaced.
     for how in ["abort", "exit", "segv"] {
-        let (deferred, gemm_mode) = (abort_after_error(how, "deferred"), abort_after_error(how, "gemm"));
-        let named = |t: &Trace| t.faults.iter().map(|f| (f.kind, f.api.clone(), f.seq, f.error.as_ref().map(|e| e.code))).collect::<Vec<_>>();
+        both_modes_tell(how, &[(FaultKind::AsyncError, "cublasSgemm_v2", GEMM)]);
+        let gemm_mode = abort_after_error(how, "gemm", "async");
         let third_gemm = gemm_mode.recent_calls.iter().filter(|c| c.api == "cublasSgemm_v2").map(|c| c.seq).nth(2);
-        assert_eq!(named(&gemm_mode), [(FaultKind::AsyncError, "cublasSgemm_v2".to_string(), third_gemm.unwrap_or(0), Some(700))], "{how}");
-        assert_eq!(named(&deferred), named(&gemm_mode), "{how}: {:#?}", deferred.faults);
+        let named = gemm_mode.faults.iter().map(|f| (f.seq, f.error.as_ref().map(|e| e.code))).collect::<Vec<_>>();
+        assert_eq!(named, [(third_gemm.unwrap_or(0), Some(700))], "{how}");
     }
 }
 
@@ -48,37 +88,15 @@ fn own_line(fault: &cublasguard_format::trace::Fault) -> Option<String> {
 }
 
 #[test]
-fn a_kernel_fault_pinned_by_breadcrumbs_carries_the_gemms_own_line_as_in_gemm_mode() {
-    // gemm mode records the fault at the GEMM, with its backtrace; the default pins it there
-    // later, at the program's cudaMemcpyAsync or at exit, and must name the GEMM's line from
-    // what it kept at the GEMM, not the line where the error surfaced.
-    let source = std::fs::read_to_string(manifest_dir().join("tests/c/abort_after_error.c")).expect("the program's source");
-    let gemm_line = source.lines().position(|l| l.contains("cublasSgemm(handle")).expect("the GEMM's line") + 1;
-    for how in ["abort", "exit"] {
-        let (deferred, gemm_mode) = (abort_after_error(how, "deferred"), abort_after_error(how, "gemm"));
-        let lines = |t: &Trace| t.faults.iter().map(own_line).collect::<Vec<_>>();
-        assert_eq!(lines(&gemm_mode), [Some(format!("abort_after_error.c:{gemm_line}"))], "{how}: {:#?}", gemm_mode.faults);
-        assert_eq!(lines(&deferred), lines(&gemm_mode), "{how}: {:#?}", deferred.faults);
-    }
-}
-
-#[test]
 fn a_cublas_or_cudnn_create_that_fails_after_a_kernel_fault_is_blamed_on_the_lost_context_in_both_modes() {
     // The third GEMM's kernel faults; nothing synchronises; the program creates a second
     // cuBLAS handle, or a cuDNN one, which fails (NOT_INITIALIZED). Both modes: the GEMM's
     // async_error, then the create's init_failed with the context lost since that GEMM.
-    for (how, create) in [("create", "cublasCreate_v2"), ("cudnn", "cudnnCreate")] {
-        let (deferred, gemm_mode) = (abort_after_error(how, "deferred"), abort_after_error(how, "gemm"));
-        let named =
-            |t: &Trace| t.faults.iter().map(|f| (f.kind, f.api.clone(), f.seq, f.cause.as_ref().map(|c| (c.kind, c.pending_since_seq)))).collect::<Vec<_>>();
-        let g = named(&gemm_mode);
-        assert_eq!(
-            g.iter().map(|f| (f.0, f.1.as_str())).collect::<Vec<_>>(),
-            [(FaultKind::AsyncError, "cublasSgemm_v2"), (FaultKind::InitFailed, create)],
-            "{g:?}"
-        );
-        assert_eq!(g[1].3.map(|c| c.1), Some(Some(g[0].2)), "{how}: pending since the GEMM: {g:?}");
-        assert_eq!(named(&deferred), g, "{how}: {:#?}", deferred.faults);
+    for (how, create, line) in [("create", "cublasCreate_v2", "cublasCreate(&second)"), ("cudnn", "cudnnCreate", "create(&dnn)")] {
+        both_modes_tell(how, &[(FaultKind::AsyncError, "cublasSgemm_v2", GEMM), (FaultKind::InitFailed, create, line)]);
+        let gemm_mode = abort_after_error(how, "gemm", "async");
+        let g = &gemm_mode.faults;
+        assert_eq!(g[1].cause.as_ref().and_then(|c| c.pending_since_seq), Some(g[0].seq), "{how}: pending since the GEMM: {g:#?}");
     }
 }
 
@@ -189,12 +207,10 @@ fn a_fault_reads_the_same_whatever_the_timing_of_the_device() {
 }
 
 #[test]
-fn a_cuda_malloc_that_fails_after_a_kernel_fault_tells_the_same_story_in_both_modes() {
+fn a_cuda_malloc_or_a_driver_allocation_that_fails_after_a_kernel_fault_tells_the_same_story_in_both_modes() {
     // As with cublasCreate: the third GEMM's kernel faults, nothing synchronises, and the
-    // program's next cudaMalloc fails with the sticky error.
-    let (deferred, gemm_mode) = (abort_after_error("malloc", "deferred"), abort_after_error("malloc", "gemm"));
-    let named = |t: &Trace| t.faults.iter().map(|f| (f.kind, f.api.clone(), f.seq, f.error.as_ref().map(|e| e.code))).collect::<Vec<_>>();
-    let g = named(&gemm_mode);
-    assert_eq!(g.first().map(|f| (f.0, f.1.as_str(), f.3)), Some((FaultKind::AsyncError, "cublasSgemm_v2", Some(700))), "{g:?}");
-    assert_eq!(named(&deferred), g, "{:#?}", deferred.faults);
+    // program's next cudaMalloc (or the driver's cuMemAlloc_v2) fails with the sticky error:
+    // the GEMM's async_error, then the allocation's own failure, each at its own line.
+    both_modes_tell("malloc", &[(FaultKind::AsyncError, "cublasSgemm_v2", GEMM), (FaultKind::ApiError, "cudaMalloc", "cudaMalloc(&more")]);
+    both_modes_tell("cumalloc", &[(FaultKind::AsyncError, "cublasSgemm_v2", GEMM), (FaultKind::ApiError, "cuMemAlloc_v2", "alloc(&more")]);
 }
