@@ -20,9 +20,10 @@ pub struct Diagnosis {
     pub gpu_context: Vec<String>,
 }
 
-/// A NaN/Inf verdict judged after its call returned (deferred, the default) keeps no native
-/// backtrace; where it has no Python frames either, the trace does not say where in the program
-/// the call was made: the step says how to have it.
+/// A NaN/Inf verdict judged after its call returned (deferred, the default) carries the call
+/// site kept at the call; where it has none (an older trace, a guard built without frame
+/// pointers) and no Python frames either, the trace does not say where in the program the call
+/// was made: the step says how to have it.
 fn late_call_site_step(fault: &Fault) -> Option<String> {
     let late = matches!(fault.kind, FaultKind::NonfiniteInput | FaultKind::NonfiniteOutput) && fault.found_at_seq.is_some();
     (late && fault.backtrace.is_empty() && fault.python_stack.is_empty()).then(|| {

@@ -6,7 +6,9 @@
  * once the context is lost, and exits 2 when that fails, as a program that sets up another
  * library after the fault does; with "cudnn", it creates a cuDNN handle (libcudnn.so.9 loaded
  * then), with "malloc" it allocates more device memory, with "cumalloc" it does so through
- * the driver (cuMemAlloc_v2). */
+ * the driver (cuMemAlloc_v2), with "instantiate" it instantiates a graph and leaves with
+ * _exit. With "hostb" or "freedb" the GEMM is cublasGemmEx with a host B, or
+ * cublasGemmBatchedEx with a freed B[1], and the program aborts at the error. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +44,30 @@ int main(int argc, char **argv) {
     if (cudaMalloc((void **)&a, sizeof h) || cudaMalloc((void **)&c, sizeof h)) return 4;
     cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice);
     const float one = 1.0f, zero = 0.0f;
-    for (int i = 0; i < 3; i++) cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, a, N, &zero, c, N);
+    if (!strcmp(how, "hostb") || !strcmp(how, "freedb")) {
+        /* As NVIDIA's CUDALibrarySamples go wrong: GemmEx handed a host vector as B, or
+         * GemmBatchedEx a B[1] that was freed; the kernel faults, the next checked copy aborts. */
+        if (!strcmp(how, "hostb")) {
+            cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, CUDA_R_32F, N, h, CUDA_R_32F, N, &zero, c, CUDA_R_32F, N,
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        } else {
+            float *b0 = NULL, *b1 = NULL, *c1 = NULL;
+            void **arrays = NULL;
+            if (cudaMalloc((void **)&b0, sizeof h) || cudaMalloc((void **)&b1, sizeof h) || cudaMalloc((void **)&c1, sizeof h) ||
+                cudaMalloc((void **)&arrays, 6 * sizeof(void *)))
+                return 4;
+            cudaMemcpy(b0, h, sizeof h, cudaMemcpyHostToDevice);
+            cudaFree(b1);
+            void *host_arrays[6] = {a, a, b0, b1, c, c1};
+            cudaMemcpy(arrays, host_arrays, sizeof host_arrays, cudaMemcpyHostToDevice);
+            cublasGemmBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, (const void *const *)arrays, CUDA_R_32F, N,
+                                (const void *const *)(arrays + 2), CUDA_R_32F, N, &zero, arrays + 4, CUDA_R_32F, N, 2,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        }
+        how = "abort";
+    } else {
+        for (int i = 0; i < 3; i++) cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, a, N, &zero, c, N);
+    }
     if (strcmp(how, "abort") && strcmp(how, "exit") && strcmp(how, "segv")) {
         cudaError_t e = cudaSuccess;
         for (int tries = 0; tries < 40000 && e == cudaSuccess; tries++) { /* up to 40 s: a loaded machine */
@@ -58,6 +83,15 @@ int main(int argc, char **argv) {
             int st = create ? create(&dnn) : -1;
             printf("cudnnCreate=%d\n", st);
             return st ? 2 : 0;
+        }
+        if (!strcmp(how, "instantiate")) {
+            /* A hooked call whose failure the guard has no story of its own for, then an exit
+             * that runs no exit handler: only what the guard wrote by then is left. */
+            cudaGraphExec_t exec;
+            cudaError_t st = cudaGraphInstantiate(&exec, (cudaGraph_t)(size_t)1, 0);
+            printf("cudaGraphInstantiate=%d\n", (int)st);
+            fflush(stdout);
+            _exit(st ? 2 : 0);
         }
         if (!strcmp(how, "cumalloc")) {
             void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);

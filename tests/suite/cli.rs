@@ -413,13 +413,16 @@ fn report_refuses_hostile_input_and_never_passes_escapes_to_the_terminal() {
 }
 
 #[test]
-fn run_summary_leads_with_the_programs_own_line() {
-    // The line comes from the fault's native backtrace, which only a verdict judged at the call
-    // has (a deferred one is judged on the guard's thread, after the call returned).
-    let (out, _) = run_scenario("nan_a", &[("CUBLASGUARD_SYNC", "gemm".into())], true);
-    let stderr = text(&out.stderr);
-    let at = stderr.lines().find(|l| l.starts_with("  at ")).unwrap_or_else(|| panic!("{stderr}"));
-    assert!(at.contains("scenarios.c:") && at.contains(" in gemm: "), "{at}");
+fn run_summary_leads_with_the_programs_own_line_in_either_mode() {
+    // The line comes from the return addresses a call keeps at the call: a verdict judged on
+    // the guard's thread after the call returned (the default) names it as one judged at the
+    // call (gemm mode) does.
+    for mode in ["deferred", "gemm"] {
+        let (out, _) = run_scenario("nan_a", &[("CUBLASGUARD_SYNC", mode.into())], true);
+        let stderr = text(&out.stderr);
+        let at = stderr.lines().find(|l| l.starts_with("  at ")).unwrap_or_else(|| panic!("{mode}: {stderr}"));
+        assert!(at.contains("scenarios.c:") && at.contains(" in gemm: "), "{mode}: {at}");
+    }
 }
 
 #[test]

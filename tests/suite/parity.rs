@@ -8,6 +8,11 @@ use cublasguard_format::trace::{FaultKind, Trace};
 /// "sync", the synchronous one (CUDASHIM_SYNC=1: the kernel runs inside its launch, and the
 /// program's next query of the stream reports its fault).
 fn abort_after_error(how: &str, mode: &str, stand_in: &str) -> Trace {
+    abort_after_error_run(how, mode, stand_in).trace()
+}
+
+/// As `abort_after_error`, the run itself.
+fn abort_after_error_run(how: &str, mode: &str, stand_in: &str) -> Run {
     let program = build_c("abort_after_error", &["abort_after_error.c"], false);
     // The stand-in's cuDNN on the library path, for "cudnn".
     let s = standin();
@@ -19,11 +24,11 @@ fn abort_after_error(how: &str, mode: &str, stand_in: &str) -> Trace {
         .unwrap_or_else(|| panic!("{how} {mode} on the {stand_in} stand-in: still running after a minute"));
     let expected = match how {
         "exit" => Some(1),
-        "create" | "cudnn" | "malloc" | "cumalloc" => Some(2),
-        _ => None, // killed by its signal
+        "create" | "cudnn" | "malloc" | "cumalloc" | "instantiate" => Some(2),
+        _ => None, // killed by its signal (hostb and freedb abort)
     };
     assert_eq!(run.code(), expected, "{how} {mode} on the {stand_in} stand-in: {}{}", run.stdout(), run.stderr());
-    run.trace()
+    run
 }
 
 /// The line of abort_after_error.c that holds `text`: "abort_after_error.c:LINE".
@@ -213,4 +218,47 @@ fn a_cuda_malloc_or_a_driver_allocation_that_fails_after_a_kernel_fault_tells_th
     // the GEMM's async_error, then the allocation's own failure, each at its own line.
     both_modes_tell("malloc", &[(FaultKind::AsyncError, "cublasSgemm_v2", GEMM), (FaultKind::ApiError, "cudaMalloc", "cudaMalloc(&more")]);
     both_modes_tell("cumalloc", &[(FaultKind::AsyncError, "cublasSgemm_v2", GEMM), (FaultKind::ApiError, "cuMemAlloc_v2", "alloc(&more")]);
+}
+
+#[test]
+fn any_hooked_call_that_fails_after_a_kernel_fault_has_the_fault_pinned_on_its_gemm_before_anything_else() {
+    // The program's cudaGraphInstantiate fails with the sticky error; the guard makes no fault
+    // of that call's own, and the program leaves with _exit (no exit handler runs): the
+    // GEMM's fault is in the trace only if the failing call was where the guard looked.
+    both_modes_tell("instantiate", &[(FaultKind::AsyncError, "cublasSgemm_v2", GEMM)]);
+}
+
+#[test]
+fn the_report_of_a_kernel_fault_pinned_later_names_the_gemms_line_as_the_culprits() {
+    // The default pins the fault on the GEMM at exit; the report shows the GEMM's own line (not
+    // the line of the copy where the error surfaced) beside "this call is the culprit".
+    let run = abort_after_error_run("exit", "deferred", "async");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cublasguard"))
+        .arg("report")
+        .arg(&run.trace_path)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run cublasguard report");
+    let body = String::from_utf8_lossy(&out.stdout);
+    let at: Vec<&str> = body.lines().map(str::trim_start).filter(|l| l.starts_with("at ")).collect();
+    let gemm = line_of(GEMM);
+    assert!(at.first().is_some_and(|l| l.contains(&gemm)), "the culprit's line {gemm} first: {at:?}\n{body}");
+    assert!(!at.iter().any(|l| l.contains(&line_of("CUDA_CHECK(cudaMemcpyAsync"))), "not the surfacing call's line: {body}");
+    assert!(body.contains("so this call is the culprit"), "{body}");
+}
+
+#[test]
+fn nvidias_samples_gone_wrong_keep_the_error_their_kernel_caused_when_the_program_aborts_at_it() {
+    // CUDALibrarySamples' GemmEx with a host vector as B, GemmBatchedEx with a freed B[1]; the
+    // stand-in's kernel then faults (700) and the program's CUDA_CHECK aborts at the next copy.
+    // Both modes: the call's own fault with "this is what caused the 700" attached.
+    for (how, kind, api) in [("hostb", FaultKind::HostPointer, "cublasGemmEx"), ("freedb", FaultKind::UseAfterFree, "cublasGemmBatchedEx")] {
+        let line = format!("{api}(handle");
+        both_modes_tell(how, &[(kind, api, line.as_str())]);
+        for stand_in in ["async", "sync"] {
+            let gemm_mode = abort_after_error(how, "gemm", stand_in);
+            let errors: Vec<_> = gemm_mode.faults.iter().map(|f| f.error.as_ref().map(|e| e.code)).collect();
+            assert_eq!(errors, [Some(700)], "{how} on the {stand_in} stand-in: {:#?}", gemm_mode.faults);
+        }
+    }
 }

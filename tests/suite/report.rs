@@ -120,9 +120,9 @@ fn table_rows(body: &str) -> Vec<Vec<String>> {
 #[test]
 fn the_report_opens_with_a_table_of_faults_by_kind_function_and_call_site() {
     let dir = temp_dir("report-table");
-    // gemm mode: the C program's call site comes from a fault's native backtrace, which a NaN
-    // verdict has only when judged at the call.
-    let nan = mlp(Some("nan"), &[("CUBLASGUARD_SYNC", "gemm")], true);
+    // The default mode: a NaN verdict judged after its call names the C program's call site
+    // from the return addresses kept at the call, as gemm mode's judged at the call does.
+    let nan = mlp(Some("nan"), &[], true);
     let lda = mlp(Some("lda"), &[], true);
     let nan_faults = nan.trace().faults.len();
     // The same run, as a Python program's: its faults carry the user's Python frame.

@@ -264,6 +264,9 @@ impl<'a, R: Copy> Call<'a, R> {
 
     /// `captured`: the call's stream was capturing a CUDA graph (the call was recorded into it).
     pub fn record_call(&self, status: i32, args: CallArgs, scanned: bool, captured: bool) {
+        if status != 0 {
+            self.failed_after_unattributed_error();
+        }
         self.recorded.set(true);
         let time_ns = self.outlet.now_ns();
         let call = RecordedCall {
@@ -278,6 +281,18 @@ impl<'a, R: Copy> Call<'a, R> {
             captured,
         };
         self.session.recorder.record(&call);
+    }
+
+    /// A hooked call that returned an error, whatever its library, may have failed because of
+    /// a kernel fault the default mode has not attributed yet: the streams whose breadcrumbs
+    /// are out are asked now, before the call's own fault (if its handler makes one) is built,
+    /// so the fault is on the call that caused it before anything is written and the failing
+    /// call's story starts from it ("the CUDA context has been unusable since ..."), as in
+    /// gemm mode. Every call is recorded, so this is the one place every hook passes.
+    #[cold]
+    #[inline(never)]
+    fn failed_after_unattributed_error(&self) {
+        attribution::attribute_pending(self);
     }
 
     /// Whether the handler entered the call in the recorder (the hook layer records the
