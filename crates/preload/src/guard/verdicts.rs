@@ -85,11 +85,10 @@ impl<'a> Recording<'a> {
         let memory = call.device.verdict_memory()?;
         let arena = memory.arena()?;
         let session = call.session;
-        if !session.verdicts.has_room(arena, need, session.config.staging_bytes) {
+        let Ok(mark) = session.verdicts.reserve_first(arena, 8, need, session.config.staging_bytes) else {
             session.verdicts.note_judged_at_call();
             return None;
-        }
-        let mark = session.verdicts.reserve(arena, 8, session.config.staging_bytes);
+        };
         let mut log = ScanLog::default();
         log.reserved.extend(mark);
         Some(Self {

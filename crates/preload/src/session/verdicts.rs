@@ -14,6 +14,10 @@ use crate::check::{BatchScan, VerdictArena};
 /// Reservations are aligned to this, so that a mark is a whole, aligned word.
 const ALIGN: u64 = 16;
 
+/// The staging region cannot take a call's scans now (see `Verdicts::reserve_first`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoRoom;
+
 /// One region's bytes, handed out in order and given back in any order: a reservation is free
 /// again once every one before it is.
 #[derive(Debug, Default)]
@@ -177,6 +181,22 @@ impl Verdicts {
     /// scan kernel's counts take 24 bytes an operand, the host scan's copies the operand's
     /// bytes); `None` when it is full.
     pub fn reserve(&self, arena: VerdictArena, bytes: u64, capacity: u64) -> Option<u64> {
+        self.reserve_in(arena, bytes, capacity, |_| true).unwrap_or(None)
+    }
+
+    /// A call's first reservation (its mark's `bytes`), made only when the region can also
+    /// hold the `need` bytes its scans may take, in as many reservations as a call makes (see
+    /// `Ring::room`), and fewer verdicts wait than the heap's ceiling allows: one lock for the
+    /// question and the reservation. `Err(NoRoom)`: the call is to be judged at the call.
+    pub fn reserve_first(&self, arena: VerdictArena, bytes: u64, need: u64, capacity: u64) -> Result<Option<u64>, NoRoom> {
+        if self.waiting.load(Ordering::Acquire) >= max_waiting(capacity) {
+            return Err(NoRoom);
+        }
+        self.reserve_in(arena, bytes, capacity, |ring| need <= ring.room(capacity)).ok_or(NoRoom)
+    }
+
+    /// `bytes` of `arena`'s ring, once `fits` says the ring may be used (`None`: it may not).
+    fn reserve_in(&self, arena: VerdictArena, bytes: u64, capacity: u64, fits: impl FnOnce(&Ring) -> bool) -> Option<Option<u64>> {
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let index = match rings.iter().position(|(c, _)| *c == arena.context) {
             Some(i) => i,
@@ -185,20 +205,12 @@ impl Verdicts {
                 rings.len() - 1
             }
         };
+        if !fits(&rings[index].1) {
+            return None;
+        }
         let offset = rings[index].1.reserve(bytes, capacity);
         self.held.store(rings.iter().map(|(_, r)| r.held).sum(), Ordering::Relaxed);
-        offset
-    }
-
-    /// Whether `bytes` can be reserved in `arena`'s region of `capacity` bytes, in as many
-    /// reservations as a call makes (see `Ring::room`).
-    pub fn has_room(&self, arena: VerdictArena, bytes: u64, capacity: u64) -> bool {
-        if self.waiting.load(Ordering::Acquire) >= max_waiting(capacity) {
-            return false;
-        }
-        let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
-        let room = rings.iter().find(|(c, _)| *c == arena.context).map_or(capacity, |(_, ring)| ring.room(capacity));
-        bytes <= room
+        Some(offset)
     }
 
     /// Gives back what a judged (or abandoned) call held.
@@ -365,6 +377,17 @@ mod tests {
         ring.release(32);
         ring.release(0);
         assert_eq!((ring.room(64), ring.held), (64, 0), "all free again");
+    }
+
+    #[test]
+    fn a_calls_first_reservation_is_made_only_when_the_region_can_hold_all_its_scans() {
+        let v = Verdicts::default();
+        let arena = VerdictArena { context: 1 };
+        assert_eq!(v.reserve_first(arena, 8, 40, 64), Ok(Some(0)), "the mark (16 aligned), with room for 40 more");
+        assert_eq!(v.reserve_first(arena, 8, 56, 64), Err(NoRoom), "56 bytes after the first mark's 16 do not fit");
+        assert_eq!(v.reserve_first(arena, 8, 32, 64), Ok(Some(16)));
+        assert_eq!(v.reserve(arena, 32, 64), Some(32), "the second call's scans");
+        assert_eq!(v.reserve_first(arena, 8, 0, 64), Ok(None), "room for no scan, and none for the mark: the call overflows");
     }
 
     #[test]
