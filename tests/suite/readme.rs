@@ -154,3 +154,54 @@ fn run_help_and_the_cli_page_list_the_same_options_and_variables() {
     let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
     assert!(readme.lines().count() <= 250, "the README stays short: {} lines", readme.lines().count());
 }
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &std::path::Path, into: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, into);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            into.push(path);
+        }
+    }
+}
+
+/// Whether `page` has `name` as a whole word: not the tail of a longer name (`scans.rs` must not
+/// pass for `scan.rs`, nor `verdict_memory.rs` for `memory.rs` beside an absent one).
+fn names(page: &str, name: &str) -> bool {
+    page.match_indices(name).any(|(at, _)| {
+        let before = page[..at].chars().next_back();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+#[test]
+fn the_layout_page_names_every_module() {
+    let root = manifest_dir();
+    let page = std::fs::read_to_string(root.join("docs/layout.md")).unwrap();
+    let mut files = Vec::new();
+    for dir in ["src", "crates/format/src", "crates/preload/src"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 90, "{files:?}");
+    let missing: Vec<String> = files
+        .iter()
+        .map(|path| {
+            let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+            // A folder's mod.rs is the folder: `hooks/`, `operand_call/`.
+            if stem == "mod" { format!("{}/", path.parent().unwrap().file_name().unwrap().to_string_lossy()) } else { format!("{stem}.rs") }
+        })
+        .filter(|name| !names(&page, name))
+        .collect();
+    assert!(missing.is_empty(), "docs/layout.md does not name {missing:?}");
+}
+
+#[test]
+fn benchmarks_md_is_todays_table_and_how_to_reproduce_with_the_history_apart() {
+    let page = std::fs::read_to_string(manifest_dir().join("BENCHMARKS.md")).unwrap();
+    let headings: Vec<&str> = page.lines().filter(|l| l.starts_with("## ")).collect();
+    assert_eq!(headings, ["## Reproduce"], "dated sections go to docs/benchmarks-history.md");
+    assert!(page.lines().count() <= 60, "BENCHMARKS.md stays short: {} lines", page.lines().count());
+    assert!(page.contains("docs/benchmarks-history.md"));
+}
