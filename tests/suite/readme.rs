@@ -110,16 +110,36 @@ fn table_variables(page: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// The `CUBLASGUARD_*` names in `source` that follow `before` (`lookup("`, `var("`).
+fn variables_after(source: &str, before: &str) -> std::collections::BTreeSet<String> {
+    source.split(before).skip(1).filter_map(|rest| rest.split('"').next()).filter(|v| v.starts_with("CUBLASGUARD_")).map(str::to_string).collect()
+}
+
+/// The variables the `cublasguard` command reads at run time: `std::env::var`/`var_os` and
+/// clap's `env = "..."` in src/ (not `env!`, which is the build's).
+fn variables_the_command_reads() -> std::collections::BTreeSet<String> {
+    let mut read = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(manifest_dir().join("src")).unwrap().flatten() {
+        let Ok(source) = std::fs::read_to_string(entry.path()) else { continue };
+        for before in ["var(\"", "var_os(\"", "env = \""] {
+            read.extend(variables_after(&source, before));
+        }
+    }
+    read
+}
+
 #[test]
-fn the_configuration_page_lists_exactly_the_variables_the_library_reads() {
+fn the_configuration_page_lists_exactly_the_variables_the_library_and_the_command_read() {
     let config = std::fs::read_to_string(manifest_dir().join("crates/format/src/config.rs")).unwrap();
-    let mut read: std::collections::BTreeSet<String> =
-        config.split("lookup(\"").skip(1).filter_map(|rest| rest.split('"').next()).filter(|v| v.starts_with("CUBLASGUARD_")).map(str::to_string).collect();
-    assert!(read.len() > 20, "{read:?}");
-    // Read by `cublasguard run` itself, as --gpu-coredump.
-    read.insert("CUBLASGUARD_GPU_COREDUMP".into());
+    let library = variables_after(&config, "lookup(\"");
+    assert!(library.len() > 20, "{library:?}");
+    let command = variables_the_command_reads();
+    for read_by_run in ["CUBLASGUARD_LIB", "CUBLASGUARD_GPU_COREDUMP", "CUBLASGUARD_TRACE", "CUBLASGUARD_STAGING_BYTES"] {
+        assert!(command.contains(read_by_run), "{read_by_run} is found among what the command reads: {command:?}");
+    }
+    let read: std::collections::BTreeSet<String> = library.union(&command).cloned().collect();
     let page = std::fs::read_to_string(manifest_dir().join("docs/configuration.md")).unwrap();
-    assert_eq!(table_variables(&page), read, "docs/configuration.md's table and crates/format/src/config.rs");
+    assert_eq!(table_variables(&page), read, "docs/configuration.md's table and what crates/format/src/config.rs and src/ read");
 }
 
 #[test]
