@@ -105,6 +105,14 @@ enum Cmd {
         /// Fault lines on stderr per process at most (default 10)
         #[arg(long, value_name = "N", env = "CUBLASGUARD_STDERR_LINES")]
         stderr_lines: Option<String>,
+        /// Pinned host memory per CUDA context that the default mode's scans land in (default
+        /// 33554432, 32 MiB); a report's "no room" says to raise it
+        #[arg(long, value_name = "BYTES", env = "CUBLASGUARD_STAGING_BYTES")]
+        staging_bytes: Option<String>,
+        /// Bytes of an operand scanned whole (default 268435456, 256 MiB); a larger operand is
+        /// scanned by an even sample
+        #[arg(long, value_name = "BYTES", env = "CUBLASGUARD_SCAN_BYTES")]
+        scan_bytes: Option<String>,
         /// No banner line from the guard at each process's start
         #[arg(long, env = "CUBLASGUARD_QUIET", value_parser = clap::builder::FalseyValueParser::new())]
         quiet: bool,
@@ -388,6 +396,8 @@ fn main() -> ExitCode {
             nan_origin,
             max_faults,
             stderr_lines,
+            staging_bytes,
+            scan_bytes,
             quiet,
             log_file,
             command,
@@ -420,6 +430,8 @@ fn main() -> ExitCode {
             set("CUBLASGUARD_NAN_ORIGIN", nan_origin.then(|| "1".into()));
             set("CUBLASGUARD_MAX_FAULTS", max_faults);
             set("CUBLASGUARD_STDERR_LINES", stderr_lines);
+            set("CUBLASGUARD_STAGING_BYTES", staging_bytes);
+            set("CUBLASGUARD_SCAN_BYTES", scan_bytes);
             set("CUBLASGUARD_QUIET", quiet.then(|| "1".into()));
             set("CUBLASGUARD_LOG_FILE", log_file);
             run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env, quiet_summary: false, stdout_to_stderr: false, gpu_coredump })

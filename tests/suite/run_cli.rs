@@ -171,6 +171,8 @@ const RUN_OPTIONS: &[(&[&str], &str, &str)] = &[
     (&["--nan-origin"], "CUBLASGUARD_NAN_ORIGIN", "1"),
     (&["--max-faults", "500"], "CUBLASGUARD_MAX_FAULTS", "500"),
     (&["--stderr-lines", "2"], "CUBLASGUARD_STDERR_LINES", "2"),
+    (&["--staging-bytes", "67108864"], "CUBLASGUARD_STAGING_BYTES", "67108864"),
+    (&["--scan-bytes", "1073741824"], "CUBLASGUARD_SCAN_BYTES", "1073741824"),
     (&["--quiet"], "CUBLASGUARD_QUIET", "1"),
     (&["--checks", "args"], "CUBLASGUARD_CHECKS", "args"),
     (&["--on-fault", "error"], "CUBLASGUARD_ON_FAULT", "error"),
