@@ -319,3 +319,25 @@ fn a_c_program_builds_against_the_stand_in_the_wheel_installs_with_its_headers_a
     assert_eq!(run.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
     assert!(stdout.contains("cublasCreate=0"), "{stdout}");
 }
+
+#[test]
+fn the_banner_promises_a_trace_only_where_one_is_written() {
+    let program = scenarios();
+    // (scenario, CUBLASGUARD_TRACE set, a trace written at exit)
+    for (scenario, asked, written) in [("clean", false, false), ("nan_a", false, true), ("clean", true, true)] {
+        let args = [scenario];
+        let run = run(Launch { trace: asked, ..Launch::new(&program, &args) });
+        let stderr = run.stderr();
+        let banner = stderr.lines().find(|l| l.starts_with("cublasguard: guarding pid ")).unwrap_or_else(|| panic!("{scenario}: a banner in {stderr}"));
+        let named = banner.split("; trace: ").nth(1).and_then(|t| t.strip_suffix(')')).expect("the trace named last");
+        let (path, at_a_fault) = match named.strip_suffix(", written at a fault") {
+            Some(path) => (path, true),
+            None => (named, false),
+        };
+        assert_eq!(at_a_fault, !asked, "{scenario}, asked {asked}: {banner}");
+        assert_eq!(std::path::Path::new(path).exists(), written, "{scenario}, asked {asked}: {banner}\n{stderr}");
+        if asked {
+            assert_eq!(std::path::Path::new(path), run.trace_path, "{banner}");
+        }
+    }
+}
