@@ -56,6 +56,7 @@ fn a_program_that_exits_with_a_failure_after_a_failed_probe_gets_the_probe_as_it
     assert_eq!((f.api.as_str(), f.kind), ("cudaGetDeviceCount", FaultKind::InitFailed));
     assert_eq!(f.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
     assert!(f.message.contains("exited with status 1"), "{}", f.message);
+    assert_eq!(f.message.matches("cudaErrorInsufficientDriver (35)").count(), 1, "{}", f.message);
     let (code, _) = report_status(&traces[0]);
     assert_eq!(code, Some(1));
 }
@@ -69,6 +70,17 @@ fn a_cuda_call_that_fails_after_a_failed_probe_is_the_fault_with_the_probes_caus
     assert_eq!((f.api.as_str(), f.kind), ("cudaMalloc", FaultKind::InitFailed));
     assert_eq!(f.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
     assert!(t.environment.probe.is_some(), "the probe stays a note");
+    // One line, each thing said once: the status, then the cause.
+    let stderr = run.stderr();
+    let line = stderr.lines().find(|l| l.starts_with("cublasguard: cudaMalloc #")).unwrap_or_else(|| panic!("the fault's line in {stderr}"));
+    assert_eq!(line.matches("cudaErrorInsufficientDriver (35)").count(), 1, "{line}");
+    assert_eq!(stderr.matches("no NVIDIA driver").count(), 1, "{stderr}");
+    // Beside the counted fault the probe is its first sign, not "not a fault".
+    let (code, text) = report_status(&run.trace_path);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("whether CUDA is usable and it is not; its later calls failed to start CUDA too"), "{text}");
+    assert!(!text.to_lowercase().contains("probe, not a fault"), "{text}");
+    assert_eq!(text.matches("cudaErrorInsufficientDriver (35)").count(), 1, "the call line says the status, the cause does not again: {text}");
 }
 
 #[test]
