@@ -31,8 +31,8 @@ fn a_program_that_only_asks_for_a_device_and_falls_back_to_the_cpu_leaves_no_tra
 
 #[test]
 fn a_failed_probe_is_an_environment_note_with_its_cause_when_a_trace_is_written() {
-    // With a trace asked for (as `cublasguard run` does), the probe is a note of the
-    // environment, and the report does not fail.
+    // With a trace asked for (CUBLASGUARD_TRACE, as `cublasguard run --trace` sets it), the
+    // probe is a note of the environment, and the report does not fail.
     let run = probe("cpu", &[], true);
     let t = run.trace();
     assert!(t.faults.is_empty(), "{:#?}", t.faults);

@@ -245,3 +245,58 @@ fn the_guards_lines_go_to_the_log_file_named_with_its_pid_and_a_path_that_cannot
     assert!(stderr.contains("CUBLASGUARD_LOG_FILE='taken.log' ignored: "), "{stderr}");
     assert!(stderr.contains("[nonfinite_input]"), "{stderr}");
 }
+
+/// `cublasguard run` on a machine without a driver: the stand-in's libraries, no libcuda.so.1.
+fn cublasguard_without_driver(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cublasguard"))
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("CUBLASGUARD_LIB", guard_lib())
+        .env("LD_LIBRARY_PATH", standin().join("lib"))
+        .envs(env.iter().copied())
+        .output()
+        .expect("run cublasguard")
+}
+
+fn json_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".json")).collect()
+}
+
+#[test]
+fn a_run_of_a_program_that_only_asks_whether_cuda_is_usable_leaves_no_trace_and_says_what_it_found() {
+    let program = build_c("probe", &["probe.c"], false);
+    let program = program.to_str().unwrap();
+    let dir = temp_dir("run-probe-only");
+    let out = cublasguard_without_driver(&["run", program, "cpu"], &dir, &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(text(&out.stdout).contains("cpu fallback"), "{}", text(&out.stdout));
+    assert_eq!(json_files(&dir), Vec::<String>::new(), "nothing left in the working folder: {stderr}");
+    assert!(
+        stderr.contains("asked cudaGetDeviceCount (#1) whether CUDA is usable and it is not: no NVIDIA driver")
+            && stderr.contains("its trace is not kept (--trace PATH keeps it)"),
+        "the summary says what the probe found: {stderr}"
+    );
+    assert!(!stderr.contains("no trace was written"), "{stderr}");
+
+    // A trace path of the user's own keeps it, on the command line or in the environment.
+    let out = cublasguard_without_driver(&["run", "--trace", "asked-%p.json", program, "cpu"], &dir, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let exported = temp_dir("run-probe-exported");
+    cublasguard_without_driver(&["run", program, "cpu"], &exported, &[("CUBLASGUARD_TRACE", "exported-%p.json")]);
+    for (folder, prefix) in [(&dir, "asked-"), (&exported, "exported-")] {
+        let files = json_files(folder);
+        assert!(files.len() == 1 && files[0].starts_with(prefix), "{files:?}");
+        let t = cublasguard_format::trace::read(&folder.join(&files[0])).unwrap();
+        assert!(t.environment.probe.is_some() && t.faults.is_empty(), "{:#?}", t.faults);
+    }
+
+    // A probe that explains a failing exit is a fault: its trace stays.
+    let failing = temp_dir("run-probe-fails");
+    let out = cublasguard_without_driver(&["run", program, "die"], &failing, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json_files(&failing).len(), 1, "{}", text(&out.stderr));
+}
+
