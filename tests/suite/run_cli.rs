@@ -300,3 +300,15 @@ fn a_run_of_a_program_that_only_asks_whether_cuda_is_usable_leaves_no_trace_and_
     assert_eq!(json_files(&failing).len(), 1, "{}", text(&out.stderr));
 }
 
+#[test]
+fn a_faulting_runs_summary_gives_the_probable_cause_and_next_steps() {
+    let program = scenarios().display().to_string();
+    let out = cublasguard(&["run", &program, "nan_a"], &temp_dir("run-summary-cause"));
+    let stderr = text(&out.stderr);
+    let summary: Vec<&str> = stderr.lines().skip_while(|l| !l.ends_with("first ones:")).collect();
+    let cause = summary.iter().find_map(|l| l.strip_prefix("  probable cause: ")).unwrap_or_else(|| panic!("a probable cause in: {stderr}"));
+    assert!(cause.contains("NaN") || cause.contains("Inf"), "the cause is the NaN's: {cause}");
+    let next: Vec<&str> = summary.iter().filter_map(|l| l.strip_prefix("  next: ")).collect();
+    assert!(!next.is_empty() && next.iter().all(|step| step.len() > 10), "next steps in: {stderr}");
+    assert!(summary.iter().any(|l| l.starts_with("  full report: cublasguard report ")), "{stderr}");
+}
