@@ -210,7 +210,11 @@ fn the_layout_page_names_every_module() {
         .map(|path| {
             let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
             // A folder's mod.rs is the folder: `hooks/`, `operand_call/`.
-            if stem == "mod" { format!("{}/", path.parent().unwrap().file_name().unwrap().to_string_lossy()) } else { format!("{stem}.rs") }
+            if stem == "mod" {
+                format!("{}/", path.parent().unwrap().file_name().unwrap().to_string_lossy())
+            } else {
+                format!("{stem}.rs")
+            }
         })
         .filter(|name| !names(&page, name))
         .collect();

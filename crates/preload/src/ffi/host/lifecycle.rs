@@ -286,7 +286,12 @@ fn start() -> Session {
         // Unasked for, a trace is written only when there is something to read in it
         // (`Session::should_write_at_exit`, the crash writer): the banner must not promise one.
         let when = if config.trace_requested { "" } else { ", written at a fault" };
-        say(&format!("cublasguard: guarding pid {} (checks: {}; on fault: {}; trace: {path}{when})", process.pid, config.checks.label(), config.on_fault.label()));
+        say(&format!(
+            "cublasguard: guarding pid {} (checks: {}; on fault: {}; trace: {path}{when})",
+            process.pid,
+            config.checks.label(),
+            config.on_fault.label()
+        ));
     }
     Session::new(config, crate::ffi::intercept::hooks::HOOK_NAMES, process, path)
 }
