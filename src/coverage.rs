@@ -27,7 +27,7 @@ pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<
     if captured > 0 {
         lines.push(format!(
             "{captured} {} captured into a CUDA graph and not scanned at the capture: {} at each replay, \
-             scanned after each replay with CUBLASGUARD_SYNC=gemm only.",
+             scanned after each replay with CUBLASGUARD_SYNC=gemm (`cublasguard run --sync gemm`) only.",
             plural(captured, "call was", "calls were"),
             plural(captured, "its kernel runs", "their kernels run")
         ));
@@ -35,7 +35,8 @@ pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<
     if no_room > 0 {
         lines.push(format!(
             "{no_room} {} not scanned for NaN/Inf: the staging region the default mode's scans land in had no room \
-             left for {} (a larger CUBLASGUARD_STAGING_BYTES, or CUBLASGUARD_SYNC=gemm, scans them).",
+             left for {} (a larger CUBLASGUARD_STAGING_BYTES, `cublasguard run --staging-bytes BYTES`, or \
+             CUBLASGUARD_SYNC=gemm, `--sync gemm`, scans them).",
             plural(no_room, "operand was", "operands were"),
             plural(no_room, "it", "them")
         ));
@@ -43,7 +44,7 @@ pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<
     if sampled > 0 {
         lines.push(format!(
             "{sampled} {} larger than CUBLASGUARD_SCAN_BYTES: an even sample of {} was scanned, not every element \
-             (a larger CUBLASGUARD_SCAN_BYTES scans more).",
+             (a larger CUBLASGUARD_SCAN_BYTES, `cublasguard run --scan-bytes BYTES`, scans more).",
             plural(sampled, "operand was", "operands were"),
             plural(sampled, "its columns", "their columns")
         ));
@@ -51,8 +52,8 @@ pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<
     if at_call > 0 && lines.is_empty() {
         lines.push(format!(
             "{at_call} {} scanned at the call, waiting for the GPU as CUBLASGUARD_SYNC=gemm does: the staging region \
-             (CUBLASGUARD_STAGING_BYTES) had no room for {} scans, or held as many waiting verdicts as it allows (the \
-             host far ahead of the GPU).",
+             (CUBLASGUARD_STAGING_BYTES, `cublasguard run --staging-bytes BYTES`) had no room for {} scans, or held \
+             as many waiting verdicts as it allows (the host far ahead of the GPU).",
             plural(at_call, "call was", "calls were"),
             plural(at_call, "its", "their")
         ));
@@ -90,8 +91,10 @@ mod tests {
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(lines[0].starts_with("3 calls were not scanned") && lines[0].contains("CUBLASGUARD_SCAN_EVERY"), "{lines:?}");
         assert!(lines[1].starts_with("3 operands were not scanned") && lines[1].contains("CUBLASGUARD_STAGING_BYTES"), "{lines:?}");
+        assert!(lines[1].contains("run --staging-bytes BYTES"), "the run option beside the variable: {lines:?}");
         let sampled = unscanned_lines([Summary { sampled_operands: 2, ..Summary::default() }].iter());
         assert!(sampled[0].starts_with("2 operands were larger than CUBLASGUARD_SCAN_BYTES"), "{sampled:?}");
+        assert!(sampled[0].contains("run --scan-bytes BYTES"), "{sampled:?}");
         let at_call = unscanned_lines([summary(0, &[("judged_at_call", 1)])].iter());
         assert!(at_call[0].starts_with("1 call was scanned at the call") && at_call[0].contains("no room for its scans"), "{at_call:?}");
     }

@@ -105,6 +105,14 @@ enum Cmd {
         /// Fault lines on stderr per process at most (default 10)
         #[arg(long, value_name = "N", env = "CUBLASGUARD_STDERR_LINES")]
         stderr_lines: Option<String>,
+        /// Pinned host memory per CUDA context that the default mode's scans land in (default
+        /// 33554432, 32 MiB); a report's "no room" says to raise it
+        #[arg(long, value_name = "BYTES", env = "CUBLASGUARD_STAGING_BYTES")]
+        staging_bytes: Option<String>,
+        /// Bytes of an operand scanned whole (default 268435456, 256 MiB); a larger operand is
+        /// scanned by an even sample
+        #[arg(long, value_name = "BYTES", env = "CUBLASGUARD_SCAN_BYTES")]
+        scan_bytes: Option<String>,
         /// No banner line from the guard at each process's start
         #[arg(long, env = "CUBLASGUARD_QUIET", value_parser = clap::builder::FalseyValueParser::new())]
         quiet: bool,
@@ -341,6 +349,7 @@ fn demo() -> Result<i32, CliError> {
         quiet_summary: true,
         stdout_to_stderr: true,
         gpu_coredump: false,
+        trace_chosen: true,
     })?;
     // The demo's folder is its own: every trace in it is the demo's.
     let traces = run::candidate_traces(&trace.display().to_string(), std::time::UNIX_EPOCH);
@@ -373,7 +382,8 @@ fn main() -> ExitCode {
     };
     // An empty --trace is refused (run::execute); an empty CUBLASGUARD_TRACE is ignored, as the
     // guard itself ignores it: an exported empty variable often means "unset".
-    let trace_from_env = matches.subcommand_matches("run").and_then(|m| m.value_source("trace")) == Some(ValueSource::EnvVariable);
+    let trace_source = matches.subcommand_matches("run").and_then(|m| m.value_source("trace"));
+    let trace_from_env = trace_source == Some(ValueSource::EnvVariable);
     let result = match cli.command {
         Cmd::Run {
             mut trace,
@@ -388,10 +398,14 @@ fn main() -> ExitCode {
             nan_origin,
             max_faults,
             stderr_lines,
+            staging_bytes,
+            scan_bytes,
             quiet,
             log_file,
             command,
         } => {
+            // The user's own path keeps every trace; an empty CUBLASGUARD_TRACE, ignored, chose none.
+            let trace_chosen = trace_dir.is_some() || trace_source == Some(ValueSource::CommandLine) || (trace_from_env && !trace.trim().is_empty());
             if trace_from_env && trace.trim().is_empty() {
                 eprintln!(
                     "cublasguard: CUBLASGUARD_TRACE='{trace}' ignored: empty path; using the default ({})",
@@ -420,9 +434,21 @@ fn main() -> ExitCode {
             set("CUBLASGUARD_NAN_ORIGIN", nan_origin.then(|| "1".into()));
             set("CUBLASGUARD_MAX_FAULTS", max_faults);
             set("CUBLASGUARD_STDERR_LINES", stderr_lines);
+            set("CUBLASGUARD_STAGING_BYTES", staging_bytes);
+            set("CUBLASGUARD_SCAN_BYTES", scan_bytes);
             set("CUBLASGUARD_QUIET", quiet.then(|| "1".into()));
             set("CUBLASGUARD_LOG_FILE", log_file);
-            run::execute(run::Options { trace: Some(trace), checks, on_fault, command, env, quiet_summary: false, stdout_to_stderr: false, gpu_coredump })
+            run::execute(run::Options {
+                trace: Some(trace),
+                checks,
+                on_fault,
+                command,
+                env,
+                quiet_summary: false,
+                stdout_to_stderr: false,
+                gpu_coredump,
+                trace_chosen,
+            })
         }
         Cmd::Report { paths, format, limit, all, all_runs } => report_cmd(&paths, format, (!all).then_some(limit), all_runs),
         Cmd::Doctor { json, python, python_timeout, nvml_timeout } => {

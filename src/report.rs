@@ -887,16 +887,19 @@ fn message_shown(f: &Fault) -> Option<String> {
     }
     let mut m = m.to_string();
     if let Some(c) = f.cause.as_ref().filter(|c| !c.message.is_empty()) {
-        m = m.replace(&c.message, "");
+        // Whole, as older guards wrote it, or as `cause_shown` says it, as the guard now does.
+        m = m.replace(&c.message, "").replace(&cause_shown(f, &c.message), "");
     }
     let m = m.trim_matches(|c: char| c.is_whitespace() || ":;,".contains(c));
     (!m.is_empty()).then(|| m.to_string())
 }
 
 /// The probable cause less a clause that restates what this very call returned ("; cudaGetDeviceCount
-/// returns cudaErrorInsufficientDriver (35)" on cudaGetDeviceCount's own fault).
+/// returns cudaErrorInsufficientDriver (35)" beside a call that returned cudaErrorInsufficientDriver
+/// (35): cudaGetDeviceCount's own fault, or cudaMalloc's after it). The guard's message drops it
+/// the same way (check::init::after_status).
 fn cause_shown(f: &Fault, cause: &str) -> String {
-    cause.replace(&format!("; {} returns {} ({})", f.api, f.status_name, f.status), "")
+    cause.replace(&format!("; cudaGetDeviceCount returns {} ({})", f.status_name, f.status), "")
 }
 
 /// `text` as CommonMark inline text: characters that would start markup are escaped, pairs of
@@ -1635,6 +1638,11 @@ mod tests {
         let cause = "no NVIDIA driver: libcuda.so.1 cannot be loaded (x); cudaGetDeviceCount returns cudaErrorInsufficientDriver (35)";
         f.message = format!("returned cudaErrorInsufficientDriver (35): {cause}");
         f.cause = Some(trace::InitCause::new(InitCauseKind::NoDriver, cause));
+        assert_eq!(message_shown(&f), None);
+        assert_eq!(cause_shown(&f, cause), "no NVIDIA driver: libcuda.so.1 cannot be loaded (x)");
+        // As the guard writes it now: the clause left out of the message.
+        f.api = "cudaMalloc".into();
+        f.message = "returned cudaErrorInsufficientDriver (35): no NVIDIA driver: libcuda.so.1 cannot be loaded (x)".into();
         assert_eq!(message_shown(&f), None);
         assert_eq!(cause_shown(&f, cause), "no NVIDIA driver: libcuda.so.1 cannot be loaded (x)");
         f.message = "returned cudaErrorInsufficientDriver (35): 0x10 is not the start of a live allocation".into();

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::SystemTime;
 
 use cublasguard_format::config::{Checks, OnFault, DEFAULT_TRACE_PATTERN};
+use cublasguard_format::trace::Trace;
 
 use crate::report;
 use crate::CliError;
@@ -25,6 +26,10 @@ pub struct Options {
     pub stdout_to_stderr: bool,
     /// `--gpu-coredump`: ask the driver for a light GPU core dump at a GPU exception.
     pub gpu_coredump: bool,
+    /// The trace path was the user's choice (`--trace`, `--trace-dir`, `CUBLASGUARD_TRACE`):
+    /// every trace written is kept. Under the default pattern the trace of a process that only
+    /// asked whether CUDA is usable is summarised and removed.
+    pub trace_chosen: bool,
 }
 
 /// What `--gpu-coredump` asks the driver for: a core dump at a GPU exception (an illegal
@@ -391,9 +396,52 @@ pub fn execute(opts: Options) -> Result<i32, CliError> {
     CHILD.store(0, Ordering::Relaxed);
     let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     if let Some((pattern, run_id)) = summary.filter(|_| !opts.quiet_summary) {
-        summarise(&written_traces(&pattern, started, &run_id), &pattern);
+        let mut traces = written_traces(&pattern, started, &run_id);
+        let probes = if opts.trace_chosen { Vec::new() } else { take_probe_only(&mut traces) };
+        summarise(&traces, &probes, &pattern);
     }
     Ok(code)
+}
+
+/// Whether a trace holds nothing but a failed capability probe: a CPU-only program that asked
+/// `torch.cuda.is_available()` (cudaGetDeviceCount) and did no CUDA work. A guarded process
+/// cannot tell that its trace file was run's default and not the user's wish; run can.
+pub fn probe_only(t: &Trace) -> bool {
+    let s = &t.summary;
+    t.environment.probe.is_some()
+        && t.faults.is_empty()
+        && t.crash.is_none()
+        && s.faults == 0
+        && s.dropped_faults == 0
+        && s.scanned_calls == 0
+        && s.skipped_scans == 0
+        && s.captured_calls == 0
+        && s.ignored_faults.values().all(|&n| n == 0)
+}
+
+/// Removes the probe-only traces from `traces` and from disk (run's default pattern puts them in
+/// the working folder, one per CPU-only process, unasked for); returns what each probe found,
+/// for the summary.
+fn take_probe_only(traces: &mut Vec<PathBuf>) -> Vec<String> {
+    let mut notes = Vec::new();
+    traces.retain(|path| {
+        let Ok(t) = cublasguard_format::trace::read(path) else { return true };
+        let Some(probe) = t.environment.probe.as_ref().filter(|_| probe_only(&t)) else { return true };
+        if std::fs::remove_file(path).is_err() {
+            return true;
+        }
+        let cause = probe.cause.as_ref().map(|c| c.message.as_str()).filter(|m| !m.is_empty()).unwrap_or(probe.status_name.as_str());
+        notes.push(format!(
+            "pid {} asked {} (#{}) whether CUDA is usable and it is not: {}; it did no CUDA work, so its trace is not \
+             kept (--trace PATH keeps it)",
+            t.process.pid,
+            probe.api,
+            probe.seq,
+            report::escape_controls(cause)
+        ));
+        false
+    });
+    notes
 }
 
 /// "1 call", "16 calls".
@@ -405,9 +453,14 @@ pub fn counted(n: u64, noun: &str) -> String {
     }
 }
 
-fn summarise(traces: &[PathBuf], pattern: &str) {
+fn summarise(traces: &[PathBuf], probes: &[String], pattern: &str) {
+    for note in probes {
+        eprintln!("cublasguard: {note}");
+    }
     if traces.is_empty() {
-        eprintln!("cublasguard: no trace was written ({pattern}): the command made no CUDA call the guard saw");
+        if probes.is_empty() {
+            eprintln!("cublasguard: no trace was written ({pattern}): the command made no CUDA call the guard saw");
+        }
         return;
     }
     let loaded = match report::load(traces) {
@@ -473,6 +526,23 @@ mod tests {
         assert!(matches_trace_name("c-%h-%p.json", "c-node-7-7.json"));
         assert!(matches_trace_name("trace", "trace-7"));
         assert!(!matches_trace_name("trace", "trace-7.json"));
+    }
+
+    #[test]
+    fn only_a_trace_with_a_probe_and_nothing_else_is_probe_only() {
+        use cublasguard_format::trace::{Crash, ProbeNote};
+        let mut t = Trace::default();
+        assert!(!probe_only(&t), "no probe: a process that used CUDA");
+        t.environment.probe = Some(ProbeNote { api: "cudaGetDeviceCount".into(), status: 35, ..ProbeNote::default() });
+        assert!(probe_only(&t));
+        let scanned = Trace { summary: cublasguard_format::trace::Summary { scanned_calls: 1, ..t.summary.clone() }, ..t.clone() };
+        assert!(!probe_only(&scanned), "a GEMM ran");
+        let faulted = Trace { summary: cublasguard_format::trace::Summary { faults: 1, ..t.summary.clone() }, ..t.clone() };
+        assert!(!probe_only(&faulted));
+        assert!(!probe_only(&Trace { crash: Some(Crash::default()), ..t.clone() }), "a crash is worth its trace");
+        let mut ignored = t.clone();
+        ignored.summary.ignored_faults.insert("kind=nonfinite_input".into(), 2);
+        assert!(!probe_only(&ignored));
     }
 
     #[test]

@@ -31,8 +31,8 @@ fn a_program_that_only_asks_for_a_device_and_falls_back_to_the_cpu_leaves_no_tra
 
 #[test]
 fn a_failed_probe_is_an_environment_note_with_its_cause_when_a_trace_is_written() {
-    // With a trace asked for (as `cublasguard run` does), the probe is a note of the
-    // environment, and the report does not fail.
+    // With a trace asked for (CUBLASGUARD_TRACE, as `cublasguard run --trace` sets it), the
+    // probe is a note of the environment, and the report does not fail.
     let run = probe("cpu", &[], true);
     let t = run.trace();
     assert!(t.faults.is_empty(), "{:#?}", t.faults);
@@ -56,6 +56,7 @@ fn a_program_that_exits_with_a_failure_after_a_failed_probe_gets_the_probe_as_it
     assert_eq!((f.api.as_str(), f.kind), ("cudaGetDeviceCount", FaultKind::InitFailed));
     assert_eq!(f.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
     assert!(f.message.contains("exited with status 1"), "{}", f.message);
+    assert_eq!(f.message.matches("cudaErrorInsufficientDriver (35)").count(), 1, "{}", f.message);
     let (code, _) = report_status(&traces[0]);
     assert_eq!(code, Some(1));
 }
@@ -69,6 +70,17 @@ fn a_cuda_call_that_fails_after_a_failed_probe_is_the_fault_with_the_probes_caus
     assert_eq!((f.api.as_str(), f.kind), ("cudaMalloc", FaultKind::InitFailed));
     assert_eq!(f.cause.as_ref().map(|c| c.kind), Some(InitCauseKind::NoDriver));
     assert!(t.environment.probe.is_some(), "the probe stays a note");
+    // One line, each thing said once: the status, then the cause.
+    let stderr = run.stderr();
+    let line = stderr.lines().find(|l| l.starts_with("cublasguard: cudaMalloc #")).unwrap_or_else(|| panic!("the fault's line in {stderr}"));
+    assert_eq!(line.matches("cudaErrorInsufficientDriver (35)").count(), 1, "{line}");
+    assert_eq!(stderr.matches("no NVIDIA driver").count(), 1, "{stderr}");
+    // Beside the counted fault the probe is its first sign, not "not a fault".
+    let (code, text) = report_status(&run.trace_path);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("whether CUDA is usable and it is not; its later calls failed to start CUDA too"), "{text}");
+    assert!(!text.to_lowercase().contains("probe, not a fault"), "{text}");
+    assert_eq!(text.matches("cudaErrorInsufficientDriver (35)").count(), 1, "the call line says the status, the cause does not again: {text}");
 }
 
 #[test]
@@ -318,4 +330,26 @@ fn a_c_program_builds_against_the_stand_in_the_wheel_installs_with_its_headers_a
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert_eq!(run.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
     assert!(stdout.contains("cublasCreate=0"), "{stdout}");
+}
+
+#[test]
+fn the_banner_promises_a_trace_only_where_one_is_written() {
+    let program = scenarios();
+    // (scenario, CUBLASGUARD_TRACE set, a trace written at exit)
+    for (scenario, asked, written) in [("clean", false, false), ("nan_a", false, true), ("clean", true, true)] {
+        let args = [scenario];
+        let run = run(Launch { trace: asked, ..Launch::new(&program, &args) });
+        let stderr = run.stderr();
+        let banner = stderr.lines().find(|l| l.starts_with("cublasguard: guarding pid ")).unwrap_or_else(|| panic!("{scenario}: a banner in {stderr}"));
+        let named = banner.split("; trace: ").nth(1).and_then(|t| t.strip_suffix(')')).expect("the trace named last");
+        let (path, at_a_fault) = match named.strip_suffix(", written at a fault") {
+            Some(path) => (path, true),
+            None => (named, false),
+        };
+        assert_eq!(at_a_fault, !asked, "{scenario}, asked {asked}: {banner}");
+        assert_eq!(std::path::Path::new(path).exists(), written, "{scenario}, asked {asked}: {banner}\n{stderr}");
+        if asked {
+            assert_eq!(std::path::Path::new(path), run.trace_path, "{banner}");
+        }
+    }
 }

@@ -110,16 +110,36 @@ fn table_variables(page: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// The `CUBLASGUARD_*` names in `source` that follow `before` (`lookup("`, `var("`).
+fn variables_after(source: &str, before: &str) -> std::collections::BTreeSet<String> {
+    source.split(before).skip(1).filter_map(|rest| rest.split('"').next()).filter(|v| v.starts_with("CUBLASGUARD_")).map(str::to_string).collect()
+}
+
+/// The variables the `cublasguard` command reads at run time: `std::env::var`/`var_os` and
+/// clap's `env = "..."` in src/ (not `env!`, which is the build's).
+fn variables_the_command_reads() -> std::collections::BTreeSet<String> {
+    let mut read = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(manifest_dir().join("src")).unwrap().flatten() {
+        let Ok(source) = std::fs::read_to_string(entry.path()) else { continue };
+        for before in ["var(\"", "var_os(\"", "env = \""] {
+            read.extend(variables_after(&source, before));
+        }
+    }
+    read
+}
+
 #[test]
-fn the_configuration_page_lists_exactly_the_variables_the_library_reads() {
+fn the_configuration_page_lists_exactly_the_variables_the_library_and_the_command_read() {
     let config = std::fs::read_to_string(manifest_dir().join("crates/format/src/config.rs")).unwrap();
-    let mut read: std::collections::BTreeSet<String> =
-        config.split("lookup(\"").skip(1).filter_map(|rest| rest.split('"').next()).filter(|v| v.starts_with("CUBLASGUARD_")).map(str::to_string).collect();
-    assert!(read.len() > 20, "{read:?}");
-    // Read by `cublasguard run` itself, as --gpu-coredump.
-    read.insert("CUBLASGUARD_GPU_COREDUMP".into());
+    let library = variables_after(&config, "lookup(\"");
+    assert!(library.len() > 20, "{library:?}");
+    let command = variables_the_command_reads();
+    for read_by_run in ["CUBLASGUARD_LIB", "CUBLASGUARD_GPU_COREDUMP", "CUBLASGUARD_TRACE", "CUBLASGUARD_STAGING_BYTES"] {
+        assert!(command.contains(read_by_run), "{read_by_run} is found among what the command reads: {command:?}");
+    }
+    let read: std::collections::BTreeSet<String> = library.union(&command).cloned().collect();
     let page = std::fs::read_to_string(manifest_dir().join("docs/configuration.md")).unwrap();
-    assert_eq!(table_variables(&page), read, "docs/configuration.md's table and crates/format/src/config.rs");
+    assert_eq!(table_variables(&page), read, "docs/configuration.md's table and what crates/format/src/config.rs and src/ read");
 }
 
 #[test]
@@ -153,4 +173,59 @@ fn run_help_and_the_cli_page_list_the_same_options_and_variables() {
     }
     let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
     assert!(readme.lines().count() <= 250, "the README stays short: {} lines", readme.lines().count());
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &std::path::Path, into: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, into);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            into.push(path);
+        }
+    }
+}
+
+/// Whether `page` has `name` as a whole word: not the tail of a longer name (`scans.rs` must not
+/// pass for `scan.rs`, nor `verdict_memory.rs` for `memory.rs` beside an absent one).
+fn names(page: &str, name: &str) -> bool {
+    page.match_indices(name).any(|(at, _)| {
+        let before = page[..at].chars().next_back();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+#[test]
+fn the_layout_page_names_every_module() {
+    let root = manifest_dir();
+    let page = std::fs::read_to_string(root.join("docs/layout.md")).unwrap();
+    let mut files = Vec::new();
+    for dir in ["src", "crates/format/src", "crates/preload/src"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 90, "{files:?}");
+    let missing: Vec<String> = files
+        .iter()
+        .map(|path| {
+            let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+            // A folder's mod.rs is the folder: `hooks/`, `operand_call/`.
+            if stem == "mod" {
+                format!("{}/", path.parent().unwrap().file_name().unwrap().to_string_lossy())
+            } else {
+                format!("{stem}.rs")
+            }
+        })
+        .filter(|name| !names(&page, name))
+        .collect();
+    assert!(missing.is_empty(), "docs/layout.md does not name {missing:?}");
+}
+
+#[test]
+fn benchmarks_md_is_todays_table_and_how_to_reproduce_with_the_history_apart() {
+    let page = std::fs::read_to_string(manifest_dir().join("BENCHMARKS.md")).unwrap();
+    let headings: Vec<&str> = page.lines().filter(|l| l.starts_with("## ")).collect();
+    assert_eq!(headings, ["## Reproduce"], "dated sections go to docs/benchmarks-history.md");
+    assert!(page.lines().count() <= 60, "BENCHMARKS.md stays short: {} lines", page.lines().count());
+    assert!(page.contains("docs/benchmarks-history.md"));
 }

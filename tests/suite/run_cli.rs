@@ -171,6 +171,8 @@ const RUN_OPTIONS: &[(&[&str], &str, &str)] = &[
     (&["--nan-origin"], "CUBLASGUARD_NAN_ORIGIN", "1"),
     (&["--max-faults", "500"], "CUBLASGUARD_MAX_FAULTS", "500"),
     (&["--stderr-lines", "2"], "CUBLASGUARD_STDERR_LINES", "2"),
+    (&["--staging-bytes", "67108864"], "CUBLASGUARD_STAGING_BYTES", "67108864"),
+    (&["--scan-bytes", "1073741824"], "CUBLASGUARD_SCAN_BYTES", "1073741824"),
     (&["--quiet"], "CUBLASGUARD_QUIET", "1"),
     (&["--checks", "args"], "CUBLASGUARD_CHECKS", "args"),
     (&["--on-fault", "error"], "CUBLASGUARD_ON_FAULT", "error"),
@@ -242,4 +244,71 @@ fn the_guards_lines_go_to_the_log_file_named_with_its_pid_and_a_path_that_cannot
     let stderr = text(&out.stderr);
     assert!(stderr.contains("CUBLASGUARD_LOG_FILE='taken.log' ignored: "), "{stderr}");
     assert!(stderr.contains("[nonfinite_input]"), "{stderr}");
+}
+
+/// `cublasguard run` on a machine without a driver: the stand-in's libraries, no libcuda.so.1.
+fn cublasguard_without_driver(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cublasguard"))
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("CUBLASGUARD_LIB", guard_lib())
+        .env("LD_LIBRARY_PATH", standin().join("lib"))
+        .envs(env.iter().copied())
+        .output()
+        .expect("run cublasguard")
+}
+
+fn json_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".json")).collect()
+}
+
+#[test]
+fn a_run_of_a_program_that_only_asks_whether_cuda_is_usable_leaves_no_trace_and_says_what_it_found() {
+    let program = build_c("probe", &["probe.c"], false);
+    let program = program.to_str().unwrap();
+    let dir = temp_dir("run-probe-only");
+    let out = cublasguard_without_driver(&["run", program, "cpu"], &dir, &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(text(&out.stdout).contains("cpu fallback"), "{}", text(&out.stdout));
+    assert_eq!(json_files(&dir), Vec::<String>::new(), "nothing left in the working folder: {stderr}");
+    assert!(
+        stderr.contains("asked cudaGetDeviceCount (#1) whether CUDA is usable and it is not: no NVIDIA driver")
+            && stderr.contains("its trace is not kept (--trace PATH keeps it)"),
+        "the summary says what the probe found: {stderr}"
+    );
+    assert!(!stderr.contains("no trace was written"), "{stderr}");
+
+    // A trace path of the user's own keeps it, on the command line or in the environment.
+    let out = cublasguard_without_driver(&["run", "--trace", "asked-%p.json", program, "cpu"], &dir, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let exported = temp_dir("run-probe-exported");
+    cublasguard_without_driver(&["run", program, "cpu"], &exported, &[("CUBLASGUARD_TRACE", "exported-%p.json")]);
+    for (folder, prefix) in [(&dir, "asked-"), (&exported, "exported-")] {
+        let files = json_files(folder);
+        assert!(files.len() == 1 && files[0].starts_with(prefix), "{files:?}");
+        let t = cublasguard_format::trace::read(&folder.join(&files[0])).unwrap();
+        assert!(t.environment.probe.is_some() && t.faults.is_empty(), "{:#?}", t.faults);
+    }
+
+    // A probe that explains a failing exit is a fault: its trace stays.
+    let failing = temp_dir("run-probe-fails");
+    let out = cublasguard_without_driver(&["run", program, "die"], &failing, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json_files(&failing).len(), 1, "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_faulting_runs_summary_gives_the_probable_cause_and_next_steps() {
+    let program = scenarios().display().to_string();
+    let out = cublasguard(&["run", &program, "nan_a"], &temp_dir("run-summary-cause"));
+    let stderr = text(&out.stderr);
+    let summary: Vec<&str> = stderr.lines().skip_while(|l| !l.ends_with("first ones:")).collect();
+    let cause = summary.iter().find_map(|l| l.strip_prefix("  probable cause: ")).unwrap_or_else(|| panic!("a probable cause in: {stderr}"));
+    assert!(cause.contains("NaN") || cause.contains("Inf"), "the cause is the NaN's: {cause}");
+    let next: Vec<&str> = summary.iter().filter_map(|l| l.strip_prefix("  next: ")).collect();
+    assert!(!next.is_empty() && next.iter().all(|step| step.len() > 10), "next steps in: {stderr}");
+    assert!(summary.iter().any(|l| l.starts_with("  full report: cublasguard report ")), "{stderr}");
 }

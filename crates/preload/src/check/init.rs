@@ -30,6 +30,19 @@ fn version(v: i32) -> String {
     format!("{}.{}", v / 1000, v % 1000 / 10)
 }
 
+/// What `classify` adds to a missing driver's cause: the program's own cudaGetDeviceCount answer.
+fn device_count_clause(status_name: &str, status: i32) -> String {
+    format!("; cudaGetDeviceCount returns {status_name} ({status})")
+}
+
+/// The cause as said after "returned STATUS (N)" in a fault's message: less the clause on
+/// cudaGetDeviceCount's answer when that answer is the very status (cudaGetDeviceCount's own
+/// fault, or a later runtime call failing the same way), which the line would say twice. The
+/// cause record keeps it.
+pub fn after_status(cause: &str, status_name: &str, status: i32) -> String {
+    cause.replace(&device_count_clause(status_name, status), "")
+}
+
 pub fn classify(probe: &DriverProbe) -> InitCause {
     let (kind, message) = if let (false, Some(limit)) = (probe.driver_loadable, probe.out_of_descriptors) {
         let limit = limit.map(|n| format!(" (its limit, ulimit -n, is {n})")).unwrap_or_default();
@@ -44,7 +57,7 @@ pub fn classify(probe: &DriverProbe) -> InitCause {
         let why = probe.load_error.clone().unwrap_or_else(|| "not found".into());
         let mut message = format!("no NVIDIA driver: libcuda.so.1 cannot be loaded ({why})");
         if let Some(code) = probe.device_count_status.filter(|&c| c != 0) {
-            message.push_str(&format!("; cudaGetDeviceCount returns {} ({code})", cuda::cuda_error_name(code)));
+            message.push_str(&device_count_clause(cuda::cuda_error_name(code), code));
         }
         (InitCauseKind::NoDriver, message)
     } else if let (Some(d), Some(r)) = (probe.driver_version, probe.runtime_version) {
@@ -229,6 +242,10 @@ mod tests {
         assert_eq!(c.kind, InitCauseKind::NoDriver);
         assert!(c.message.starts_with("no NVIDIA driver"), "{}", c.message);
         assert!(c.message.ends_with("cudaGetDeviceCount returns cudaErrorInsufficientDriver (35)"), "{}", c.message);
+        // After the same status, once is enough; after another, it is news.
+        let said = after_status(&c.message, "cudaErrorInsufficientDriver", 35);
+        assert_eq!(said, "no NVIDIA driver: libcuda.so.1 cannot be loaded (libcuda.so.1: cannot open shared object file)");
+        assert_eq!(after_status(&c.message, "CUBLAS_STATUS_NOT_INITIALIZED", 1), c.message);
     }
 
     #[test]

@@ -443,7 +443,8 @@ impl<'a, R: Copy> Call<'a, R> {
         let probe = self.device.probe_driver(device_count.or_else(|| s.device_count()));
         let cause = init::explain(&probe, &self.init_context(false));
         s.set_driver_error(cause.message.clone());
-        let finding = Finding::new(FaultKind::InitFailed, format!("returned {status_name} ({status}): {}", cause.message));
+        let finding =
+            Finding::new(FaultKind::InitFailed, format!("returned {status_name} ({status}): {}", init::after_status(&cause.message, status_name, status)));
         let mut fault = self.fault(finding, status, status_name);
         fault.cause = Some(cause);
         Some(fault)

@@ -283,7 +283,15 @@ fn start() -> Session {
     // writes its own, as a forked child does.
     let path = claim::own_trace_path(&path, process.pid, process.run_id.as_deref(), false);
     if !config.quiet {
-        say(&format!("cublasguard: guarding pid {} (checks: {}; on fault: {}; trace: {})", process.pid, config.checks.label(), config.on_fault.label(), path));
+        // Unasked for, a trace is written only when there is something to read in it
+        // (`Session::should_write_at_exit`, the crash writer): the banner must not promise one.
+        let when = if config.trace_requested { "" } else { ", written at a fault" };
+        say(&format!(
+            "cublasguard: guarding pid {} (checks: {}; on fault: {}; trace: {path}{when})",
+            process.pid,
+            config.checks.label(),
+            config.on_fault.label()
+        ));
     }
     Session::new(config, crate::ffi::intercept::hooks::HOOK_NAMES, process, path)
 }
