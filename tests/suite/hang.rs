@@ -99,3 +99,61 @@ fn a_job_that_sleeps_on_the_host_with_nothing_outstanding_gets_no_gpu_hang() {
     assert!(faults_of(&t, FaultKind::GpuHang).is_empty(), "{:#?}", t.faults);
     assert!(t.recent_calls.iter().any(|c| c.api == "cublasSgemm_v2"), "the guard followed its stream");
 }
+
+#[test]
+fn the_report_of_a_hang_leads_with_the_stuck_kernel_the_call_behind_it_and_the_hosts_wait_with_next_steps() {
+    let (_, trace_path) = stuck_job();
+    let out = std::process::Command::new(cli()).arg("report").arg(&trace_path).output().expect("cublasguard report");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let source = manifest_dir().join("tests/c/hang.c");
+    // The first paragraph after the title is the hang.
+    let lead = text.split("\n\n").nth(1).unwrap_or_default();
+    assert!(lead.starts_with("Hung: pid ") && lead.contains("stuck in kernel ncclDevKernel_AllReduce_Sum_f32_RING_LL"), "{text}");
+    assert!(lead.contains(&format!("before cublasSgemm_v2 #")) && lead.contains(&format!("hang.c:{} in main", line_of(&source, "QUEUED GEMM"))), "{lead}");
+    assert!(
+        lead.contains(&format!("the host waits in cudaStreamSynchronize #")) && lead.contains(&format!("hang.c:{} in main", line_of(&source, "HOST WAITS"))),
+        "{lead}"
+    );
+    // The entry's cause and next steps: a diverged rank first for a collective, then a
+    // deadlock between streams, then the GPU's health.
+    let steps: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("next: ")).collect();
+    assert!(steps.first().is_some_and(|s| s.starts_with("A rank that diverged") && s.contains("cublasguard report DIR")), "{steps:#?}");
+    assert!(steps.iter().any(|s| s.starts_with("A deadlock between streams")) && steps.iter().any(|s| s.contains("Xid")), "{steps:#?}");
+    assert!(text.contains("probable cause: the GPU is stuck in kernel ncclDevKernel_AllReduce_Sum_f32_RING_LL"), "{text}");
+    assert!(!text.contains("the kernel that faulted"), "a hang is no fault of the kernel's: {text}");
+}
+
+#[test]
+fn the_merged_report_of_three_ranks_names_the_two_waiting_in_the_collective_and_the_one_that_never_launched_it() {
+    let dir = temp_dir("hang-ranks");
+    let pattern = dir.join("trace-%r.json");
+    let mut jobs: Vec<Child> = ["0", "1", "2"].iter().map(|rank| start(&dir, &pattern, "ranks", Some(rank))).collect();
+    let path = |rank: &str| dir.join(format!("trace-{rank}.json"));
+    let t0 = hang_trace(&mut jobs[0], &path("0"));
+    let t1 = hang_trace(&mut jobs[1], &path("1"));
+    // Rank 2 took another branch: it copied its result back and exited.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let rank2 = loop {
+        if let Some(status) = jobs[2].try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "rank 2 did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(rank2.code(), Some(0));
+    for job in jobs {
+        kill(job);
+    }
+    assert_eq!((t0.process.rank, t1.process.rank), (Some(0), Some(1)));
+    let t2 = trace::read(&path("2")).expect("rank 2's trace");
+    let last = t2.recent_calls.iter().max_by_key(|c| c.seq).expect("rank 2's calls");
+    assert_eq!(last.api, "cudaMemcpy");
+    let out = std::process::Command::new(cli()).arg("report").arg(&dir).output().expect("cublasguard report DIR");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = text
+        .split("\n\n")
+        .find(|p| p.starts_with("rank 0 and rank 1 wait in ncclDevKernel_AllReduce_Sum_f32_RING_LL"))
+        .unwrap_or_else(|| panic!("no line for the ranks: {text}"));
+    assert!(line.contains("(their 1st launch of it)"), "{line}");
+    assert!(line.contains(&format!("rank 2 never launched its 1st: its last call was cudaMemcpy #{}", last.seq)), "{line}");
+}
