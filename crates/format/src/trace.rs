@@ -1814,7 +1814,7 @@ mod tests {
             assert_eq!(json, kind.name(), "{kind:?}");
             assert_eq!(serde_json::from_value::<InitCauseKind>(json).unwrap(), kind);
         }
-        assert_eq!(FaultKind::ALL.len(), 12, "Unknown is written only");
+        assert_eq!(FaultKind::ALL.len(), 13, "Unknown is written only");
         assert_eq!(serde_json::to_value(FaultKind::Unknown).unwrap(), "unknown");
         assert_eq!(FaultKind::from_name("unknown"), None);
         assert_eq!(InitCauseKind::OutOfFileDescriptors.name(), "out_of_file_descriptors");
