@@ -8,7 +8,10 @@
  *   hang sleep    the completed GEMM, then three seconds asleep on the host with nothing
  *                 outstanding, and a clean exit
  *   hang ranks    as `hang`, but rank 2 (RANK=2) skips the collective: it copies a result back
- *                 (cudaMemcpy) and exits 0, as a rank that took another branch does */
+ *                 (cudaMemcpy) and exits 0, as a rank that took another branch does
+ *   hang gpu      as `hang` without the kernel (a host stub registered as a kernel is the
+ *                 stand-in's alone): the stream wait and the GEMM behind it, on a real GPU
+ *                 (scripts/gpu-check.sh) */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +27,11 @@ static volatile int reduced;
 static void all_reduce(void **args) { reduced = args != NULL; }
 
 int main(int argc, char **argv) {
-    __cudaRegisterFunction(NULL, (const char *)all_reduce, (char *)"ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-                           "ncclDevKernel_AllReduce_Sum_f32_RING_LL", -1, NULL, NULL, NULL, NULL, NULL);
     const char *mode = argc > 1 ? argv[1] : "hang";
+    int gpu = !strcmp(mode, "gpu");
+    if (!gpu)
+        __cudaRegisterFunction(NULL, (const char *)all_reduce, (char *)"ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                               "ncclDevKernel_AllReduce_Sum_f32_RING_LL", -1, NULL, NULL, NULL, NULL, NULL);
     const char *rank = getenv("RANK");
     cublasHandle_t handle;
     if (cublasCreate(&handle)) return 4;
@@ -56,7 +61,7 @@ int main(int argc, char **argv) {
     if (!wait_value) return 5;
     void *args[] = {&c};
     dim3 grid = {2, 1, 1}, block = {512, 1, 1};
-    cudaLaunchKernel((const void *)all_reduce, grid, block, args, 0, NULL); /* COLLECTIVE */
+    if (!gpu) cudaLaunchKernel((const void *)all_reduce, grid, block, args, 0, NULL); /* COLLECTIVE */
     /* The all-reduce's wait for its peers: CU_STREAM_WAIT_VALUE_EQ (1), never met. */
     if (wait_value(NULL, (unsigned long long)(size_t)flag, 1, 1)) return 6;
     cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, c, N, a, N, &zero, a, N); /* QUEUED GEMM */

@@ -109,9 +109,9 @@ fn the_report_of_a_hang_leads_with_the_stuck_kernel_the_call_behind_it_and_the_h
     // The first paragraph after the title is the hang.
     let lead = text.split("\n\n").nth(1).unwrap_or_default();
     assert!(lead.starts_with("Hung: pid ") && lead.contains("stuck in kernel ncclDevKernel_AllReduce_Sum_f32_RING_LL"), "{text}");
-    assert!(lead.contains(&format!("before cublasSgemm_v2 #")) && lead.contains(&format!("hang.c:{} in main", line_of(&source, "QUEUED GEMM"))), "{lead}");
+    assert!(lead.contains("before cublasSgemm_v2 #") && lead.contains(&format!("hang.c:{} in main", line_of(&source, "QUEUED GEMM"))), "{lead}");
     assert!(
-        lead.contains(&format!("the host waits in cudaStreamSynchronize #")) && lead.contains(&format!("hang.c:{} in main", line_of(&source, "HOST WAITS"))),
+        lead.contains("the host waits in cudaStreamSynchronize #") && lead.contains(&format!("hang.c:{} in main", line_of(&source, "HOST WAITS"))),
         "{lead}"
     );
     // The entry's cause and next steps: a diverged rank first for a collective, then a
