@@ -27,6 +27,8 @@ struct Seen {
 #[derive(Default)]
 pub(crate) struct Watch {
     seen: Vec<Seen>,
+    /// Streams whose told hang ended since `take_resolved` was last asked (a slow kernel).
+    resolved: Vec<u64>,
 }
 
 /// A stream stuck past the timeout, with what to record.
@@ -37,6 +39,11 @@ pub(crate) struct Stuck {
 }
 
 impl Watch {
+    /// The streams whose recorded hang ended (their work completed after all) since last asked.
+    pub(crate) fn take_resolved(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.resolved)
+    }
+
     /// The streams stuck for at least `timeout_ms` at `now_ms` whose record is due (none yet, or
     /// the stuck call or the waiting threads changed since): each returned once per change.
     pub(crate) fn stuck(&mut self, progress: &[Progress], waiting: &[u64], now_ms: u64, timeout_ms: u64) -> Vec<Stuck> {
@@ -51,10 +58,10 @@ impl Watch {
             };
             let seen = &mut self.seen[at];
             if p.unfinished == 0 || seen.landed != p.landed {
-                // Idle, or it moved: the clock starts again.
+                // Idle, or it moved: the clock starts again, and a hang told is over.
                 (seen.landed, seen.since_ms) = (p.landed, now_ms);
-                if p.unfinished == 0 {
-                    seen.recorded = None;
+                if seen.recorded.take().is_some() {
+                    self.resolved.push(p.stream);
                 }
                 continue;
             }
@@ -165,6 +172,24 @@ pub(crate) fn record<R: Copy>(call: &Call<'_, R>, stuck: &Stuck, progress: &[Pro
     }
 }
 
+/// The recorded `gpu_hang` of `stream` says its work completed after all, `stalled_s` after the
+/// stream had stopped: a slow kernel rather than a hang. True when there was one to amend.
+pub(crate) fn resolved<R: Copy>(call: &Call<'_, R>, stream: u64, stalled_s: u64) -> bool {
+    let s = call.session;
+    let Some(mut fault) = s.stored_hang(&hex(stream)) else { return false };
+    fault.message.push_str(&format!(
+        " [its work completed later, at least {stalled_s} s after the stream stopped: a slow kernel or a late peer, not a hang \
+         that lasted; a job whose kernels or collectives legitimately wait that long raises CUBLASGUARD_HANG_TIMEOUT]"
+    ));
+    match s.replace_hang(fault) {
+        Some(index) => {
+            call.published(index);
+            true
+        }
+        None => false,
+    }
+}
+
 /// The `gpu_hang` of every stream the exit gave up waiting for (`found_by` "exit").
 pub(crate) fn record_at_exit<R: Copy>(call: &Call<'_, R>, stalled_ms: u64) {
     let progress = call.session.breadcrumbs.progress();
@@ -193,6 +218,12 @@ mod tests {
         assert_eq!(due.iter().map(|d| (d.first.seq, d.stalled_ms)).collect::<Vec<_>>(), [(5, 1000)]);
         assert!(watch.stuck(&stuck, &[], 5000, 1000).is_empty(), "told already");
         assert_eq!(watch.stuck(&stuck, &[9], 6000, 1000).len(), 1, "a thread came to wait for it: the record is brought up to date");
+        assert!(watch.take_resolved().is_empty());
+        // It completes after all (a slow kernel): the hang told is over, once.
+        assert!(watch.stuck(&[progress(0, 6, None, 0)], &[], 7000, 1000).is_empty());
+        assert_eq!(watch.take_resolved(), [0]);
+        assert!(watch.stuck(&[progress(0, 6, None, 0)], &[], 8000, 1000).is_empty());
+        assert!(watch.take_resolved().is_empty());
     }
 
     #[test]

@@ -573,6 +573,11 @@ impl Session {
         self.faults.replace(fault)
     }
 
+    /// The `gpu_hang` recorded on `stream`, if any.
+    pub fn stored_hang(&self, stream: &str) -> Option<Fault> {
+        self.faults.stored_hang(stream)
+    }
+
     /// Replaces the `gpu_hang` recorded on the same stream (one record per stuck stream).
     pub fn replace_hang(&self, fault: Fault) -> Option<usize> {
         self.faults.replace_hang(fault)

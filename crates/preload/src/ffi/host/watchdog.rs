@@ -53,7 +53,14 @@ fn look(s: &'static crate::session::Session, watch: &mut crate::guard::hang::Wat
     let progress = s.breadcrumbs.progress();
     let waiting: Vec<u64> = s.waits.waiting().iter().map(|w| w.seq).collect();
     let due = watch.stuck(&progress, &waiting, now_ms, timeout_ms);
+    let mut amended = false;
+    for stream in watch.take_resolved() {
+        super::lifecycle::as_guard_sync(s, 0, |call| amended |= crate::guard::hang::resolved(call, stream, timeout_ms / 1000));
+    }
     if due.is_empty() {
+        if amended {
+            super::lifecycle::write_trace(s);
+        }
         return;
     }
     for stuck in &due {
