@@ -440,6 +440,21 @@ else
     row "breadcrumbs on the GPU" FAIL "nvcc could not build tests/c/breadcrumb_check.cu (see $out/breadcrumb_build.log)"
 fi
 
+# The hang watchdog (issue 50): a stream wait on a flag nobody writes (cuStreamWaitValue32, as a
+# collective waits for a peer that never comes), a GEMM queued behind it and the host in
+# cudaStreamSynchronize, forever; with CUBLASGUARD_HANG_TIMEOUT=2 the trace must hold a gpu_hang
+# on that GEMM naming the host's wait while the program still hangs; it is killed after 15 s.
+say "hang watchdog (a stream wait nobody satisfies)"
+if build_c "$out/hang" tests/c/hang.c; then
+    LD_LIBRARY_PATH=$cuda_lib CUBLASGUARD_HANG_TIMEOUT=2 CUBLASGUARD_QUIET=1 CUBLASGUARD_TRACE="$out/hang-%p.json" LD_PRELOAD=$lib \
+        timeout -s KILL 15 "$out/hang" gpu >"$out/hang.log" 2>&1
+    code=$?
+    result=$(expect "hang watchdog" "$out/hang-*.json" 'code == 137 and any(f["kind"] == "gpu_hang" and f["api"] == "cublasSgemm_v2" and f["hang"]["found_by"] == "watchdog" and [w["api"] for w in f["hang"].get("blocked_threads", [])] == ["cudaStreamSynchronize"] for f in faults)' "$code")
+    row "hang watchdog: gpu_hang while hung" "${result%% *}" "${result#* }"
+else
+    row "hang watchdog: gpu_hang while hung" FAIL "could not build tests/c/hang.c against $cuda_lib"
+fi
+
 echo
 echo "cublasguard GPU check, $(date -u +%Y-%m-%dT%H:%MZ), $gpu, ${commit:-unknown}"
 printf '%-34s %-5s %s\n' "check" "" "result"

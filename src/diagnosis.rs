@@ -59,6 +59,67 @@ fn async_cause(fault: &Fault) -> String {
     }
 }
 
+/// The first frame of a backtrace that names a line, as "file:line in function" (else the
+/// first frame as it is).
+pub fn first_line(backtrace: &[String]) -> Option<String> {
+    let frame = backtrace.iter().find(|f| f.contains(" at ")).or(backtrace.first())?;
+    let head = frame.split(" (").next().unwrap_or(frame);
+    Some(match head.split_once(" at ") {
+        Some((function, place)) => format!("{place} in {function}"),
+        None => head.to_string(),
+    })
+}
+
+/// A `gpu_hang`: the kernel the stream is stuck in, what waits behind it, where the host waits.
+fn hang_cause(fault: &Fault) -> String {
+    let Some(h) = &fault.hang else { return "the GPU stopped completing this call's work".into() };
+    let stream = fault.stream.as_deref().unwrap_or("?");
+    let mut cause = match &h.kernel {
+        Some(k) => format!(
+            "the GPU is stuck in kernel {} (call #{}, grid [{}, {}, {}], launch {} of it on stream {stream}): this call, queued behind it, has not completed for {} s",
+            k.kernel,
+            k.seq,
+            k.grid[0],
+            k.grid[1],
+            k.grid[2],
+            h.kernel_ordinal.unwrap_or(1),
+            h.stalled_s
+        ),
+        None => format!("the work of this call on stream {stream} has not completed for {} s, and no kernel launched before it on the stream is recorded", h.stalled_s),
+    };
+    if let Some(line) = first_line(&fault.backtrace) {
+        cause.push_str(&format!(" (this call was made at {line})"));
+    }
+    match h.blocked_threads.first() {
+        Some(w) => {
+            cause.push_str(&format!("; the host waits in {} (call #{}, thread {})", w.api, w.seq, w.thread));
+            if let Some(line) = first_line(&w.backtrace) {
+                cause.push_str(&format!(" at {line}"));
+            }
+        }
+        None => cause.push_str("; no host thread was inside a CUDA synchronisation"),
+    }
+    if h.found_by == "exit" {
+        cause.push_str("; the process exited without waiting for it");
+    }
+    cause
+}
+
+fn hang_steps(fault: &Fault) -> Vec<String> {
+    let collective = fault.hang.as_ref().and_then(|h| h.kernel.as_ref()).is_some_and(|k| k.kernel.to_ascii_lowercase().contains("nccl"));
+    let mut steps = Vec::new();
+    let rank = "A rank that diverged: a collective waits until every rank launches it; a rank that took another branch (a different number of steps, a data-dependent `if`, an exception caught on one rank) or died leaves the others waiting. Put every rank's trace in one folder and run `cublasguard report DIR`: it names the ranks stuck in the kernel and the one that never launched it, with its last call.";
+    let deadlock = "A deadlock between streams: a stream that waits for an event (cudaStreamWaitEvent) or a memory value (cuStreamWaitValue32) that work queued behind it was to provide never proceeds; check the waits queued on this stream between its last completed call and this one.";
+    let gpu = "A GPU fault: a GPU that stopped responding (Xid 79: fallen off the bus, Xid 109 or 119: a context-switch or GSP timeout) leaves streams stuck; check the GPU's health below, `nvidia-smi -q` and the kernel log (`dmesg | grep -i xid`).";
+    if collective {
+        steps.extend([rank, deadlock, gpu]);
+    } else {
+        steps.extend([deadlock, rank, gpu]);
+    }
+    steps.push("`cublasguard snapshot PID` writes a still running process's trace again: a stuck call that moved means a slow kernel, not a hang (raise CUBLASGUARD_HANG_TIMEOUT).");
+    steps.into_iter().map(String::from).collect()
+}
+
 pub fn linear_layer(fault: &Fault) -> Option<String> {
     let args = &fault.args;
     if args.label("transa")? != "T" || args.label("transb")? != "N" {
@@ -270,6 +331,7 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
                 ]),
             },
         ),
+        FaultKind::GpuHang => (hang_cause(fault), hang_steps(fault)),
         FaultKind::AsyncError => (
             async_cause(fault),
             steps(&[
@@ -466,7 +528,7 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
             ));
         }
     }
-    if !fault.suspects.is_empty() {
+    if !fault.suspects.is_empty() && fault.kind != FaultKind::GpuHang {
         // A pending error: the kernels launched since the device was last found clean.
         let n = fault.suspects.len();
         let stream = fault.stream.as_deref();
@@ -685,6 +747,7 @@ mod tests {
             dump: None,
             gpu_health: None,
             dump_note: None,
+            hang: None,
         }
     }
 

@@ -6,6 +6,7 @@ mod diagnosis;
 mod doctor;
 mod framework;
 mod gpu_health;
+mod hang_report;
 mod replay;
 mod replay_c;
 mod replay_cuda;

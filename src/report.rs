@@ -1084,6 +1084,10 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool, limit: Option<usize>) ->
     });
     let unreadable_line = (unreadable > 0).then(|| format!("{unreadable} stored fault(s) could not be read by this cublasguard: see the note above."));
     let unscanned = crate::coverage::unscanned_lines(loaded.iter().map(|l| &l.trace.summary));
+    // A hang leads: the kernel each process is stuck in and where its host waits.
+    for line in crate::hang_report::lines(loaded) {
+        doc.para(&doc.t(&line));
+    }
     if entries.is_empty() {
         if faults == 0 && unscanned.is_empty() {
             doc.para("No faults: every intercepted call passed the guard's checks.");

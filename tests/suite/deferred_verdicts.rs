@@ -346,7 +346,7 @@ fn a_crash_amid_a_storm_of_verdicts_waits_while_they_are_still_being_judged() {
 }
 
 #[test]
-fn a_program_that_exits_while_a_kernel_never_ends_exits_as_it_would_bare_and_says_what_never_finished() {
+fn a_program_that_exits_while_a_kernel_never_ends_exits_as_it_would_bare_says_what_never_finished_and_records_a_gpu_hang() {
     // A stream memory wait nobody satisfies, a GEMM queued behind it, exit(3): bare, the
     // program exits 3; the guard's wait for that GEMM's breadcrumb and verdict is bounded.
     let program = build_c("stuck_exit", &["stuck_exit.c"], false);
@@ -358,9 +358,20 @@ fn a_program_that_exits_while_a_kernel_never_ends_exits_as_it_would_bare_and_say
     assert_eq!(guarded.code(), Some(3), "{}", guarded.stderr());
     assert_eq!(guarded.stdout(), bare.stdout());
     let t = guarded.trace();
-    assert!(t.faults.is_empty(), "{:#?}", t.faults);
     assert_eq!(t.summary.deferred_verdicts.get("unfinished_at_exit"), Some(&1), "{:?}", t.summary);
     assert_eq!(t.summary.deferred_verdicts.get("waiting"), Some(&1), "the stuck GEMM's verdict, not judged: {:?}", t.summary);
     let last_gemm = gemm_seqs(&t).into_iter().max().unwrap_or(0);
     assert!(guarded.stderr().contains(&format!("had not finished cublasSgemm_v2 #{last_gemm} on stream")), "{}", guarded.stderr());
+    // Recorded as a hang, with the same facts as the watchdog's (issue 50).
+    assert_eq!(t.faults.len(), 1, "{:#?}", t.faults);
+    let f = &t.faults[0];
+    assert_eq!((f.kind, f.api.as_str(), f.seq), (FaultKind::GpuHang, "cublasSgemm_v2", last_gemm), "{f:#?}");
+    let h = f.hang.as_ref().expect("the hang's facts");
+    assert_eq!(h.found_by, "exit");
+    assert_eq!(h.last_landed, gemm_seqs(&t).into_iter().min(), "the first GEMM completed");
+    assert!(h.stalled_s >= 5 && h.kernel.is_none() && h.blocked_threads.is_empty(), "{h:#?}");
+    let source = manifest_dir().join("tests/c/stuck_exit.c");
+    let line = format!("stuck_exit.c:{}", line_of(&source, "printf(\"sgemm=%d"));
+    assert!(f.backtrace.first().is_some_and(|l| l.contains(&line)), "{line}: {:#?}", f.backtrace);
+    assert!(f.breadcrumbs.iter().any(|b| b.first_unfinished == Some(last_gemm)), "{:#?}", f.breadcrumbs);
 }

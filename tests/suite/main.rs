@@ -27,6 +27,7 @@ mod gemm_family;
 mod gpu_health;
 mod graphs;
 mod guard;
+mod hang;
 mod hardening_dumps;
 mod hardening_loader;
 mod hardening_python;

@@ -147,6 +147,10 @@ pub struct Config {
     /// CUBLASGUARD_LAUNCH_BREADCRUMBS=1 (with CUBLASGUARD_SYNC=deferred): a breadcrumb after
     /// every recorded kernel launch too, which pins a faulting kernel without synchronising.
     pub launch_breadcrumbs: bool,
+    /// CUBLASGUARD_HANG_TIMEOUT: seconds a stream may have guarded work outstanding with none of
+    /// its breadcrumbs landing before the watchdog records a `gpu_hang` and writes the trace
+    /// (0: no watchdog).
+    pub hang_timeout_s: u64,
     /// CUBLASGUARD_NAN_ORIGIN=1: after every kernel launch, the memory guarded calls read or
     /// wrote that the launch points into is scanned, and the first launch to make NaN/Inf
     /// there is recorded as its origin (a mode for a rerun, as CUDA_LAUNCH_BLOCKING is).
@@ -224,6 +228,12 @@ pub enum DeviceScan {
 pub const DEFAULT_DUMP_MAX: u32 = 8;
 pub const DEFAULT_KERNEL_LOG: &str = "/dev/kmsg";
 pub const DEFAULT_DUMP_BYTES: u64 = 1 << 30;
+/// Five minutes: no single kernel of a healthy job runs that long, nor does a collective wait
+/// that long for a slow peer outside a checkpoint write, and it is half of PyTorch's default
+/// NCCL timeout (10 minutes), so the trace is on disk before that watchdog tears the job down.
+pub const DEFAULT_HANG_TIMEOUT_S: u64 = 300;
+/// A day: a longer timeout is a typo, or a wish for none (0).
+pub const MAX_HANG_TIMEOUT_S: u64 = 86_400;
 
 impl Default for Config {
     fn default() -> Self {
@@ -245,6 +255,7 @@ impl Default for Config {
             exit_summary: true,
             sync: SyncMode::Deferred,
             launch_breadcrumbs: false,
+            hang_timeout_s: DEFAULT_HANG_TIMEOUT_S,
             nan_origin: false,
             nvml: true,
             kernel_log: DEFAULT_KERNEL_LOG.into(),
@@ -323,6 +334,12 @@ impl Config {
                 Ok(n) if n >= 4096 => config.staging_bytes = (n as u64).next_multiple_of(4096),
                 Ok(_) => reject("CUBLASGUARD_STAGING_BYTES", &v, "must be at least 4096".into(), "33554432"),
                 Err(why) => reject("CUBLASGUARD_STAGING_BYTES", &v, why, "33554432"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_HANG_TIMEOUT") {
+            match parse_count(&v, MAX_HANG_TIMEOUT_S as usize) {
+                Ok(n) => config.hang_timeout_s = n as u64,
+                Err(why) => reject("CUBLASGUARD_HANG_TIMEOUT", &v, why, "300"),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_SCAN_EVERY") {
@@ -608,6 +625,21 @@ mod tests {
         assert!(problems[0].contains("CUBLASGUARD_CHECKS='args,speed'") && problems[0].contains("speed"));
         assert!(problems[1].contains("CUBLASGUARD_ON_FAULT='explode'"));
         assert!(problems[2].contains("CUBLASGUARD_RING='-3'"));
+    }
+
+    #[test]
+    fn the_hang_timeout_is_in_seconds_zero_turns_the_watchdog_off_and_nonsense_keeps_the_default() {
+        assert_eq!(Config::default().hang_timeout_s, DEFAULT_HANG_TIMEOUT_S);
+        for (text, seconds) in [("1", 1), (" 600 ", 600), ("0", 0)] {
+            let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_HANG_TIMEOUT", text)]));
+            assert!(problems.is_empty(), "{problems:?}");
+            assert_eq!(config.hang_timeout_s, seconds, "{text}");
+        }
+        for text in ["1.5", "-1", "ten", "86401"] {
+            let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_HANG_TIMEOUT", text)]));
+            assert_eq!(config.hang_timeout_s, DEFAULT_HANG_TIMEOUT_S, "{text}");
+            assert!(problems.len() == 1 && problems[0].contains("CUBLASGUARD_HANG_TIMEOUT"), "{problems:?}");
+        }
     }
 
     #[test]

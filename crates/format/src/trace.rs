@@ -290,6 +290,9 @@ named_enum! {
         /// CUBLASGUARD_NAN_ORIGIN: the kernel launch after which memory a guarded call uses
         /// first held NaN/Inf (the origin of the run's non-finite values there).
         NonfiniteOrigin = "nonfinite_origin",
+        /// The hang watchdog (CUBLASGUARD_HANG_TIMEOUT), or an exit that gave up waiting: a
+        /// stream's guarded work stopped completing; the fault is on its first unfinished call.
+        GpuHang = "gpu_hang",
     }
     written_only {
         /// A kind this build does not know (a newer guard wrote it): the reader keeps its name
@@ -360,6 +363,50 @@ pub struct Fault {
     /// What the dump left out, or why there is none (the byte cap, an unreadable operand).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dump_note: Option<String>,
+    /// gpu_hang: how the stream stopped, the kernel it is probably stuck in, and where the
+    /// host waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hang: Option<Hang>,
+}
+
+/// A stream whose guarded work stopped completing (`gpu_hang`). The fault's `suspects` are the
+/// kernels launched on the stream after its last completed guarded call and before the stuck
+/// one, oldest first; its `breadcrumbs`, every followed stream's progress.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Hang {
+    /// How the hang was found: "watchdog" (CUBLASGUARD_HANG_TIMEOUT) or "exit" (the exit's
+    /// bounded wait gave up).
+    pub found_by: String,
+    /// Seconds since the stream's last breadcrumb landed (or since its first was issued),
+    /// when recorded.
+    pub stalled_s: u64,
+    /// The stream's last guarded call that completed (None: none had).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_landed: Option<u64>,
+    /// The kernel the stream is most probably stuck in: the last launch on it before the stuck
+    /// call (a kernel that never ends holds everything queued after it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<Suspect>,
+    /// Launches of that kernel on that stream in the flight recorder, up to and including it
+    /// (its ordinal among them: ranks that ran the same steps count alike).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_ordinal: Option<u64>,
+    /// The host threads waiting in a CUDA synchronisation when the hang was recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked_threads: Vec<BlockedThread>,
+}
+
+/// A host thread inside a CUDA synchronisation (cudaStreamSynchronize, cuCtxSynchronize, ...).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct BlockedThread {
+    pub thread: u32,
+    pub seq: u64,
+    pub api: String,
+    /// When it entered the call (ns since the Unix epoch).
+    pub since_ns: u64,
+    /// Where the program made the call, innermost first (symbolised return addresses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backtrace: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -1241,6 +1288,7 @@ pub fn sample_fault(seq: u64) -> Fault {
         dump: None,
         gpu_health: None,
         dump_note: None,
+        hang: None,
     }
 }
 
@@ -1766,7 +1814,7 @@ mod tests {
             assert_eq!(json, kind.name(), "{kind:?}");
             assert_eq!(serde_json::from_value::<InitCauseKind>(json).unwrap(), kind);
         }
-        assert_eq!(FaultKind::ALL.len(), 12, "Unknown is written only");
+        assert_eq!(FaultKind::ALL.len(), 13, "Unknown is written only");
         assert_eq!(serde_json::to_value(FaultKind::Unknown).unwrap(), "unknown");
         assert_eq!(FaultKind::from_name("unknown"), None);
         assert_eq!(InitCauseKind::OutOfFileDescriptors.name(), "out_of_file_descriptors");

@@ -208,7 +208,7 @@ fn add_kernel<R: Copy>(call: &Call<'_, R>, fault: &mut crate::trace::Fault, args
     }
 }
 
-fn evidence(s: &crate::session::Session, progress: &[Progress]) -> Vec<StreamProgress> {
+pub(crate) fn evidence(s: &crate::session::Session, progress: &[Progress]) -> Vec<StreamProgress> {
     progress
         .iter()
         .map(|p| StreamProgress {

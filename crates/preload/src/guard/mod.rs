@@ -13,6 +13,7 @@ pub(crate) mod dump;
 pub(crate) mod gemm;
 pub(crate) mod graphs;
 pub(crate) mod handles;
+pub(crate) mod hang;
 pub(crate) mod launch;
 pub(crate) mod launch_pointers;
 pub(crate) mod lt;
@@ -252,6 +253,11 @@ impl<'a, R: Copy> Call<'a, R> {
         site
     }
 
+    /// The calling thread's kernel id.
+    pub fn thread(&self) -> u32 {
+        self.thread
+    }
+
     /// This call's breadcrumb, with where the program made it.
     pub fn issued(&self) -> crate::session::breadcrumbs::Issued {
         crate::session::breadcrumbs::Issued { seq: self.seq, hook: self.hook.index() as u16, site: self.call_site() }
@@ -337,6 +343,7 @@ impl<'a, R: Copy> Call<'a, R> {
             dump: None,
             gpu_health: None,
             dump_note: None,
+            hang: None,
         }
     }
 
@@ -417,9 +424,14 @@ impl<'a, R: Copy> Call<'a, R> {
     /// Brings a fault reported before its call ran up to date with how the call ended.
     pub fn amend(&self, fault: Fault) {
         if let Some(index) = self.session.replace_fault(fault) {
-            let recorded = Recorded { stored: true, index: Some(index), lines: Vec::new(), rewrite: false };
-            self.outlet.publish(self.session, &recorded);
+            self.published(index);
         }
+    }
+
+    /// Publishes stored fault `index` again, replaced in place.
+    pub fn published(&self, index: usize) {
+        let recorded = Recorded { stored: true, index: Some(index), lines: Vec::new(), rewrite: false };
+        self.outlet.publish(self.session, &recorded);
     }
 
     /// Reports that CUDA could not start, once per hooked function (without a driver every call

@@ -49,7 +49,16 @@ pub(crate) fn driver_copy(call: &Call<'_, c_int>, _dst: u64, _src: u64, count: u
 
 fn synchronised(call: &Call<'_, c_int>, waits: Waits) -> c_int {
     let s = call.session;
+    // While it waits, the hang watchdog can name it (a few stores; a synchronisation blocks).
+    let waiting = s.waits.enter(crate::session::waits::Waiting {
+        thread: call.thread(),
+        seq: call.seq,
+        hook: call.hook.index() as u16,
+        since_ns: call.outlet.now_ns(),
+        site: call.call_site(),
+    });
     let status = call.forward();
+    drop(waiting);
     let args = match waits {
         Waits::Stream(stream) => CallArgs::Stream { stream },
         Waits::Event(event) => CallArgs::Event { event },

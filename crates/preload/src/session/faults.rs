@@ -161,6 +161,17 @@ impl FaultLog {
     /// Replaces the stored fault of the same call; its index, or `None` when it was not stored.
     /// The stored backtrace, memory state and Python frames are kept when the new one has none:
     /// they describe the moment of the fault, before the call ran.
+    pub fn stored_hang(&self, stream: &str) -> Option<Fault> {
+        self.faults.lock().iter().rev().find(|f| f.kind == crate::trace::FaultKind::GpuHang && f.stream.as_deref() == Some(stream)).cloned()
+    }
+
+    pub fn replace_hang(&self, fault: Fault) -> Option<usize> {
+        let mut faults = self.faults.lock();
+        let index = faults.iter().rposition(|f| f.kind == crate::trace::FaultKind::GpuHang && f.stream == fault.stream)?;
+        faults[index] = fault;
+        Some(index)
+    }
+
     pub fn replace(&self, mut fault: Fault) -> Option<usize> {
         let mut faults = self.faults.lock();
         let index = faults.iter().rposition(|f| f.seq == fault.seq && f.api == fault.api)?;

@@ -23,6 +23,7 @@ pub(crate) mod kernels;
 pub mod launch_memory;
 mod scans;
 pub mod verdicts;
+pub mod waits;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
@@ -159,6 +160,8 @@ pub struct Session {
     /// CUBLASGUARD_SYNC=deferred: the breadcrumbs issued, and the pages they land in (a
     /// forked child starts without: its parent's pages are not mapped for it).
     pub breadcrumbs: breadcrumbs::Breadcrumbs,
+    /// The host threads inside a CUDA synchronisation now (for the hang watchdog).
+    pub waits: waits::Waits,
     /// CUBLASGUARD_SYNC=deferred: the calls whose NaN/Inf verdict waits for its scans to land
     /// (a forked child starts without: the regions they land in are its parent's).
     pub verdicts: verdicts::Verdicts,
@@ -234,6 +237,7 @@ impl Session {
         Self {
             device_scan: DeviceScanState::default(),
             breadcrumbs: breadcrumbs::Breadcrumbs::default(),
+            waits: waits::Waits::default(),
             verdicts: verdicts::Verdicts::default(),
             graphs: graphs::Graphs::default(),
             launch_touches: launch_memory::LaunchTouches::default(),
@@ -567,6 +571,16 @@ impl Session {
     /// index, or `None` when it was not stored (past the cap).
     pub fn replace_fault(&self, fault: Fault) -> Option<usize> {
         self.faults.replace(fault)
+    }
+
+    /// The `gpu_hang` recorded on `stream`, if any.
+    pub fn stored_hang(&self, stream: &str) -> Option<Fault> {
+        self.faults.stored_hang(stream)
+    }
+
+    /// Replaces the `gpu_hang` recorded on the same stream (one record per stuck stream).
+    pub fn replace_hang(&self, fault: Fault) -> Option<usize> {
+        self.faults.replace_hang(fault)
     }
 
     /// Whether a new fault would only be counted.

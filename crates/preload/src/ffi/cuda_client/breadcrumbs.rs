@@ -79,6 +79,7 @@ pub(crate) fn drop_breadcrumb(crumbs: &Breadcrumbs, stream: u64, issued: Issued)
             let page = crate::ffi::cuda_client::device::relaxed(allocate_page);
             if page.is_some() {
                 register_final_check();
+                crate::ffi::host::watchdog::start();
             }
             let (words, device) = page.unwrap_or((&[], 0));
             if !crumbs.add_page(context, words, device) {

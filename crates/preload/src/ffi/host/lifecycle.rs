@@ -461,6 +461,8 @@ const EXIT_WAIT_MS: u32 = 5000;
 pub(crate) fn check_breadcrumbs_at_exit() {
     let Some(_inside) = crate::ffi::intercept::reentry::Reentry::enter() else { return };
     let Some(s) = current().filter(|s| of_this_process(s)) else { return };
+    // From here on what is stuck is the exit's to record.
+    super::watchdog::stop();
     let crumbs_out = s.known_error().is_none() && s.breadcrumbs.progress().iter().any(|p| p.unfinished > 0);
     // A verdict being judged by the guard's thread right now counts too: the trace written
     // after this must hold its fault.
@@ -485,6 +487,7 @@ pub(crate) fn check_breadcrumbs_at_exit() {
                 .filter_map(|p| p.first_unfinished.map(|i| format!("{} #{} on stream {}", s.hook_name(i.hook as usize), i.seq, crate::trace::hex(p.stream))))
                 .collect();
             s.verdicts.note_unfinished_at_exit(stuck.len().max(1) as u64);
+            as_guard_sync(s, 0, |call| crate::guard::hang::record_at_exit(call, u64::from(EXIT_WAIT_MS)));
             if !s.config.quiet {
                 say(&format!(
                     "cublasguard: at exit the GPU had not finished {} after {} s (a kernel that never ends?): not waited for further, \

@@ -1,7 +1,7 @@
 //! Services of the process the guard lives in: its load, forks and exit, the crash writer,
 //! stderr, trace-file claims, its description and environment, Python frames, backtraces, threads,
 //! the GPU's health (NVML, the kernel log), the thread that judges deferred verdicts, and the
-//! one that writes the trace when `cublasguard snapshot` asks.
+//! one that writes the trace when `cublasguard snapshot` asks, and the hang watchdog.
 
 pub(crate) mod backtrace;
 pub(crate) mod call_site;
@@ -20,3 +20,4 @@ pub(crate) mod snapshot;
 pub(crate) mod stderr;
 pub(crate) mod stopwatch;
 pub(crate) mod thread;
+pub(crate) mod watchdog;
