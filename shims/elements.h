@@ -134,7 +134,7 @@ static inline int scale_type_of(int compute) {
     switch (compute) {
     case 64: case 65: return R_16F;
     case 68: case 69: case 74: case 75: case 77: case 78: return R_32F;
-    case 70: case 71: return R_64F;
+    case 70: case 71: case 79: return R_64F;
     case 72: case 73: return R_32I;
     default: return -1;
     }
@@ -145,12 +145,12 @@ static inline int is_complex_type(int type) { return type == C_32F || type == C_
 
 /* cublasGemmEx's complex rows (the cuBLAS documentation's table): A/B C_32F or C_8I with C
  * C_32F under CUBLAS_COMPUTE_32F[_PEDANTIC], all C_32F under the FAST modes, all C_64F under
- * CUBLAS_COMPUTE_64F[_PEDANTIC]. Their scale type is C's. */
+ * CUBLAS_COMPUTE_64F[_PEDANTIC] and CUBLAS_COMPUTE_64F_EMULATED_FIXEDPOINT. Their scale type is C's. */
 static inline int supported_complex_combination(int compute, int ab, int c) {
     switch (compute) {
     case 68: case 69: return (ab == C_32F || ab == C_8I) && c == C_32F;
     case 74: case 75: case 77: case 78: return ab == C_32F && c == C_32F;
-    case 70: case 71: return ab == C_64F && c == C_64F;
+    case 70: case 71: case 79: return ab == C_64F && c == C_64F;
     default: return 0;
     }
 }
@@ -165,7 +165,7 @@ static inline int supported_combination(int compute, int ab, int c) {
                /* FP8 (cublasLt, sm_89 and later): E4M3/E5M2 inputs, a wider output */
                ((ab == R_8F_E4M3 || ab == R_8F_E5M2) && (c == R_32F || c == R_16F || c == R_16BF));
     case 74: case 75: case 77: case 78: return ab == R_32F && c == R_32F;
-    case 70: case 71: return ab == R_64F && c == R_64F;
+    case 70: case 71: case 79: return ab == R_64F && c == R_64F;
     case 72: case 73: return ab == R_8I && c == R_32I;
     default: return 0;
     }

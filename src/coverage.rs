@@ -9,8 +9,10 @@ use cublasguard_format::trace::Summary;
 /// was scanned whole.
 pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<String> {
     let (mut skipped_calls, mut no_room, mut at_call, mut sampled, mut captured) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut unfollowed = 0u64;
     for s in summaries {
         captured = captured.saturating_add(s.captured_calls);
+        unfollowed = unfollowed.saturating_add(s.unfollowed_captured_calls);
         skipped_calls = skipped_calls.saturating_add(s.skipped_scans);
         sampled = sampled.saturating_add(s.sampled_operands);
         no_room = no_room.saturating_add(s.deferred_verdicts.get("no_room").copied().unwrap_or(0));
@@ -25,12 +27,25 @@ pub fn unscanned_lines<'a>(summaries: impl Iterator<Item = &'a Summary>) -> Vec<
         ));
     }
     if captured > 0 {
-        lines.push(format!(
-            "{captured} {} captured into a CUDA graph and not scanned at the capture: {} at each replay, \
-             scanned after each replay with CUBLASGUARD_SYNC=gemm (`cublasguard run --sync gemm`) only.",
+        // Both modes scan a captured call's operands after each replay of its graph, all but
+        // those the guard does not follow to the replays.
+        let mut line = format!(
+            "{captured} {} captured into a CUDA graph and not scanned at the capture: {} at each replay, and {} operands \
+             are scanned after each replay",
             plural(captured, "call was", "calls were"),
-            plural(captured, "its kernel runs", "their kernels run")
-        ));
+            plural(captured, "its kernel runs", "their kernels run"),
+            plural(captured, "its", "their")
+        );
+        let unfollowed = unfollowed.min(captured);
+        if unfollowed > 0 {
+            line.push_str(&format!(
+                ", but for {unfollowed} {} pointer-array batches (their pointers are in device memory) and triangular \
+                 matrices: no replay scans those",
+                plural(unfollowed, "call's", "calls'")
+            ));
+        }
+        line.push('.');
+        lines.push(line);
     }
     if no_room > 0 {
         lines.push(format!(
@@ -79,9 +94,23 @@ mod tests {
 
     #[test]
     fn captured_calls_are_said_to_be_unscanned() {
+        // Both modes scan captured operands after each replay (issue 52).
         let lines = unscanned_lines([Summary { captured_calls: 2, ..Summary::default() }].iter());
-        assert_eq!(lines.len(), 1, "{lines:?}");
-        assert!(lines[0].starts_with("2 calls were captured into a CUDA graph and not scanned"), "{lines:?}");
+        assert_eq!(
+            lines,
+            ["2 calls were captured into a CUDA graph and not scanned at the capture: their kernels run at each replay, \
+              and their operands are scanned after each replay."]
+        );
+        let one = unscanned_lines([Summary { captured_calls: 1, ..Summary::default() }].iter());
+        assert_eq!(one, ["1 call was captured into a CUDA graph and not scanned at the capture: its kernel runs at each replay, and its operands are scanned after each replay."]);
+        // What the replays do not follow is not said to be scanned.
+        let some = unscanned_lines([Summary { captured_calls: 3, unfollowed_captured_calls: 1, ..Summary::default() }].iter());
+        assert_eq!(
+            some,
+            ["3 calls were captured into a CUDA graph and not scanned at the capture: their kernels run at each replay, \
+              and their operands are scanned after each replay, but for 1 call's pointer-array batches (their pointers are \
+              in device memory) and triangular matrices: no replay scans those."]
+        );
     }
 
     #[test]

@@ -6,7 +6,10 @@
  *   types     (Ex forms) an unsupported type combination: f16 inputs with 32F_FAST_TF32
  *   c32 / c64 / ci8  (Ex forms but the pointer-array one) a complex GEMM of 2 x 2 matrices
  *             from NVIDIA's table: c32 with CUBLAS_COMPUTE_32F, c64 with CUBLAS_COMPUTE_64F,
- *             ci8 A/B with a c32 C; prints C's real and imaginary parts */
+ *             ci8 A/B with a c32 C; prints C's real and imaginary parts
+ *   c32_bf16x9 / c64_fixed / r64_fixed  the same with the emulated compute types:
+ *             c32 with CUBLAS_COMPUTE_32F_EMULATED_16BFX9, c64 and (the real parts alone) f64
+ *             with CUBLAS_COMPUTE_64F_EMULATED_FIXEDPOINT (CUDA 13.0 update 2) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,18 +58,23 @@ static void *pointer_array(void *base, size_t member_bytes) {
 /* A complex GEMM through an Ex form: A = [[1+i, 2], [0, 1-i]], B = [[1, i], [2, 1]] (each
  * member of a batch scaled by its index + 1), alpha = 1, beta = 0, printed real/imaginary. */
 static int complex_case(const char *f, const char *which) {
-    int ab = !strcmp(which, "c64") ? C_64F : !strcmp(which, "ci8") ? C_8I : C_32F;
-    int ct = ab == C_64F ? C_64F : C_32F;
-    int compute = ab == C_64F ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+    int real = !strcmp(which, "r64_fixed");
+    int ab = real ? R_64F : !strncmp(which, "c64", 3) ? C_64F : !strcmp(which, "ci8") ? C_8I : C_32F;
+    int ct = ab == C_64F || ab == R_64F ? ab : C_32F;
+    int compute = !strcmp(which, "c32_bf16x9")  ? CUBLAS_COMPUTE_32F_EMULATED_16BFX9
+                  : strstr(which, "_fixed")     ? CUBLAS_COMPUTE_64F_EMULATED_FIXEDPOINT
+                  : ab == C_64F                 ? CUBLAS_COMPUTE_64F
+                                                : CUBLAS_COMPUTE_32F;
+    int parts = real ? 1 : 2; /* a real GEMM of the real parts alone */
     int batched = strstr(f, "Batched") != NULL, members = batched ? 2 : 1;
     /* column-major 2 x 2, as (re, im) pairs */
     const double a[8] = {1, 1, 0, 0, 2, 0, 1, -1}, b[8] = {1, 0, 2, 0, 0, 1, 1, 0};
     unsigned char ha[2 * 4 * 16], hb[2 * 4 * 16], hc[2 * 4 * 16];
     memset(hc, 0, sizeof hc);
     for (int m = 0; m < members; m++)
-        for (int i = 0; i < 8; i++) {
-            int j = m * 8 + i;
-            if (ab == C_64F) ((double *)ha)[j] = a[i] * (m + 1), ((double *)hb)[j] = b[i];
+        for (int i = 0; i < 8; i += 3 - parts) {
+            int j = (m * 8 + i) / (3 - parts);
+            if (ab == C_64F || ab == R_64F) ((double *)ha)[j] = a[i] * (m + 1), ((double *)hb)[j] = b[i];
             else if (ab == C_32F) ((float *)ha)[j] = (float)(a[i] * (m + 1)), ((float *)hb)[j] = (float)b[i];
             else ((signed char *)ha)[j] = (signed char)(a[i] * (m + 1)), ((signed char *)hb)[j] = (signed char)b[i];
         }
@@ -76,8 +84,9 @@ static int complex_case(const char *f, const char *which) {
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 3;
     float one_f[2] = {1, 0}, zero_f[2] = {0, 0};
     double one_d[2] = {1, 0}, zero_d[2] = {0, 0};
-    const void *one = ct == C_64F ? (const void *)one_d : (const void *)one_f;
-    const void *zero = ct == C_64F ? (const void *)zero_d : (const void *)zero_f;
+    int doubles = ct == C_64F || ct == R_64F;
+    const void *one = doubles ? (const void *)one_d : (const void *)one_f;
+    const void *zero = doubles ? (const void *)zero_d : (const void *)zero_f;
     cublasOperation_t nn = CUBLAS_OP_N;
     int st;
     if (!strcmp(f, "cublasGemmEx")) st = cublasGemmEx(h, nn, nn, 2, 2, 2, one, da, ab, 2, db, ab, 2, zero, dc, ct, 2, compute, CUBLAS_GEMM_DEFAULT);
@@ -92,7 +101,7 @@ static int complex_case(const char *f, const char *which) {
     if (sync == cudaSuccess && st == CUBLAS_STATUS_SUCCESS) {
         cudaMemcpy(hc, dc, members * 4 * c_size, cudaMemcpyDeviceToHost);
         printf("C");
-        for (int i = 0; i < members * 8; i++) printf(" %g", ct == C_64F ? ((double *)hc)[i] : (double)((float *)hc)[i]);
+        for (int i = 0; i < members * 4 * parts; i++) printf(" %g", doubles ? ((double *)hc)[i] : (double)((float *)hc)[i]);
         printf("\n");
     }
     return 0;
@@ -100,7 +109,9 @@ static int complex_case(const char *f, const char *which) {
 
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
-    if (!strcmp(argv[2], "c32") || !strcmp(argv[2], "c64") || !strcmp(argv[2], "ci8")) return complex_case(argv[1], argv[2]);
+    const char *complex_cases[] = {"c32", "c64", "ci8", "c32_bf16x9", "c64_fixed", "r64_fixed"};
+    for (size_t i = 0; i < sizeof complex_cases / sizeof *complex_cases; i++)
+        if (!strcmp(argv[2], complex_cases[i])) return complex_case(argv[1], argv[2]);
     const struct variant *v = NULL;
     for (size_t i = 0; i < sizeof variants / sizeof *variants; i++)
         if (!strcmp(variants[i].name, argv[1])) v = &variants[i];

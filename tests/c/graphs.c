@@ -12,6 +12,10 @@
  *   driver        the nan case through the driver, as PyTorch and JAX reach it
  *                 (cudaGetDriverEntryPoint): cuStreamBeginCapture, cuStreamEndCapture,
  *                 cuGraphInstantiateWithFlags, cuGraphLaunch
+ *   batched       a strided-batched GEMM (cublasSgemmStridedBatched, 3 members, as PyTorch's bmm)
+ *                 whose A holds a NaN in member 1 (its A[1,2]), captured, replayed 4 times
+ *   batched_array the same batch as a pointer-array GEMM (cublasSgemmBatched: its pointers in
+ *                 device memory), captured, replayed 4 times
  *   node_params   the nan case, and before the replays a kernel node's arguments changed
  *                 (cudaGraphExecKernelNodeSetParams; the stand-in has no nodes: it takes any)
  *   rules         the stand-in's capture rules: a cudaMalloc during a capture, by the capturing
@@ -28,15 +32,28 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-enum { N = 4 };
+enum { N = 4, MEMBERS = 3 };
 static const float one = 1.0f, zero = 0.0f;
 
-static float *device_matrix(float value) {
-    float h[N * N];
-    for (int i = 0; i < N * N; i++) h[i] = value;
+/* `members` N x N matrices, one after the other, every element `value`. */
+static float *device_batch(float value, int members) {
+    float h[MEMBERS * N * N];
+    for (int i = 0; i < members * N * N; i++) h[i] = value;
     float *d = NULL;
-    if (cudaMalloc((void **)&d, sizeof h) || cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice)) return NULL;
+    size_t bytes = sizeof(float) * (size_t)(members * N * N);
+    if (cudaMalloc((void **)&d, bytes) || cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice)) return NULL;
     return d;
+}
+
+static float *device_matrix(float value) { return device_batch(value, 1); }
+
+/* The members of the batch at `d`, as an array of their addresses in device memory. */
+static const float **device_pointers(const float *d) {
+    const float *h[MEMBERS];
+    for (int i = 0; i < MEMBERS; i++) h[i] = d + i * N * N;
+    const float **p = NULL;
+    if (cudaMalloc((void **)&p, sizeof h) || cudaMemcpy(p, h, sizeof h, cudaMemcpyHostToDevice)) return NULL;
+    return p;
 }
 
 /* The driver's capture and graph functions, found as PyTorch finds driver functions. */
@@ -134,17 +151,21 @@ int main(int argc, char **argv) {
         rule("other_relaxed_thread", st, G, R, 1);
         return 0;
     }
-    float *a = device_matrix(1.0f), *b = device_matrix(2.0f), *c = device_matrix(0.0f);
+    int strided = !strcmp(how, "batched"), array = !strcmp(how, "batched_array"), members = strided || array ? MEMBERS : 1;
+    float *a = device_batch(1.0f, members), *b = device_batch(2.0f, members), *c = device_batch(0.0f, members);
     if (!a || !b || !c) return 4;
     int driver = !strcmp(how, "driver");
     struct driver drv;
     if (driver && driver_functions(&drv)) return 5;
-    if (!strcmp(how, "nan") || !strcmp(how, "nan_flags") || !strcmp(how, "update") || driver || !strcmp(how, "node_params")) {
-        float h[N * N];
-        for (int i = 0; i < N * N; i++) h[i] = 1.0f;
-        h[2 * N + 1] = NAN; /* A[1,2], column-major */
-        if (cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice)) return 4;
+    if (!strcmp(how, "nan") || !strcmp(how, "nan_flags") || !strcmp(how, "update") || driver || !strcmp(how, "node_params") || members > 1) {
+        float h[MEMBERS * N * N];
+        for (int i = 0; i < members * N * N; i++) h[i] = 1.0f;
+        h[(members - 1) / 2 * N * N + 2 * N + 1] = NAN; /* A[1,2], column-major, of member 1 of a batch */
+        if (cudaMemcpy(a, h, sizeof(float) * (size_t)(members * N * N), cudaMemcpyHostToDevice)) return 4;
     }
+    const float **a_array = array ? device_pointers(a) : NULL, **b_array = array ? device_pointers(b) : NULL;
+    float **c_array = array ? (float **)device_pointers(c) : NULL;
+    if (array && (!a_array || !b_array || !c_array)) return 4;
     cudaStream_t st;
     if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking)) return 4;
     cudaGraph_t graph = NULL;
@@ -166,7 +187,13 @@ int main(int argc, char **argv) {
         if (cublasCreate(&handle) || cublasSetStream(handle, st)) return 4;
         enum cudaStreamCaptureMode mode = strcmp(how, "thread_local") ? cudaStreamCaptureModeGlobal : cudaStreamCaptureModeThreadLocal;
         printf("begin=%d\n", driver ? drv.begin((CUstream)st, CU_STREAM_CAPTURE_MODE_GLOBAL) : cudaStreamBeginCapture(st, mode));
-        int gemm = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, b, N, &zero, c, N); /* the captured line */
+        int gemm;
+        if (strided)
+            gemm = cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, N * N, b, N, N * N, &zero, c, N, N * N, MEMBERS); /* the captured batched line */
+        else if (array)
+            gemm = cublasSgemmBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a_array, N, b_array, N, &zero, c_array, N, MEMBERS);
+        else
+            gemm = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, b, N, &zero, c, N); /* the captured line */
         printf("gemm=%d\n", gemm);
         end = driver ? drv.end((CUstream)st, (CUgraph *)&graph) : cudaStreamEndCapture(st, &graph);
         if (!end && !strcmp(how, "update")) {

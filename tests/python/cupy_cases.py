@@ -7,6 +7,8 @@ type, `@`, dot, tensordot, a transposed operand, batched matmul), the results pr
 guarded must print the same); then what the stand-in does not compute (an elementwise kernel
 needs NVRTC, an FFT cuFFT, random numbers cuRAND, a handle cuSOLVER or cuSPARSE), each
 failing with its library's error.
+`old_gpu`: tensordot in float64 on a GPU of compute capability 3.5, where CuPy calls
+cublasDgemm_v2 rather than cublasGemmEx.
 `faults`: each planted mistake once, on the line marked `# FAULT <name>`; the script carries on
 after each (the guard refuses the call, CUBLASGUARD_ON_FAULT=error, and CuPy raises).
 `nan`: a NaN reaching a product under the guard's defaults.
@@ -16,6 +18,7 @@ import sys
 
 import cupy
 import numpy as np
+from cupy_backends.cuda.libs import cublas
 
 A = np.arange(1, 13).reshape(4, 3)  # m x k, row-major as CuPy keeps it
 B = np.arange(1, 7).reshape(3, 2)  # k x n
@@ -100,8 +103,30 @@ def faults():
     on_host = cupy.ndarray(host.shape, host.dtype, memptr=cupy.cuda.MemoryPointer(unowned, 0))
     with refused("host"):
         cupy.matmul(on_host, b)  # FAULT host
+    # cuBLAS called directly, as CuPy's own routines call it (column-major: C = A B, A m x k,
+    # B k x n), on exact cudaMalloc allocations (outside the pool) with float32 scalars on
+    # the host.
+    m, n, k = 4, 2, 3
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    alpha, beta = one.ctypes.data, zero.ctypes.data
+    da, db, dc = (cupy.cuda.memory.Memory(4 * count) for count in (m * k, k * n, m * n))
+    handle = cupy.cuda.device.get_cublas_handle()
+    with refused("bad_ldb"):
+        cublas.sgemm(handle, 0, 0, m, n, k, alpha, da.ptr, m, db.ptr, k - 1, beta, dc.ptr, m)  # FAULT bad_ldb
+    # k twice what A and B hold: A (m x 2k, ld m) overruns its allocation.
+    with refused("large_k"):
+        cublas.gemmEx(handle, 0, 0, m, n, 2 * k, alpha, da.ptr, 0, m, db.ptr, 0, 2 * k, beta, dc.ptr, 0, m, 68, -1)  # FAULT large_k
+    # float16 products past float16's largest finite value (65504): 3 x 300 x 300 = 270000.
+    big_a, big_b = cupy.asarray(np.full((4, 3), 300, np.float16)), cupy.asarray(np.full((3, 2), 300, np.float16))
+    with refused("f16_overflow"):
+        cupy.matmul(big_a, big_b)  # FAULT f16_overflow
     # After the refused calls, a clean product still computes.
     show("after", a @ b)
+
+
+def old_gpu():
+    a, b = cupy.asarray(A.astype(np.float64)), cupy.asarray(B.astype(np.float64))
+    show("tensordot", cupy.tensordot(a, b, axes=1))
 
 
 def nan():
@@ -114,5 +139,5 @@ def nan():
     show("nan", c)
 
 
-{"clean": clean, "faults": faults, "nan": nan}[sys.argv[1]]()
+{"clean": clean, "faults": faults, "old_gpu": old_gpu, "nan": nan}[sys.argv[1]]()
 sys.stdout.flush()

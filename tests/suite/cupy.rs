@@ -4,7 +4,8 @@
 //! stand-in on its library path. Its cuBLAS paths (matmul in f16/f32/f64/c64/c128, `@`, dot,
 //! tensordot, batched matmul) compute the same bare and guarded, with no fault; what the
 //! stand-in does not compute fails with the same error bare and guarded; each planted mistake
-//! is named with its call, operand, element and the script's line (tests/python/cupy_cases.py).
+//! is named with its call, operand, element and the script's line (tests/python/cupy_cases.py),
+//! those made through CuPy's own cuBLAS bindings (a bad ldb, a too-large k) among them.
 //!
 //! Needs the virtual environment from scripts/fetch-cupy.sh: without it (no marker from the
 //! script, build.rs) these tests are ignored, with the reason, unless
@@ -126,12 +127,12 @@ fn each_mistake_planted_through_cupy_is_named_with_its_call_operand_element_and_
     let out = run_script("faults", Some(&trace_path), &[("CUBLASGUARD_ON_FAULT", "error")]);
     assert!(out.status.success(), "{}", output_text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    for name in ["nan_a", "inf_b", "nan_batched", "short", "freed", "host"] {
+    for name in ["nan_a", "inf_b", "nan_batched", "short", "freed", "host", "bad_ldb", "large_k", "f16_overflow"] {
         assert!(stdout.contains(&format!("{name} CUBLASError\n")), "{name}: {}", output_text(&out));
     }
     assert!(stdout.contains("after float32 [[22.0, 28.0], [49.0, 64.0], [76.0, 100.0], [103.0, 136.0]]\n"), "{}", output_text(&out));
     let t = trace::read(&trace_path).expect("a trace at exit");
-    assert_eq!(t.faults.len(), 6, "{:#?}", t.faults);
+    assert_eq!(t.faults.len(), 9, "{:#?}", t.faults);
 
     // CuPy keeps arrays by rows and asks cuBLAS for C^T = B^T A^T: the array `a` of `a @ b` is
     // cuBLAS's B, stored k x m, so its element [i, j] is B's (row j, col i).
@@ -156,6 +157,38 @@ fn each_mistake_planted_through_cupy_is_named_with_its_call_operand_element_and_
 
     let f = planted(&t, "host", "cublasGemmEx", FaultKind::HostPointer);
     assert!(f.message.starts_with("operand B ") && f.message.contains("host (CPU) buffer"), "{}", f.message);
+
+    // cuBLAS called directly through CuPy's bindings (cupy_backends.cuda.libs.cublas).
+    let f = planted(&t, "bad_ldb", "cublasSgemm_v2", FaultKind::InvalidArgument);
+    assert_eq!(f.message, "ldb = 2 but transb = N needs ldb >= max(1, k) = 3", "{f:#?}");
+    assert_eq!(f.args["ldb"].as_i64(), Some(2), "{f:#?}");
+
+    let f = planted(&t, "large_k", "cublasGemmEx", FaultKind::OutOfBounds);
+    assert_eq!(f.args["k"].as_i64(), Some(6), "{f:#?}");
+    assert!(f.message.starts_with("operand A (4 x 6 as stored, ld 4)") && f.message.contains("overruns it by 48 bytes"), "{}", f.message);
+
+    // C = A B in float16 holds 3 x 300 x 300 = 270000 in every element: past 65504, Inf.
+    let f = planted(&t, "f16_overflow", "cublasGemmEx", FaultKind::NonfiniteOutput);
+    assert_eq!(operand(f, "C").inf, Some(8), "{f:#?}");
+    assert!(f.message.starts_with("this call produced 8 Inf") && f.message.contains("from finite inputs (overflow"), "{}", f.message);
+}
+
+#[test]
+#[cfg_attr(not(cublasguard_has_cupy), ignore = "needs CuPy: run scripts/fetch-cupy.sh")]
+fn cupy_on_a_gpu_older_than_maxwell_reaches_cublas_dgemm_and_computes_the_same_guarded() {
+    // Below compute capability 5.0 CuPy's tensordot calls cublasDgemm_v2, not cublasGemmEx.
+    let env = [("CUDASHIM_COMPUTE_CAPABILITY", "3.5")];
+    let bare = run_script("old_gpu", None, &env);
+    assert!(bare.status.success(), "{}", output_text(&bare));
+    let out = String::from_utf8_lossy(&bare.stdout).into_owned();
+    assert_eq!(out, "tensordot float64 [[22.0, 28.0], [49.0, 64.0], [76.0, 100.0], [103.0, 136.0]]\n");
+    let trace_path = temp_dir("cupy-old-gpu").join("trace.json");
+    let guarded = run_script("old_gpu", Some(&trace_path), &env);
+    assert_eq!(out, String::from_utf8_lossy(&guarded.stdout), "same stdout: {}", output_text(&guarded));
+    let t = trace::read(&trace_path).expect("a trace at exit");
+    assert!(t.faults.is_empty(), "{:#?}", t.faults);
+    assert_eq!(t.summary.calls.get("cublasDgemm_v2"), Some(&1), "{:?}", t.summary.calls);
+    assert_eq!(t.summary.calls.get("cublasGemmEx"), None, "{:?}", t.summary.calls);
 }
 
 #[test]

@@ -162,6 +162,32 @@ fn complex_gemm_ex_rows_of_nvidias_table_run_clean_under_on_fault_error() {
 }
 
 #[test]
+fn emulated_compute_type_rows_of_nvidias_table_run_clean_under_on_fault_error() {
+    // CUBLAS_COMPUTE_32F_EMULATED_16BFX9 (78) with c32, and CUDA 13.0 update 2's
+    // CUBLAS_COMPUTE_64F_EMULATED_FIXEDPOINT (79) with c64 and f64: valid calls, computed, and
+    // never refused. The real case multiplies the complex case's real parts alone.
+    let env = [("CUBLASGUARD_ON_FAULT", "error")];
+    let program = common::build_c("gemm_family", &["gemm_family.c"], false);
+    for function in ["cublasGemmEx", "cublasGemmStridedBatchedEx_64"] {
+        let batched = function.contains("Batched");
+        for (case, one, two) in [
+            ("c32_bf16x9", "5 1 2 -2 1 1 1 -1", "10 2 4 -4 2 2 2 -2"),
+            ("c64_fixed", "5 1 2 -2 1 1 1 -1", "10 2 4 -4 2 2 2 -2"),
+            ("r64_fixed", "5 2 2 1", "10 4 4 2"),
+        ] {
+            let run = common::run(Launch { env: &env, ..Launch::new(&program, &[function, case]) });
+            let out = run.stdout();
+            assert!(out.contains("status=0\nsync=0\n"), "{function} {case}: {out}");
+            let expected = if batched { format!("C {one} {two}") } else { format!("C {one}") };
+            assert_eq!(out.lines().last(), Some(expected.as_str()), "{function} {case}");
+            let t = run.trace();
+            assert!(t.faults.is_empty(), "{function} {case}: {:#?}", t.faults);
+            assert_eq!(t.summary.calls.get(function), Some(&1), "{function} was intercepted");
+        }
+    }
+}
+
+#[test]
 fn cublaslt_c_may_be_null_when_beta_is_zero_and_a_null_c_is_named_null_otherwise() {
     // nvmath-python's matmul without C: C = NULL, beta = 0. cuBLASLt does not read C then.
     let bare = linear("c_null", "f32", false);

@@ -176,3 +176,48 @@ fn an_executable_updated_to_another_graph_is_scanned_for_that_graphs_operands() 
         assert_eq!(trace.summary.captured_calls, 2, "{mode}: {:?}", trace.summary);
     }
 }
+
+#[test]
+fn in_both_modes_a_nan_in_a_member_of_a_captured_strided_batch_is_found_at_the_first_replay_with_the_captured_line() {
+    // cublasSgemmStridedBatched (PyTorch's bmm) over 3 members, A's member 1 holding a NaN at
+    // its [1,2], captured and replayed four times: every member of each operand is kept with
+    // the capture and scanned after each replay, and the first replay is blamed for member 1.
+    let told = MODES.map(|mode| {
+        let run = run_case("batched", Some(mode));
+        assert_captured_and_replayed(&run, "batched", Some(mode), "8");
+        let trace = run.trace();
+        let gemm = trace.recent_calls.iter().find(|c| c.api == "cublasSgemmStridedBatched").expect("the captured GEMM");
+        assert!(gemm.captured && !gemm.scanned, "{mode}: {gemm:?}");
+        let first_launch = trace.recent_calls.iter().find(|c| c.api == "cudaGraphLaunch").expect("a replay").seq;
+        let f = trace.faults.first().unwrap_or_else(|| panic!("{mode}: no fault: {}", run.stderr()));
+        assert_eq!((f.kind, f.api.as_str(), f.seq), (FaultKind::NonfiniteInput, "cudaGraphLaunch", first_launch), "{mode}: {}", f.message);
+        let named = format!("A (batch member 1 of 3) of cublasSgemmStridedBatched #{} (captured into this graph", gemm.seq);
+        assert!(f.message.starts_with(&named), "{mode}: {}", f.message);
+        assert!(f.message.contains("1 NaN and 0 Inf") && f.message.ends_with("first at row 1, col 2"), "{mode}: {}", f.message);
+        let line = line_of(&manifest_dir().join("tests/c/graphs.c"), "/* the captured batched line */");
+        assert_eq!(own_line(f), Some(format!("graphs.c:{line}")), "{mode}: {:#?}", f.backtrace);
+        assert_eq!(trace.summary.unfollowed_captured_calls, 0, "{mode}: {:?}", trace.summary);
+        if mode == "deferred" {
+            assert_eq!(trace.summary.deferred_verdicts.get("deferred"), Some(&4), "one verdict a replay: {:?}", trace.summary.deferred_verdicts);
+        }
+        trace.faults.iter().map(|f| (f.kind, f.api.clone(), f.seq, f.message.clone(), own_line(f))).collect::<Vec<_>>()
+    });
+    assert_eq!(told[0], told[1], "the default mode tells the replay's NaN as gemm mode does");
+}
+
+#[test]
+fn a_captured_pointer_array_batch_is_said_not_to_be_scanned_after_the_replays() {
+    // cublasSgemmBatched: its members' addresses are in device memory, which the guard does not
+    // follow to the replays. The NaN in A's member 1 goes unseen, and the trace and the report
+    // say so rather than count the call as scanned after each replay.
+    for mode in MODES {
+        let run = run_case("batched_array", Some(mode));
+        assert_captured_and_replayed(&run, "batched_array", Some(mode), "8");
+        let trace = run.trace();
+        assert!(trace.faults.is_empty(), "{mode}: {:#?}", trace.faults);
+        assert_eq!((trace.summary.captured_calls, trace.summary.unfollowed_captured_calls), (1, 1), "{mode}: {:?}", trace.summary);
+        let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
+        let text = String::from_utf8_lossy(&report.stdout);
+        assert!(text.contains("but for 1 call's pointer-array batches") && text.contains("no replay scans those"), "{mode}: {text}");
+    }
+}

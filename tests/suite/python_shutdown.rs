@@ -43,9 +43,24 @@ fn pythons() -> Vec<(String, String)> {
     found
 }
 
-/// What went wrong in one guarded run of tests/python/shutdown.py, if anything; and whether
-/// its trace holds a fault with Python frames.
-fn one_run(python: &str, n: usize) -> (Option<String>, bool) {
+/// The note a fault made once the interpreter began to shut down carries instead of frames
+/// (crates/preload/src/ffi/host/python.rs).
+const SHUTDOWN_NOTE: &str = ": Python frames not read: the interpreter is shutting down (its thread states may be freed under this thread)";
+
+/// What one guarded run of tests/python/shutdown.py left.
+#[derive(Default)]
+struct Outcome {
+    /// What went wrong, if anything.
+    failure: Option<String>,
+    /// Its trace holds a fault with Python frames.
+    frames: bool,
+    /// Faults made as the interpreter shut down (each with the shutdown note).
+    at_shutdown: usize,
+}
+
+/// One guarded run of tests/python/shutdown.py.
+fn one_run(python: &str, n: usize) -> Outcome {
+    let failed = |failure| Outcome { failure: Some(failure), ..Outcome::default() };
     let dir = temp_dir("py-shutdown");
     let trace_path = dir.join("trace.json");
     let s = standin();
@@ -66,18 +81,27 @@ fn one_run(python: &str, n: usize) -> (Option<String>, bool) {
         // Every fault stored, so that every one reads frames, up to the end.
         .env("CUBLASGUARD_MAX_FAULTS", "100000");
     let Some(output) = output_within(&mut cmd, &dir, Duration::from_secs(60)) else {
-        return (Some(format!("{python} run {n}: still running after 60 s")), false);
+        return failed(format!("{python} run {n}: still running after 60 s"));
     };
     let status = output.status;
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let tail: String = stderr.lines().filter(|l| !l.contains("cublasSgemm_v2 #")).collect::<Vec<_>>().join("\n");
     if !status.success() || stderr.contains("Fatal Python error") {
-        return (Some(format!("{python} run {n}: {status}; {tail}")), false);
+        return failed(format!("{python} run {n}: {status}; {tail}"));
     }
-    match cublasguard_format::trace::read(&trace_path) {
-        Ok(t) => (None, t.faults.iter().any(|f| !f.python_stack.is_empty())),
-        Err(e) => (Some(format!("{python} run {n}: trace {e}; {tail}")), false),
-    }
+    let t = match cublasguard_format::trace::read(&trace_path) {
+        Ok(t) => t,
+        Err(e) => return failed(format!("{python} run {n}: trace {e}; {tail}")),
+    };
+    // Every GEMM is made by a thread running Python: a fault without its frames was made once
+    // the interpreter began to shut down, and says so.
+    let frameless: Vec<_> = t.faults.iter().filter(|f| f.python_stack.is_empty()).collect();
+    let unsaid: Vec<_> = frameless.iter().filter(|f| !f.python_stack_note.as_deref().is_some_and(|note| note.ends_with(SHUTDOWN_NOTE))).collect();
+    let failure = (!unsaid.is_empty()).then(|| {
+        let notes: Vec<_> = unsaid.iter().map(|f| (f.seq, f.python_stack_note.clone())).collect();
+        format!("{python} run {n}: {} fault(s) without frames or the shutdown note: {notes:?}", unsaid.len())
+    });
+    Outcome { failure, frames: t.faults.iter().any(|f| !f.python_stack.is_empty()), at_shutdown: frameless.len() }
 }
 
 #[test]
@@ -90,6 +114,7 @@ fn python_programs_whose_daemon_threads_fault_as_the_interpreter_exits_never_cra
         let next = AtomicUsize::new(0);
         let failures = Mutex::new(Vec::new());
         let with_frames = AtomicUsize::new(0);
+        let at_shutdown = AtomicUsize::new(0);
         std::thread::scope(|scope| {
             for _ in 0..AT_ONCE {
                 scope.spawn(|| loop {
@@ -97,15 +122,17 @@ fn python_programs_whose_daemon_threads_fault_as_the_interpreter_exits_never_cra
                     if n >= RUNS {
                         break;
                     }
-                    let (failure, frames) = one_run(&python, n);
-                    with_frames.fetch_add(frames as usize, Ordering::SeqCst);
-                    if let Some(failure) = failure {
+                    let outcome = one_run(&python, n);
+                    with_frames.fetch_add(outcome.frames as usize, Ordering::SeqCst);
+                    at_shutdown.fetch_add(outcome.at_shutdown, Ordering::SeqCst);
+                    if let Some(failure) = outcome.failure {
                         failures.lock().unwrap_or_else(|e| e.into_inner()).push(failure);
                     }
                 });
             }
         });
         let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+        eprintln!("CPython {version}: {} faults made at shutdown, each with the shutdown note", at_shutdown.load(Ordering::SeqCst));
         assert!(failures.is_empty(), "{} of {RUNS} runs on {python} failed:\n{}", failures.len(), failures.join("\n"));
         // The runs exercised the frame reading they are about: most faults get their frames.
         assert!(with_frames.load(Ordering::SeqCst) > RUNS / 4, "{python}: Python frames in only {} of {RUNS} traces", with_frames.load(Ordering::SeqCst));

@@ -723,6 +723,10 @@ pub struct Summary {
     /// neither scanned nor counted in `scanned_calls` or `skipped_scans` (0 in traces before 0.5).
     #[serde(default)]
     pub captured_calls: u64,
+    /// Of `captured_calls`, those with an operand no replay of the graph scans: a pointer-array
+    /// batch (its pointers live in device memory) or a triangle (0 in traces before 0.5).
+    #[serde(default)]
+    pub unfollowed_captured_calls: u64,
     /// The rules of CUBLASGUARD_IGNORE in force, each with the faults it kept out of the trace
     /// (not counted in `faults`).
     #[serde(default)]
@@ -746,6 +750,7 @@ pub trait SummarySource {
     fn skipped_scans(&self) -> u64;
     fn sampled_operands(&self) -> u64;
     fn captured_calls(&self) -> u64;
+    fn unfollowed_captured_calls(&self) -> u64;
     /// Each CUBLASGUARD_IGNORE rule, as written, with the faults it kept out.
     fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64));
     /// The deferred verdicts' counts that are not 0, by name.
@@ -775,6 +780,7 @@ pub fn visit_summary(source: &dyn SummarySource, f: &mut dyn FnMut(&'static str,
     f("skipped_scans", SummaryValue::Count(source.skipped_scans()));
     f("sampled_operands", SummaryValue::Count(source.sampled_operands()));
     f("captured_calls", SummaryValue::Count(source.captured_calls()));
+    f("unfollowed_captured_calls", SummaryValue::Count(source.unfollowed_captured_calls()));
     f("ignored_faults", SummaryValue::Counts { visit: &|g| source.ignored_faults(g), omit_empty: true });
     f("deferred_verdicts", SummaryValue::Counts { visit: &|g| source.deferred_verdicts(g), omit_empty: true });
 }
@@ -800,6 +806,9 @@ impl SummarySource for Summary {
     }
     fn captured_calls(&self) -> u64 {
         self.captured_calls
+    }
+    fn unfollowed_captured_calls(&self) -> u64 {
+        self.unfollowed_captured_calls
     }
     fn ignored_faults(&self, f: &mut dyn FnMut(&str, u64)) {
         self.ignored_faults.iter().for_each(|(k, v)| f(k, *v));
@@ -827,6 +836,7 @@ impl Summary {
             skipped_scans: source.skipped_scans(),
             sampled_operands: source.sampled_operands(),
             captured_calls: source.captured_calls(),
+            unfollowed_captured_calls: source.unfollowed_captured_calls(),
             ignored_faults: collect(&|f| source.ignored_faults(f)),
             deferred_verdicts: collect(&|f| source.deferred_verdicts(f)),
         }
@@ -1830,6 +1840,7 @@ mod tests {
             skipped_scans: 1,
             sampled_operands: 3,
             captured_calls: 4,
+            unfollowed_captured_calls: 1,
             ignored_faults: [("kind=nonfinite_input".to_string(), 5)].into(),
             deferred_verdicts: [("deferred".to_string(), 2)].into(),
         };
@@ -1846,7 +1857,8 @@ mod tests {
                 "ignored_faults",
                 "sampled_operands",
                 "scanned_calls",
-                "skipped_scans"
+                "skipped_scans",
+                "unfollowed_captured_calls"
             ]
         );
         assert_eq!(serde_json::from_value::<Summary>(json).unwrap(), summary, "each field read back under the name it was written");

@@ -201,8 +201,8 @@ fn gemm_rule_broken(args: &GemmArgs) -> Option<ArgProblem> {
 /// | 32F, 32F_PEDANTIC | R_32F | R_16BF, R_16F | the same, or R_32F |
 /// | | R_32F | R_8I, R_32F | R_32F |
 /// | | C_32F | C_8I, C_32F | C_32F |
-/// | 32F_FAST_16F, _16BF, _TF32 | R_32F / C_32F | R_32F / C_32F | R_32F / C_32F |
-/// | 64F, 64F_PEDANTIC | R_64F / C_64F | R_64F / C_64F | R_64F / C_64F |
+/// | 32F_FAST_16F, _16BF, _TF32, 32F_EMULATED_16BFX9 | R_32F / C_32F | R_32F / C_32F | R_32F / C_32F |
+/// | 64F, 64F_PEDANTIC, 64F_EMULATED_FIXEDPOINT | R_64F / C_64F | R_64F / C_64F | R_64F / C_64F |
 pub fn check_type_combination(compute: ComputeType, a: DType, b: DType, c: DType) -> Option<String> {
     use DType::*;
     let supported = a == b
@@ -214,7 +214,7 @@ pub fn check_type_combination(compute: ComputeType, a: DType, b: DType, c: DType
             ComputeType::F32Fast16F | ComputeType::F32Fast16BF | ComputeType::F32FastTF32 | ComputeType::F32Emulated16BFx9 => {
                 matches!((a, c), (F32, F32) | (C32, C32))
             }
-            ComputeType::F64 | ComputeType::F64Pedantic => matches!((a, c), (F64, F64) | (C64, C64)),
+            ComputeType::F64 | ComputeType::F64Pedantic | ComputeType::F64EmulatedFixedPoint => matches!((a, c), (F64, F64) | (C64, C64)),
             ComputeType::I32 | ComputeType::I32Pedantic => a == I8 && c == I32,
             ComputeType::Unknown(_) => false,
         };
@@ -229,7 +229,7 @@ pub fn check_type_combination(compute: ComputeType, a: DType, b: DType, c: DType
         ComputeType::F32 | ComputeType::F32Pedantic => {
             "A/B bf16 or f16 with C of the same type or f32, A/B i8 with C f32, all f32, A/B ci8 with C c32, or all c32"
         }
-        ComputeType::F64 | ComputeType::F64Pedantic => "all f64 or all c64",
+        ComputeType::F64 | ComputeType::F64Pedantic | ComputeType::F64EmulatedFixedPoint => "all f64 or all c64",
         ComputeType::I32 | ComputeType::I32Pedantic => "A/B i8 with C i32",
         _ => "all f32 or all c32",
     };
@@ -241,8 +241,8 @@ pub fn check_type_combination(compute: ComputeType, a: DType, b: DType, c: DType
 pub fn scale_type(compute: ComputeType, c: DType) -> DType {
     match compute {
         ComputeType::F16 | ComputeType::F16Pedantic => DType::F16,
-        ComputeType::F64 | ComputeType::F64Pedantic if c == DType::C64 => DType::C64,
-        ComputeType::F64 | ComputeType::F64Pedantic => DType::F64,
+        ComputeType::F64 | ComputeType::F64Pedantic | ComputeType::F64EmulatedFixedPoint if c == DType::C64 => DType::C64,
+        ComputeType::F64 | ComputeType::F64Pedantic | ComputeType::F64EmulatedFixedPoint => DType::F64,
         ComputeType::I32 | ComputeType::I32Pedantic => DType::I32,
         _ if c == DType::C32 => DType::C32,
         _ => DType::F32,
@@ -396,10 +396,10 @@ mod tests {
             (&[68, 69], F32, F32),
             (&[68, 69], CI8, C32),
             (&[68, 69], C32, C32),
-            (&[74, 75, 77], F32, F32),
-            (&[74, 75, 77], C32, C32),
-            (&[70, 71], F64, F64),
-            (&[70, 71], C64, C64),
+            (&[74, 75, 77, 78], F32, F32),
+            (&[74, 75, 77, 78], C32, C32),
+            (&[70, 71, 79], F64, F64),
+            (&[70, 71, 79], C64, C64),
         ];
         for (computes, ab, c) in rows {
             for &compute in *computes {
@@ -411,6 +411,8 @@ mod tests {
         assert_eq!(scale_type(ComputeType::F32, C32), C32);
         assert_eq!(scale_type(ComputeType::F64, C64), C64);
         assert_eq!(scale_type(ComputeType::F32, F32), F32);
+        assert_eq!((scale_type(ComputeType::F64EmulatedFixedPoint, F64), scale_type(ComputeType::F64EmulatedFixedPoint, C64)), (F64, C64));
+        assert_eq!(ComputeType::decode(79).name(), "CUBLAS_COMPUTE_64F_EMULATED_FIXEDPOINT");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::verdicts::Recording;
 use super::{Call, Hook};
-use crate::check::operand_call::{scan_on_stream, scan_staging_need, scanned_by_kernel, STAGING_BASE};
+use crate::check::operand_call::{scan_on_stream, scan_staging_need, scanned_by_kernel, Members, STAGING_BASE};
 use crate::check::{Device, Finding};
 use crate::config::{DeviceScan, OnFault, SyncMode};
 use crate::cuda;
@@ -100,8 +100,8 @@ pub(crate) fn scan_after_launch(call: &Call<'_, c_int>, exec: u64, stream: u64) 
     }
     let mut found = None;
     call.device.with_scan_buffer(&mut |buf| found = first_nonfinite(call.device, &kept, stream, buf, s.config.scan_bytes));
-    if let Some((op, scan)) = found {
-        report(call, exec, stream, &op, &scan, None);
+    if let Some(found) = found {
+        report(call, exec, stream, &found, None);
     }
 }
 
@@ -128,13 +128,19 @@ fn scan_later(call: &Call<'_, c_int>, exec: u64, stream: u64, kept: &Arc<[KeptOp
     let s = call.session;
     let on_device = s.config.device_scan != DeviceScan::Off && !s.device_scan.failed();
     let need = kept.iter().fold(STAGING_BASE, |need, op| {
-        need.saturating_add(scan_staging_need(op.dtype, op.shape, 1, on_device && scanned_by_kernel(op.dtype), s.config.scan_bytes))
+        let by_kernel = on_device && scanned_by_kernel(op.dtype);
+        // A kernel's result lands once for each member scanned; a host scan's copies are
+        // what `scan_staging_need` counts for the whole batch.
+        let (members, each) = if by_kernel { (members(op, s.config.scan_bytes).count() as u64, 1) } else { (1, op.members.count()) };
+        need.saturating_add(scan_staging_need(op.dtype, op.shape, each, by_kernel, s.config.scan_bytes).saturating_mul(members))
     });
     let Some(recording) = Recording::begin(call, stream, need) else { return false };
     recording.after_call();
     call.device.with_scan_buffer(&mut |buf| {
         for op in kept.iter() {
-            scan_on_stream(&recording, op.addr, op.shape, op.dtype, stream, buf, s.config.scan_bytes);
+            for (_, addr, bytes) in members(op, s.config.scan_bytes) {
+                scan_on_stream(&recording, addr, op.shape, op.dtype, stream, buf, bytes);
+            }
         }
     });
     if recording.overflowed() {
@@ -159,29 +165,66 @@ fn scan_later(call: &Call<'_, c_int>, exec: u64, stream: u64, kept: &Arc<[KeptOp
 /// `found_at`.
 pub(super) fn judge_replay<R: Copy>(call: &Call<'_, R>, replay: &dyn Device, seq: u64, v: &ReplayVerdict, found_at: u64, buf: &mut Vec<u8>) {
     let s = call.session;
-    let Some((op, scan)) = first_nonfinite(replay, &v.kept, v.stream, buf, s.config.scan_bytes) else { return };
-    let outlet = super::verdicts::LateOutlet::new(call.outlet, v.thread, v.python.clone(), op.site);
+    let Some(found) = first_nonfinite(replay, &v.kept, v.stream, buf, s.config.scan_bytes) else { return };
+    let outlet = super::verdicts::LateOutlet::new(call.outlet, v.thread, v.python.clone(), found.op.site);
     let forward = || cuda::CUDA_SUCCESS;
     let launch = Call::judged_later(s, v.hook, seq, replay, &outlet, &forward, call.memo);
-    report(&launch, v.exec, v.stream, &op, &scan, Some((found_at, v.time_ns)));
+    report(&launch, v.exec, v.stream, &found, Some((found_at, v.time_ns)));
 }
 
-/// The first kept operand that holds a NaN or an Inf, read through `device` in their order.
-fn first_nonfinite(device: &dyn Device, kept: &[KeptOperand], stream: u64, buf: &mut Vec<u8>, scan_bytes: u64) -> Option<(KeptOperand, MatrixScan)> {
+/// The first kept operand that holds a NaN or an Inf, read through `device` in their order (a
+/// batch's members in theirs), with the member that held it (a batch's) and what it held.
+fn first_nonfinite(device: &dyn Device, kept: &[KeptOperand], stream: u64, buf: &mut Vec<u8>, scan_bytes: u64) -> Option<Found> {
     kept.iter().find_map(|op| {
-        let scan = scan_on_stream(device, op.addr, op.shape, op.dtype, stream, buf, scan_bytes)?;
-        (scan.nan > 0 || scan.inf > 0).then_some((*op, scan))
+        members(op, scan_bytes).find_map(|(member, addr, bytes)| {
+            let scan = scan_on_stream(device, addr, op.shape, op.dtype, stream, buf, bytes)?;
+            let batch = (op.members != Members::One).then_some((member, op.members.count()));
+            (scan.nan > 0 || scan.inf > 0).then_some(Found { op: *op, batch, scan })
+        })
     })
 }
 
-/// The fault on the launch of `exec`: `op` of a captured call holds what `scan` found. `late`:
-/// judged after the launch, at call `found_at`, the launch made at `time_ns`.
-fn report(call: &Call<'_, c_int>, exec: u64, stream: u64, op: &KeptOperand, scan: &MatrixScan, late: Option<(u64, u64)>) {
+/// A kept operand found holding NaN/Inf after a launch.
+struct Found {
+    op: KeptOperand,
+    /// A batch's member that held it, of how many.
+    batch: Option<(u64, u64)>,
+    scan: MatrixScan,
+}
+
+/// The members of `op` a replay's scan reads, as a call's own scan picks them (every one, or
+/// an even sample of them within `scan_bytes`): each one's number, address and the bytes its
+/// scan may copy. Both the queued scans and their verdict walk them, so they agree.
+fn members(op: &KeptOperand, scan_bytes: u64) -> impl Iterator<Item = (u64, u64, u64)> {
+    let (count, stride) = match op.members {
+        Members::Strided { count, stride } => (count, stride),
+        Members::One | Members::Array { .. } => (1, 0),
+    };
+    let elem = op.dtype.size().unwrap_or(1).max(1);
+    let member_bytes = (op.shape.rows.max(0) as u64).saturating_mul(op.shape.cols.max(0) as u64).saturating_mul(elem);
+    let (step, each) = if member_bytes.saturating_mul(count) <= scan_bytes || count == 0 {
+        (1, scan_bytes)
+    } else {
+        let scanned = (scan_bytes / member_bytes.max(1)).clamp(1, count);
+        (count.div_ceil(scanned), (scan_bytes / scanned).max(elem))
+    };
+    let addr = op.addr;
+    (0..count).step_by(step.max(1) as usize).filter_map(move |b| {
+        let offset = (b as i128) * (stride as i128) * (elem as i128);
+        Some((b, u64::try_from(addr as i128 + offset).ok()?, each))
+    })
+}
+
+/// The fault on the launch of `exec`: an operand of a captured call holds what was `found`.
+/// `late`: judged after the launch, at call `found_at`, the launch made at `time_ns`.
+fn report(call: &Call<'_, c_int>, exec: u64, stream: u64, found: &Found, late: Option<(u64, u64)>) {
     let s = call.session;
+    let (op, scan) = (&found.op, &found.scan);
     let kind = if op.role.written() { FaultKind::NonfiniteOutput } else { FaultKind::NonfiniteInput };
+    let member = found.batch.map(|(b, count)| format!(" (batch member {b} of {count})")).unwrap_or_default();
     let at = scan.first_nonfinite.map(|(row, col)| format!(", first at row {row}, col {col}")).unwrap_or_default();
     let message = format!(
-        "{} of {} #{} (captured into this graph, run by this launch) holds {} NaN and {} Inf after the launch{at}",
+        "{}{member} of {} #{} (captured into this graph, run by this launch) holds {} NaN and {} Inf after the launch{at}",
         op.name,
         s.hook_name(op.hook as usize),
         op.seq,

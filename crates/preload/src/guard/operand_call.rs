@@ -211,22 +211,29 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
     }
 }
 
-/// A call captured into a graph: its operands (each one matrix, not a batch; not the
-/// workspace), kept with the capture to be scanned after the graph's launches.
+/// A call captured into a graph: its operands (each one matrix or a strided batch of them; not
+/// the workspace), kept with the capture to be scanned after the graph's launches. A
+/// pointer-array batch (its pointers are in device memory, which the replays may rewrite) and
+/// a triangle (the other one may hold anything) are not followed: the call is counted as
+/// having operands no replay scans, rather than as scanned.
 fn keep_captured(call: &Call<'_, i32>, matmul: &OperandCall, stream: u64) {
     use crate::check::operand_call::{Members, Role};
     let site = call.call_site();
-    let kept = matmul.operands.iter().flatten().filter(|o| o.members == Members::One && o.role != Role::Workspace && o.triangle.is_none()).map(|o| {
-        crate::session::graphs::KeptOperand {
-            seq: call.seq,
-            hook: call.hook.index() as u16,
-            name: o.name,
-            addr: o.ptr,
-            shape: o.shape,
-            dtype: o.dtype,
-            role: o.role,
-            site,
-        }
+    let operands = || matmul.operands.iter().flatten().filter(|o| o.role != Role::Workspace);
+    let followed = |o: &&OperandSpec| !matches!(o.members, Members::Array { .. }) && o.triangle.is_none();
+    if operands().any(|o| !followed(&o)) {
+        call.session.note_captured_unfollowed();
+    }
+    let kept = operands().filter(followed).map(|o| crate::session::graphs::KeptOperand {
+        seq: call.seq,
+        hook: call.hook.index() as u16,
+        name: o.name,
+        addr: o.ptr,
+        shape: o.shape,
+        dtype: o.dtype,
+        role: o.role,
+        members: o.members,
+        site,
     });
     call.session.graphs.keep(stream, kept);
 }

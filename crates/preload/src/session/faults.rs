@@ -238,6 +238,9 @@ impl crate::trace::SummarySource for LiveSummary<'_> {
     fn captured_calls(&self) -> u64 {
         self.session.scans.captured_calls()
     }
+    fn unfollowed_captured_calls(&self) -> u64 {
+        self.session.scans.captured_unfollowed()
+    }
     fn deferred_verdicts(&self, f: &mut dyn FnMut(&str, u64)) {
         let (deferred, judged_at_call, no_room, waiting) = self.session.verdicts.counts();
         let unfinished = self.session.verdicts.unfinished_at_exit();

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::check::operand_call::Role;
+use crate::check::operand_call::{Members, Role};
 use crate::scan::DType;
 use crate::session::call_site::CallSite;
 use crate::validate::StoredShape;
@@ -24,6 +24,9 @@ pub struct KeptOperand {
     pub shape: StoredShape,
     pub dtype: DType,
     pub role: Role,
+    /// One matrix, or a strided batch of them (a pointer-array batch is not kept: its
+    /// pointers live in device memory the replay may have rewritten).
+    pub members: Members,
     /// Where the captured call was made.
     pub site: CallSite,
 }
@@ -110,6 +113,7 @@ mod tests {
             shape: StoredShape { rows: 2, cols: 2, ld: 2 },
             dtype: DType::F32,
             role: Role::Input,
+            members: Members::One,
             site: CallSite::default(),
         }
     }

@@ -299,6 +299,11 @@ impl Session {
         self.scans.note_captured();
     }
 
+    /// A captured call with an operand no replay of its graph scans, for the summary.
+    pub fn note_captured_unfollowed(&self) {
+        self.scans.note_captured_unfollowed();
+    }
+
     /// Operands scanned by an even sample (past CUBLASGUARD_SCAN_BYTES), for the summary.
     pub fn note_sampled(&self, operands: u64) {
         self.scans.note_sampled(operands);

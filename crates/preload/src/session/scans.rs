@@ -17,6 +17,7 @@ pub(super) struct ScanPolicy {
     skipped_scans: AtomicU64,
     sampled_operands: AtomicU64,
     captured_calls: AtomicU64,
+    captured_unfollowed: AtomicU64,
 }
 
 impl ScanPolicy {
@@ -29,6 +30,7 @@ impl ScanPolicy {
             skipped_scans: AtomicU64::new(0),
             sampled_operands: AtomicU64::new(0),
             captured_calls: AtomicU64::new(0),
+            captured_unfollowed: AtomicU64::new(0),
         }
     }
 
@@ -72,6 +74,16 @@ impl ScanPolicy {
 
     pub fn captured_calls(&self) -> u64 {
         self.captured_calls.load(Ordering::Relaxed)
+    }
+
+    /// A captured call with an operand its graph's replays do not scan (a pointer-array batch,
+    /// a triangle).
+    pub fn note_captured_unfollowed(&self) {
+        self.captured_unfollowed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn captured_unfollowed(&self) -> u64 {
+        self.captured_unfollowed.load(Ordering::Relaxed)
     }
 
     pub fn sampled_operands(&self) -> u64 {

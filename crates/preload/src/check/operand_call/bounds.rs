@@ -125,6 +125,14 @@ impl OperandCallCheck<'_> {
                 ))
             }
         }
+        // A copy during a capture is refused and invalidates it: while the stream captures (or
+        // its state is unknown), the members are left unchecked. The answer is kept for the
+        // checks that ask it next.
+        let stream = self.stream();
+        let capturing = *self.capture_query.get_or_insert_with(|| device.is_capturing(stream));
+        if capturing != Ok(false) {
+            return Ok(());
+        }
         let mut raw = vec![0u8; bytes as usize];
         if device.read(o.spec.ptr, &mut raw, self.stream()).is_ok() {
             self.arrays[i] = raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();

@@ -771,6 +771,7 @@ mod tests {
             skipped_scans: 2,
             sampled_operands: 0,
             captured_calls: 1,
+            unfollowed_captured_calls: 1,
             ignored_faults: [("py=\"odd\\name\u{1}.py\"\n".to_string(), 4), ("kind=nonfinite_input".to_string(), 0)].into(),
             deferred_verdicts: [("deferred".to_string(), 5), ("waiting".to_string(), 1)].into(),
         };
@@ -804,7 +805,7 @@ mod tests {
         t.environment.variables.insert("X".into(), ",\"faults\":[]".into());
         let mut whole = serde_json::to_vec(&t).unwrap();
         let prefix = render_prefix(&t).unwrap();
-        let rest = b",\"faults\":[],\"recent_calls\":[],\"summary\":{\"calls\":{},\"faults\":0,\"dropped_faults\":0,\"scanned_calls\":0,\"skipped_scans\":0,\"sampled_operands\":0,\"captured_calls\":0}}";
+        let rest = b",\"faults\":[],\"recent_calls\":[],\"summary\":{\"calls\":{},\"faults\":0,\"dropped_faults\":0,\"scanned_calls\":0,\"skipped_scans\":0,\"sampled_operands\":0,\"captured_calls\":0,\"unfollowed_captured_calls\":0}}";
         assert_eq!([prefix.as_slice(), rest].concat(), std::mem::take(&mut whole), "the prefix and the rest are the trace as serde writes it");
     }
 
