@@ -72,8 +72,10 @@ int main(int argc, char **argv) {
         cudaError_t e = cudaSuccess;
         for (int tries = 0; tries < 40000 && e == cudaSuccess; tries++) { /* up to 40 s: a loaded machine */
             usleep(1000);
-            e = cudaStreamQuery(0) == cudaErrorNotReady ? cudaSuccess : cudaPeekAtLastError();
-            if (e == cudaSuccess && cudaStreamQuery(0) != cudaSuccess) e = cudaStreamQuery(0);
+            /* Work still running is no error: only a query's error, or the last error, ends it. */
+            cudaError_t q = cudaStreamQuery(0);
+            if (q == cudaErrorNotReady) continue;
+            e = q != cudaSuccess ? q : cudaPeekAtLastError();
         }
         if (!strcmp(how, "cudnn")) {
             /* Loaded as frameworks load it, after the fault. */

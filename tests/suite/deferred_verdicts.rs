@@ -234,7 +234,7 @@ fn a_host_running_far_ahead_keeps_no_more_verdicts_waiting_than_the_heap_ceiling
     // 3,000 small GEMMs (the device scan reserves about 200 bytes of the region for each) on a
     // GPU a little behind, then one reading a NaN, with a 256 KiB region: the region alone would
     // let about 1,300 wait, each holding about 2 KiB of heap; the ceiling (session::verdicts::
-    // max_waiting: twice the region in heap, 4 KiB a verdict) lets 128 wait, and the calls past
+    // max_waiting: twice the region in heap, 5 KiB a verdict) lets 102 wait, and the calls past
     // it are judged at the call. The NaN is still found on its call.
     let program = large_operands();
     let args = ["burst", "0", "3000", "4"];

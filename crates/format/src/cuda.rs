@@ -728,7 +728,7 @@ mod tests {
 }
 
 /// `cudaDataType_t`, decoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     F64,
     F32,

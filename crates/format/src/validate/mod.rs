@@ -98,7 +98,7 @@ impl ArgProblem {
 }
 
 /// Rows and columns of an operand as it is stored (column-major), before `op()` is applied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StoredShape {
     pub rows: i64,
     pub cols: i64,

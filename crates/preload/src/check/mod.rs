@@ -21,7 +21,7 @@ use crate::trace::FaultKind;
 /// (its last error, its streams, its capture) as it was.
 /// One operand for the batched device scan: `members` stored matrices at `addr` plus
 /// `member * stride` elements, or (`array`) at the pointers in the device array at `addr`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BatchScan {
     pub addr: u64,
     pub shape: crate::validate::StoredShape,

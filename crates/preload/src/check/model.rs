@@ -26,6 +26,8 @@ pub struct ModelDevice {
     /// Deferred verdicts: whether a region is there, its bytes by offset, and the work queued
     /// into it (done by `land`, as the GPU would later).
     pub verdicts_work: Cell<bool>,
+    /// Marks refused, as a driver whose context broke refuses them.
+    pub marks_refused: Cell<bool>,
     pub region: RefCell<BTreeMap<u64, Vec<u8>>>,
     pub queued: RefCell<Vec<Queued>>,
     /// What cuDNN answers: its last error message (taken when read), its libraries, the
@@ -80,6 +82,9 @@ impl super::VerdictMemory for ModelDevice {
         false
     }
     fn queue_mark(&self, _arena: super::VerdictArena, offset: u64, value: u64, _stream: u64) -> bool {
+        if self.marks_refused.get() {
+            return false;
+        }
         self.queued.borrow_mut().push(Queued::Mark { offset, value });
         true
     }

@@ -295,7 +295,7 @@ impl DescribedGemm {
         }
         // As `check_scalars`.
         let mode = PointerMode::decode(if state.pointer_mode >= 2 { 1 } else { state.pointer_mode });
-        let tracked = |ptr: Ptr| !stack.contains(&(ptr as u64)) && allocations.containing(ptr as u64).is_some();
+        let tracked = |ptr: Ptr| !stack.contains(&(ptr as u64)) && allocations.span_containing(ptr as u64).is_some();
         match mode {
             PointerMode::Host => !tracked(g.alpha) && !tracked(g.beta),
             PointerMode::Device => tracked(g.alpha) && tracked(g.beta),

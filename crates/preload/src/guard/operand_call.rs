@@ -797,6 +797,53 @@ mod tests {
     }
 
     #[test]
+    fn under_deferred_a_call_whose_mark_a_broken_context_refuses_waits_for_the_breadcrumbs_to_pin_the_fault_on_it() {
+        for (sync_error, waits) in [(700, true), (0, false)] {
+            let mut s = setup(OnFault::Continue, 1.0);
+            s.session.config.sync = crate::config::SyncMode::Deferred;
+            s.device.verdicts_work.set(true);
+            s.device.breadcrumbs_work.set(true);
+            s.device.marks_refused.set(true);
+            s.device.sync_errors.borrow_mut().push(sync_error);
+            sgemm(&s, A, 2, 0, &Cell::new(0));
+            assert_eq!(s.device.synchronisations.get(), 1, "the stream synchronised instead of the mark");
+            s.device.land();
+            let verdicts = &s.session.verdicts;
+            let landed = verdicts.take_landed(&|arena, offset| crate::check::VerdictMemory::mark(&s.device, arena, offset), false);
+            if waits {
+                // The kernel faulted while the call's scans were queued: gemm mode tells that
+                // fault with the call's handle and operands, so the default must still have them.
+                assert!(landed.is_empty(), "its mark never lands");
+                assert_eq!(verdicts.take_call(1).map(|p| p.seq), Some(1), "kept for the fault the breadcrumbs pin on it");
+            } else {
+                assert_eq!(landed.iter().map(|p| p.seq).collect::<Vec<_>>(), [1], "its work ran: judged at once");
+            }
+            verdicts.judged();
+        }
+    }
+
+    #[test]
+    fn under_deferred_a_clean_gemms_scan_log_is_held_inline() {
+        // What a deferred call keeps for its verdict besides the verdict itself: held in place,
+        // so a clean call allocates nothing for it (BENCHMARKS.md, issue 46's cost condition).
+        let mut s = setup(OnFault::Continue, 1.0);
+        s.session.config.sync = crate::config::SyncMode::Deferred;
+        s.device.verdicts_work.set(true);
+        // The host scan's copies (the model runs no scan kernel: each refused one would keep its
+        // reservation here); beta != 0: C is read before the call too, and alpha and beta are
+        // read on the host.
+        s.session.config.device_scan = crate::config::DeviceScan::Off;
+        s.device.host.borrow_mut().insert(BETA, f32s(&[1.0]));
+        sgemm(&s, A, 2, 0, &Cell::new(0));
+        let taken = s.session.verdicts.take_landed(&|_, _| 0, true);
+        let [pending] = taken.as_slice() else { panic!("one call waits: {}", taken.len()) };
+        let log = &pending.log;
+        assert_eq!((log.copies.len(), log.host.len()), (4, 2), "A, B and C before, C after; alpha and beta once each: {log:?}");
+        assert!(!(log.copies.spilled() || log.host.spilled() || log.scans.spilled() || log.reserved.spilled()), "{log:?}");
+        assert!(!taken.spilled(), "one harvest's calls are inline too");
+    }
+
+    #[test]
     fn a_synchronisation_returns_only_after_the_verdict_the_guards_thread_is_publishing_is_published() {
         let mut s = setup(OnFault::Continue, f32::NAN);
         s.session.config.sync = crate::config::SyncMode::Deferred;

@@ -9,6 +9,8 @@
 
 use std::cell::{Cell, RefCell};
 
+use smallvec::SmallVec;
+
 use super::operand_call::ExArgs;
 use super::{Call, Hook, Outlet, Recorded};
 use crate::check::operand_call::{CheckFacts, OperandCall, OperandCallCheck};
@@ -18,7 +20,7 @@ use crate::cuda::{MemoryType, PointerMode};
 use crate::recorder::CallArgs;
 use crate::scan::{DType, MatrixScan};
 use crate::session::call_site::{CallSite, HookFrame};
-use crate::session::verdicts::{Pending, ScanLog};
+use crate::session::verdicts::{HostBytes, JobsKey, Pending, ScanLog};
 use crate::session::Session;
 use crate::trace::PythonFrame;
 use crate::validate::StoredShape;
@@ -185,11 +187,21 @@ impl<'a> Recording<'a> {
             s.verdicts.release(self.arena, &log);
             return;
         };
-        let marked = self.memory.clear(self.arena, mark, 8) && self.memory.queue_mark(self.arena, mark, call.seq, self.stream);
-        if !marked {
-            call.device.synchronize(self.stream);
-        }
-        s.verdicts.add(Pending { seq: call.seq, arena: self.arena, stream: self.stream, mark: marked.then_some(mark), log, call: verdict() });
+        let cleared = self.memory.clear(self.arena, mark, 8);
+        let marked = cleared && self.memory.queue_mark(self.arena, mark, call.seq, self.stream);
+        let mark = if marked {
+            Some(mark)
+        } else {
+            // Refused: the stream is synchronised instead, as under `gemm`. When that fails, the
+            // context broke with this call's work in flight (its kernel may have faulted while
+            // its scans were being queued) and the copies after the fault are dropped, as a mark
+            // queued in time would have been: the call waits with a mark that never lands, so
+            // that the breadcrumbs pin the fault on it with what is kept here
+            // (`tell_pinned_fault`), as for any call whose mark a fault dropped.
+            let broken = call.device.synchronize(self.stream) != 0;
+            (broken && cleared).then_some(mark)
+        };
+        s.verdicts.add(Pending { seq: call.seq, arena: self.arena, stream: self.stream, mark, log, call: verdict() });
         self.memory.judge_soon();
     }
 }
@@ -209,8 +221,10 @@ impl Device for Recording<'_> {
     }
     fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
         let ok = self.device.read_host(addr, out);
-        if ok {
-            self.log.borrow_mut().host.push((addr, out.to_vec()));
+        let mut log = self.log.borrow_mut();
+        // alpha and beta are read again for the fault's arguments: kept once.
+        if ok && !log.host.iter().any(|(a, bytes)| *a == addr && bytes.as_slice() == out) {
+            log.host.push((addr, HostBytes::from_slice(out)));
         }
         ok
     }
@@ -234,7 +248,7 @@ impl Device for Recording<'_> {
         if !(self.memory.clear(self.arena, offset, bytes) && self.memory.queue_scans(self.arena, offset, jobs, self.stream)) {
             return None;
         }
-        self.log.borrow_mut().scans.push((jobs.to_vec(), offset, self.phase.get()));
+        self.log.borrow_mut().scans.push((JobsKey::of(jobs), offset, self.phase.get()));
         Some(jobs.iter().map(|_| (MatrixScan { on_device: true, ..MatrixScan::default() }, None)).collect())
     }
     fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
@@ -311,8 +325,8 @@ struct Replay<'a> {
     arena: VerdictArena,
     log: &'a ScanLog,
     phase: Cell<bool>,
-    copies_used: RefCell<Vec<bool>>,
-    scans_used: RefCell<Vec<bool>>,
+    copies_used: RefCell<SmallVec<[bool; 8]>>,
+    scans_used: RefCell<SmallVec<[bool; 4]>>,
 }
 
 impl<'a> Replay<'a> {
@@ -323,8 +337,8 @@ impl<'a> Replay<'a> {
             arena,
             log,
             phase: Cell::new(BEFORE),
-            copies_used: RefCell::new(vec![false; log.copies.len()]),
-            scans_used: RefCell::new(vec![false; log.scans.len()]),
+            copies_used: RefCell::new(smallvec::smallvec![false; log.copies.len()]),
+            scans_used: RefCell::new(smallvec::smallvec![false; log.scans.len()]),
         }
     }
 }
@@ -362,7 +376,11 @@ impl Device for Replay<'_> {
     fn scan_batch_on_device(&self, jobs: &[BatchScan], _stream: u64) -> Option<Vec<(MatrixScan, Option<u64>)>> {
         let mut used = self.scans_used.borrow_mut();
         let phase = self.phase.get();
-        let (i, (_, offset, _)) = self.log.scans.iter().enumerate().find(|(i, s)| !used[*i] && s.0 == jobs && s.2 == phase)?;
+        if self.log.scans.is_empty() {
+            return None;
+        }
+        let key = JobsKey::of(jobs);
+        let (i, (_, offset, _)) = self.log.scans.iter().enumerate().find(|(i, s)| !used[*i] && s.0 == key && s.2 == phase)?;
         used[i] = true;
         let mut bytes = vec![0u8; 24 * jobs.len()];
         if !self.memory.read(self.arena, *offset, &mut bytes) {

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::check::{BatchScan, VerdictArena};
+use smallvec::SmallVec;
 
 /// Reservations are aligned to this, so that a mark is a whole, aligned word.
 const ALIGN: u64 = 16;
@@ -88,17 +89,38 @@ impl Ring {
     }
 }
 
-/// What a call's scans asked for, in order: what its verdict is judged from.
+/// What a call's scans asked for, in order: what its verdict is judged from. Held inline up
+/// to a GEMM's usual count (its operands' copies, alpha and beta, one scan kernel before the
+/// call and one after): kept for every deferred call, so a clean one allocates nothing for it.
 #[derive(Debug, Default)]
 pub struct ScanLog {
     /// Device memory copied to the region: (address, length, offset, after the call).
-    pub copies: Vec<(u64, usize, u64, bool)>,
+    pub copies: SmallVec<[(u64, usize, u64, bool); 4]>,
     /// Host memory read at the call: (address, its bytes).
-    pub host: Vec<(u64, Vec<u8>)>,
-    /// Scan kernels queued: the jobs, the offset of their counts, after the call.
-    pub scans: Vec<(Vec<BatchScan>, u64, bool)>,
+    pub host: SmallVec<[(u64, HostBytes); 3]>,
+    /// Scan kernels queued: their jobs (`JobsKey`), the offset of their counts, after the call.
+    pub scans: SmallVec<[(JobsKey, u64, bool); 2]>,
     /// Every reservation of the call, to release once its mark landed.
-    pub reserved: Vec<u64>,
+    pub reserved: SmallVec<[u64; 8]>,
+}
+
+/// Host bytes a scan read at the call: scalars (at most a complex double) inline.
+pub type HostBytes = SmallVec<[u8; 16]>;
+
+/// Which jobs a scan kernel was queued with: the replay asks for the same ones (the same
+/// checks, run again), and this tells it found them without keeping each job (64 bytes) for
+/// every call in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobsKey {
+    count: usize,
+    hash: u64,
+}
+
+impl JobsKey {
+    pub fn of(jobs: &[BatchScan]) -> Self {
+        use std::hash::BuildHasher;
+        Self { count: jobs.len(), hash: foldhash::fast::FixedState::with_seed(0x6375_626c_6173).hash_one(jobs) }
+    }
 }
 
 /// A call waiting for its verdict.
@@ -129,9 +151,31 @@ struct StreamQueue {
     calls: VecDeque<Pending>,
 }
 
-/// The heap a waiting call's verdict takes, at most, besides its scan log (its description,
-/// facts and Python frames; `guard::verdicts` checks its size against this).
-pub const VERDICT_HEAP_BYTES: u64 = 4096;
+/// The calls one harvest takes: the one or two a host that keeps pace with its device finds,
+/// inline.
+pub type Landed = SmallVec<[Pending; 2]>;
+
+/// An emptied stream's queue is kept with room for this many calls (a steady program then
+/// queues and harvests without allocating); one a burst grew gives the rest back.
+const IDLE_QUEUE_CALLS: usize = 16;
+
+/// Streams whose queues are kept while empty; past them (a program that makes and destroys
+/// streams), empty ones are forgotten.
+const IDLE_QUEUES: usize = 8;
+
+fn forget_idle_queues(queues: &mut Vec<StreamQueue>) {
+    for q in queues.iter_mut().filter(|q| q.calls.is_empty()) {
+        q.calls.shrink_to(IDLE_QUEUE_CALLS);
+    }
+    if queues.len() > IDLE_QUEUES {
+        queues.retain(|q| !q.calls.is_empty());
+    }
+}
+
+/// The heap a waiting call's verdict takes, at most, besides what its scan log holds past its
+/// inline room (its description, facts and Python frames, and its queue slot with the log's
+/// inline entries; `guard::verdicts` checks its size against this).
+pub const VERDICT_HEAP_BYTES: u64 = 5120;
 
 /// How many calls may wait for their verdicts at once in a staging region of `capacity`
 /// bytes: their heap is then at most twice the region (a host far ahead of the device fills
@@ -229,7 +273,11 @@ impl Verdicts {
         let (context, stream) = (pending.arena.context, pending.stream);
         match queues.iter_mut().find(|q| q.context == context && q.stream == stream) {
             Some(q) => q.calls.push_back(pending),
-            None => queues.push(StreamQueue { context, stream, calls: VecDeque::from([pending]) }),
+            None => {
+                let mut calls = VecDeque::with_capacity(IDLE_QUEUE_CALLS);
+                calls.push_back(pending);
+                queues.push(StreamQueue { context, stream, calls });
+            }
         }
         let now = self.waiting.fetch_add(1, Ordering::Release) + 1;
         self.most_waiting.fetch_max(now, Ordering::Relaxed);
@@ -243,15 +291,15 @@ impl Verdicts {
     /// Takes the calls whose mark has landed (all of them: `everything`), oldest first. Only
     /// each stream's oldest calls are looked at: a mark lands after every one queued before it
     /// on its stream.
-    pub fn take_landed(&self, mark: &dyn Fn(VerdictArena, u64) -> u64, everything: bool) -> Vec<Pending> {
+    pub fn take_landed(&self, mark: &dyn Fn(VerdictArena, u64) -> u64, everything: bool) -> Landed {
         let mut queues = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let mut landed = Vec::new();
+        let mut landed = Landed::new();
         for q in queues.iter_mut() {
             while q.calls.front().is_some_and(|p| everything || p.landed(mark)) {
                 landed.extend(q.calls.pop_front());
             }
         }
-        queues.retain(|q| !q.calls.is_empty());
+        forget_idle_queues(&mut queues);
         // Counted as being judged before they stop counting as waiting: `unsettled` never sees
         // a moment with neither.
         self.judging.fetch_add(landed.len(), Ordering::AcqRel);
@@ -267,7 +315,7 @@ impl Verdicts {
         let mut queues = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let (q, at) = queues.iter().enumerate().find_map(|(q, queue)| queue.calls.iter().position(|p| p.seq == seq).map(|at| (q, at)))?;
         let taken = queues[q].calls.remove(at)?;
-        queues.retain(|q| !q.calls.is_empty());
+        forget_idle_queues(&mut queues);
         self.judging.fetch_add(1, Ordering::AcqRel);
         self.waiting.fetch_sub(1, Ordering::AcqRel);
         Some(taken)
@@ -316,7 +364,7 @@ impl Verdicts {
 
     /// The streams of the calls waiting for their verdict.
     pub fn waiting_streams(&self) -> Vec<u64> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|q| q.stream).collect()
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|q| !q.calls.is_empty()).map(|q| q.stream).collect()
     }
 
     /// Operands of a call whose scans found no room after the call ran (not scanned, counted).
@@ -428,5 +476,60 @@ mod tests {
         assert!(v.unsettled());
         v.judged();
         assert_eq!(v.take_landed(&|_, _| 0, true).iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 3]);
+    }
+
+    fn waiting_on(v: &Verdicts, seq: u64, stream: u64) {
+        v.add(Pending { seq, arena: VerdictArena { context: 1 }, stream, mark: None, log: ScanLog::default(), call: Box::new(()) });
+    }
+
+    fn queue_room(v: &Verdicts, stream: u64) -> Option<usize> {
+        v.pending.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|q| q.stream == stream).map(|q| q.calls.capacity())
+    }
+
+    #[test]
+    fn an_emptied_streams_queue_keeps_room_for_the_next_calls_and_gives_back_what_a_burst_grew() {
+        let v = Verdicts::default();
+        waiting_on(&v, 1, 5);
+        v.take_landed(&|_, _| 0, true);
+        let room = queue_room(&v, 5).expect("an emptied queue is kept");
+        assert!(room >= IDLE_QUEUE_CALLS, "{room}");
+        assert!(v.waiting_streams().is_empty(), "a kept queue holds no call");
+        // A host far ahead of its device: a thousand calls wait, then all land.
+        (2..1002).for_each(|seq| waiting_on(&v, seq, 5));
+        assert!(queue_room(&v, 5).is_some_and(|room| room >= 1000));
+        assert_eq!(v.waiting_streams(), [5]);
+        assert_eq!(v.take_landed(&|_, _| 0, true).len(), 1000);
+        assert!(queue_room(&v, 5).is_some_and(|room| (IDLE_QUEUE_CALLS..1000).contains(&room)), "{:?}", queue_room(&v, 5));
+    }
+
+    #[test]
+    fn past_eight_streams_the_empty_queues_are_forgotten() {
+        let v = Verdicts::default();
+        (0..IDLE_QUEUES as u64).for_each(|stream| waiting_on(&v, stream + 1, stream));
+        v.take_landed(&|_, _| 0, true);
+        assert_eq!(v.pending.lock().unwrap_or_else(|e| e.into_inner()).len(), IDLE_QUEUES, "kept while they are few");
+        // A program that makes a stream per request: its old streams' queues are not kept.
+        waiting_on(&v, 100, 100);
+        waiting_on(&v, 101, 0);
+        v.take_call(100);
+        let streams: Vec<u64> = v.pending.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|q| q.stream).collect();
+        assert_eq!(streams, [0], "only the stream with a call waiting");
+    }
+
+    #[test]
+    fn a_scan_kernels_jobs_are_told_apart_by_their_key() {
+        let job = BatchScan {
+            addr: 0x1000,
+            shape: crate::validate::StoredShape { rows: 2, cols: 2, ld: 2 },
+            dtype: crate::scan::DType::F32,
+            members: 1,
+            stride: 0,
+            array: false,
+        };
+        let other = BatchScan { addr: 0x2000, ..job };
+        assert_eq!(JobsKey::of(&[job, other]), JobsKey::of(&[job, other]), "the same checks, run again");
+        assert_ne!(JobsKey::of(&[job, other]), JobsKey::of(&[other, job]), "in order");
+        assert_ne!(JobsKey::of(&[job]), JobsKey::of(&[job, other]));
+        assert_ne!(JobsKey::of(&[job]), JobsKey::of(&[BatchScan { members: 2, ..job }]));
     }
 }

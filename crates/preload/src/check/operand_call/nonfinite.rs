@@ -11,6 +11,9 @@ use crate::state::AllocationView;
 use crate::trace::FaultKind;
 use crate::validate::{self, Containment, StoredShape};
 
+/// A free slot of `prescan_on_device`'s jobs.
+const UNUSED_JOB: BatchScan = BatchScan { addr: 0, shape: StoredShape { rows: 0, cols: 0, ld: 0 }, dtype: DType::F32, members: 0, stride: 0, array: false };
+
 /// "2 NaN (first at row 1, col 0)"; a vector's position is its element index.
 pub(super) fn counts(spec: &OperandSpec, scan: &MatrixScan) -> String {
     let mut parts = Vec::new();
@@ -74,8 +77,11 @@ impl OperandCallCheck<'_> {
     /// Scans the operands `wanted` picks in one launch on the device, when the device can:
     /// their next `scan_operand` takes the result instead of scanning again.
     pub(super) fn prescan_on_device(&mut self, device: &dyn Device, wanted: impl Fn(&OperandReport<'_>) -> bool) {
-        let mut jobs = Vec::with_capacity(MAX_BATCH_SCANS);
-        let mut which = Vec::with_capacity(MAX_BATCH_SCANS);
+        // On the stack: this runs for every scanned call, twice for a deferred one (kept and
+        // judged), where the device scan is off as well as on.
+        let mut jobs = [UNUSED_JOB; MAX_BATCH_SCANS];
+        let mut which = [0usize; MAX_BATCH_SCANS];
+        let mut queued = 0;
         for (i, o) in self.operands.iter().enumerate() {
             let Some(o) = o else { continue };
             if !wanted(o)
@@ -97,14 +103,16 @@ impl OperandCallCheck<'_> {
             if members == 0 {
                 continue;
             }
-            jobs.push(BatchScan { addr: o.spec.ptr, shape: o.spec.shape, dtype: o.spec.dtype, members, stride, array });
-            which.push(i);
+            let (Some(job), Some(slot)) = (jobs.get_mut(queued), which.get_mut(queued)) else { return };
+            *job = BatchScan { addr: o.spec.ptr, shape: o.spec.shape, dtype: o.spec.dtype, members, stride, array };
+            *slot = i;
+            queued += 1;
         }
-        if jobs.is_empty() || jobs.len() > MAX_BATCH_SCANS {
+        if queued == 0 {
             return;
         }
-        let Some(results) = device.scan_batch_on_device(&jobs, self.stream()) else { return };
-        for (i, (scan, bad)) in which.into_iter().zip(results) {
+        let Some(results) = device.scan_batch_on_device(&jobs[..queued], self.stream()) else { return };
+        for (&i, (scan, bad)) in which[..queued].iter().zip(results) {
             self.keep_scan(i, scan, bad);
             self.prescanned |= 1 << i;
         }
