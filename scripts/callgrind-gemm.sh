@@ -13,6 +13,11 @@
 #   REPS    runs of each size, the lowest total kept (default 3)
 #   FORM    the call made: sgemm (default), gemm_ex, strided_ex or strided (benches/c/gemm_loop.c)
 #   NVML    CUBLASGUARD_NVML for the runs (default 0; see below)
+#   DRIVER_THREAD  1 (the default): the program starts an idle thread first, as NVIDIA's
+#           driver does at cuInit (benches/c/gemm_loop.c); 0: none, as the stand-in under
+#           CUDASHIM_SYNC=1 starts none. With none, the guard's own threads (the snapshot
+#           listener) cost the stand-in's ten mutex operations a GEMM ~22 instructions: glibc's
+#           single-thread path, which no real CUDA process takes.
 #   CUBLASGUARD_SYNC  passed on as set: unset, the guard's default (`deferred` since issue 29;
 #           BENCHMARKS.md's "all checks" rows before it are `gemm`). `none` and `args,bounds`
 #           synchronise in no mode, and read the same in each.
@@ -37,14 +42,14 @@ reps=${REPS:-3}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cc -O2 -o "$work/gemm_loop" benches/c/gemm_loop.c -I"$standin/include" -L"$standin/lib" -lcublas -lcudart
+cc -O2 -pthread -o "$work/gemm_loop" benches/c/gemm_loop.c -I"$standin/include" -L"$standin/lib" -lcublas -lcudart
 
 # total LIB MODE CALLS: the lowest callgrind total of `reps` runs (LIB "-": bare).
 total() {
     local lib=$1 mode=$2 calls=$3 best= i n
     for i in $(seq "$reps"); do
         local env=(LD_LIBRARY_PATH="$standin/lib:$standin/driver" CUDASHIM_SYNC=1 CUBLASGUARD_QUIET=1
-            CUBLASGUARD_DEVICE_SCAN=off CUBLASGUARD_NVML="${NVML:-0}")
+            CUBLASGUARD_DEVICE_SCAN=off CUBLASGUARD_NVML="${NVML:-0}" GEMM_LOOP_DRIVER_THREAD="${DRIVER_THREAD:-1}")
         if [ "$lib" != - ]; then
             env+=(LD_PRELOAD="$(realpath "$lib")")
             [ "$mode" = all ] || env+=(CUBLASGUARD_CHECKS="$mode")

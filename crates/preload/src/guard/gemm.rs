@@ -236,6 +236,7 @@ pub(crate) struct DescribedGemm {
 }
 
 impl DescribedGemm {
+    #[inline(always)]
     fn typed(g: Gemm, dtype: DType, batch: Batch) -> Self {
         Self { g, types: (dtype, dtype, dtype), scalar: dtype, compute: None, batch }
     }
@@ -260,6 +261,7 @@ impl DescribedGemm {
     /// neither where the pointer mode wants it nor plainly elsewhere. The operands are the
     /// handler's own (`Gemm::operands`); the full description is not built. `stack`: the
     /// calling thread's stack.
+    #[inline(always)]
     pub(crate) fn clean_before(&self, session: &Session, memo: &ThreadMemo, stack: std::ops::Range<u64>) -> bool {
         let (g, types) = (&self.g, self.types);
         if matches!(self.batch, Batch::Arrays { .. }) {
