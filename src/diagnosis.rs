@@ -3,7 +3,7 @@
 //! they are interpreted.
 
 use cublasguard_format::gpu_health::{xid, GpuEventKind, GpuHealth, GpuHealthState, TemperatureLimit};
-use cublasguard_format::trace::{Fault, FaultKind, InitCauseKind, Operand, Trace};
+use cublasguard_format::trace::{BlockedThread, Fault, FaultKind, InitCauseKind, Operand, Trace};
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -70,6 +70,17 @@ pub fn first_line(backtrace: &[String]) -> Option<String> {
     })
 }
 
+/// Where a host thread waits: its innermost Python frame in the user's own code (a Python
+/// program waits inside torch's `synchronize`, called from the user's line), else its innermost
+/// Python frame, else its native call site; "file:line in function".
+pub fn wait_line(w: &BlockedThread, python: Option<&cublasguard_format::trace::PythonPaths>) -> Option<String> {
+    let frame = w.python_stack.iter().find(|f| crate::report::is_user_file(&f.file, python)).or(w.python_stack.first());
+    match frame {
+        Some(f) => Some(format!("{}:{} in {}", f.file, f.line, f.function)),
+        None => first_line(&w.backtrace),
+    }
+}
+
 /// A `gpu_hang`: the kernel the stream is stuck in, what waits behind it, where the host waits.
 fn hang_cause(fault: &Fault) -> String {
     let Some(h) = &fault.hang else { return "the GPU stopped completing this call's work".into() };
@@ -93,7 +104,7 @@ fn hang_cause(fault: &Fault) -> String {
     match h.blocked_threads.first() {
         Some(w) => {
             cause.push_str(&format!("; the host waits in {} (call #{}, thread {})", w.api, w.seq, w.thread));
-            if let Some(line) = first_line(&w.backtrace) {
+            if let Some(line) = wait_line(w, None) {
                 cause.push_str(&format!(" at {line}"));
             }
         }

@@ -4,7 +4,7 @@
 
 use cublasguard_format::trace::{FaultKind, Trace};
 
-use crate::diagnosis::first_line;
+use crate::diagnosis::{first_line, wait_line};
 use crate::report::Loaded;
 
 /// A process as a person names it in a run: its rank, else its pid.
@@ -72,7 +72,7 @@ pub fn lines(loaded: &[Loaded]) -> Vec<String> {
                     w.api,
                     w.seq,
                     w.thread,
-                    first_line(&w.backtrace).map(|l| format!(" at {l}")).unwrap_or_default()
+                    wait_line(w, l.trace.environment.python_paths.as_ref()).map(|l| format!(" at {l}")).unwrap_or_default()
                 )),
                 None if h.found_by == "exit" => line.push_str("; the process exited without waiting for it"),
                 None => line.push_str("; no host thread was inside a CUDA synchronisation"),

@@ -423,7 +423,7 @@ fn call_text(f: &Fault) -> String {
 /// guard's) is read by the folders' names: not inside a `site-packages` or `dist-packages`
 /// folder, nor a `pythonX.Y` folder directly inside a `lib` or `lib64`. Either way a folder of
 /// the user's named `torch` or `python3` is the user's.
-fn is_user_file(file: &str, python: Option<&trace::PythonPaths>) -> bool {
+pub(crate) fn is_user_file(file: &str, python: Option<&trace::PythonPaths>) -> bool {
     if file.is_empty() || file.starts_with('<') {
         return false;
     }

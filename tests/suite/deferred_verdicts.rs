@@ -252,7 +252,7 @@ fn a_host_running_far_ahead_keeps_no_more_verdicts_waiting_than_the_heap_ceiling
 /// This machine's CPython interpreters of the `minors` given ("3.11"), one each: on the PATH
 /// or installed by pyenv, by their real executable (pyenv's shims need the environment the
 /// tests clear).
-fn pythons(minors: &[&str]) -> Vec<std::path::PathBuf> {
+pub(crate) fn pythons(minors: &[&str]) -> Vec<std::path::PathBuf> {
     let mut candidates: Vec<String> = vec!["python3".into()];
     candidates.extend(minors.iter().map(|m| format!("python{m}")));
     let pyenv_root = std::env::var("PYENV_ROOT").unwrap_or_else(|_| format!("{}/.pyenv", std::env::var("HOME").unwrap_or_default()));

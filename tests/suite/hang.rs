@@ -157,3 +157,42 @@ fn the_merged_report_of_three_ranks_names_the_two_waiting_in_the_collective_and_
     assert!(line.contains("(their 1st launch of it)"), "{line}");
     assert!(line.contains(&format!("rank 2 never launched its 1st: its last call was cudaMemcpy #{}", last.seq)), "{line}");
 }
+
+#[test]
+fn a_python_job_that_hangs_names_the_users_python_line_where_the_host_waits() {
+    // hang_wait.py waits in cudaStreamSynchronize through ctypes with the GIL released, as
+    // torch.cuda.synchronize does: its frames are read as it enters the wait, named at the hang.
+    let script = manifest_dir().join("tests/python/hang_wait.py");
+    let script_s = script.display().to_string();
+    let pythons = crate::deferred_verdicts::pythons(&["3.10", "3.11", "3.12", "3.13"]);
+    assert!(!pythons.is_empty(), "no CPython 3.10 to 3.13");
+    for python in pythons {
+        let dir = temp_dir("hang-python");
+        let trace_path = dir.join("trace.json");
+        let mut cmd = guarded_on_the_standin(&python, &dir, &trace_path);
+        cmd.arg(&script).env("CUBLASGUARD_HANG_TIMEOUT", "1").env("PATH", std::env::var("PATH").unwrap_or_default());
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(std::fs::File::create(dir.join("stderr")).expect("stderr file"));
+        let mut job = cmd.spawn().expect("spawn the job");
+        let t = hang_trace(&mut job, &trace_path);
+        kill(job);
+        let hangs = faults_of(&t, FaultKind::GpuHang);
+        let h = hangs.first().and_then(|f| f.hang.as_ref()).expect("the hang's facts");
+        let w = h.blocked_threads.first().unwrap_or_else(|| panic!("{}: no blocked thread: {h:#?}", python.display()));
+        let frames: Vec<_> = w.python_stack.iter().take(2).map(|f| (f.file.as_str(), f.function.as_str(), f.line)).collect();
+        assert_eq!(
+            frames,
+            [(script_s.as_str(), "wait_for_the_stream", line_of(&script, "# HOST WAITS")), (script_s.as_str(), "<module>", line_of(&script, "# CALL WAIT")),],
+            "{}: {w:#?}",
+            python.display()
+        );
+        let out = std::process::Command::new(cli()).arg("report").arg(&trace_path).output().expect("cublasguard report");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let waits = format!(
+            "the host waits in cudaStreamSynchronize #{} (thread {}) at {script_s}:{} in wait_for_the_stream",
+            w.seq,
+            w.thread,
+            line_of(&script, "# HOST WAITS")
+        );
+        assert!(text.contains(&waits), "{}: {waits}\n{text}", python.display());
+    }
+}

@@ -407,6 +407,9 @@ pub struct BlockedThread {
     /// Where the program made the call, innermost first (symbolised return addresses).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backtrace: Vec<String>,
+    /// Its innermost Python frames (at most four, innermost first), for a Python program.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python_stack: Vec<PythonFrame>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -116,6 +116,7 @@ pub(crate) fn record<R: Copy>(call: &Call<'_, R>, stuck: &Stuck, progress: &[Pro
             api: s.hook_name(w.hook as usize).to_string(),
             since_ns: w.since_ns,
             backtrace: call.outlet.describe_call_site(&w.site),
+            python_stack: call.outlet.describe_python_places(&w.python),
         })
         .collect();
     let stalled_s = stuck.stalled_ms / 1000;

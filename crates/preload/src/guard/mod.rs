@@ -67,6 +67,12 @@ pub(crate) trait Outlet {
     /// GIL (never waiting for it): kept at a call whose NaN/Inf verdict is judged later. No
     /// default: an outlet that wraps another must pass it on.
     fn python_frames_at_call(&self) -> Option<KeptFrames>;
+    /// Where the calling thread's innermost Python frames are, as numbers (a few loads, no GIL,
+    /// no allocation): kept with a wait the hang watchdog may name. No default, as `call_site`.
+    fn python_places(&self) -> crate::session::waits::PythonPlaces;
+    /// The frames at `places`, kept by a thread that still waits, named. No default, as
+    /// `describe_call_site`.
+    fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame>;
     /// The GPU's health as of now (NVML's readings and events, the kernel log's Xid lines),
     /// waiting briefly for fresh readings; `None` where nothing can be read. No default: an
     /// outlet that wraps another must pass it on.
@@ -519,6 +525,8 @@ pub(crate) mod model {
         pub aborted: Cell<bool>,
         /// What `gpu_health` answers.
         pub gpu_health: RefCell<Option<crate::gpu_health::GpuHealth>>,
+        /// What `python_places` answers.
+        pub python_places: Cell<crate::session::waits::PythonPlaces>,
     }
 
     impl Outlet for ModelOutlet {
@@ -554,6 +562,16 @@ pub(crate) mod model {
         }
         fn python_frames_at_call(&self) -> Option<super::KeptFrames> {
             None
+        }
+        fn python_places(&self) -> crate::session::waits::PythonPlaces {
+            self.python_places.get()
+        }
+        /// Each place as a made-up frame that says what it was.
+        fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame> {
+            places
+                .places()
+                .map(|(code, offset)| crate::trace::PythonFrame { file: format!("model_{code:#x}.py"), line: offset as u32, function: "f".into() })
+                .collect()
         }
         /// Plainly, without the real outlet's care for crashes and races: tests read it back.
         fn create_file(

@@ -468,6 +468,12 @@ impl Outlet for LateOutlet<'_> {
     fn python_frames_at_call(&self) -> Option<super::KeptFrames> {
         None
     }
+    fn python_places(&self) -> crate::session::waits::PythonPlaces {
+        crate::session::waits::PythonPlaces::default()
+    }
+    fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame> {
+        self.outlet.describe_python_places(places)
+    }
     fn kernel_name(&self, func: u64) -> Option<String> {
         self.outlet.kernel_name(func)
     }

@@ -8,6 +8,25 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::call_site::{CallSite, CALL_SITE_FRAMES};
 
+/// The innermost Python frames kept with a wait.
+pub const PYTHON_PLACES: usize = 4;
+
+/// Where a waiting thread's innermost Python frames are, as plain numbers read at its entry
+/// (each frame's code object and instruction offset): named only if the watchdog reports the
+/// wait, from code objects the thread's frames keep alive while it waits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PythonPlaces {
+    pub code: [u64; PYTHON_PLACES],
+    pub offset: [i32; PYTHON_PLACES],
+    pub count: usize,
+}
+
+impl PythonPlaces {
+    pub fn places(&self) -> impl Iterator<Item = (u64, i32)> + '_ {
+        self.code.iter().zip(self.offset.iter()).take(self.count.min(PYTHON_PLACES)).map(|(&c, &o)| (c, o))
+    }
+}
+
 /// Threads followed at once: more than wait together in any program the guard has met.
 pub const SLOTS: usize = 64;
 
@@ -23,6 +42,9 @@ struct Slot {
     hook: AtomicU32,
     since_ns: AtomicU64,
     site: [AtomicU64; CALL_SITE_FRAMES],
+    python_code: [AtomicU64; PYTHON_PLACES],
+    python_offset: [AtomicU32; PYTHON_PLACES],
+    python_count: AtomicU32,
 }
 
 /// One thread's wait, as read.
@@ -33,6 +55,7 @@ pub struct Waiting {
     pub hook: u16,
     pub since_ns: u64,
     pub site: CallSite,
+    pub python: PythonPlaces,
 }
 
 pub struct Waits {
@@ -74,6 +97,11 @@ impl Waits {
         for (word, &ret) in slot.site.iter().zip(w.site.returns.iter()) {
             word.store(ret, Ordering::Relaxed);
         }
+        for (i, (code, offset)) in w.python.places().enumerate() {
+            slot.python_code[i].store(code, Ordering::Relaxed);
+            slot.python_offset[i].store(offset as u32, Ordering::Relaxed);
+        }
+        slot.python_count.store(w.python.count.min(PYTHON_PLACES) as u32, Ordering::Relaxed);
         slot.thread.store(w.thread.max(1), Ordering::Release);
         Entered { slot: Some(slot) }
     }
@@ -91,12 +119,18 @@ impl Waits {
             for (ret, word) in site.returns.iter_mut().zip(slot.site.iter()) {
                 *ret = word.load(Ordering::Relaxed);
             }
+            let mut python = PythonPlaces { count: (slot.python_count.load(Ordering::Relaxed) as usize).min(PYTHON_PLACES), ..Default::default() };
+            for i in 0..python.count {
+                python.code[i] = slot.python_code[i].load(Ordering::Relaxed);
+                python.offset[i] = slot.python_offset[i].load(Ordering::Relaxed) as i32;
+            }
             let w = Waiting {
                 thread,
                 seq: slot.seq.load(Ordering::Relaxed),
                 hook: slot.hook.load(Ordering::Relaxed) as u16,
                 since_ns: slot.since_ns.load(Ordering::Relaxed),
                 site,
+                python,
             };
             std::sync::atomic::fence(Ordering::Acquire);
             if slot.thread.load(Ordering::Relaxed) == thread && slot.generation.load(Ordering::Relaxed) == generation {
@@ -112,7 +146,13 @@ mod tests {
     use super::*;
 
     fn wait(thread: u32, seq: u64) -> Waiting {
-        Waiting { thread, seq, hook: 3, since_ns: 10 * seq, site: CallSite { returns: [0x400 + seq, 0, 0, 0] } }
+        // Up to two frames, the second before its first instruction (-1), as a frame can be.
+        let count = (seq % 3) as usize;
+        let mut python = PythonPlaces { count, ..Default::default() };
+        for (i, (code, offset)) in [(0x9000 + seq, 2 * seq as i32), (0x9100, -1)].into_iter().take(count).enumerate() {
+            (python.code[i], python.offset[i]) = (code, offset);
+        }
+        Waiting { thread, seq, hook: 3, since_ns: 10 * seq, site: CallSite { returns: [0x400 + seq, 0, 0, 0] }, python }
     }
 
     #[test]

@@ -81,6 +81,12 @@ impl Outlet for RealOutlet {
     fn python_frames_at_call(&self) -> Option<crate::guard::KeptFrames> {
         crate::ffi::host::python::frames_at_call()
     }
+    fn python_places(&self) -> crate::session::waits::PythonPlaces {
+        crate::ffi::host::python::innermost_places()
+    }
+    fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame> {
+        crate::ffi::host::python::describe_places(places)
+    }
 }
 
 /// Runs `body` with a call of the guard's own (a device synchronisation that returned

@@ -414,6 +414,36 @@ pub(crate) fn frames_at_call() -> Option<crate::guard::KeptFrames> {
     }
 }
 
+/// Where the calling thread's innermost Python frames are, for a wait the hang watchdog may
+/// name (`python_internals::innermost_places`): a few loads, no allocation, no GIL. Nothing
+/// when the process runs no Python, it is shutting down, or this Python's layout is not known.
+pub(crate) fn innermost_places() -> crate::session::waits::PythonPlaces {
+    let mut places = crate::session::waits::PythonPlaces::default();
+    let Some(api) = api() else { return places };
+    // SAFETY: Py_IsInitialized, Py_IsFinalizing and PyGILState_GetThisThreadState need no GIL;
+    // `innermost_places` reads this thread's own state while it is in the hook.
+    unsafe {
+        if shutting_down(api) {
+            return places;
+        }
+        let tstate = (api.this_thread_state)();
+        if !tstate.is_null() {
+            super::python_internals::innermost_places(tstate, &mut places);
+        }
+    }
+    places
+}
+
+/// The frames at `places`, kept by a thread that still waits (the watchdog's report of it).
+pub(crate) fn describe_places(places: &crate::session::waits::PythonPlaces) -> Vec<PythonFrame> {
+    if places.count == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the waiting thread's frames hold their code objects while it waits; the
+    // watchdog names only threads it has just read as waiting.
+    unsafe { super::python_internals::resolve_places(places) }
+}
+
 /// The calling thread's name, asked once per thread (a system call): programs name their
 /// threads when they start them (PyTorch's autograd workers, Python's `threading` from 3.14).
 fn this_thread_name() -> String {

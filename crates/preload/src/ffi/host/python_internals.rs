@@ -137,18 +137,70 @@ thread_local! {
 pub(crate) unsafe fn innermost_frames(tstate: *mut c_void, limit: usize) -> Option<Vec<Arc<PythonFrame>>> {
     let reader = reader()?;
     let mut frames = Vec::with_capacity(limit);
+    // SAFETY: the caller's contract, passed on; each place walked is a live code object.
+    unsafe { walk(reader, tstate, limit, &mut |code, offset| frames.push(resolve(reader, code, offset)))? };
+    Some(frames)
+}
+
+/// As `innermost_frames`, only where the frames are (code object, instruction offset), into
+/// `places`: no allocation and no lookup, for a thread about to wait. Nothing when this
+/// Python's layout is not known.
+///
+/// # Safety
+/// As `innermost_frames`.
+pub(crate) unsafe fn innermost_places(tstate: *mut c_void, places: &mut crate::session::waits::PythonPlaces) {
+    let Some(reader) = reader() else { return };
+    let limit = places.code.len();
+    let mut count = 0;
+    // SAFETY: the caller's contract, passed on.
+    let walked = unsafe {
+        walk(reader, tstate, limit, &mut |code, offset| {
+            if let (Some(c), Some(o)) = (places.code.get_mut(count), places.offset.get_mut(count)) {
+                (*c, *o) = (code as u64, offset);
+                count += 1;
+            }
+        })
+    };
+    places.count = if walked.is_some() { count } else { 0 };
+}
+
+/// The frames at `places` (`innermost_places`), named.
+///
+/// # Safety
+/// Each place's code object is alive: a thread still waiting where they were read holds them
+/// (its frames do). A code object is checked to be one before it is read further.
+pub(crate) unsafe fn resolve_places(places: &crate::session::waits::PythonPlaces) -> Vec<PythonFrame> {
+    let Some(reader) = reader() else { return Vec::new() };
+    // SAFETY: the caller's contract; the type word of a live object is readable.
+    unsafe {
+        places
+            .places()
+            .map(|(code, offset)| (code as usize, offset))
+            .take_while(|&(code, _)| code != 0 && read_word(code + OB_TYPE) == reader.code_type)
+            .map(|(code, offset)| (*resolve(reader, code, offset)).clone())
+            .collect()
+    }
+}
+
+/// Calls `each` with the code object and instruction offset of the innermost `limit` frames of
+/// the thread whose state is `tstate`, innermost first; `None` (having stopped) at a frame whose
+/// code object is not one: this Python's objects are laid out otherwise.
+///
+/// # Safety
+/// As `innermost_frames`.
+unsafe fn walk(reader: &Reader, tstate: *mut c_void, limit: usize, each: &mut dyn FnMut(usize, i32)) -> Option<()> {
     // SAFETY: the caller's contract: the thread's frames are stable. Every address read is a
-    // field of the thread state, a frame reached from it, or a code object or string a frame
-    // holds a strong reference to, at the offsets of this exact CPython version; each code
-    // object's type is checked before it is read further.
+    // field of the thread state, a frame reached from it, or a code object a frame holds a
+    // strong reference to, at the offsets of this exact CPython version; each code object's
+    // type is checked before it is handed on.
     unsafe {
         let (first, second) = reader.layout.to_frame;
         let mut frame = read_word(tstate as usize + first);
         if let (Some(second), true) = (second, frame != 0) {
             frame = read_word(frame + second);
         }
-        let mut steps = 0;
-        while frame != 0 && frames.len() < limit && steps < 4 * limit + 64 {
+        let (mut steps, mut found) = (0, 0);
+        while frame != 0 && found < limit && steps < 4 * limit + 64 {
             steps += 1;
             let (code, offset, next) = match reader.layout.frame {
                 FrameLayout::Objects { back, code, lasti } => {
@@ -172,10 +224,11 @@ pub(crate) unsafe fn innermost_frames(tstate: *mut c_void, limit: usize) -> Opti
                 // the one expected (a debug or free-threaded build), nothing is read.
                 return None;
             }
-            frames.push(resolve(reader, code, offset));
+            each(code, offset);
+            found += 1;
         }
     }
-    Some(frames)
+    Some(())
 }
 
 /// The frame at `offset` in `code`, resolved once per thread.

@@ -277,6 +277,12 @@ impl Outlet for DeferringOutlet {
     fn python_frames_at_call(&self) -> Option<crate::guard::KeptFrames> {
         RealOutlet.python_frames_at_call()
     }
+    fn python_places(&self) -> crate::session::waits::PythonPlaces {
+        RealOutlet.python_places()
+    }
+    fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame> {
+        defer_cancel(|| RealOutlet.describe_python_places(places))
+    }
     fn kernel_name(&self, func: u64) -> Option<String> {
         defer_cancel(|| RealOutlet.kernel_name(func))
     }
