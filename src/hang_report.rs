@@ -42,7 +42,11 @@ pub fn lines(loaded: &[Loaded]) -> Vec<String> {
         for f in l.trace.faults.iter().filter(|f| f.kind == FaultKind::GpuHang) {
             let Some(h) = &f.hang else { continue };
             let stream = f.stream.as_deref().unwrap_or("?");
-            let at = first_line(&f.backtrace).map(|l| format!(" at {l}")).unwrap_or_default();
+            // The stuck call's own line: its user's Python frame when it kept one, else native.
+            let paths = l.trace.environment.python_paths.as_ref();
+            let python =
+                f.python_stack.iter().find(|p| crate::report::is_user_file(&p.file, paths)).map(|p| format!("{}:{} in {}", p.file, p.line, p.function));
+            let at = python.or_else(|| first_line(&f.backtrace)).map(|l| format!(" at {l}")).unwrap_or_default();
             let mut line = match &h.kernel {
                 Some(k) => format!(
                     "Hung: {} is stuck in kernel {} (call #{}, grid [{}, {}, {}], its {} launch on stream {stream}), launched after call #{} and before {} #{}{at}, which is queued behind it and has not completed for {} s",

@@ -29,7 +29,7 @@ one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
 
 def gemm():
-    return lib.cublasSgemm_v2(handle, 0, 0, N, N, N, ctypes.byref(one), a, N, a, N, ctypes.byref(zero), c, N)
+    return lib.cublasSgemm_v2(handle, 0, 0, N, N, N, ctypes.byref(one), a, N, a, N, ctypes.byref(zero), c, N)  # GEMM
 
 
 assert gemm() == 0
@@ -37,7 +37,7 @@ lib.cudaDeviceSynchronize()
 wait_value = driver.cuStreamWaitValue32_v2
 wait_value.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_uint, ctypes.c_uint]
 assert wait_value(None, flag.value, 1, 1) == 0  # CU_STREAM_WAIT_VALUE_EQ, never met
-assert gemm() == 0
+assert gemm() == 0  # QUEUED GEMM
 
 
 def wait_for_the_stream():

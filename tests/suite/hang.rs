@@ -185,8 +185,14 @@ fn a_python_job_that_hangs_names_the_users_python_line_where_the_host_waits() {
             "{}: {w:#?}",
             python.display()
         );
+        // The stuck call carries its own Python frames, kept with its waiting verdict.
+        let stuck: Vec<_> = hangs[0].python_stack.iter().take(2).map(|f| (f.function.as_str(), f.line)).collect();
+        assert_eq!(stuck, [("gemm", line_of(&script, "# GEMM")), ("<module>", line_of(&script, "# QUEUED GEMM"))], "{}: {:#?}", python.display(), hangs[0]);
+        assert_eq!(hangs[0].python_stack_note, None, "not the watchdog thread's note");
         let out = std::process::Command::new(cli()).arg("report").arg(&trace_path).output().expect("cublasguard report");
         let text = String::from_utf8_lossy(&out.stdout).to_string();
+        // No kernel before it is recorded (the wait is a stream memory wait): the call leads.
+        assert!(text.contains(&format!("cublasSgemm_v2 #{} at {script_s}:{} in gemm on stream 0x0", hangs[0].seq, line_of(&script, "# GEMM"))), "{text}");
         let waits = format!(
             "the host waits in cudaStreamSynchronize #{} (thread {}) at {script_s}:{} in wait_for_the_stream",
             w.seq,

@@ -167,11 +167,24 @@ pub(crate) fn record<R: Copy>(call: &Call<'_, R>, stuck: &Stuck, progress: &[Pro
         kernel_ordinal: ordinal,
         blocked_threads: blocked,
     });
+    // The stuck call's own Python frames, kept with its verdict if one waits; else the note
+    // says why there are none (the watchdog's thread is not the caller).
+    let python = super::verdicts::kept_python_stack(s, first.seq)
+        .or_else(|| call.outlet.python_stack().map(|_| (Vec::new(), Some(STUCK_CALL_FRAMES_NOTE.to_string()), String::new())));
+    if let Some((frames, note, thread)) = &python {
+        fault.python_stack = frames.clone();
+        fault.python_stack_note = note.clone();
+        fault.thread_name = (!thread.is_empty()).then(|| thread.clone());
+    }
     match s.replace_hang(fault.clone()) {
         Some(index) => call.published(index),
-        None => call.report(fault),
+        None => call.report_with_python(fault, python),
     }
 }
+
+/// Why a stuck call in a Python program has no Python frames.
+const STUCK_CALL_FRAMES_NOTE: &str = "the stuck call's Python frames were not kept: a call keeps them only while its NaN/Inf \
+     verdict waits (CUBLASGUARD_SYNC=deferred, the scans on); the host's wait below has its own";
 
 /// The recorded `gpu_hang` of `stream` says its work completed after all, `stalled_s` after the
 /// stream had stopped: a slow kernel rather than a hang. True when there was one to amend.

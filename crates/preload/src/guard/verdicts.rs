@@ -34,7 +34,7 @@ pub(crate) fn may_wait(call: &Call<'_, i32>, record: &CallArgs) -> bool {
 }
 
 /// A thread's Python frames, why it has none, and its name (as `Outlet::python_stack` gives).
-type PythonFrames = (Vec<PythonFrame>, Option<String>, String);
+pub(crate) type PythonFrames = (Vec<PythonFrame>, Option<String>, String);
 
 /// What a call's verdict is judged from, besides its scans.
 struct Verdict {
@@ -527,6 +527,16 @@ fn judge_landed<R: Copy>(call: &Call<'_, R>, found_at: u64) {
             s.verdicts.judged();
         }
     });
+}
+
+/// The Python frames kept with call `seq`'s waiting verdict (its own thread's, at the call), as
+/// `Outlet::python_stack` gives them; `None` when no verdict of it waits or it kept none.
+pub(crate) fn kept_python_stack(s: &Session, seq: u64) -> Option<PythonFrames> {
+    let kept = s.verdicts.with_waiting(seq, |p| p.call.downcast_ref::<Verdict>().and_then(|v| v.python.clone())).flatten()?;
+    Some(match kept {
+        super::KeptFrames::Read(frames, note, thread) => (frames.iter().map(|f| (**f).clone()).collect(), note, thread),
+        super::KeptFrames::GilReleased => (Vec::new(), Some(GIL_RELEASED_NOTE.to_string()), String::new()),
+    })
 }
 
 /// Tells the kernel fault `finding` pinned on call `seq` (by breadcrumbs, found at call

@@ -321,6 +321,12 @@ impl Verdicts {
         Some(taken)
     }
 
+    /// What `look` makes of call `seq`'s waiting verdict, left waiting; `None` when none waits.
+    pub fn with_waiting<T>(&self, seq: u64, look: impl FnOnce(&Pending) -> T) -> Option<T> {
+        let queues = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        queues.iter().flat_map(|q| q.calls.iter()).find(|p| p.seq == seq).map(look)
+    }
+
     /// A call taken by `take_landed` has been judged (its fault, if any, published).
     pub fn judged(&self) {
         self.judged.fetch_add(1, Ordering::AcqRel);
