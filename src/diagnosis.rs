@@ -74,10 +74,21 @@ pub fn first_line(backtrace: &[String]) -> Option<String> {
 /// program waits inside torch's `synchronize`, called from the user's line), else its innermost
 /// Python frame, else its native call site; "file:line in function".
 pub fn wait_line(w: &BlockedThread, python: Option<&cublasguard_format::trace::PythonPaths>) -> Option<String> {
-    let frame = w.python_stack.iter().find(|f| crate::report::is_user_file(&f.file, python)).or(w.python_stack.first());
+    python_or_native_line(&w.python_stack, &w.backtrace, python, true)
+}
+
+/// "file:line in function" of a call: its innermost Python frame in the user's own code (or,
+/// with `any_python`, its innermost Python frame when none is), else its native call site.
+pub fn python_or_native_line(
+    frames: &[cublasguard_format::trace::PythonFrame],
+    backtrace: &[String],
+    python: Option<&cublasguard_format::trace::PythonPaths>,
+    any_python: bool,
+) -> Option<String> {
+    let frame = frames.iter().find(|f| crate::report::is_user_file(&f.file, python)).or(frames.first().filter(|_| any_python));
     match frame {
         Some(f) => Some(format!("{}:{} in {}", f.file, f.line, f.function)),
-        None => first_line(&w.backtrace),
+        None => first_line(backtrace),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use cublasguard_format::trace::{FaultKind, Trace};
 
-use crate::diagnosis::{first_line, wait_line};
+use crate::diagnosis::{python_or_native_line, wait_line};
 use crate::report::Loaded;
 
 /// A process as a person names it in a run: its rank, else its pid.
@@ -44,9 +44,7 @@ pub fn lines(loaded: &[Loaded]) -> Vec<String> {
             let stream = f.stream.as_deref().unwrap_or("?");
             // The stuck call's own line: its user's Python frame when it kept one, else native.
             let paths = l.trace.environment.python_paths.as_ref();
-            let python =
-                f.python_stack.iter().find(|p| crate::report::is_user_file(&p.file, paths)).map(|p| format!("{}:{} in {}", p.file, p.line, p.function));
-            let at = python.or_else(|| first_line(&f.backtrace)).map(|l| format!(" at {l}")).unwrap_or_default();
+            let at = python_or_native_line(&f.python_stack, &f.backtrace, paths, false).map(|l| format!(" at {l}")).unwrap_or_default();
             let mut line = match &h.kernel {
                 Some(k) => format!(
                     "Hung: {} is stuck in kernel {} (call #{}, grid [{}, {}, {}], its {} launch on stream {stream}), launched after call #{} and before {} #{}{at}, which is queued behind it and has not completed for {} s",

@@ -171,14 +171,14 @@ pub(crate) fn record<R: Copy>(call: &Call<'_, R>, stuck: &Stuck, progress: &[Pro
     // says why there are none (the watchdog's thread is not the caller).
     let python = super::verdicts::kept_python_stack(s, first.seq)
         .or_else(|| call.outlet.python_stack().map(|_| (Vec::new(), Some(STUCK_CALL_FRAMES_NOTE.to_string()), String::new())));
-    if let Some((frames, note, thread)) = &python {
-        fault.python_stack = frames.clone();
-        fault.python_stack_note = note.clone();
-        fault.thread_name = (!thread.is_empty()).then(|| thread.clone());
+    if let Some((frames, note, thread)) = python {
+        fault.python_stack = frames;
+        fault.python_stack_note = note;
+        fault.thread_name = (!thread.is_empty()).then_some(thread);
     }
     match s.replace_hang(fault.clone()) {
         Some(index) => call.published(index),
-        None => call.report_with_python(fault, python),
+        None => call.report_keeping_python(fault),
     }
 }
 

@@ -356,27 +356,31 @@ impl<'a, R: Copy> Call<'a, R> {
     /// Records a fault: the session counts it, the outlet publishes it, and abort mode ends
     /// the process.
     pub fn report(&self, fault: Fault) {
-        self.report_with_python(fault, None)
+        self.report_from(fault, true)
     }
 
-    /// As `report`, with the Python frames `python` (those kept at the faulting call, when the
-    /// fault is recorded on another thread: the hang watchdog's) instead of the reporting
-    /// thread's own.
-    pub fn report_with_python(&self, mut fault: Fault, mut python: Option<verdicts::PythonFrames>) {
+    /// As `report`, for a fault recorded on another thread than its call's (the hang
+    /// watchdog's): its Python frames are the ones it already carries, kept at the call, not
+    /// the reporting thread's.
+    pub fn report_keeping_python(&self, fault: Fault) {
+        self.report_from(fault, false)
+    }
+
+    fn report_from(&self, mut fault: Fault, reporters_python: bool) {
         let s = self.session;
         // Past the cap a fault is only counted: a backtrace and a memory query would be wasted.
         let kept = !s.faults_full();
         let rules_read_python = s.config.ignore.iter().any(IgnoreRule::reads_python);
-        if kept && rules_read_python {
-            self.add_python_stack(&mut fault, python.take());
+        if kept && rules_read_python && reporters_python {
+            self.add_python_stack(&mut fault);
         }
         // A fault the user declared benign is counted under its rule, and goes no further.
         if !s.config.ignore.is_empty() && s.ignores(&fault).is_some() {
             return;
         }
         if kept {
-            if !rules_read_python {
-                self.add_python_stack(&mut fault, python.take());
+            if !rules_read_python && reporters_python {
+                self.add_python_stack(&mut fault);
             }
             self.add_moment(&mut fault);
         }
@@ -393,8 +397,8 @@ impl<'a, R: Copy> Call<'a, R> {
     }
 
     /// The faulting thread's Python frames (takes the GIL: no lock of the guard's is held here).
-    fn add_python_stack(&self, fault: &mut Fault, given: Option<verdicts::PythonFrames>) {
-        if let Some((frames, note, thread)) = given.or_else(|| self.outlet.python_stack()) {
+    fn add_python_stack(&self, fault: &mut Fault) {
+        if let Some((frames, note, thread)) = self.outlet.python_stack() {
             fault.python_stack = frames;
             fault.python_stack_note = note;
             fault.thread_name = (!thread.is_empty()).then_some(thread);
@@ -481,7 +485,7 @@ impl<'a, R: Copy> Call<'a, R> {
     /// the program exits with a failure status); nothing is printed or written for it.
     pub fn note_failed_probe(&self, status: i32, status_name: &str) {
         if let Some(mut fault) = self.init_failure(status, status_name, Some((status, None))) {
-            self.add_python_stack(&mut fault, None);
+            self.add_python_stack(&mut fault);
             fault.backtrace = self.outlet.backtrace();
             self.session.keep_probe(fault);
         }

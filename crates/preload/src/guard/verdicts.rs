@@ -34,7 +34,7 @@ pub(crate) fn may_wait(call: &Call<'_, i32>, record: &CallArgs) -> bool {
 }
 
 /// A thread's Python frames, why it has none, and its name (as `Outlet::python_stack` gives).
-pub(crate) type PythonFrames = (Vec<PythonFrame>, Option<String>, String);
+type PythonFrames = (Vec<PythonFrame>, Option<String>, String);
 
 /// What a call's verdict is judged from, besides its scans.
 struct Verdict {

@@ -111,15 +111,13 @@ pub type HostBytes = SmallVec<[u8; 16]>;
 /// checks, run again), and this tells it found them without keeping each job (64 bytes) for
 /// every call in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct JobsKey {
-    count: usize,
-    hash: u64,
-}
+pub struct JobsKey(u64);
 
 impl JobsKey {
+    /// The jobs' hash (a slice's hash takes its length in too).
     pub fn of(jobs: &[BatchScan]) -> Self {
         use std::hash::BuildHasher;
-        Self { count: jobs.len(), hash: foldhash::fast::FixedState::with_seed(0x6375_626c_6173).hash_one(jobs) }
+        Self(foldhash::fast::FixedState::with_seed(0x6375_626c_6173).hash_one(jobs))
     }
 }
 
