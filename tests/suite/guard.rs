@@ -554,6 +554,12 @@ fn execution_failed_at_the_first_gemm_records_the_devices_architecture() {
     assert_eq!(t.faults.iter().find(|f| f.status == 8).and_then(|f| f.device.as_ref()).map(|d| d.compute_capability.as_str()), Some("9.0"));
     let t = scenario("clean", &[("CUDASHIM_FAIL", "cublasSgemm_v2:2:13")]).trace();
     assert!(t.faults.iter().all(|f| f.device.is_none()), "{:#?}", t.faults);
+    // Nor where the first GEMM was clean on the hook layer's lean path, which notes no call.
+    for checks in ["none", "args,bounds"] {
+        let t = scenario("clean", &[("CUDASHIM_FAIL", "cublasSgemm_v2:2:13"), ("CUBLASGUARD_CHECKS", checks)]).trace();
+        let f = t.faults.iter().find(|f| f.api == "cublasSgemm_v2").expect("the second GEMM's fault");
+        assert_eq!((f.status, f.device.as_ref().map(|d| d.compute_capability.as_str())), (13, None), "{checks}: {f:#?}");
+    }
 }
 
 #[test]

@@ -328,7 +328,12 @@ impl Session {
 
     /// `matmul_handle`, through the calling thread's memo of its last lookups (no lock when
     /// the table did not change since).
+    #[inline]
     pub fn matmul_handle_in(&self, lt: bool, handle: u64, memo: &ThreadMemo) -> HandleLookup {
+        if !lt {
+            // A cuBLAS GEMM's, on every lean call: the lookup itself, with no closure around it.
+            return self.handles.lookup_in(handle, memo);
+        }
         self.judge_handle(lt, |table| table.lookup_in(handle, memo))
     }
 
@@ -382,8 +387,10 @@ impl Session {
     }
 
     /// `lean_gemm`, as the hook layer asks it at every plain GEMM: one byte read. The answer is
-    /// kept by the first call that asks, as the configuration of a session in use cannot change
-    /// any more (it is shared); not where dumps are on, as their quota runs out as calls go.
+    /// kept by the first call that asks once a matrix multiply was noted, as the configuration
+    /// of a session in use cannot change any more (it is shared); not where dumps are on, as
+    /// their quota runs out as calls go. Until then `No`: the session's first matrix multiply
+    /// goes the whole way and notes itself (`note_matmul`), so the lean path never has to.
     #[inline(always)]
     pub fn lean_gemm_kept(&self) -> LeanGemm {
         let kept = self.lean_kept.load(Ordering::Relaxed);
@@ -401,6 +408,9 @@ impl Session {
     #[cold]
     #[inline(never)]
     fn keep_lean_gemm(&self) -> LeanGemm {
+        if self.first_matmul().is_none() {
+            return LeanGemm::No;
+        }
         let lean = self.lean_gemm();
         if self.config.dump_dir.is_none() {
             let kept = match lean {
@@ -702,6 +712,7 @@ mod tests {
             s.config.checks = crate::config::Checks::parse(checks).unwrap();
             s.config.nan_origin = nan_origin;
             let answer = s.lean_gemm();
+            s.note_matmul(s.begin(1));
             assert_eq!(s.lean_gemm_kept(), answer, "{checks}");
             assert_eq!(s.lean_gemm_kept(), answer, "{checks}, kept");
         }
@@ -710,9 +721,24 @@ mod tests {
         s.config.checks = crate::config::Checks::NONE;
         s.config.dump_dir = Some("dumps".into());
         s.config.dump_max = 1;
+        s.note_matmul(s.begin(1));
         assert_eq!(s.lean_gemm_kept(), LeanGemm::No);
         assert!(s.claim_dump());
         assert_eq!(s.lean_gemm_kept(), LeanGemm::Unchecked);
+    }
+
+    #[test]
+    fn until_a_matrix_multiply_is_noted_no_gemm_takes_the_lean_path_so_the_first_notes_itself() {
+        let mut s = session(10);
+        s.config.checks = crate::config::Checks::NONE;
+        assert_eq!(s.lean_gemm(), LeanGemm::Unchecked);
+        assert_eq!((s.lean_gemm_kept(), s.lean_gemm_kept()), (LeanGemm::No, LeanGemm::No), "not kept before the first");
+        s.begin(0);
+        let first = s.begin(1);
+        s.note_matmul(first);
+        assert_eq!(s.lean_gemm_kept(), LeanGemm::Unchecked);
+        s.note_matmul(s.begin(1));
+        assert_eq!(s.first_matmul(), Some(first));
     }
 
     #[test]

@@ -107,8 +107,6 @@ struct LeanCall<'t> {
     started: Started,
     /// The sticky error known before the call, by its code (`Session::known_error_of`).
     known: i32,
-    /// The export's frame (`hook_frame!`), for a failed call's call site.
-    frame: u64,
 }
 
 impl<'t> LeanCall<'t> {
@@ -138,18 +136,19 @@ impl<'t> LeanCall<'t> {
 
     /// Numbers, counts and times the call about to be forwarded (`allowed` said it may be).
     #[inline(always)]
-    fn enter(t: &'t PerThread, s: &'static Session, hook: Hook, frame: u64) -> Option<Self> {
+    fn enter(t: &'t PerThread, s: &'static Session, hook: Hook) -> Option<Self> {
         let inside = ReentryOn::enter(t)?;
         let seq = s.begin(hook.index());
         let started = Started::now();
-        Some(Self { t, _inside: inside, s, hook, tid: t.tid.get(), seq, started, known: s.known_error_code(), frame })
+        Some(Self { t, _inside: inside, s, hook, tid: t.tid.get(), seq, started, known: s.known_error_code() })
     }
 
     /// After the real function returned `r`: recorded with the arguments `lean` gives; when it
     /// failed, given back for `failed` (so the handler's closure is made on that branch only).
     #[inline(always)]
     fn finish<R: HookReturn>(self, r: R, lean: impl FnOnce() -> CallArgs) -> Result<R, Self> {
-        self.s.note_matmul(self.seq);
+        // No `note_matmul`: the session's first matrix multiply went the whole way
+        // (`Session::lean_gemm_kept`), and a failed one is noted by its handler.
         let status = r.status();
         if status != crate::cuda::CUBLAS_SUCCESS {
             return Err(self);
@@ -171,11 +170,12 @@ impl<'t> LeanCall<'t> {
         Ok(r)
     }
 
-    /// A failed call, handed to its handler (inside the panic catcher) for its fault.
+    /// A failed call, handed to its handler (inside the panic catcher) for its fault; `frame`:
+    /// the export's (`hook_frame!`), for its call site.
     #[cold]
     #[inline(never)]
-    fn failed<R: HookReturn>(self, r: R, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
-        let Self { t, s, hook, tid, seq, started, known, frame, .. } = self;
+    fn failed<R: HookReturn>(self, r: R, frame: u64, handler: impl FnOnce(&Call<'_, R>) -> R) -> R {
+        let Self { t, s, hook, tid, seq, started, known, .. } = self;
         let now = process::now_ns();
         let started_ns = now.saturating_sub(started.elapsed_ns(now));
         let outcome = catch_panic(move || {
@@ -198,9 +198,11 @@ impl<'t> LeanCall<'t> {
 }
 
 /// The body of a hook's export and of its guarded copies, around `$real`: the thread's block
-/// reached once, the lean path of a hook that has one, `intercept_on` otherwise.
+/// reached once, the lean path of a hook that has one, `intercept_on` otherwise. `$frame`: the
+/// export's frame, evaluated where it is needed (`hook_frame!()` in the export itself, whose
+/// frame register holds it all through its body: a clean lean call never reads it).
 macro_rules! guarded_call {
-    ( $name:ident ; $real:ident ; $frame:ident ; $handler:path ; $( $lean:path )? ; $( $arg:ident ),* ) => {
+    ( $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $lean:path )? ; $( $arg:ident ),* ) => {
         PER_THREAD
             .try_with(|t| {
                 lean_path!( $( $lean )? ; t ; $name ; $real ; $frame ; $handler ; $( $arg ),* );
@@ -223,8 +225,8 @@ macro_rules! guarded_call {
 /// `LeanCall` for a hook with `lean` in the table: the arguments passed to the real function
 /// straight from the export's own, and to the recorder through `$lean`.
 macro_rules! lean_path {
-    ( ; $t:ident ; $name:ident ; $real:ident ; $frame:ident ; $handler:path ; $( $arg:ident ),* ) => {};
-    ( $lean:path ; $t:ident ; $name:ident ; $real:ident ; $frame:ident ; $handler:path ; $( $arg:ident ),* ) => {
+    ( ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {};
+    ( $lean:path ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {
         if let Some((s, how)) = LeanCall::allowed($t) {
             // The arguments widened only where they are checked, and the check handed one
             // reference to them.
@@ -232,12 +234,12 @@ macro_rules! lean_path {
                 let plain = $lean.call( $( $arg ),* );
                 LeanCall::vouched(s, $t, |s, t| plain.clean_before(s, &t.memo, crate::ffi::host::thread::stack_of(t)))
             };
-            if let Some(lean) = vouched.then(|| LeanCall::enter($t, s, Hook::$name, $frame)).flatten() {
+            if let Some(lean) = vouched.then(|| LeanCall::enter($t, s, Hook::$name)).flatten() {
                 // SAFETY: the caller's arguments, passed on unchanged to the real function.
                 let r = unsafe { $real( $( $arg ),* ) };
                 return match lean.finish(r, || $lean.record( $( $arg ),* )) {
                     Ok(r) => r,
-                    Err(lean) => lean.failed(r, |call| $handler(call, $( $arg ),* )),
+                    Err(lean) => lean.failed(r, $frame, |call| $handler(call, $( $arg ),* )),
                 };
             }
         }
@@ -532,13 +534,13 @@ macro_rules! hook_table {
             /// # Safety
             /// Called by C code with the arguments of the CUDA function of the same name.
             pub unsafe extern "C-unwind" fn $name( $( $arg : $ty ),* ) -> $ret {
-                // Read first, in this frame: its second word is the return address into the caller.
-                let frame = hook_frame!();
                 // SAFETY: `Real` is this function's C signature, the type the slot was looked up for.
                 let Some(real) = (unsafe { reals::$name.get::<$name::Real>() }) else {
                     return missing_real::<$ret>(stringify!($name), Library::$lib);
                 };
-                guarded_call!( $name ; real ; frame ; $handler ; $( $lean )? ; $( $arg ),* )
+                // The frame read in this function's own body, where it is used: its second word
+                // is the return address into the caller.
+                guarded_call!( $name ; real ; hook_frame!() ; $handler ; $( $lean )? ; $( $arg ),* )
             }
         )*
     };
