@@ -98,13 +98,14 @@ fn hang_cause(fault: &Fault) -> String {
     let stream = fault.stream.as_deref().unwrap_or("?");
     let mut cause = match &h.kernel {
         Some(k) => format!(
-            "the GPU is stuck in kernel {} (call #{}, grid [{}, {}, {}], launch {} of it on stream {stream}): this call, queued behind it, has not completed for {} s",
+            "the GPU is stuck in kernel {} (call #{}, grid [{}, {}, {}], launch {} of it, on stream {stream}{}): this call, queued behind it, has not completed for {} s",
             k.kernel,
             k.seq,
             k.grid[0],
             k.grid[1],
             k.grid[2],
             h.kernel_ordinal.unwrap_or(1),
+            first_line(&k.backtrace).map(|l| format!(", made at {l}")).unwrap_or_default(),
             h.stalled_s
         ),
         None => format!("the work of this call on stream {stream} has not completed for {} s, and no kernel launched before it on the stream is recorded", h.stalled_s),
@@ -556,12 +557,13 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
         let stream = fault.stream.as_deref();
         let likely = fault.suspects.iter().rev().find(|s| Some(s.stream.as_str()) == stream).or(fault.suspects.last());
         if let Some(k) = likely {
+            let at = first_line(&k.backtrace).map(|l| format!(", at {l}")).unwrap_or_default();
             if n == 1 {
-                cause = format!("{cause}; the kernel that faulted is {} (launched at call #{})", k.kernel, k.seq);
+                cause = format!("{cause}; the kernel that faulted is {} (launched at call #{}{at})", k.kernel, k.seq);
             } else {
                 cause = format!(
                     "{cause}; one of these {n} kernels faulted (launched since the device was last found clean); the most likely is the last \
-                     one on this stream: {} (call #{})",
+                     one on this stream: {} (call #{}{at})",
                     k.kernel, k.seq
                 );
                 next_steps.insert(

@@ -31,7 +31,16 @@ fn ordinal(n: u64) -> String {
 struct Stuck<'a> {
     trace: &'a Trace,
     kernel: Option<(&'a str, u64)>,
+    /// Where the program launched that kernel ("file:line in function"), when it was kept.
+    launched_at: Option<String>,
     line: String,
+}
+
+/// How many times `t` launched `kernel`, as far as its trace shows: the highest ordinal its
+/// recent launches of it carry (counted from the start), else how many of them are recent.
+fn launches_of(t: &Trace, kernel: &str) -> u64 {
+    let launches = || t.recent_calls.iter().filter(|c| c.args.label("kernel") == Some(kernel));
+    launches().filter_map(|c| c.args.int("launch")).max().map_or_else(|| launches().count() as u64, |n| n.max(0) as u64)
 }
 
 /// The lines that lead the report of traces holding a `gpu_hang` (none without).
@@ -45,9 +54,10 @@ pub fn lines(loaded: &[Loaded]) -> Vec<String> {
             // The stuck call's own line: its user's Python frame when it kept one, else native.
             let paths = l.trace.environment.python_paths.as_ref();
             let at = python_or_native_line(&f.python_stack, &f.backtrace, paths, false).map(|l| format!(" at {l}")).unwrap_or_default();
+            let launched_at = h.kernel.as_ref().and_then(|k| python_or_native_line(&[], &k.backtrace, paths, false));
             let mut line = match &h.kernel {
                 Some(k) => format!(
-                    "Hung: {} is stuck in kernel {} (call #{}, grid [{}, {}, {}], its {} launch on stream {stream}), launched after call #{} and before {} #{}{at}, which is queued behind it and has not completed for {} s",
+                    "Hung: {} is stuck in kernel {} (call #{}, grid [{}, {}, {}], its {} launch of it, on stream {stream}{}), launched after call #{} and before {} #{}{at}, which is queued behind it and has not completed for {} s",
                     who(&l.trace),
                     k.kernel,
                     k.seq,
@@ -55,6 +65,7 @@ pub fn lines(loaded: &[Loaded]) -> Vec<String> {
                     k.grid[1],
                     k.grid[2],
                     ordinal(h.kernel_ordinal.unwrap_or(1)),
+                    launched_at.as_ref().map(|l| format!(", made at {l}")).unwrap_or_default(),
                     h.last_landed.unwrap_or(0),
                     f.api,
                     f.seq,
@@ -81,7 +92,7 @@ pub fn lines(loaded: &[Loaded]) -> Vec<String> {
             }
             line.push('.');
             out.push(line.clone());
-            stuck.push(Stuck { trace: &l.trace, kernel: h.kernel.as_ref().map(|k| (k.kernel.as_str(), h.kernel_ordinal.unwrap_or(1))), line });
+            stuck.push(Stuck { trace: &l.trace, kernel: h.kernel.as_ref().map(|k| (k.kernel.as_str(), h.kernel_ordinal.unwrap_or(1))), launched_at, line });
         }
     }
     if loaded.len() > 1 {
@@ -97,16 +108,18 @@ fn ranks(loaded: &[Loaded], stuck: &[Stuck]) -> Vec<String> {
     keys.dedup();
     let mut out = Vec::new();
     for (kernel, n) in keys {
-        let waiting: Vec<&Trace> = stuck.iter().filter(|s| s.kernel == Some((kernel, n))).map(|s| s.trace).collect();
+        let waiting: Vec<&Stuck> = stuck.iter().filter(|s| s.kernel == Some((kernel, n))).collect();
+        let launched_at = waiting.iter().find_map(|s| s.launched_at.as_ref()).map(|l| format!(", made at {l}")).unwrap_or_default();
         let mut line = format!(
-            "{} wait in {kernel} ({} {} launch of it)",
-            join(waiting.iter().map(|t| who(t))),
+            "{} wait in {kernel} ({} {} launch of it{launched_at})",
+            join(waiting.iter().map(|s| who(s.trace))),
             if waiting.len() > 1 { "their" } else { "its" },
             ordinal(n)
         );
+        let waiting: Vec<&Trace> = waiting.iter().map(|s| s.trace).collect();
         for l in loaded.iter().filter(|l| !waiting.iter().any(|t| std::ptr::eq(*t, &l.trace))) {
             let t = &l.trace;
-            let launched = t.recent_calls.iter().filter(|c| c.args.label("kernel") == Some(kernel)).count() as u64;
+            let launched = launches_of(t, kernel);
             let last = t.recent_calls.iter().max_by_key(|c| c.seq).map(|c| format!("{} #{}", c.api, c.seq)).unwrap_or_else(|| "none recorded".into());
             let elsewhere = stuck.iter().find(|s| std::ptr::eq(s.trace, t) && s.kernel != Some((kernel, n)));
             if launched < n {

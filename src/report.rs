@@ -1200,8 +1200,9 @@ fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
     // The kernels behind a pending error, and those that wrote a consumed NaN/Inf.
     for (label, launches) in [("suspect", &f.suspects), ("writer", &f.writers)] {
         for k in launches {
+            let launched_at = crate::diagnosis::first_line(&k.backtrace).map(|l| format!(", launched at {}", doc.t(&l))).unwrap_or_default();
             let line = format!(
-                "{label} #{} {} (grid {}x{}x{}, block {}x{}x{}, stream {})",
+                "{label} #{} {} (grid {}x{}x{}, block {}x{}x{}, stream {}{launched_at})",
                 k.seq,
                 doc.c(&k.kernel),
                 k.grid[0],

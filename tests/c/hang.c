@@ -11,7 +11,9 @@
  *                 (cudaMemcpy) and exits 0, as a rank that took another branch does
  *   hang gpu      as `hang` without the kernel (a host stub registered as a kernel is the
  *                 stand-in's alone): the stream wait and the GEMM behind it, on a real GPU
- *                 (scripts/gpu-check.sh) */
+ *                 (scripts/gpu-check.sh)
+ * HANG_COLLECTIVES=N (not with `gpu`): N collectives that complete first, each launched from
+ * the line marked COLLECTIVES, so that the one that hangs is the (N+1)th launch of it. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,12 @@ int main(int argc, char **argv) {
     /* A first GEMM that completes, so the guard follows the stream. */
     cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, a, N, a, N, &zero, c, N);
     cudaDeviceSynchronize();
+    const char *collectives = getenv("HANG_COLLECTIVES");
+    dim3 grid = {2, 1, 1}, block = {512, 1, 1};
+    void *args[] = {&c};
+    for (int i = 0, n = collectives && !gpu ? atoi(collectives) : 0; i < n; i++)
+        cudaLaunchKernel((const void *)all_reduce, grid, block, args, 0, NULL); /* COLLECTIVES */
+    cudaDeviceSynchronize();
     if (!strcmp(mode, "sleep")) {
         sleep(3);
         return 0;
@@ -59,8 +67,6 @@ int main(int argc, char **argv) {
     void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     wait_value_fn wait_value = driver ? (wait_value_fn)dlsym(driver, "cuStreamWaitValue32_v2") : NULL;
     if (!wait_value) return 5;
-    void *args[] = {&c};
-    dim3 grid = {2, 1, 1}, block = {512, 1, 1};
     if (!gpu) cudaLaunchKernel((const void *)all_reduce, grid, block, args, 0, NULL); /* COLLECTIVE */
     /* The all-reduce's wait for its peers: CU_STREAM_WAIT_VALUE_EQ (1), never met. */
     if (wait_value(NULL, (unsigned long long)(size_t)flag, 1, 1)) return 6;

@@ -98,9 +98,9 @@ int main(int argc, char **argv) {
     float *b;
     cudaMalloc((void **)&b, 64);
     cudaMemcpy(b, host, sizeof host, cudaMemcpyHostToDevice);
-    printf("fill=%d\n", cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL));
-    printf("gather=%d\n", cudaLaunchKernel((const void *)gather, wide, block, gather_args, 0, NULL));
-    printf("scale=%d\n", cudaLaunchKernel((const void *)scale, grid, block, args, 0, NULL));
+    printf("fill=%d\n", cudaLaunchKernel((const void *)fill, grid, block, args, 0, NULL));           /* LAUNCH fill */
+    printf("gather=%d\n", cudaLaunchKernel((const void *)gather, wide, block, gather_args, 0, NULL)); /* LAUNCH gather */
+    printf("scale=%d\n", cudaLaunchKernel((const void *)scale, grid, block, args, 0, NULL));         /* LAUNCH scale */
     const float one = 1, zero = 0;
     printf("sgemm=%d\n", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, b, 2, b, 2, &zero, b + 8, 2));
     return 0;

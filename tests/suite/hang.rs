@@ -14,9 +14,9 @@ fn hang_program() -> std::path::PathBuf {
 }
 
 /// `hang.c MODE` under the guard with a one-second watchdog, in `dir`, its trace at `trace_path`.
-fn start(dir: &Path, trace_path: &Path, mode: &str, rank: Option<&str>) -> Child {
+fn start(dir: &Path, trace_path: &Path, mode: &str, rank: Option<&str>, env: &[(&str, &str)]) -> Child {
     let mut cmd = guarded_on_the_standin(&hang_program(), dir, trace_path);
-    cmd.arg(mode).env("CUBLASGUARD_HANG_TIMEOUT", "1");
+    cmd.arg(mode).env("CUBLASGUARD_HANG_TIMEOUT", "1").envs(env.iter().copied());
     if let Some(rank) = rank {
         cmd.env("RANK", rank);
     }
@@ -51,7 +51,7 @@ fn kill(mut job: Child) {
 fn stuck_job() -> (Trace, std::path::PathBuf) {
     let dir = temp_dir("hang");
     let trace_path = dir.join("trace.json");
-    let mut job = start(&dir, &trace_path, "hang", None);
+    let mut job = start(&dir, &trace_path, "hang", None, &[]);
     let t = hang_trace(&mut job, &trace_path);
     assert!(job.try_wait().expect("wait").is_none(), "the watchdog leaves the job running");
     kill(job);
@@ -76,6 +76,10 @@ fn a_job_stuck_in_a_kernel_gets_a_gpu_hang_naming_the_queued_gemm_the_kernel_and
     let kernel = h.kernel.as_ref().expect("the kernel before it");
     assert_eq!((kernel.kernel.as_str(), kernel.grid, h.kernel_ordinal), ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", [2, 1, 1], Some(1)));
     assert_eq!(f.suspects.iter().map(|k| k.kernel.as_str()).collect::<Vec<_>>(), ["ncclDevKernel_AllReduce_Sum_f32_RING_LL"]);
+    // The kernel's launching line.
+    let collective = format!("hang.c:{}", line_of(&source, "/* COLLECTIVE */"));
+    assert!(kernel.backtrace.first().is_some_and(|l| l.contains(&collective)), "{collective}: {:#?}", kernel.backtrace);
+    assert_eq!(f.suspects[0].backtrace, kernel.backtrace);
     assert!(f.message.contains("ncclDevKernel_AllReduce_Sum_f32_RING_LL"), "{}", f.message);
     // The host's wait, with its line.
     let waits: Vec<(&str, u64)> = h.blocked_threads.iter().map(|w| (w.api.as_str(), w.seq)).collect();
@@ -109,6 +113,8 @@ fn the_report_of_a_hang_leads_with_the_stuck_kernel_the_call_behind_it_and_the_h
     // The first paragraph after the title is the hang.
     let lead = text.split("\n\n").nth(1).unwrap_or_default();
     assert!(lead.starts_with("Hung: pid ") && lead.contains("stuck in kernel ncclDevKernel_AllReduce_Sum_f32_RING_LL"), "{text}");
+    let launched = format!("/tests/c/hang.c:{} in main)", line_of(&source, "/* COLLECTIVE */"));
+    assert!(lead.contains("its 1st launch of it, on stream 0x0, made at /") && lead.contains(&launched), "{lead}");
     assert!(lead.contains("before cublasSgemm_v2 #") && lead.contains(&format!("hang.c:{} in main", line_of(&source, "QUEUED GEMM"))), "{lead}");
     assert!(
         lead.contains("the host waits in cudaStreamSynchronize #") && lead.contains(&format!("hang.c:{} in main", line_of(&source, "HOST WAITS"))),
@@ -127,7 +133,10 @@ fn the_report_of_a_hang_leads_with_the_stuck_kernel_the_call_behind_it_and_the_h
 fn the_merged_report_of_three_ranks_names_the_two_waiting_in_the_collective_and_the_one_that_never_launched_it() {
     let dir = temp_dir("hang-ranks");
     let pattern = dir.join("trace-%r.json");
-    let mut jobs: Vec<Child> = ["0", "1", "2"].iter().map(|rank| start(&dir, &pattern, "ranks", Some(rank))).collect();
+    // 300 collectives completed first: the one that hangs is the 301st, past the flight
+    // recorder's 256 calls, so only a count from the start numbers it.
+    let env = [("HANG_COLLECTIVES", "300")];
+    let mut jobs: Vec<Child> = ["0", "1", "2"].iter().map(|rank| start(&dir, &pattern, "ranks", Some(rank), &env)).collect();
     let path = |rank: &str| dir.join(format!("trace-{rank}.json"));
     let t0 = hang_trace(&mut jobs[0], &path("0"));
     let t1 = hang_trace(&mut jobs[1], &path("1"));
@@ -145,6 +154,10 @@ fn the_merged_report_of_three_ranks_names_the_two_waiting_in_the_collective_and_
         kill(job);
     }
     assert_eq!((t0.process.rank, t1.process.rank), (Some(0), Some(1)));
+    for t in [&t0, &t1] {
+        let h = faults_of(t, FaultKind::GpuHang)[0].hang.as_ref().expect("the hang's facts");
+        assert_eq!(h.kernel_ordinal, Some(301), "counted from the start");
+    }
     let t2 = trace::read(&path("2")).expect("rank 2's trace");
     let last = t2.recent_calls.iter().max_by_key(|c| c.seq).expect("rank 2's calls");
     assert_eq!(last.api, "cudaMemcpy");
@@ -154,8 +167,10 @@ fn the_merged_report_of_three_ranks_names_the_two_waiting_in_the_collective_and_
         .split("\n\n")
         .find(|p| p.starts_with("rank 0 and rank 1 wait in ncclDevKernel_AllReduce_Sum_f32_RING_LL"))
         .unwrap_or_else(|| panic!("no line for the ranks: {text}"));
-    assert!(line.contains("(their 1st launch of it)"), "{line}");
-    assert!(line.contains(&format!("rank 2 never launched its 1st: its last call was cudaMemcpy #{}", last.seq)), "{line}");
+    let source = manifest_dir().join("tests/c/hang.c");
+    let launched = format!("/tests/c/hang.c:{} in main)", line_of(&source, "/* COLLECTIVE */"));
+    assert!(line.contains("(their 301st launch of it, made at /") && line.contains(&launched), "{line}");
+    assert!(line.contains(&format!("rank 2 never launched its 301st: its last call was cudaMemcpy #{}", last.seq)), "{line}");
 }
 
 #[test]

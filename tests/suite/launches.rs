@@ -31,12 +31,20 @@ fn an_error_pending_before_a_gemm_names_the_kernels_launched_since_the_device_wa
     assert!(names[2].starts_with("scale"), "the unregistered kernel named from its symbol: {}", names[2]);
     assert_eq!((f.suspects[1].grid, f.suspects[1].block), ([8, 1, 1], [256, 1, 1]));
     assert!(f.suspects.windows(2).all(|w| w[0].seq < w[1].seq), "oldest first");
+    // Each with the line that launched it.
+    let source = manifest_dir().join("tests/c/launches.c");
+    for (suspect, kernel) in f.suspects.iter().zip(["fill", "gather", "scale"]) {
+        let line = format!("launches.c:{} ", line_of(&source, &format!("/* LAUNCH {kernel} */")));
+        assert!(suspect.backtrace.first().is_some_and(|l| l.contains(&line)), "{line}: {:#?}", suspect.backtrace);
+    }
     let recorded: Vec<_> = t.recent_calls.iter().filter(|c| c.api == "cudaLaunchKernel").collect();
     assert_eq!(recorded.len(), 3);
     assert_eq!(recorded[0].args["kernel"], "fill(float*, int)");
     let report = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("report");
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(text.contains("one of these 3 kernels faulted") && text.contains("CUBLASGUARD_SYNC=launches"), "{text}");
+    let scale = format!("launches.c:{} in main", line_of(&source, "/* LAUNCH scale */"));
+    assert!(text.contains(&format!("{})", scale)) && text.matches("launched at ").count() >= 3, "each suspect's launching line: {text}");
 }
 
 #[test]

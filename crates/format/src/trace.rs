@@ -419,6 +419,10 @@ pub struct Suspect {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub stream: String,
+    /// Where the program launched it, innermost first (symbolised return addresses), while
+    /// the guard still remembered it (its last 1,024 calls); empty before 0.5.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backtrace: Vec<String>,
 }
 
 /// One stream's breadcrumbs when an asynchronous error surfaced: the last guarded call whose

@@ -39,13 +39,16 @@ pub enum CallArgs {
         handle: u64,
         value: i64,
     },
-    /// A kernel launch: the host stub the program passed, its configuration and stream.
+    /// A kernel launch: the host stub the program passed, its configuration and stream, and
+    /// which launch of that function it was since the session started (1 for the first; 0:
+    /// not counted).
     Launch {
         func: u64,
         grid: [u32; 3],
         block: [u32; 3],
         shared: u64,
         stream: u64,
+        ordinal: u64,
     },
     /// The cuBLAS functions beyond GEMM, whose arguments are all `int`: the enum arguments
     /// (`trans`, `side`, ...) and the integers, named by the form.
@@ -214,12 +217,15 @@ impl CallArgs {
                 f("handle", ArgValue::Address(handle));
                 f("value", ArgValue::Int(value));
             }
-            Self::Launch { func, grid, block, shared, stream } => {
+            Self::Launch { func, grid, block, shared, stream, ordinal } => {
                 f("func", ArgValue::Address(func));
                 f("gridDim", ArgValue::Dim3(grid));
                 f("blockDim", ArgValue::Dim3(block));
                 f("sharedMem", ArgValue::Int(shared.min(i64::MAX as u64) as i64));
                 f("stream", ArgValue::Address(stream));
+                if ordinal > 0 {
+                    f("launch", ArgValue::Int(ordinal.min(i64::MAX as u64) as i64));
+                }
             }
             Self::Blas { form, enums, ints } => {
                 for (&(name, labels), &raw) in form.enums().iter().zip(enums.iter()) {
@@ -303,7 +309,7 @@ impl RecordedCall {
             CallArgs::Size { size, stream } => (2 | (stream.is_some() as u64) << 4, [size, stream.unwrap_or(0), 0, 0, 0, 0, 0]),
             CallArgs::Pointer { ptr, stream } => (3 | (stream.is_some() as u64) << 4, [ptr, stream.unwrap_or(0), 0, 0, 0, 0, 0]),
             CallArgs::Handle { handle, value } => (4, [handle, value as u64, 0, 0, 0, 0, 0]),
-            CallArgs::Launch { func, grid, block, shared, stream } => (
+            CallArgs::Launch { func, grid, block, shared, stream, ordinal } => (
                 5,
                 [
                     func,
@@ -312,7 +318,7 @@ impl RecordedCall {
                     block[1] as u64 | (block[2] as u64) << 32,
                     shared,
                     stream,
-                    0,
+                    ordinal,
                 ],
             ),
             CallArgs::Blas { form, enums, ints } => {
@@ -371,6 +377,7 @@ impl RecordedCall {
                 block: [(w[6] >> 32) as u32, w[7] as u32, (w[7] >> 32) as u32],
                 shared: w[8],
                 stream: w[9],
+                ordinal: w[10],
             },
             6 => {
                 let lo = |v: u64| v as u32 as i32;
@@ -569,7 +576,7 @@ mod tests {
             CallArgs::Stream { stream: 0x7f00_0000_2000 },
             CallArgs::Event { event: 0x99 },
             CallArgs::Graph { exec: 0x7f00_0000_3000, stream: 0x2 },
-            CallArgs::Launch { func: 0x4011a0, grid: [1024, 2, 1], block: [256, 1, 1], shared: 4096, stream: 0x9 },
+            CallArgs::Launch { func: 0x4011a0, grid: [1024, 2, 1], block: [256, 1, 1], shared: 4096, stream: 0x9, ordinal: 412 },
             CallArgs::Blas { form: BlasForm::Trsm, enums: [1, -1, 2, 9], ints: [i32::MIN, 3, i32::MAX, 4, 0, 0, 0, 0] },
             CallArgs::Blas { form: BlasForm::Gels, enums: [0, 0, 0, 0], ints: [4, 2, 1, 4, 4, 8, 0, 0] },
             CallArgs::Workspace { handle: 0x77, ptr: 0x7f00_0000_2000, bytes: u64::MAX },
@@ -638,13 +645,17 @@ mod tests {
     }
 
     #[test]
-    fn a_launch_names_its_configuration_as_cuda_launch_kernel_does() {
-        let args = CallArgs::Launch { func: 0x4011a0, grid: [64, 2, 1], block: [256, 1, 1], shared: 4096, stream: 0x9 }.to_args();
+    fn a_launch_names_its_configuration_as_cuda_launch_kernel_does_and_which_launch_of_it_it_was() {
+        let launch = CallArgs::Launch { func: 0x4011a0, grid: [64, 2, 1], block: [256, 1, 1], shared: 4096, stream: 0x9, ordinal: 412 };
+        let args = launch.to_args();
         let names: Vec<&str> = args.iter().map(|(n, _)| n).collect();
-        assert_eq!(names, ["func", "gridDim", "blockDim", "sharedMem", "stream"]);
+        assert_eq!(names, ["func", "gridDim", "blockDim", "sharedMem", "stream", "launch"]);
         assert_eq!(
             serde_json::to_value(&args).unwrap(),
-            serde_json::json!({"func": "0x4011a0", "gridDim": [64, 2, 1], "blockDim": [256, 1, 1], "sharedMem": 4096, "stream": "0x9"})
+            serde_json::json!({"func": "0x4011a0", "gridDim": [64, 2, 1], "blockDim": [256, 1, 1], "sharedMem": 4096, "stream": "0x9", "launch": 412})
         );
+        // Not counted (launch checks off, or too many kernels): no ordinal is claimed.
+        let uncounted = CallArgs::Launch { func: 0x4011a0, grid: [64, 2, 1], block: [256, 1, 1], shared: 4096, stream: 0x9, ordinal: 0 }.to_args();
+        assert!(uncounted.iter().all(|(n, _)| n != "launch"));
     }
 }

@@ -8,7 +8,7 @@
 //! moves on to a later call, or gains a waiting thread, replaces it.
 
 use super::Call;
-use crate::recorder::CallArgs;
+use crate::recorder::{CallArgs, RecordedCall};
 use crate::session::breadcrumbs::{Issued, Progress};
 use crate::trace::{hex, BlockedThread, FaultKind, Hang, Suspect};
 
@@ -87,25 +87,23 @@ pub(crate) fn record<R: Copy>(call: &Call<'_, R>, stuck: &Stuck, progress: &[Pro
     let (p, first) = (&stuck.progress, stuck.first);
     let api = s.hook_name(first.hook as usize);
     let calls = s.recorder.snapshot();
-    let mut launches: Vec<(u64, CallArgs)> =
-        calls.iter().filter(|c| matches!(c.args, CallArgs::Launch { stream, .. } if stream == p.stream)).map(|c| (c.seq, c.args)).collect();
-    launches.sort_by_key(|l| l.0);
-    let suspect = |seq: u64, args: CallArgs| match args {
-        CallArgs::Launch { func, grid, block, stream, .. } => {
-            Some(Suspect { seq, kernel: s.kernels.name(func, |f| call.outlet.kernel_name(f)), grid, block, stream: hex(stream) })
-        }
-        _ => None,
+    let on_stream = |c: &RecordedCall| matches!(c.args, CallArgs::Launch { stream, .. } if stream == p.stream);
+    let mut between = super::launch::launches_between(call, p.landed, first.seq, usize::MAX, on_stream);
+    // Which launch of its kernel the last one was, counted from the start (0: not counted, as
+    // past the table's room: then as far as the recent calls show).
+    let func_of = |c: &RecordedCall| match c.args {
+        CallArgs::Launch { func, .. } => func,
+        _ => 0,
     };
-    let between: Vec<Suspect> = launches.iter().filter(|l| l.0 > p.landed && l.0 < first.seq).filter_map(|&(seq, args)| suspect(seq, args)).collect();
-    let last = launches.iter().rev().find(|l| l.0 > p.landed && l.0 < first.seq).copied();
-    let ordinal = last.map(|(seq, args)| {
-        let func = |a: CallArgs| match a {
-            CallArgs::Launch { func, .. } => func,
-            _ => 0,
-        };
-        launches.iter().filter(|l| l.0 <= seq && func(l.1) == func(args)).count() as u64
+    let ordinal = between.last().map(|(last, ordinal)| match *ordinal {
+        0 => {
+            let func = calls.iter().find(|c| c.seq == last.seq).map_or(0, func_of);
+            calls.iter().filter(|c| on_stream(c) && c.seq <= last.seq && func_of(c) == func).count() as u64
+        }
+        n => n,
     });
-    let kernel = last.and_then(|(seq, args)| suspect(seq, args));
+    let kernel = between.last().map(|(last, _)| last.clone());
+    let between: Vec<Suspect> = between.drain(..).map(|(suspect, _)| suspect).collect();
     let blocked: Vec<BlockedThread> = s
         .waits
         .waiting()

@@ -239,7 +239,11 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
         call.record(status, CallArgs::None);
         return status;
     }
-    let recorded = CallArgs::Launch { func, grid: grid.array(), block: block.array(), shared, stream };
+    // Counted and placed for a hang to name (`session::launches`): the launching line is read
+    // while this frame is live.
+    let ordinal = s.launch_counts.next(func);
+    s.launch_sites.record(call.seq, &call.call_site());
+    let recorded = CallArgs::Launch { func, grid: grid.array(), block: block.array(), shared, stream, ordinal };
     call.record(status, recorded);
     // Only a NaN/Inf check (or origin mode) asks what a launch pointed into.
     let wanted = status == cuda::CUDA_SUCCESS && (s.config.checks.nan || s.config.nan_origin);
@@ -262,7 +266,7 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
         message.extend(super::attribution::lost_since(s, status));
         let finding = Finding::new(FaultKind::ApiError, message);
         let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
-        launch_args(&mut fault, kernel(), func, grid, block, shared, stream);
+        launch_args(&mut fault, kernel(), recorded, stream);
         call.report(fault);
         return status;
     }
@@ -311,7 +315,7 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
             );
             finding.error = Some((code, surfaced_at));
             let mut fault = call.fault(finding, status, cuda::cuda_error_name(status));
-            launch_args(&mut fault, name, func, grid, block, shared, stream);
+            launch_args(&mut fault, name, recorded, stream);
             call.report(fault);
         }
     }
@@ -373,8 +377,8 @@ pub(crate) fn leave_breadcrumb(call: &Call<'_, c_int>, stream: u64, args: CallAr
 }
 
 /// The launch's arguments as its recent call has them, and the kernel's name.
-fn launch_args(fault: &mut crate::trace::Fault, kernel: String, func: u64, grid: Dim3, block: Dim3, shared: u64, stream: u64) {
-    fault.args = CallArgs::Launch { func, grid: grid.array(), block: block.array(), shared, stream }.to_args();
+fn launch_args(fault: &mut crate::trace::Fault, kernel: String, recorded: CallArgs, stream: u64) {
+    fault.args = recorded.to_args();
     fault.args.insert("kernel", kernel);
     fault.stream = Some(hex(stream));
 }
@@ -382,25 +386,51 @@ fn launch_args(fault: &mut crate::trace::Fault, kernel: String, func: u64, grid:
 /// The kernels launched since the guard last found the device clean and before call `before`,
 /// oldest first: one of them caused an error found pending now.
 pub(crate) fn suspects<R: Copy>(call: &Call<'_, R>, before: u64) -> Vec<Suspect> {
-    launches_between(call, call.session.last_clean_sync(), before, |_| true).collect()
+    launches_between(call, call.session.last_clean_sync(), before, usize::MAX, |_| true).into_iter().map(|(suspect, _)| suspect).collect()
 }
 
-/// The recorded kernel launches after call `after` and before call `before` that `keep`
-/// accepts, oldest first, each as the launch it was (seq, kernel's name, grid, block, stream).
-pub(crate) fn launches_between<'c, R: Copy>(
-    call: &'c Call<'_, R>,
+/// The newest `newest` of the recorded kernel launches after call `after` and before call
+/// `before` that `keep` accepts, oldest first, each as the launch it was (seq, kernel's name, grid, block, stream,
+/// the line that launched it while it is remembered) with its ordinal among its kernel's
+/// launches (0: not counted).
+pub(crate) fn launches_between<R: Copy>(
+    call: &Call<'_, R>,
     after: u64,
     before: u64,
+    newest: usize,
     keep: impl Fn(&RecordedCall) -> bool,
-) -> impl DoubleEndedIterator<Item = Suspect> + 'c {
+) -> Vec<(Suspect, u64)> {
     let s = call.session;
     let mut launches: Vec<RecordedCall> =
         s.recorder.snapshot().into_iter().filter(|c| c.seq > after && c.seq < before && matches!(c.args, CallArgs::Launch { .. }) && keep(c)).collect();
     launches.sort_by_key(|c| c.seq);
-    launches.into_iter().filter_map(move |c| match c.args {
-        CallArgs::Launch { func, grid, block, stream, .. } => {
-            Some(Suspect { seq: c.seq, kernel: s.kernels.name(func, |f| call.outlet.kernel_name(f)), grid, block, stream: hex(stream) })
+    launches.drain(..launches.len().saturating_sub(newest));
+    // A loop launches from a few lines: each site is symbolised once.
+    let mut described: Vec<(crate::session::call_site::CallSite, Vec<String>)> = Vec::new();
+    let mut launching_line = |seq: u64| {
+        let site = s.launch_sites.site(seq)?;
+        if let Some((_, lines)) = described.iter().find(|(known, _)| *known == site) {
+            return Some(lines.clone());
         }
-        _ => None,
-    })
+        let lines = call.outlet.describe_call_site(&site);
+        described.push((site, lines.clone()));
+        Some(lines)
+    };
+    launches
+        .into_iter()
+        .filter_map(|c| match c.args {
+            CallArgs::Launch { func, grid, block, stream, ordinal, .. } => Some((
+                Suspect {
+                    seq: c.seq,
+                    kernel: s.kernels.name(func, |f| call.outlet.kernel_name(f)),
+                    grid,
+                    block,
+                    stream: hex(stream),
+                    backtrace: launching_line(c.seq).unwrap_or_default(),
+                },
+                ordinal,
+            )),
+            _ => None,
+        })
+        .collect()
 }

@@ -98,6 +98,6 @@ fn extra_buffer<R: Copy>(call: &Call<'_, R>, extra: u64) -> Option<(u64, u64)> {
 pub(crate) fn writers<R: Copy>(call: &Call<'_, R>, ptr: u64, extent: u64) -> Vec<Suspect> {
     let s = call.session;
     let inside = |p: u64| p != 0 && p.wrapping_sub(ptr) < extent.max(1);
-    let into_it = |c: &RecordedCall| s.launch_touches.touched(c.seq).is_some_and(|pointers| pointers.iter().any(|&p| inside(p)));
-    super::launch::launches_between(call, s.finite_seen.last(ptr), call.seq, into_it).rev().take(8).collect()
+    let into_it = |c: &RecordedCall| s.launch_touches.get(c.seq).is_some_and(|pointers| pointers.iter().any(|&p| inside(p)));
+    super::launch::launches_between(call, s.finite_seen.last(ptr), call.seq, 8, into_it).into_iter().rev().map(|(suspect, _)| suspect).collect()
 }

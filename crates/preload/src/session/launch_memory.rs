@@ -8,11 +8,10 @@
 //! a kernel that wrote one of them did not write the others.
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Pointers kept per launch.
-pub const TOUCHED_PER_LAUNCH: usize = 4;
+pub const TOUCHED_PER_LAUNCH: usize = super::seq_ring::WORDS;
 /// Parameter words read per launch (PyTorch's elementwise kernels pass hundreds of bytes of
 /// sizes and strides after their data pointers).
 pub const WORDS_PER_LAUNCH: usize = 64;
@@ -60,44 +59,8 @@ pub fn pointer_words(layout: &[(u32, u32)]) -> impl Iterator<Item = (usize, u64)
         .take(WORDS_PER_LAUNCH)
 }
 
-/// A launch's pointers into live allocations, by its sequence number: a ring that takes no lock. A slot
-/// is marked invalid (0) while it is written, then given its launch's number.
-pub struct LaunchTouches {
-    slots: Box<[Slot]>,
-}
-
-struct Slot {
-    seq: AtomicU64,
-    pointers: [AtomicU64; TOUCHED_PER_LAUNCH],
-}
-
-impl Default for LaunchTouches {
-    fn default() -> Self {
-        Self { slots: (0..RING).map(|_| Slot { seq: AtomicU64::new(0), pointers: Default::default() }).collect() }
-    }
-}
-
-impl LaunchTouches {
-    pub fn record(&self, seq: u64, pointers: &[u64]) {
-        let slot = &self.slots[(seq % RING as u64) as usize];
-        slot.seq.store(0, Ordering::Release);
-        for (i, p) in slot.pointers.iter().enumerate() {
-            p.store(pointers.get(i).copied().unwrap_or(0), Ordering::Relaxed);
-        }
-        slot.seq.store(seq, Ordering::Release);
-    }
-
-    /// The pointers launch `seq` was given (0 for none), while it is remembered (and not
-    /// rewritten meanwhile).
-    pub fn touched(&self, seq: u64) -> Option<[u64; TOUCHED_PER_LAUNCH]> {
-        let slot = &self.slots[(seq % RING as u64) as usize];
-        if seq == 0 || slot.seq.load(Ordering::Acquire) != seq {
-            return None;
-        }
-        let pointers = std::array::from_fn(|i| slot.pointers[i].load(Ordering::Relaxed));
-        (slot.seq.load(Ordering::Acquire) == seq).then_some(pointers)
-    }
-}
+/// A launch's pointers into live allocations, by its sequence number (`record`, `get`).
+pub type LaunchTouches = super::seq_ring::SeqRing<RING>;
 
 /// When each operand was last seen holding no NaN/Inf (a scan found it finite), by its
 /// address: the launches before that did not make a NaN found there later.
@@ -227,16 +190,6 @@ mod tests {
         assert_eq!(pointer_words(&[(0, 4), (8, 8), (20, 8)]).collect::<Vec<_>>(), [(1, 0)]);
         // A huge struct is read up to the cap.
         assert_eq!(pointer_words(&[(0, 4096)]).count(), WORDS_PER_LAUNCH);
-    }
-
-    #[test]
-    fn a_launchs_touches_are_found_by_its_number_until_its_slot_is_reused() {
-        let t = LaunchTouches::default();
-        t.record(7, &[0x1000, 0x2000]);
-        assert_eq!(t.touched(7), Some([0x1000, 0x2000, 0, 0]));
-        assert_eq!(t.touched(8), None);
-        t.record(7 + RING as u64, &[0x3000]);
-        assert_eq!(t.touched(7), None, "overwritten by a later launch");
     }
 
     #[test]

@@ -21,7 +21,9 @@ mod faults;
 pub mod graphs;
 pub(crate) mod kernels;
 pub mod launch_memory;
+pub mod launches;
 mod scans;
+mod seq_ring;
 pub mod verdicts;
 pub mod waits;
 
@@ -169,6 +171,9 @@ pub struct Session {
     pub graphs: graphs::Graphs,
     /// The allocations each recent launch's parameters point into.
     pub launch_touches: launch_memory::LaunchTouches,
+    /// Each kernel's launches counted from the start, and where recent launches were made.
+    pub launch_counts: launches::LaunchCounts,
+    pub launch_sites: launches::LaunchSites,
     /// When each allocation was last scanned and found finite.
     pub finite_seen: launch_memory::FiniteSeen,
     /// CUBLASGUARD_NAN_ORIGIN: the memory guarded calls use, watched after every launch.
@@ -241,6 +246,8 @@ impl Session {
             verdicts: verdicts::Verdicts::default(),
             graphs: graphs::Graphs::default(),
             launch_touches: launch_memory::LaunchTouches::default(),
+            launch_counts: launches::LaunchCounts::default(),
+            launch_sites: launches::LaunchSites::default(),
             finite_seen: launch_memory::FiniteSeen::default(),
             watched: launch_memory::Watched::default(),
             last_clean_sync: AtomicU64::new(0),

@@ -759,8 +759,12 @@ mod tests {
         };
         call_json(&mut w, &call, "cublasSgemm_v2");
         w.bytes(b",");
-        let launch =
-            RecordedCall { seq: 4, hook: 1, args: CallArgs::Launch { func: 0x40, grid: [64, 2, 1], block: [256, 1, 1], shared: 0, stream: 9 }, ..call };
+        let launch = RecordedCall {
+            seq: 4,
+            hook: 1,
+            args: CallArgs::Launch { func: 0x40, grid: [64, 2, 1], block: [256, 1, 1], shared: 0, stream: 9, ordinal: 3 },
+            ..call
+        };
         call_json(&mut w, &launch, "cudaLaunchKernel");
         // A summary with every field set, an ignore rule that needs escaping among them.
         let summary = trace::Summary {
