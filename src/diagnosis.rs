@@ -96,6 +96,16 @@ pub fn python_or_native_line(
 fn hang_cause(fault: &Fault) -> String {
     let Some(h) = &fault.hang else { return "the GPU stopped completing this call's work".into() };
     let stream = fault.stream.as_deref().unwrap_or("?");
+    if h.completed_later {
+        let behind = match &h.kernel {
+            Some(k) => format!(" behind kernel {} (call #{}, launch {} of it)", k.kernel, k.seq, h.kernel_ordinal.unwrap_or(1)),
+            None => String::new(),
+        };
+        return format!(
+            "a slow kernel or a late peer, not a hang: this call's work on stream {stream} waited at least {} s{behind}, then completed",
+            h.stalled_s
+        );
+    }
     let mut cause = match &h.kernel {
         Some(k) => format!(
             "the GPU is stuck in kernel {} (call #{}, grid [{}, {}, {}], launch {} of it, on stream {stream}{}): this call, queued behind it, has not completed for {} s",
@@ -129,6 +139,11 @@ fn hang_cause(fault: &Fault) -> String {
 }
 
 fn hang_steps(fault: &Fault) -> Vec<String> {
+    if fault.hang.as_ref().is_some_and(|h| h.completed_later) {
+        return vec![
+            "Not a hang that lasted: the work completed after the watchdog recorded it. If kernels or collectives in this job legitimately wait that long (a rank writing a checkpoint while the others wait in a collective, a long first compilation), raise CUBLASGUARD_HANG_TIMEOUT; otherwise look at what made this rank or kernel slow (the ranks' traces side by side: `cublasguard report DIR`).".into(),
+        ];
+    }
     let collective = fault.hang.as_ref().and_then(|h| h.kernel.as_ref()).is_some_and(|k| k.kernel.to_ascii_lowercase().contains("nccl"));
     let mut steps = Vec::new();
     let rank = "A rank that diverged: a collective waits until every rank launches it; a rank that took another branch (a different number of steps, a data-dependent `if`, an exception caught on one rank) or died leaves the others waiting. Put every rank's trace in one folder and run `cublasguard report DIR`: it names the ranks stuck in the kernel and the one that never launched it, with its last call.";

@@ -56,6 +56,21 @@ pub fn lines(loaded: &[Loaded]) -> Vec<String> {
             let at = python_or_native_line(&f.python_stack, &f.backtrace, paths, false).map(|l| format!(" at {l}")).unwrap_or_default();
             let launched_at = h.kernel.as_ref().and_then(|k| python_or_native_line(&[], &k.backtrace, paths, false));
             let mut line = match &h.kernel {
+                // A slow kernel, not a hang: what waited, and that it went on.
+                Some(k) if h.completed_later => format!(
+                    "Slow, not hung: {} waited at least {} s in kernel {} (call #{}, its {} launch of it, on stream {stream}{}) before {} #{}{at}, then its work completed",
+                    who(&l.trace),
+                    h.stalled_s,
+                    k.kernel,
+                    k.seq,
+                    ordinal(h.kernel_ordinal.unwrap_or(1)),
+                    launched_at.as_ref().map(|l| format!(", made at {l}")).unwrap_or_default(),
+                    f.api,
+                    f.seq,
+                ),
+                None if h.completed_later => {
+                    format!("Slow, not hung: {}'s {} #{}{at} on stream {stream} did not complete for at least {} s, then did", who(&l.trace), f.api, f.seq, h.stalled_s)
+                }
                 Some(k) => format!(
                     "Hung: {} is stuck in kernel {} (call #{}, grid [{}, {}, {}], its {} launch of it, on stream {stream}{}), launched after call #{} and before {} #{}{at}, which is queued behind it and has not completed for {} s",
                     who(&l.trace),
@@ -79,6 +94,11 @@ pub fn lines(loaded: &[Loaded]) -> Vec<String> {
                     h.stalled_s
                 ),
             };
+            if h.completed_later {
+                line.push_str(" (raise CUBLASGUARD_HANG_TIMEOUT if such waits are expected).");
+                out.push(line);
+                continue;
+            }
             match h.blocked_threads.first() {
                 Some(w) => line.push_str(&format!(
                     "; the host waits in {} #{} (thread {}){}",

@@ -9,12 +9,16 @@
  *                 outstanding, and a clean exit
  *   hang ranks    as `hang`, but rank 2 (RANK=2) skips the collective: it copies a result back
  *                 (cudaMemcpy) and exits 0, as a rank that took another branch does
+ *   hang slow     as `hang`, but a thread of the program's releases the wait after three
+ *                 seconds (cuStreamWriteValue32 on a stream of its own): a slow collective, not
+ *                 a hung one; the job then ends with 0
  *   hang gpu      as `hang` without the kernel (a host stub registered as a kernel is the
  *                 stand-in's alone): the stream wait and the GEMM behind it, on a real GPU
  *                 (scripts/gpu-check.sh)
  * HANG_COLLECTIVES=N (not with `gpu`): N collectives that complete first, each launched from
  * the line marked COLLECTIVES, so that the one that hangs is the (N+1)th launch of it. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,22 @@
 #include <cuda_runtime_api.h>
 
 typedef int (*wait_value_fn)(void *stream, unsigned long long addr, unsigned int value, unsigned int flags);
+typedef int (*write_value_fn)(void *stream, unsigned long long addr, unsigned int value, unsigned int flags);
+
+static write_value_fn write_value;
+static unsigned int *release_flag;
+
+/* The late peer: three seconds on, the flag the all-reduce waits for is written from a stream
+ * of this thread's own. */
+static void *late_peer(void *unused) {
+    (void)unused;
+    cudaStream_t own;
+    if (cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking)) return NULL;
+    sleep(3);
+    write_value(own, (unsigned long long)(size_t)release_flag, 1, 0);
+    cudaStreamSynchronize(own);
+    return NULL;
+}
 
 static volatile int reduced;
 static void all_reduce(void **args) { reduced = args != NULL; }
@@ -67,6 +87,13 @@ int main(int argc, char **argv) {
     void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     wait_value_fn wait_value = driver ? (wait_value_fn)dlsym(driver, "cuStreamWaitValue32_v2") : NULL;
     if (!wait_value) return 5;
+    if (!strcmp(mode, "slow")) {
+        write_value = driver ? (write_value_fn)dlsym(driver, "cuStreamWriteValue32_v2") : NULL;
+        pthread_t peer;
+        release_flag = flag;
+        if (!write_value || pthread_create(&peer, NULL, late_peer, NULL)) return 5;
+        pthread_detach(peer);
+    }
     if (!gpu) cudaLaunchKernel((const void *)all_reduce, grid, block, args, 0, NULL); /* COLLECTIVE */
     /* The all-reduce's wait for its peers: CU_STREAM_WAIT_VALUE_EQ (1), never met. */
     if (wait_value(NULL, (unsigned long long)(size_t)flag, 1, 1)) return 6;

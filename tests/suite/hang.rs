@@ -217,3 +217,26 @@ fn a_python_job_that_hangs_names_the_users_python_line_where_the_host_waits() {
         assert!(text.contains(&waits), "{}: {waits}\n{text}", python.display());
     }
 }
+
+#[test]
+fn a_collective_that_completes_after_the_timeout_keeps_its_gpu_hang_amended_as_slow_not_hung() {
+    let program = hang_program();
+    let env = [("CUBLASGUARD_HANG_TIMEOUT", "1")];
+    let run = run_within(Launch { env: &env, ..Launch::new(&program, &["slow"]) }, Duration::from_secs(60)).expect("the slow job ends");
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let t = run.trace();
+    let hangs = faults_of(&t, FaultKind::GpuHang);
+    assert_eq!(hangs.len(), 1, "recorded while it waited: {:#?}", t.faults);
+    let f = hangs[0];
+    assert_eq!(f.hang.as_ref().map(|h| h.found_by.as_str()), Some("watchdog"));
+    assert!(f.message.contains("its work completed later") && f.message.contains("not a hang that lasted"), "{}", f.message);
+    assert!(f.hang.as_ref().is_some_and(|h| h.completed_later), "{:#?}", f.hang);
+    // The report says so first, and does not call it a hang.
+    let out = std::process::Command::new(cli()).arg("report").arg(&run.trace_path).output().expect("cublasguard report");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let lead = text.split("\n\n").nth(1).unwrap_or_default();
+    assert!(lead.starts_with("Slow, not hung: pid ") && lead.contains("in kernel ncclDevKernel_AllReduce_Sum_f32_RING_LL"), "{text}");
+    assert!(!text.contains("Hung: ") && text.contains("probable cause: a slow kernel or a late peer, not a hang"), "{text}");
+    let steps: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("next: ")).collect();
+    assert!(steps.len() == 1 && steps[0].contains("raise CUBLASGUARD_HANG_TIMEOUT"), "{steps:#?}");
+}

@@ -387,13 +387,18 @@ pub struct Hang {
     /// call (a kernel that never ends holds everything queued after it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel: Option<Suspect>,
-    /// Launches of that kernel on that stream in the flight recorder, up to and including it
-    /// (its ordinal among them: ranks that ran the same steps count alike).
+    /// Which launch of that kernel it was since the guard started (before 0.5: its launches on
+    /// that stream in the flight recorder, up to and including it): ranks that ran the same
+    /// steps count alike.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_ordinal: Option<u64>,
     /// The host threads waiting in a CUDA synchronisation when the hang was recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocked_threads: Vec<BlockedThread>,
+    /// The stuck call's work completed after the hang was recorded: a slow kernel or a late
+    /// peer, not a hang that lasted (false before 0.5, where only the message said so).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub completed_later: bool,
 }
 
 /// A host thread inside a CUDA synchronisation (cudaStreamSynchronize, cuCtxSynchronize, ...).

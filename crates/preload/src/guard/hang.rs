@@ -164,6 +164,7 @@ pub(crate) fn record<R: Copy>(call: &Call<'_, R>, stuck: &Stuck, progress: &[Pro
         kernel,
         kernel_ordinal: ordinal,
         blocked_threads: blocked,
+        completed_later: false,
     });
     // The stuck call's own Python frames, kept with its verdict if one waits; else the note
     // says why there are none (the watchdog's thread is not the caller).
@@ -189,6 +190,8 @@ const STUCK_CALL_FRAMES_NOTE: &str = "the stuck call's Python frames were not ke
 pub(crate) fn resolved<R: Copy>(call: &Call<'_, R>, stream: u64, stalled_s: u64) -> bool {
     let s = call.session;
     let Some(mut fault) = s.stored_hang(&hex(stream)) else { return false };
+    let Some(hang) = fault.hang.as_mut().filter(|h| !h.completed_later) else { return false };
+    hang.completed_later = true;
     fault.message.push_str(&format!(
         " [its work completed later, at least {stalled_s} s after the stream stopped: a slow kernel or a late peer, not a hang \
          that lasted; a job whose kernels or collectives legitimately wait that long raises CUBLASGUARD_HANG_TIMEOUT]"
@@ -200,6 +203,22 @@ pub(crate) fn resolved<R: Copy>(call: &Call<'_, R>, stream: u64, stalled_s: u64)
         }
         None => false,
     }
+}
+
+/// At exit, the watchdog stopped: each recorded hang whose stream has since completed the stuck
+/// call (a slow kernel the watchdog had no round left to see finish, before the program
+/// exited) is amended as `resolved` does. True when one was.
+pub(crate) fn resolved_at_exit<R: Copy>(call: &Call<'_, R>) -> bool {
+    let s = call.session;
+    let mut amended = false;
+    for p in s.breadcrumbs.progress() {
+        let Some(fault) = s.stored_hang(&hex(p.stream)) else { continue };
+        let Some(h) = fault.hang.as_ref().filter(|h| h.found_by == "watchdog") else { continue };
+        if p.unfinished == 0 || p.landed >= fault.seq {
+            amended |= resolved(call, p.stream, h.stalled_s);
+        }
+    }
+    amended
 }
 
 /// The `gpu_hang` of every stream the exit gave up waiting for (`found_by` "exit").

@@ -467,8 +467,15 @@ const EXIT_WAIT_MS: u32 = 5000;
 pub(crate) fn check_breadcrumbs_at_exit() {
     let Some(_inside) = crate::ffi::intercept::reentry::Reentry::enter() else { return };
     let Some(s) = current().filter(|s| of_this_process(s)) else { return };
-    // From here on what is stuck is the exit's to record.
+    // From here on what is stuck is the exit's to record, and what the watchdog recorded but
+    // had no round left to see complete is amended here.
     super::watchdog::stop();
+    let amend_resolved_hangs = || {
+        as_guard_sync(s, 0, |call| {
+            crate::guard::hang::resolved_at_exit(call);
+        })
+    };
+    amend_resolved_hangs();
     let crumbs_out = s.known_error().is_none() && s.breadcrumbs.progress().iter().any(|p| p.unfinished > 0);
     // A verdict being judged by the guard's thread right now counts too: the trace written
     // after this must hold its fault.
@@ -503,7 +510,8 @@ pub(crate) fn check_breadcrumbs_at_exit() {
                 ));
             }
         }
-        AtExit::Failed(_) | AtExit::Finished => {}
+        AtExit::Finished => amend_resolved_hangs(),
+        AtExit::Failed(_) => {}
     }
     // The verdicts still waiting have landed now, unless the context broke: judged here, with
     // the guard's thread for them stopped first.
