@@ -45,7 +45,7 @@ fn lookup(c: &mut Criterion) {
     for count in [1_000u64, 10_000, 100_000, 1_000_000] {
         let table = Allocations::default();
         for i in 0..count {
-            table.insert(Allocation { base: 0x10_0000 + i * 4096, size: 2048, time_ns: 0, stream: None, api: "cudaMalloc" });
+            table.insert(Allocation { base: 0x10_0000 + i * 4096, size: 2048, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 });
         }
         // A GEMM's operands: the same few allocations, call after call.
         let operands: Vec<u64> = (0..6).map(|i| 0x10_0000 + (i * count / 6) * 4096 + 64).collect();

@@ -100,6 +100,11 @@ enum Cmd {
         /// Origin mode: find the launch that first made a NaN/Inf (slower: scans kernels' outputs)
         #[arg(long, env = "CUBLASGUARD_NAN_ORIGIN", value_parser = clap::builder::FalseyValueParser::new())]
         nan_origin: bool,
+        /// Origin mode for a rerun of the run that wrote TRACE: watch, from their allocation on,
+        /// only the memory its guarded calls consumed NaN/Inf from (found again by allocation
+        /// order and size; the program must allocate as it did)
+        #[arg(long, value_name = "TRACE", env = "CUBLASGUARD_ORIGIN_FROM")]
+        origin_from: Option<PathBuf>,
         /// Faults stored in each trace at most (default 100; more are counted)
         #[arg(long, value_name = "N", env = "CUBLASGUARD_MAX_FAULTS")]
         max_faults: Option<String>,
@@ -397,6 +402,7 @@ fn main() -> ExitCode {
             dump_max,
             ignore,
             nan_origin,
+            origin_from,
             max_faults,
             stderr_lines,
             staging_bytes,
@@ -405,6 +411,15 @@ fn main() -> ExitCode {
             log_file,
             command,
         } => {
+            // The first run's trace, checked now (a typo is told before the rerun starts), and
+            // passed on by its full path (the command may change its folder).
+            let origin_from = match origin_from.as_deref().map(first_run_trace).transpose() {
+                Ok(path) => path,
+                Err(e) => {
+                    eprintln!("cublasguard: --origin-from {e}");
+                    return ExitCode::from(2);
+                }
+            };
             // The user's own path keeps every trace; an empty CUBLASGUARD_TRACE, ignored, chose none.
             let trace_chosen = trace_dir.is_some() || trace_source == Some(ValueSource::CommandLine) || (trace_from_env && !trace.trim().is_empty());
             if trace_from_env && trace.trim().is_empty() {
@@ -433,6 +448,7 @@ fn main() -> ExitCode {
             set("CUBLASGUARD_DUMP_MAX", dump_max);
             set("CUBLASGUARD_IGNORE", (!ignore.is_empty()).then(|| ignore.join(";")));
             set("CUBLASGUARD_NAN_ORIGIN", nan_origin.then(|| "1".into()));
+            set("CUBLASGUARD_ORIGIN_FROM", origin_from);
             set("CUBLASGUARD_MAX_FAULTS", max_faults);
             set("CUBLASGUARD_STDERR_LINES", stderr_lines);
             set("CUBLASGUARD_STAGING_BYTES", staging_bytes);
@@ -492,4 +508,20 @@ fn main() -> ExitCode {
             ExitCode::from(e.code.clamp(1, 255) as u8)
         }
     }
+}
+
+/// `--origin-from TRACE`: the trace's full path, once it reads as a trace with a consumed
+/// NaN/Inf the rerun can find (a fault of kind nonfinite_input in a numbered allocation).
+fn first_run_trace(path: &std::path::Path) -> Result<String, String> {
+    let trace = cublasguard_format::trace::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let consumed = trace.faults.iter().filter(|f| f.kind == cublasguard_format::trace::FaultKind::NonfiniteInput);
+    if !consumed.flat_map(|f| &f.operands).any(|o| o.nan.unwrap_or(0) + o.inf.unwrap_or(0) > 0 && o.allocation.as_ref().is_some_and(|a| a.ordinal.is_some())) {
+        return Err(format!(
+            "{}: no guarded call there consumed NaN/Inf from memory a rerun can find again (a nonfinite_input fault in a numbered \
+             allocation; traces of guards before 0.5 number none); run with --nan-origin instead",
+            path.display()
+        ));
+    }
+    let full = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(full.display().to_string())
 }

@@ -14,6 +14,8 @@
  *                            the CUkernel, then fill_struct through cuKernelGetFunction
  *   driver_launches runtime  a runtime kernel (registered as nvcc's code does) writes NaN into A
  *   driver_launches runtime_ex  the same, launched with cudaLaunchKernelExC and its configuration
+ *   driver_launches interior  the runtime kernel writes NaN into A's last two floats only,
+ *                            through an interior pointer (a + 2), before the GEMM consumes A
  *   driver_launches refill   fill(A, 2), a GEMM reads A (finite), fill(A, NaN), fill(B, 3), a
  *                            GEMM reads A: only the second fill of A wrote the NaN
  *   driver_launches mask     as refill, the second fill of A writing -inf (an attention mask)
@@ -119,6 +121,13 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "runtime")) {
         __cudaRegisterFunction(NULL, (const char *)fill_nan, (char *)"_Z8fill_nanPfi", "_Z8fill_nanPfi", -1, NULL, NULL, NULL, NULL, NULL);
         void *args[] = {&a, &n};
+        dim3 grid = {1, 1, 1}, block = {32, 1, 1};
+        printf("launch=%d\n", cudaLaunchKernel((const void *)fill_nan, grid, block, args, 0, NULL));
+    } else if (!strcmp(mode, "interior")) {
+        __cudaRegisterFunction(NULL, (const char *)fill_nan, (char *)"_Z8fill_nanPfi", "_Z8fill_nanPfi", -1, NULL, NULL, NULL, NULL, NULL);
+        float *tail = a + 2;
+        int two = 2;
+        void *args[] = {&tail, &two};
         dim3 grid = {1, 1, 1}, block = {32, 1, 1};
         printf("launch=%d\n", cudaLaunchKernel((const void *)fill_nan, grid, block, args, 0, NULL));
     } else if (!strcmp(mode, "runtime_ex")) {

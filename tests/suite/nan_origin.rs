@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::*;
-use cublasguard_format::trace::{FaultKind, Trace};
+use cublasguard_format::trace::{self, FaultKind, Trace};
 
 fn driver_launches(mode: &str, env: &[(&str, &str)]) -> Run {
     let program = build_c("driver_launches", &["driver_launches.c"], false);
@@ -126,4 +126,80 @@ fn the_merged_report_of_ranks_names_the_rank_that_made_the_nan_before_those_that
     assert!(text.contains("rank 0, rank 2, rank 3 only consumed it"), "{text}");
     let first = text.find("[1] ").map(|i| &text[i..]).unwrap_or("");
     assert!(first.starts_with("[1] cuLaunchKernel #") && first.lines().next().is_some_and(|l| l.contains("rank 1")), "{text}");
+}
+
+#[test]
+fn a_rerun_from_the_first_runs_trace_names_the_launch_that_made_a_nan_in_memory_no_guarded_call_had_used() {
+    // Each mode writes NaN into A by a kernel, before any guarded call used A; then a GEMM
+    // consumes it: by cuLaunchKernelEx, by cuLaunchKernel with its parameters in `extra`, with
+    // the pointer inside a struct parameter (Triton's path), by a runtime kernel registered as
+    // nvcc's code registers it, and by that kernel through an interior pointer into A.
+    let modes = [
+        ("ex", "cuLaunchKernelEx"),
+        ("plain", "cuLaunchKernel"),
+        ("struct", "cuLaunchKernel"),
+        ("runtime", "cudaLaunchKernel"),
+        ("interior", "cudaLaunchKernel"),
+    ];
+    for (mode, api) in modes {
+        let first = driver_launches(mode, &[]);
+        let consumed = faults_of(&first.trace(), FaultKind::NonfiniteInput).first().map(|f| f.seq).expect("the first run's consumed NaN");
+        // Origin mode alone watches what guarded calls used: A only from the GEMM on, too late.
+        assert!(origins(&driver_launches(mode, &[ORIGIN]).trace()).is_empty(), "{mode}: origin mode alone finds none");
+        let path = first.trace_path.display().to_string();
+        let rerun = driver_launches(mode, &[("CUBLASGUARD_ORIGIN_FROM", path.as_str())]);
+        let t = rerun.trace();
+        let found = origins(&t);
+        assert_eq!(found.len(), 1, "{mode}: {:#?}\n{}", t.faults, rerun.stderr());
+        let o = found[0];
+        let launch = t.recent_calls.iter().filter(|c| c.api == api).map(|c| c.seq).next_back();
+        assert_eq!((o.api.as_str(), Some(o.seq)), (api, launch), "{mode}");
+        assert!(
+            o.message.contains(&format!("cublasSgemm_v2 #{consumed} consumed NaN/Inf from in the first run")) && o.message.contains(&path),
+            "{mode}: {}",
+            o.message
+        );
+        assert!(rerun.stderr().contains("watching the 1 piece(s) of memory"), "{mode}: {}", rerun.stderr());
+    }
+}
+
+#[test]
+fn cublasguard_run_origin_from_reruns_from_the_first_runs_trace_and_refuses_one_it_cannot_use() {
+    let program = build_c("driver_launches", &["driver_launches.c"], false);
+    let first = driver_launches("interior", &[]);
+    let dir = temp_dir("origin-from-cli");
+    let s = standin();
+    let cli_run = |args: &[&str]| {
+        std::process::Command::new(cli())
+            .args(args)
+            .current_dir(&dir)
+            .env("CUBLASGUARD_LIB", guard_lib())
+            .env("LD_LIBRARY_PATH", format!("{}:{}", s.join("lib").display(), s.join("driver").display()))
+            .env_remove("CUBLASGUARD_TRACE")
+            .output()
+            .expect("cublasguard run")
+    };
+    let second = dir.join("second.json");
+    let (second_s, first_s, program_s) = (second.display().to_string(), first.trace_path.display().to_string(), program.display().to_string());
+    let out = cli_run(&["run", "--trace", &second_s, "--origin-from", &first_s, "--", &program_s, "interior"]);
+    let t = trace::read(&second).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let found = origins(&t);
+    assert_eq!(found.len(), 1, "{:#?}", t.faults);
+    assert!(found[0].message.contains(&format!("CUBLASGUARD_ORIGIN_FROM={first_s}")), "{}", found[0].message);
+    // The report leads with the origin, naming the first run's trace.
+    let report = std::process::Command::new(cli()).arg("report").arg(&second).output().expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    let lead = text.split("First fault: ").nth(1).unwrap_or_default();
+    assert!(lead.starts_with("cudaLaunchKernel #") && lead.contains(&first_s), "{text}");
+    // A path that is no trace, and a trace without a consumed NaN/Inf a rerun can find: refused
+    // before the command starts, with why.
+    let missing = dir.join("missing.json").display().to_string();
+    let out = cli_run(&["run", "--origin-from", &missing, "--", &program_s, "interior"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("--origin-from {missing}: ")), "{}", String::from_utf8_lossy(&out.stderr));
+    let clean = driver_launches("coop", &[]);
+    let clean_s = clean.trace_path.display().to_string();
+    let out = cli_run(&["run", "--origin-from", &clean_s, "--", &program_s, "interior"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no guarded call there consumed NaN/Inf"), "{}", String::from_utf8_lossy(&out.stderr));
 }

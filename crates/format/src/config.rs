@@ -155,6 +155,10 @@ pub struct Config {
     /// wrote that the launch points into is scanned, and the first launch to make NaN/Inf
     /// there is recorded as its origin (a mode for a rerun, as CUDA_LAUNCH_BLOCKING is).
     pub nan_origin: bool,
+    /// CUBLASGUARD_ORIGIN_FROM=TRACE: origin mode for a rerun of the program that wrote TRACE,
+    /// watching from their creation only the allocations that held the NaN/Inf its guarded
+    /// calls consumed (`nan_origin` is then on).
+    pub origin_from: Option<String>,
     /// CUBLASGUARD_NVML=0: the GPU's health is not read (NVML is never loaded).
     pub nvml: bool,
     /// CUBLASGUARD_KERNEL_LOG: where the kernel log's Xid lines are read at a fault (the
@@ -257,6 +261,7 @@ impl Default for Config {
             launch_breadcrumbs: false,
             hang_timeout_s: DEFAULT_HANG_TIMEOUT_S,
             nan_origin: false,
+            origin_from: None,
             nvml: true,
             kernel_log: DEFAULT_KERNEL_LOG.into(),
             ignore: Vec::new(),
@@ -278,6 +283,12 @@ fn parse_count(text: &str, max: usize) -> Result<usize, String> {
 impl Config {
     /// Reads the configuration through `lookup` (the environment, in the library), returning
     /// it with one message per rejected value.
+    /// Origin mode reading every guarded call's operands at the call, to watch them: origin
+    /// mode, unless it watches only a first run's memory (`origin_from`).
+    pub fn origin_reads_operands(&self) -> bool {
+        self.nan_origin && self.origin_from.is_none()
+    }
+
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Self, Vec<String>) {
         let mut config = Self::default();
         let mut problems = Vec::new();
@@ -377,11 +388,17 @@ impl Config {
                 _ => reject("CUBLASGUARD_NAN_ORIGIN", &v, "not 1 or 0".into(), "0"),
             }
         }
+        if let Some(path) = lookup("CUBLASGUARD_ORIGIN_FROM").filter(|p| !p.trim().is_empty()) {
+            config.origin_from = Some(path);
+            config.nan_origin = true;
+        }
         // CUBLASGUARD_SYNC after ON_FAULT and NAN_ORIGIN: its default depends on them. A mode
         // that acts at the faulting call (error refuses it, abort stops there) needs the call's
         // kernel fault known before it returns, and origin mode, a rerun, synchronises every
         // launch anyway: for those, the default synchronises around each guarded call as well.
-        let default_sync = if config.on_fault != OnFault::Continue || config.nan_origin { SyncMode::Gemm } else { SyncMode::Deferred };
+        // Not origin mode from a trace: it synchronises only the launches into the memory it
+        // watches, and its guarded calls are judged as by default.
+        let default_sync = if config.on_fault != OnFault::Continue || config.origin_reads_operands() { SyncMode::Gemm } else { SyncMode::Deferred };
         config.sync = default_sync;
         if let Some(v) = lookup("CUBLASGUARD_SYNC") {
             match SyncMode::parse(&v) {
@@ -668,6 +685,15 @@ mod tests {
         let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_SYNC", "always")]));
         assert_eq!(config.sync, SyncMode::Deferred);
         assert_eq!(problems, ["CUBLASGUARD_SYNC='always' ignored: not deferred, gemm or launches; using the default (deferred)"]);
+    }
+
+    #[test]
+    fn origin_from_a_trace_is_origin_mode_and_an_empty_path_is_none() {
+        let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_ORIGIN_FROM", "first/trace.json")]));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!((config.origin_from.as_deref(), config.nan_origin, config.sync), (Some("first/trace.json"), true, SyncMode::Deferred));
+        let (config, _) = Config::from_lookup(env(&[("CUBLASGUARD_ORIGIN_FROM", " ")]));
+        assert_eq!((config.origin_from, config.nan_origin), (None, false));
     }
 
     #[test]

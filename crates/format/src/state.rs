@@ -230,6 +230,10 @@ pub struct Allocation {
     pub stream: Option<u64>,
     /// The function the program called for it (cudaMalloc, cuMemAlloc_v2, cuMemMap, ...).
     pub api: &'static str,
+    /// Which allocation of the table it was, counted from the start (1 for the first; set by
+    /// `Allocations::insert`): what finds the same allocation again in a rerun of a
+    /// deterministic program, where its address differs (origin mode from a trace).
+    pub ordinal: u64,
 }
 
 /// An allocation the program freed, remembered so that a later use of its memory is named as
@@ -259,6 +263,8 @@ pub struct Allocations {
     live_count: AtomicU64,
     /// The most recently freed allocations whose memory no live allocation took again.
     freed: Mutex<std::collections::VecDeque<Freed>>,
+    /// Allocations inserted so far (`Allocation::ordinal`).
+    made: AtomicU64,
 }
 
 const RECENT: usize = 8;
@@ -333,11 +339,14 @@ pub struct LiveTotals {
 }
 
 impl Allocations {
-    pub fn insert(&self, allocation: Allocation) {
+    /// Keeps `allocation` as live, numbered (`Allocation::ordinal`); its number.
+    pub fn insert(&self, mut allocation: Allocation) -> u64 {
         self.forget_freed(&allocation);
+        allocation.ordinal = self.made.fetch_add(1, Ordering::Relaxed) + 1;
         let mut map = self.map.write();
         self.put(&mut map, allocation);
         self.generation.fetch_add(1, Ordering::Release);
+        allocation.ordinal
     }
 
     /// A range mapped with the virtual-memory API: live device memory, one extent with the
@@ -495,6 +504,7 @@ impl Allocations {
             live_bytes: AtomicU64::new(map.values().map(|a| a.size).sum()),
             live_count: AtomicU64::new(map.len() as u64),
             freed: Mutex::new(self.freed.lock().clone()),
+            made: AtomicU64::new(self.made.load(Ordering::Relaxed)),
         }
     }
 
@@ -567,8 +577,8 @@ mod tests {
     #[test]
     fn allocation_lookup_finds_the_holder() {
         let a = Allocations::default();
-        a.insert(Allocation { base: 100, size: 50, time_ns: 0, stream: None, api: "cudaMalloc" });
-        a.insert(Allocation { base: 200, size: 10, time_ns: 0, stream: Some(5), api: "cudaMalloc" });
+        a.insert(Allocation { base: 100, size: 50, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 });
+        a.insert(Allocation { base: 200, size: 10, time_ns: 0, stream: Some(5), api: "cudaMalloc", ordinal: 0 });
         assert_eq!(a.containing(100).map(|x| x.base), Some(100));
         assert_eq!(a.containing(149).map(|x| x.base), Some(100));
         assert_eq!(a.containing(150), None);
@@ -578,7 +588,7 @@ mod tests {
         assert!(a.remove(100));
         assert!(!a.remove(100));
         assert_eq!(a.totals(), LiveTotals { bytes: 10, count: 1 });
-        a.insert(Allocation { base: 200, size: 30, time_ns: 0, stream: None, api: "cudaMalloc" }); // the same base again
+        a.insert(Allocation { base: 200, size: 30, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 }); // the same base again
         assert_eq!(a.totals(), LiveTotals { bytes: 30, count: 1 });
         assert_eq!(a.containing(120), None);
     }
@@ -586,31 +596,31 @@ mod tests {
     #[test]
     fn freed_memory_is_remembered_until_it_is_handed_out_again() {
         let a = Allocations::default();
-        let block = Allocation { base: 1000, size: 100, time_ns: 0, stream: None, api: "cudaMalloc" };
+        let block = Allocation { base: 1000, size: 100, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 };
         a.insert(block);
         a.remove(1000);
         a.note_freed(block, 7, "cudaFree");
         assert_eq!(a.freed_containing(1050).map(|f| (f.seq, f.api)), Some((7, "cudaFree")));
         assert_eq!(a.freed_containing(1100), None);
-        a.insert(Allocation { base: 1040, size: 8, time_ns: 0, stream: None, api: "cudaMalloc" });
+        a.insert(Allocation { base: 1040, size: 8, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 });
         assert_eq!(a.freed_containing(1050), None, "its memory is live again");
     }
 
     #[test]
     fn recent_hits_never_outlive_a_change_of_the_table() {
         let a = Allocations::default();
-        a.insert(Allocation { base: 100, size: 50, time_ns: 0, stream: None, api: "cudaMalloc" });
+        a.insert(Allocation { base: 100, size: 50, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 });
         assert!(a.containing(120).is_some()); // now a recent hit
         assert!(a.containing(120).is_some());
         a.remove(100);
         assert_eq!(a.containing(120), None, "a freed allocation is not found again");
-        a.insert(Allocation { base: 110, size: 5, time_ns: 0, stream: None, api: "cudaMalloc" });
+        a.insert(Allocation { base: 110, size: 5, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 });
         assert_eq!(a.containing(120), None);
         assert_eq!(a.containing(112).map(|x| x.base), Some(110));
         // A remembered miss is forgotten when the table changes too.
         assert_eq!(a.containing(300), None);
         assert_eq!(a.containing(300), None);
-        a.insert(Allocation { base: 300, size: 8, time_ns: 0, stream: None, api: "cudaMalloc" });
+        a.insert(Allocation { base: 300, size: 8, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 });
         assert_eq!(a.containing(300).map(|x| x.base), Some(300));
         // Two tables on one thread do not see each other's hits.
         let b = Allocations::default();
@@ -620,13 +630,13 @@ mod tests {
     #[test]
     fn mapped_ranges_that_touch_are_one_extent_and_unmapping_splits_it() {
         let a = Allocations::default();
-        let chunk = |base| Allocation { base, size: 100, time_ns: 0, stream: None, api: "cuMemMap" };
+        let chunk = |base| Allocation { base, size: 100, time_ns: 0, stream: None, api: "cuMemMap", ordinal: 0 };
         a.insert_mapped(chunk(1000));
         a.insert_mapped(chunk(1200)); // a gap: separate
         a.insert_mapped(chunk(1100)); // fills it: all three are one extent
         assert_eq!(a.span_containing(1150), Some(Span { base: 1000, size: 300 }));
         // A cudaMalloc block beside a mapping is not merged with it.
-        a.insert(Allocation { base: 1300, size: 50, time_ns: 0, stream: None, api: "cudaMalloc" });
+        a.insert(Allocation { base: 1300, size: 50, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 });
         assert_eq!(a.span_containing(1299), Some(Span { base: 1000, size: 300 }));
         let gone = a.remove_mapped(1100, 100).expect("unmapped");
         assert_eq!((gone.base, gone.size, gone.api), (1100, 100, "cuMemMap"));

@@ -680,6 +680,10 @@ pub struct AllocationRecord {
     /// The function that made it (cudaMalloc, cuMemAlloc_v2, cuMemMap, ...), when it is live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<String>,
+    /// Which allocation of the process it was (1 for the first), when it is live (0.5 and
+    /// later): what a rerun from this trace finds it by (`cublasguard run --origin-from`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordinal: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -48,7 +48,7 @@ pub enum Queued {
 impl ModelDevice {
     /// Device memory at `base`, entered in `allocations` as the program's cudaMalloc would.
     pub fn put(&self, allocations: &Allocations, base: u64, bytes: Vec<u8>) {
-        allocations.insert(Allocation { base, size: bytes.len() as u64, time_ns: 0, stream: None, api: "cudaMalloc" });
+        allocations.insert(Allocation { base, size: bytes.len() as u64, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 });
         self.memory.borrow_mut().insert(base, bytes);
     }
 }

@@ -108,7 +108,7 @@ pub(crate) fn scan_after_launch(call: &Call<'_, c_int>, exec: u64, stream: u64) 
 /// Whether a replay's verdict may wait, as a call's may (`verdicts::may_wait`): under
 /// `deferred`, unless the program needs it at once (`ON_FAULT=error` or `abort`, origin mode).
 fn may_wait(c: &crate::config::Config) -> bool {
-    c.sync == SyncMode::Deferred && c.on_fault == OnFault::Continue && !c.nan_origin
+    c.sync == SyncMode::Deferred && c.on_fault == OnFault::Continue && !c.origin_reads_operands()
 }
 
 /// What a replay's deferred verdict is judged from, besides its scans.

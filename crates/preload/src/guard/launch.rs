@@ -282,6 +282,10 @@ fn launch(call: &Call<'_, c_int>, func: u64, grid: Dim3, block: Dim3, shared: u6
     // The capture query comes first (a synchronisation would break a capture); it fails with
     // the sticky error itself when the kernel's fault already broke the context, and that is
     // this launch's fault as surely as a synchronisation's answer would be.
+    // From a first run's trace, a launch pointing into none of its memory is let run.
+    if origin && !s.config.sync.synchronises_launches() && !super::origin::launch_is_watched(call, &pointers[..n]) {
+        return status;
+    }
     let (pending, surfaced_at, how) = match call.device.is_capturing(stream) {
         Ok(false) => (call.device.synchronize(stream), "cudaStreamSynchronize", "synchronised"),
         Err(code) if cuda::cuda_error_is_sticky(code) => (code, "cudaStreamIsCapturing", "asked whether its stream was capturing"),

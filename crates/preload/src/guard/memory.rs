@@ -31,7 +31,11 @@ fn allocate_sized(call: &Call<'_, c_int>, out: *mut *mut c_void, size: impl Fn()
         // On success the library wrote the new pointer through `out`.
         let base = written_u64(call, out as u64).unwrap_or(0);
         if base != 0 {
-            s.allocations.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream, api: call.api() });
+            let made = Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream, api: call.api(), ordinal: 0 };
+            let ordinal = s.allocations.insert(made);
+            if s.origin_from_trace() {
+                super::origin::watch_if_consumed_before(call, Allocation { ordinal, ..made });
+            }
         }
     }
     call.record(status, CallArgs::Size { size: size as u64, stream });
@@ -122,7 +126,7 @@ pub(crate) fn malloc_host(call: &Call<'_, c_int>, out: *mut *mut c_void, size: u
     let status = call.forward();
     if status == cuda::CUDA_SUCCESS {
         if let Some(base) = written_u64(call, out as u64).filter(|b| *b != 0) {
-            call.session.pinned.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream: None, api: call.api() });
+            call.session.pinned.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream: None, api: call.api(), ordinal: 0 });
         }
     }
     call.record(status, CallArgs::Size { size: size as u64, stream: None });
@@ -188,7 +192,7 @@ pub(crate) fn ipc_open(call: &Call<'_, c_int>, out: *mut *mut c_void, _handle: I
         let ptr = written_u64(call, out as u64).unwrap_or(0);
         if let Some((base, bytes)) = call.device.address_range(ptr).filter(|_| ptr != 0) {
             size = (base + bytes).saturating_sub(ptr);
-            let opened = Allocation { base: ptr, size, time_ns: call.outlet.now_ns(), stream: None, api: call.api() };
+            let opened = Allocation { base: ptr, size, time_ns: call.outlet.now_ns(), stream: None, api: call.api(), ordinal: 0 };
             call.session.allocations.insert(opened);
         }
     }
@@ -214,7 +218,7 @@ pub(crate) fn external_buffer(call: &Call<'_, c_int>, out: *mut *mut c_void, _me
     let size = if status == cuda::CUDA_SUCCESS { size() } else { 0 };
     if status == cuda::CUDA_SUCCESS {
         if let Some(base) = written_u64(call, out as u64).filter(|b| *b != 0) {
-            call.session.allocations.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream: None, api: call.api() });
+            call.session.allocations.insert(Allocation { base, size: size as u64, time_ns: call.outlet.now_ns(), stream: None, api: call.api(), ordinal: 0 });
         }
     }
     call.record(status, CallArgs::Size { size: size as u64, stream: None });
@@ -229,7 +233,7 @@ pub(crate) fn external_buffer(call: &Call<'_, c_int>, out: *mut *mut c_void, _me
 pub(crate) fn mem_map(call: &Call<'_, c_int>, ptr: u64, size: usize, _offset: usize, _handle: u64, _flags: u64) -> c_int {
     let status = call.forward();
     if status == cuda::CUDA_SUCCESS && ptr != 0 {
-        let mapped = Allocation { base: ptr, size: size as u64, time_ns: call.outlet.now_ns(), stream: None, api: call.api() };
+        let mapped = Allocation { base: ptr, size: size as u64, time_ns: call.outlet.now_ns(), stream: None, api: call.api(), ordinal: 0 };
         call.session.allocations.insert_mapped(mapped);
     }
     call.record(status, CallArgs::Range { ptr, size: size as u64 });

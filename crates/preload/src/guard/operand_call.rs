@@ -179,7 +179,8 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             s.add_scan_time(call.outlet.now_ns().saturating_sub(scan_started));
         }
         call.record_call(returned, record, checks.nan && !recording.as_ref().is_some_and(|r| r.overflowed()), captured);
-        if s.config.nan_origin {
+        // From a first run's trace, only its memory is watched (from its allocation on).
+        if s.config.nan_origin && !s.origin_from_trace() {
             super::origin::watch_operands(call, &check);
         }
         if checks.nan && recording.is_none() {
@@ -298,10 +299,10 @@ fn finish(
         fault.message.push_str(" [the handle uses TF32 tensor-op math: float32 inputs are rounded to 10 mantissa bits]");
     }
     fault.args = args_map(call, &record, extra, check);
-    // Each allocation named with the function that made it, while it is live.
-    let api_of = |base: u64| call.session.allocations.containing(base).filter(|a| a.base == base).map(|a| a.api.to_string());
+    // Each allocation named with the function that made it and its ordinal, while it is live.
+    let live_of = |base: u64| call.session.allocations.containing(base).filter(|a| a.base == base);
     let unchecked = |i: usize| check.unchecked.filter(|(from, _)| i >= *from).map(|(_, why)| why.to_string());
-    fault.operands = check.operands.iter().enumerate().filter_map(|(i, op)| op.as_ref().map(|op| operand_record(op, &api_of, unchecked(i)))).collect();
+    fault.operands = check.operands.iter().enumerate().filter_map(|(i, op)| op.as_ref().map(|op| operand_record(op, &live_of, unchecked(i)))).collect();
     if fault.kind == FaultKind::HostPointer {
         // Pinned host memory the program allocated: say so, with the call that made it.
         let pinned = check.operands.iter().flatten().find_map(|o| call.session.pinned.containing(o.spec.ptr).map(|p| (o.spec.name, p)));
@@ -425,8 +426,12 @@ fn scalar_arg(dtype: DType, bytes: [u8; 16]) -> Option<Arg> {
     })
 }
 
-fn operand_record(op: &OperandReport<'_>, api_of: &dyn Fn(u64) -> Option<String>, not_checked: Option<String>) -> Operand {
+fn operand_record(op: &OperandReport<'_>, live_of: &dyn Fn(u64) -> Option<crate::state::Allocation>, not_checked: Option<String>) -> Operand {
     let spec = op.spec;
+    let record = |a: crate::validate::Span| {
+        let live = live_of(a.base);
+        AllocationRecord { base: hex(a.base), size: a.size, api: live.map(|l| l.api.to_string()), ordinal: live.map(|l| l.ordinal).filter(|&n| n > 0) }
+    };
     let pointer_array = matches!(spec.members, Members::Array { .. });
     let (batch_count, stride) = match spec.members {
         Members::One => (None, None),
@@ -442,12 +447,8 @@ fn operand_record(op: &OperandReport<'_>, api_of: &dyn Fn(u64) -> Option<String>
         ld: spec.shape.ld,
         bytes: op.extent,
         // A pointer array's own allocation is the operand's; its members' is recorded apart.
-        allocation: if pointer_array { op.array_allocation } else { op.allocation }.map(|a| AllocationRecord {
-            base: hex(a.base),
-            size: a.size,
-            api: api_of(a.base),
-        }),
-        member_allocation: if pointer_array { op.allocation } else { None }.map(|a| AllocationRecord { base: hex(a.base), size: a.size, api: api_of(a.base) }),
+        allocation: if pointer_array { op.array_allocation } else { op.allocation }.map(record),
+        member_allocation: if pointer_array { op.allocation } else { None }.map(record),
         scanned: op.scan.is_some(),
         sampled: op.scan.is_some_and(|s| s.sampled),
         nan: op.scan.map(|s| s.nan),
@@ -489,6 +490,16 @@ mod tests {
         session: Session,
         device: ModelDevice,
         outlet: ModelOutlet,
+    }
+
+    /// `session` with `HANDLE` alive and every buffer of `device` a live allocation.
+    fn with_the_devices_memory(session: Session, device: &ModelDevice) -> Session {
+        session.handles.created(HANDLE);
+        for (base, bytes) in device.memory.borrow().iter() {
+            let made = crate::state::Allocation { base: *base, size: bytes.len() as u64, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 };
+            session.allocations.insert(made);
+        }
+        session
     }
 
     fn setup(on_fault: OnFault, a00: f32) -> Setup {
@@ -651,11 +662,7 @@ mod tests {
         let mut s = setup(OnFault::Continue, f32::NAN);
         s.session = {
             let session = session(Config { max_faults: 2, quiet: true, ..Config::default() });
-            session.handles.created(HANDLE);
-            for (base, bytes) in s.device.memory.borrow().iter() {
-                session.allocations.insert(crate::state::Allocation { base: *base, size: bytes.len() as u64, time_ns: 0, stream: None, api: "cudaMalloc" });
-            }
-            session
+            with_the_devices_memory(session, &s.device)
         };
         let calls = Cell::new(0);
         for _ in 0..5 {
@@ -673,11 +680,7 @@ mod tests {
             let (ignore, problems) = crate::ignore::parse_rules("kind=nonfinite_input,operand=A,m=2");
             assert!(problems.is_empty(), "{problems:?}");
             let session = session(Config { ignore, quiet: true, ..Config::default() });
-            session.handles.created(HANDLE);
-            for (base, bytes) in s.device.memory.borrow().iter() {
-                session.allocations.insert(crate::state::Allocation { base: *base, size: bytes.len() as u64, time_ns: 0, stream: None, api: "cudaMalloc" });
-            }
-            session
+            with_the_devices_memory(session, &s.device)
         };
         let calls = Cell::new(0);
         let queries_before = s.device.memory_queries.get();
@@ -703,11 +706,7 @@ mod tests {
         s.session = {
             let config = Config { dump_dir: Some(dir.display().to_string()), dump_max: 1, quiet: true, ..Config::default() };
             let session = session(config);
-            session.handles.created(HANDLE);
-            for (base, bytes) in s.device.memory.borrow().iter() {
-                session.allocations.insert(crate::state::Allocation { base: *base, size: bytes.len() as u64, time_ns: 0, stream: None, api: "cudaMalloc" });
-            }
-            session
+            with_the_devices_memory(session, &s.device)
         };
         let calls = Cell::new(0);
         sgemm(&s, A, 2, 0, &calls);

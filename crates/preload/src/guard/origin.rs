@@ -30,6 +30,30 @@ pub(crate) fn watch_operands(call: &Call<'_, i32>, check: &OperandCallCheck<'_>)
     }
 }
 
+/// Origin mode from a first run's trace, at an allocation: memory that held the NaN/Inf a
+/// guarded call of the first run consumed, found again by its allocation's ordinal and size,
+/// is watched from now on, with what it holds now.
+pub(crate) fn watch_if_consumed_before(call: &Call<'_, c_int>, allocation: crate::state::Allocation) {
+    let s = call.session;
+    let Some(targets) = s.origin_targets.get() else { return };
+    for t in targets.iter().filter(|t| t.ordinal == allocation.ordinal && t.allocation_size == allocation.size) {
+        let region = Region { ptr: allocation.base + t.offset, bytes: t.bytes, dtype: t.dtype, nonfinite: None, tainted: false };
+        let now = scan_region(call, &region, allocation.stream.unwrap_or(0)).map(|found| found.nan + found.inf);
+        s.watched.watch_fresh(region.ptr, region.bytes, region.dtype, now);
+    }
+}
+
+/// Whether a launch given `pointers` needs its stream synchronised and scanned: always in
+/// origin mode, but from a trace only when it points into an allocation holding watched memory.
+pub(crate) fn launch_is_watched(call: &Call<'_, c_int>, pointers: &[u64]) -> bool {
+    let s = call.session;
+    if !s.origin_from_trace() {
+        return true;
+    }
+    let allocations = call.allocations();
+    pointers.iter().filter_map(|&p| allocations.containing(p)).any(|a| s.watched.any_inside(a.base, a.size))
+}
+
 /// A launch, as the fault of its origin describes it.
 pub(crate) struct Launched<'a> {
     pub kernel: &'a dyn Fn() -> String,
@@ -82,15 +106,34 @@ fn report(call: &Call<'_, c_int>, launched: &Launched<'_>, region: &Region, foun
         what.push(format!("{} Inf", found.inf));
     }
     let offset = region.ptr - allocation.base;
-    let message = format!(
-        "{kernel} wrote {} into {} memory at {} (offset {offset} of the allocation at {}{}) that a guarded call uses and that held \
-         none at its last check: the first NaN/Inf there came from this launch (CUBLASGUARD_NAN_ORIGIN)",
-        what.join(" and "),
-        region.dtype.name(),
-        hex(region.ptr),
-        hex(allocation.base),
-        first.map(|i| format!("; first at element {i}")).unwrap_or_default(),
-    );
+    let s = call.session;
+    // From a first run's trace: the memory is named by what consumed it there.
+    let consumed = s.origin_targets.get().and_then(|targets| targets.iter().find(|t| t.ordinal == allocation.ordinal && t.offset == offset));
+    let message = match consumed {
+        Some(t) => format!(
+            "{kernel} wrote {} into {} memory at {} (offset {offset} of allocation #{} at {}{}) that held none at its last check: \
+             the first NaN/Inf there came from this launch. It is the memory {} #{} consumed NaN/Inf from in the first run \
+             (CUBLASGUARD_ORIGIN_FROM={})",
+            what.join(" and "),
+            region.dtype.name(),
+            hex(region.ptr),
+            allocation.ordinal,
+            hex(allocation.base),
+            first.map(|i| format!("; first at element {i}")).unwrap_or_default(),
+            t.consumed_by.1,
+            t.consumed_by.0,
+            s.config.origin_from.as_deref().unwrap_or("?"),
+        ),
+        None => format!(
+            "{kernel} wrote {} into {} memory at {} (offset {offset} of the allocation at {}{}) that a guarded call uses and that held \
+             none at its last check: the first NaN/Inf there came from this launch (CUBLASGUARD_NAN_ORIGIN)",
+            what.join(" and "),
+            region.dtype.name(),
+            hex(region.ptr),
+            hex(allocation.base),
+            first.map(|i| format!("; first at element {i}")).unwrap_or_default(),
+        ),
+    };
     let mut fault = call.fault(Finding::new(FaultKind::NonfiniteOrigin, message), 0, "cudaSuccess");
     fault.args = launched.args.to_args();
     fault.args.insert("kernel", kernel);
@@ -104,7 +147,12 @@ fn report(call: &Call<'_, c_int>, launched: &Launched<'_>, region: &Region, foun
         cols: 1,
         ld: elements,
         bytes: Some(region.bytes),
-        allocation: Some(AllocationRecord { base: hex(allocation.base), size: allocation.size, api: Some(allocation.api.to_string()) }),
+        allocation: Some(AllocationRecord {
+            base: hex(allocation.base),
+            size: allocation.size,
+            api: Some(allocation.api.to_string()),
+            ordinal: Some(allocation.ordinal).filter(|&n| n > 0),
+        }),
         member_allocation: None,
         scanned: true,
         sampled: found.sampled,

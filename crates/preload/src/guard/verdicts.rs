@@ -27,10 +27,10 @@ use crate::validate::StoredShape;
 
 /// Whether the verdict of a call that scans may wait: under `deferred`, unless the program
 /// needs it before the call returns (`ON_FAULT=error` refuses, `abort` stops) or something
-/// else reads the operands at the call (origin mode, a dump).
+/// else reads the operands at the call (origin mode watching them, a dump).
 pub(crate) fn may_wait(call: &Call<'_, i32>, record: &CallArgs) -> bool {
     let c = &call.session.config;
-    c.sync == SyncMode::Deferred && c.on_fault == OnFault::Continue && !c.nan_origin && !super::dump::wanted(call, record)
+    c.sync == SyncMode::Deferred && c.on_fault == OnFault::Continue && !c.origin_reads_operands() && !super::dump::wanted(call, record)
 }
 
 /// A thread's Python frames, why it has none, and its name (as `Outlet::python_stack` gives).

@@ -146,6 +146,20 @@ impl Watched {
         bound(&mut regions);
     }
 
+    /// Memory a rerun watches from its allocation on (origin mode from a trace): `nonfinite`,
+    /// what it held then (NaN/Inf there before any launch is no launch's doing, but a launch
+    /// that makes more after a later one cleared it is an origin: nothing taints it).
+    pub fn watch_fresh(&self, ptr: u64, bytes: u64, dtype: crate::scan::DType, nonfinite: Option<u64>) {
+        let mut regions = self.regions.lock();
+        regions.insert(ptr, Region { ptr, bytes, dtype, nonfinite, tainted: false });
+        bound(&mut regions);
+    }
+
+    /// Whether any watched region starts inside `[base, base + size)`.
+    pub fn any_inside(&self, base: u64, size: u64) -> bool {
+        self.regions.lock().range(base..base.saturating_add(size.max(1))).next().is_some()
+    }
+
     /// The watched regions that start inside `[base, base + size)` (a launch's allocation).
     pub fn inside(&self, base: u64, size: u64) -> Vec<Region> {
         self.regions.lock().range(base..base.saturating_add(size.max(1))).map(|(_, r)| *r).take(16).collect()

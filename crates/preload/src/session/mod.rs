@@ -22,6 +22,7 @@ pub mod graphs;
 pub(crate) mod kernels;
 pub mod launch_memory;
 pub mod launches;
+pub mod origin_targets;
 mod scans;
 mod seq_ring;
 pub mod verdicts;
@@ -178,6 +179,9 @@ pub struct Session {
     pub finite_seen: launch_memory::FiniteSeen,
     /// CUBLASGUARD_NAN_ORIGIN: the memory guarded calls use, watched after every launch.
     pub watched: launch_memory::Watched,
+    /// CUBLASGUARD_ORIGIN_FROM: the memory the first run's consumed NaN/Inf was in, set once
+    /// when the session starts (`origin_from_trace`).
+    pub origin_targets: std::sync::OnceLock<Vec<origin_targets::OriginTarget>>,
     /// The last call at which a synchronisation by the guard found the device clean: launches
     /// before it did not fault.
     last_clean_sync: AtomicU64,
@@ -210,6 +214,8 @@ impl std::ops::DerefMut for Session {
 pub struct ChildSeed {
     inherited: Inherited,
     facts: ProcessFacts,
+    /// The first run's memory the parent watches (its allocations' numbering goes on in the child).
+    origin_targets: Option<Vec<origin_targets::OriginTarget>>,
     /// The parent's environment, for the crash writer's head until the child learns its own.
     pub environment: Environment,
 }
@@ -226,7 +232,11 @@ impl ChildSeed {
 
     /// The child's session, once it knows its pid, start time and trace path.
     pub fn into_session(self, identity: Identity) -> Session {
-        Session::assemble(self.inherited, self.facts.for_child(identity))
+        let session = Session::assemble(self.inherited, self.facts.for_child(identity));
+        if let Some(targets) = self.origin_targets {
+            let _ = session.origin_targets.set(targets);
+        }
+        session
     }
 }
 
@@ -250,6 +260,7 @@ impl Session {
             launch_sites: launches::LaunchSites::default(),
             finite_seen: launch_memory::FiniteSeen::default(),
             watched: launch_memory::Watched::default(),
+            origin_targets: std::sync::OnceLock::new(),
             last_clean_sync: AtomicU64::new(0),
             lean_kept: AtomicU8::new(LEAN_UNKNOWN),
             cudnn_messages: parking_lot::Mutex::new(Vec::new()),
@@ -263,7 +274,12 @@ impl Session {
 
     /// Everything a forked child keeps, copied now (in the parent, before `fork()`).
     pub fn prepare_child(&self, environment: Environment) -> ChildSeed {
-        ChildSeed { inherited: self.inherited.copy(), facts: self.facts.copy_with_first_call(self.first_cuda_call()), environment }
+        ChildSeed {
+            inherited: self.inherited.copy(),
+            facts: self.facts.copy_with_first_call(self.first_cuda_call()),
+            origin_targets: self.origin_targets.get().cloned(),
+            environment,
+        }
     }
 
     pub fn trace_path(&self) -> String {
@@ -456,6 +472,11 @@ impl Session {
         if self.counts.first_matmul.load(Ordering::Relaxed) == 0 {
             let _ = self.counts.first_matmul.compare_exchange(0, seq, Ordering::Relaxed, Ordering::Relaxed);
         }
+    }
+
+    /// Origin mode watches only the first run's memory (`origin_targets`), not every operand.
+    pub fn origin_from_trace(&self) -> bool {
+        self.origin_targets.get().is_some_and(|t| !t.is_empty())
     }
 
     pub fn first_matmul(&self) -> Option<u64> {
@@ -871,8 +892,8 @@ mod tests {
         parent.config.dump_dir = Some("dumps".into());
         parent.config.dump_max = 1;
         parent.lt_handles.created(0x11);
-        parent.allocations.insert(crate::state::Allocation { base: 0x1000, size: 64, time_ns: 0, stream: None, api: "cudaMalloc" });
-        parent.pinned.insert(crate::state::Allocation { base: 0x9000, size: 8, time_ns: 0, stream: None, api: "cudaMallocHost" });
+        parent.allocations.insert(crate::state::Allocation { base: 0x1000, size: 64, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 });
+        parent.pinned.insert(crate::state::Allocation { base: 0x9000, size: 8, time_ns: 0, stream: None, api: "cudaMallocHost", ordinal: 0 });
         parent.lt_descriptors.created(0x22);
         parent.kernels.register(0x33, "kernel".into());
         parent.note_matmul(parent.begin(1));
@@ -911,6 +932,27 @@ mod tests {
         assert!(child.should_scan(1, 5_000 + 1_000), "the child scans as a fresh process");
         let t = child.trace(Environment::default());
         assert_eq!((t.summary.scanned_calls, t.summary.skipped_scans), (1, 0), "only the child's own scans");
+    }
+
+    #[test]
+    fn a_forked_child_watches_the_first_runs_memory_its_parent_watches_numbering_on_from_the_parents_allocations() {
+        let s = session(1);
+        let target = origin_targets::OriginTarget {
+            ordinal: 3,
+            allocation_size: 64,
+            offset: 0,
+            bytes: 64,
+            dtype: crate::scan::DType::F32,
+            consumed_by: (9, "cublasSgemm_v2".into()),
+        };
+        let _ = s.origin_targets.set(vec![target.clone()]);
+        let made = crate::state::Allocation { base: 0x1000, size: 64, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 };
+        assert_eq!((s.allocations.insert(made), s.allocations.insert(crate::state::Allocation { base: 0x2000, ..made })), (1, 2));
+        let child = child_of(&s, 7, "c.json");
+        assert!(child.origin_from_trace());
+        assert_eq!(child.origin_targets.get().map(Vec::as_slice), Some(&[target][..]));
+        assert_eq!(child.allocations.insert(crate::state::Allocation { base: 0x3000, ..made }), 3, "the child's next allocation is the process's third");
+        assert!(!child_of(&session(1), 8, "d.json").origin_from_trace(), "no trace, no targets");
     }
 
     #[test]

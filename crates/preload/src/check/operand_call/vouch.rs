@@ -46,7 +46,7 @@ mod tests {
     /// three such matrices at A.
     fn inside(ptr: u64, count: u64, stride: i64) -> bool {
         let table = Allocations::default();
-        table.insert(Allocation { base: A, size: 4 * 16 * 3, time_ns: 0, stream: None, api: "cudaMalloc" });
+        table.insert(Allocation { base: A, size: 4 * 16 * 3, time_ns: 0, stream: None, api: "cudaMalloc", ordinal: 0 });
         let spec = OperandSpec {
             name: "A",
             ptr,

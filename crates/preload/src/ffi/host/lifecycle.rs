@@ -299,8 +299,42 @@ fn start() -> Session {
             config.on_fault.label()
         ));
     }
-    Session::new(config, crate::ffi::intercept::hooks::HOOK_NAMES, process, path)
+    let session = Session::new(config, crate::ffi::intercept::hooks::HOOK_NAMES, process, path);
+    if let Some(from) = session.config.origin_from.clone() {
+        let targets = origin_targets_from(&from, session.config.quiet);
+        let _ = session.origin_targets.set(targets);
+    }
+    session
 }
+
+/// The first run's memory to watch (CUBLASGUARD_ORIGIN_FROM), or none, said once, when its
+/// trace cannot be read or names none: origin mode then watches every operand, as without it.
+fn origin_targets_from(path: &str, quiet: bool) -> Vec<crate::session::origin_targets::OriginTarget> {
+    let fallback = "origin mode watches the operands guarded calls use instead";
+    match trace::read(Path::new(path)) {
+        Ok(first) => {
+            let targets = crate::session::origin_targets::targets_of(&first);
+            if !quiet {
+                match targets.len() {
+                    0 => say(&format!(
+                        "cublasguard: CUBLASGUARD_ORIGIN_FROM={path}: no consumed NaN/Inf there in memory a rerun can find again \
+                         (a nonfinite_input fault's operand in a numbered allocation; traces before 0.5 number none): {fallback}"
+                    )),
+                    n => say(&format!(
+                        "cublasguard: origin mode from {path}: watching the {n} piece(s) of memory its NaN/Inf was consumed from, from their allocation on"
+                    )),
+                }
+            }
+            targets
+        }
+        Err(e) => {
+            warn_once(&ORIGIN_FROM_UNREADABLE, &format!("cublasguard: CUBLASGUARD_ORIGIN_FROM={path} cannot be read ({e}): {fallback}"));
+            Vec::new()
+        }
+    }
+}
+
+static ORIGIN_FROM_UNREADABLE: AtomicBool = AtomicBool::new(false);
 
 static WRITE_FAILED: AtomicBool = AtomicBool::new(false);
 
