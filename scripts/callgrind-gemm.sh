@@ -12,6 +12,10 @@
 #           default "none args,bounds all"
 #   REPS    runs of each size, the lowest total kept (default 3)
 #   FORM    the call made: sgemm (default), gemm_ex, strided_ex or strided (benches/c/gemm_loop.c)
+#   SHAPE   "m n k" (default "2 2 2"); "512 512 1" makes C 1 MiB, for the cost per MiB scanned
+#   CALLS   the smaller run's calls (default 20000; the larger makes twice as many). Each run
+#           adds CALLS/10 + 1 warm-up calls, so the two differ by 1.1 x CALLS calls, the
+#           divisor (before 2026-12-07 the script divided by CALLS: its figures read 10% high)
 #   NVML    CUBLASGUARD_NVML for the runs (default 0; see below)
 #   DRIVER_THREAD  1 (the default): the program starts an idle thread first, as NVIDIA's
 #           driver does at cuInit (benches/c/gemm_loop.c); 0: none, as the stand-in under
@@ -55,7 +59,7 @@ total() {
             [ "$mode" = all ] || env+=(CUBLASGUARD_CHECKS="$mode")
         fi
         (cd "$work" && env -u CUBLASGUARD_TRACE -u CUBLASGUARD_CHECKS -u LD_PRELOAD "${env[@]}" \
-            valgrind --tool=callgrind --callgrind-out-file="$work/out" ./gemm_loop 2 2 2 "$calls" "${FORM:-sgemm}" >/dev/null 2>"$work/err") ||
+            valgrind --tool=callgrind --callgrind-out-file="$work/out" ./gemm_loop ${SHAPE:-2 2 2} "$calls" "${FORM:-sgemm}" >/dev/null 2>"$work/err") ||
             { echo "the $calls-call run failed ($lib, $mode):" >&2; tail -5 "$work/err" >&2; exit 1; }
         n=$(awk '/^(summary|totals):/ {print $2; exit}' "$work/out")
         if [ -z "$best" ] || [ "$n" -lt "$best" ]; then best=$n; fi
@@ -63,12 +67,15 @@ total() {
     echo "$best"
 }
 
-# per_call LIB MODE: instructions per call, from the 20,000- and 40,000-call totals.
+# per_call LIB MODE: instructions per call, from the CALLS- and 2 x CALLS-call totals (and their
+# warm-up calls: CALLS/10 + 1 each, benches/c/gemm_loop.c).
+calls=${CALLS:-20000}
 per_call() {
-    local a b
-    a=$(total "$1" "$2" 20000)
-    b=$(total "$1" "$2" 40000)
-    echo "scale=1; ($b - $a) / 20000" | bc
+    local a b apart
+    a=$(total "$1" "$2" "$calls")
+    b=$(total "$1" "$2" $((2 * calls)))
+    apart=$((calls + (2 * calls / 10 + 1) - (calls / 10 + 1)))
+    echo "scale=1; ($b - $a) / $apart" | bc
 }
 
 bare=$(per_call - bare)

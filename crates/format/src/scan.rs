@@ -113,6 +113,16 @@ pub fn tally_elements(dtype: DType, bytes: &[u8], base: u64, tally: &mut Tally) 
 /// Reads device memory into host memory. Errors carry the CUDA error code.
 pub trait DeviceReader {
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32>;
+    /// Whether a read answers a placeholder: the copy is queued and its bytes are judged once
+    /// they land (a deferred verdict), so a scan makes the reads and tallies nothing.
+    fn answers_placeholders(&self) -> bool {
+        false
+    }
+    /// The `len` bytes at `addr` where they already lie in host memory (a deferred verdict's
+    /// copy, landed in the staging region), scanned in place instead of copied; `None`: read.
+    fn landed(&self, _addr: u64, _len: usize) -> Option<&[u8]> {
+        None
+    }
 }
 
 /// The outcome of scanning one stored matrix.
@@ -143,10 +153,13 @@ pub fn scan_matrix(reader: &dyn DeviceReader, addr: u64, shape: StoredShape, dty
         return Ok(MatrixScan::default());
     }
     let (rows, cols, ld) = (shape.rows as u64, shape.cols as u64, shape.ld as u64);
-    if buf.len() < CHUNK_BYTES {
-        buf.resize(CHUNK_BYTES, 0);
+    // A chunk, or the whole extent when smaller (a fresh buffer for a small matrix stays small).
+    let held = usize::try_from(ld.saturating_mul(cols - 1).saturating_add(rows).saturating_mul(elem)).unwrap_or(usize::MAX).min(CHUNK_BYTES);
+    if buf.len() < held {
+        buf.resize(held, 0);
     }
     let per_chunk = (CHUNK_BYTES as u64 / elem).max(1);
+    let counting = !reader.answers_placeholders();
     let mut tally = Tally::default();
     let elements = rows.saturating_mul(cols);
     let sampled = elements.saturating_mul(elem) > max_bytes;
@@ -158,8 +171,15 @@ pub fn scan_matrix(reader: &dyn DeviceReader, addr: u64, shape: StoredShape, dty
         let mut at = start;
         while at < end {
             let stop = (at + per_chunk).min(end);
-            let bytes = &mut buf[..((stop - at) * elem) as usize];
-            reader.read(addr + at * elem, bytes)?;
+            let len = ((stop - at) * elem) as usize;
+            let bytes: &[u8] = match reader.landed(addr + at * elem, len) {
+                Some(landed) if landed.len() == len => landed,
+                _ => {
+                    let into = &mut buf[..len];
+                    reader.read(addr + at * elem, into)?;
+                    into
+                }
+            };
             // The column segments [col * ld, col * ld + rows) that meet [at, stop).
             let mut col = at / ld;
             while col * ld < stop && col < cols {
@@ -168,7 +188,9 @@ pub fn scan_matrix(reader: &dyn DeviceReader, addr: u64, shape: StoredShape, dty
                 if seg_start < seg_end {
                     let lo = ((seg_start - at) * elem) as usize;
                     let hi = ((seg_end - at) * elem) as usize;
-                    tally_elements(dtype, &bytes[lo..hi], seg_start, tally);
+                    if counting {
+                        tally_elements(dtype, &bytes[lo..hi], seg_start, tally);
+                    }
                     scanned += seg_end - seg_start;
                 }
                 col += 1;
@@ -219,6 +241,58 @@ mod tests {
 
     fn f32_bytes(values: &[f32]) -> Vec<u8> {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// Answers every read with NaN, and may say its answers are placeholders.
+    struct AllNan {
+        placeholders: bool,
+        reads: std::cell::Cell<u64>,
+    }
+
+    impl DeviceReader for AllNan {
+        fn read(&self, _addr: u64, out: &mut [u8]) -> Result<(), i32> {
+            self.reads.set(self.reads.get() + out.len() as u64);
+            out.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&f32::NAN.to_le_bytes()));
+            Ok(())
+        }
+        fn answers_placeholders(&self) -> bool {
+            self.placeholders
+        }
+    }
+
+    #[test]
+    fn a_scan_of_placeholders_makes_every_read_and_tallies_nothing() {
+        let shape = StoredShape { rows: 3, cols: 4, ld: 5 };
+        let mut buf = Vec::new();
+        let real = AllNan { placeholders: false, reads: Default::default() };
+        let counted = scan_matrix(&real, 0, shape, DType::F32, &mut buf, u64::MAX).unwrap();
+        assert_eq!((counted.nan, counted.scanned_elements), (12, 12));
+        let queued = AllNan { placeholders: true, reads: Default::default() };
+        let placeheld = scan_matrix(&queued, 0, shape, DType::F32, &mut buf, u64::MAX).unwrap();
+        assert_eq!(placeheld, MatrixScan { nan: 0, inf: 0, first_nonfinite: None, ..counted }, "the same reads and extent, no counts");
+        assert_eq!(queued.reads.get(), real.reads.get());
+    }
+
+    /// Bytes already in host memory, which a scan must read in place: `read` fails.
+    struct InPlace(Vec<u8>);
+
+    impl DeviceReader for InPlace {
+        fn read(&self, _addr: u64, _out: &mut [u8]) -> Result<(), i32> {
+            Err(99)
+        }
+        fn landed(&self, addr: u64, len: usize) -> Option<&[u8]> {
+            self.0.get(addr as usize..addr as usize + len)
+        }
+    }
+
+    #[test]
+    fn a_scan_of_bytes_that_landed_in_host_memory_reads_them_in_place_without_a_copy() {
+        let values = [1.0, 2.0, f32::NAN, 4.0, f32::INFINITY, 6.0];
+        let shape = StoredShape { rows: 2, cols: 3, ld: 2 };
+        let mut buf = Vec::new();
+        let s = scan_matrix(&InPlace(f32_bytes(&values)), 0, shape, DType::F32, &mut buf, u64::MAX).unwrap();
+        assert_eq!((s.nan, s.inf, s.first_nonfinite, s.scanned_elements), (1, 1, Some((0, 1)), 6));
+        assert!(buf.len() <= 24, "a small matrix's buffer stays small: {}", buf.len());
     }
 
     #[test]

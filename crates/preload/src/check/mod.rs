@@ -49,6 +49,16 @@ pub trait Device {
         }
         Ok(())
     }
+    /// Whether `read` answers placeholders: the copies are queued for a verdict judged once
+    /// they land (`guard::verdicts::Recording`), so a scan at the call tallies nothing.
+    fn answers_placeholders(&self) -> bool {
+        false
+    }
+    /// What `read` would copy, where it already lies in host memory (a deferred verdict's
+    /// landed copy), to scan in place; `None`: `read` it.
+    fn landed(&self, _addr: u64, _len: usize, _stream: u64) -> Option<&[u8]> {
+        None
+    }
     /// Reads a scalar the program passed by host pointer (cuBLAS reads it on the host too).
     fn read_host(&self, addr: u64, out: &mut [u8]) -> bool;
     /// Waits for `stream`; returns the CUDA error it reports.
@@ -166,6 +176,11 @@ pub trait VerdictMemory {
     fn mark(&self, arena: VerdictArena, offset: u64) -> u64;
     /// Copies the region's bytes at `offset` into `out`.
     fn read(&self, arena: VerdictArena, offset: u64, out: &mut [u8]) -> bool;
+    /// The region's `len` bytes at `offset`, in place, for bytes whose mark landed and that
+    /// stay reserved while they are read; `None`: `read` them.
+    fn landed(&self, _arena: VerdictArena, _offset: u64, _len: usize) -> Option<&[u8]> {
+        None
+    }
     /// Zeroes the region's bytes at `offset`.
     fn clear(&self, arena: VerdictArena, offset: u64, len: usize) -> bool;
     /// A call now waits for its verdict: whoever judges them looks soon.

@@ -58,6 +58,9 @@ const GIL_RELEASED_NOTE: &str = "Python frames not kept: the thread had released
      a deferred verdict does not wait for it, and this Python's frames cannot be read without it (CPython 3.10 to 3.13's \
      standard builds can); CUBLASGUARD_SYNC=gemm judges the call before it returns, with its frames";
 
+/// The largest scalar a call reads (a complex double): what `Recording` answers with zeros.
+const SCALAR_BYTES: usize = 16;
+
 /// Phases of a call's scans: its inputs before it, its outputs after it.
 const BEFORE: bool = false;
 const AFTER: bool = true;
@@ -216,8 +219,15 @@ impl Device for Recording<'_> {
             return Err(-1);
         }
         self.log.borrow_mut().copies.push((addr, out.len(), offset, self.phase.get()));
-        out.fill(0);
+        // A scalar read (alpha or beta by device pointer) is taken as zero at the call; a
+        // scan's chunk is not looked at (`answers_placeholders`), so it is left as it was.
+        if out.len() <= SCALAR_BYTES {
+            out.fill(0);
+        }
         Ok(())
+    }
+    fn answers_placeholders(&self) -> bool {
+        true
     }
     fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
         let ok = self.device.read_host(addr, out);
@@ -343,17 +353,37 @@ impl<'a> Replay<'a> {
     }
 }
 
+impl Replay<'_> {
+    /// The first copy of `len` bytes from `addr` queued in this phase and not answered yet,
+    /// now answered.
+    fn copy_index(&self, addr: u64, len: usize) -> Option<usize> {
+        let mut used = self.copies_used.borrow_mut();
+        let phase = self.phase.get();
+        let i = self.log.copies.iter().enumerate().position(|(i, c)| !used[i] && c.0 == addr && c.1 == len && c.3 == phase)?;
+        used[i] = true;
+        Some(i)
+    }
+
+    /// Where in the region `copy_index`'s copy landed.
+    fn copy_of(&self, addr: u64, len: usize) -> Option<u64> {
+        self.copy_index(addr, len).map(|i| self.log.copies[i].2)
+    }
+}
+
 impl Device for Replay<'_> {
     fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
         self.device.memory_type(ptr)
     }
     fn read(&self, addr: u64, out: &mut [u8], _stream: u64) -> Result<(), i32> {
-        let mut used = self.copies_used.borrow_mut();
-        let phase = self.phase.get();
-        let found = self.log.copies.iter().enumerate().find(|(i, c)| !used[*i] && c.0 == addr && c.1 == out.len() && c.3 == phase);
-        let (i, &(_, _, offset, _)) = found.ok_or(-1)?;
-        used[i] = true;
+        let offset = self.copy_of(addr, out.len()).ok_or(-1)?;
         self.memory.read(self.arena, offset, out).then_some(()).ok_or(-1)
+    }
+    fn landed(&self, addr: u64, len: usize, _stream: u64) -> Option<&[u8]> {
+        // A copy found but not readable in place is taken back, for `read` to find.
+        let i = self.copy_index(addr, len)?;
+        let landed = self.memory.landed(self.arena, self.log.copies[i].2, len);
+        self.copies_used.borrow_mut()[i] = landed.is_some();
+        landed
     }
     fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
         match self.log.host.iter().find(|(a, bytes)| *a == addr && bytes.len() >= out.len()) {

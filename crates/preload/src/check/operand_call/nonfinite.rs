@@ -207,8 +207,9 @@ impl OperandCallCheck<'_> {
         device.read_many(&pieces, buf, self.stream()).ok()?;
         let mut total = BatchTally::default();
         let mut chunk = Vec::new();
+        let held = Held { bytes: buf, placeholders: device.answers_placeholders() };
         for b in 0..count {
-            let member = scan::scan_matrix(&scan::Slice(buf), b * extent, shape, o.spec.dtype, &mut chunk, u64::MAX).ok()?;
+            let member = scan::scan_matrix(&held, b * extent, shape, o.spec.dtype, &mut chunk, u64::MAX).ok()?;
             total.add(b, &member);
         }
         self.keep_scan(i, total.scan, total.bad);
@@ -359,5 +360,30 @@ impl scan::DeviceReader for HostReader<'_> {
 impl scan::DeviceReader for StreamReader<'_> {
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
         self.device.read(addr, out, self.stream)
+    }
+    fn answers_placeholders(&self) -> bool {
+        self.device.answers_placeholders()
+    }
+    fn landed(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        self.device.landed(addr, len, self.stream)
+    }
+}
+
+/// A batch's members read at once, scanned from the host buffer (placeholders when the device
+/// answered with them: nothing to copy or tally).
+struct Held<'a> {
+    bytes: &'a [u8],
+    placeholders: bool,
+}
+
+impl scan::DeviceReader for Held<'_> {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
+        if self.placeholders {
+            return Ok(());
+        }
+        scan::DeviceReader::read(&scan::Slice(self.bytes), addr, out)
+    }
+    fn answers_placeholders(&self) -> bool {
+        self.placeholders
     }
 }

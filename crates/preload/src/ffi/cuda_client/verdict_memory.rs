@@ -130,6 +130,14 @@ impl VerdictMemory for RealVerdictMemory<'_> {
         true
     }
 
+    fn landed(&self, arena: VerdictArena, offset: u64, len: usize) -> Option<&[u8]> {
+        let at = region(arena.context).and_then(|r| span(r, offset, len))?;
+        // SAFETY: `at..at + len` lies inside the region, which is never unmapped; the caller
+        // reads bytes whose mark landed (the device no longer writes them) and that stay
+        // reserved, so nothing else writes them, while the slice is read.
+        Some(unsafe { std::slice::from_raw_parts(at as *const u8, len) })
+    }
+
     fn judge_soon(&self) {
         crate::ffi::host::harvester::judge_soon();
     }
