@@ -10,11 +10,15 @@
  *                                   NaN (N x N operands, 4 unless given)
  *   large_operands ahead CALLS      CALLS sgemms of 1 MiB A and C on one stream without a
  *                                   synchronisation, the last one reading a NaN
+ *   large_operands drain CALLS      CALLS 4 x 4 sgemms without a synchronisation, then one,
+ *                                   then 0.5 s idle: prints the resident memory before the
+ *                                   calls, at its peak and after (kB, /proc/self/status)
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -28,6 +32,18 @@ static float *upload(const float *host, size_t n) {
     if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess) return NULL;
     if (host && cudaMemcpy(p, host, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) return NULL;
     return p;
+}
+
+/* A /proc/self/status field in kB (VmRSS, VmHWM), -1 when unreadable. */
+static long status_kb(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    size_t n = strlen(field);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':') kb = atol(line + n + 1);
+    if (f) fclose(f);
+    return kb;
 }
 
 static float *ones(size_t n) {
@@ -86,8 +102,19 @@ int main(int argc, char **argv) {
         for (int i = 0; i < calls; i++)
             cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, M, 1, 1, &one, i == calls - 1 ? dn : da, M, db, 1, &zero, dc, M);
         printf("sync=%d\n", cudaDeviceSynchronize());
+    } else if (!strcmp(s, "drain") && argc > 2) {
+        int calls = atoi(argv[2]);
+        float *h = ones(16);
+        float *da = upload(h, 16), *dc = upload(NULL, 16);
+        if (!da || !dc) return 4;
+        long before = status_kb("VmRSS");
+        for (int i = 0; i < calls; i++) cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, da, 4, da, 4, &zero, dc, 4);
+        int sync = cudaDeviceSynchronize();
+        struct timespec idle = {0, 500 * 1000 * 1000};
+        nanosleep(&idle, NULL);
+        printf("sync=%d rss_before=%ld rss_peak=%ld rss_after=%ld\n", sync, before, status_kb("VmHWM"), status_kb("VmRSS"));
     } else {
-        fprintf(stderr, "usage: large_operands big MIB start|middle|end | batch MIB COUNT | burst NAN CLEAN | ahead CALLS\n");
+        fprintf(stderr, "usage: large_operands big MIB start|middle|end | batch MIB COUNT | burst NAN CLEAN | ahead CALLS | drain CALLS\n");
         return 2;
     }
     return 0;

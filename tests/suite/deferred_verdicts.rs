@@ -249,6 +249,26 @@ fn a_host_running_far_ahead_keeps_no_more_verdicts_waiting_than_the_heap_ceiling
     assert_eq!((f.kind, f.seq), (FaultKind::NonfiniteInput, *gemm_seqs(&t).last().expect("the last GEMM")), "{}", f.message);
 }
 
+#[test]
+fn a_backlog_of_verdicts_gives_its_heap_back_once_they_are_judged() {
+    // 5,000 small GEMMs on a GPU a little behind: thousands of verdicts wait at once (the
+    // resident memory grows by megabytes), then the program synchronises and idles. Once they
+    // are judged the guard's thread hands the free heap back: without it the allocator kept
+    // nearly all of it for the rest of the run.
+    let program = large_operands();
+    let env = [DEFERRED, ("CUDASHIM_WORKER_DELAY_US", "50")];
+    let run = run(Launch { env: &env, ..Launch::new(&program, &["drain", "5000"]) });
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let out = run.stdout();
+    let kb = |field: &str| -> i64 {
+        let value = out.split_whitespace().find_map(|w| w.strip_prefix(&format!("{field}=")));
+        value.and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{field} in {out}"))
+    };
+    let (grown, kept) = (kb("rss_peak") - kb("rss_before"), kb("rss_after") - kb("rss_before"));
+    assert!(grown > 8 * 1024, "the verdicts waited and took heap: {out}");
+    assert!(kept < grown / 3, "the heap came back once they were judged: {kept} kB of {grown} kB kept ({out})");
+}
+
 /// This machine's CPython interpreters of the `minors` given ("3.11"), one each: on the PATH
 /// or installed by pyenv, by their real executable (pyenv's shims need the environment the
 /// tests clear).

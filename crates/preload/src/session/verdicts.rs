@@ -6,7 +6,7 @@
 
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::check::{BatchScan, VerdictArena};
@@ -175,6 +175,11 @@ fn forget_idle_queues(queues: &mut Vec<StreamQueue>) {
 /// inline entries; `guard::verdicts` checks its size against this).
 pub const VERDICT_HEAP_BYTES: u64 = 5120;
 
+/// Calls waiting at once (about 5 MiB of heap) past which the heap is handed back once they
+/// have all been judged: a host that ran far ahead of the device leaves the allocator holding
+/// free pages it would otherwise keep for the rest of the run.
+pub const BACKLOG_VERDICTS: usize = 1024;
+
 /// How many calls may wait for their verdicts at once in a staging region of `capacity`
 /// bytes: their heap is then at most twice the region (a host far ahead of the device fills
 /// the count before the region: a device-scanned GEMM reserves about 200 bytes of it). A call
@@ -205,6 +210,8 @@ pub struct Verdicts {
     unfinished_at_exit: AtomicU64,
     /// The most calls that waited at once.
     most_waiting: AtomicUsize,
+    /// More than `BACKLOG_VERDICTS` waited at once since the heap was last handed back.
+    backlog: AtomicBool,
     /// Held from taking landed calls to publishing their verdicts: with two harvesters (the
     /// program's thread and the guard's) each taking a batch, the later batch's faults were
     /// now and then published first, and a NaN passed on was said before the one it came from.
@@ -279,6 +286,15 @@ impl Verdicts {
         }
         let now = self.waiting.fetch_add(1, Ordering::Release) + 1;
         self.most_waiting.fetch_max(now, Ordering::Relaxed);
+        if now == BACKLOG_VERDICTS {
+            self.backlog.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the queue has drained since more than `BACKLOG_VERDICTS` waited at once: the heap
+    /// their verdicts took is free now, for the guard's thread to hand back (`malloc_trim`), once.
+    pub fn drained_after_backlog(&self) -> bool {
+        !self.any_waiting() && self.judging.load(Ordering::Acquire) == 0 && self.backlog.swap(false, Ordering::AcqRel)
     }
 
     /// Whether any call waits: one atomic load, asked at every hooked call.
@@ -480,6 +496,26 @@ mod tests {
         assert!(v.unsettled());
         v.judged();
         assert_eq!(v.take_landed(&|_, _| 0, true).iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 3]);
+    }
+
+    #[test]
+    fn the_heap_is_handed_back_once_after_a_backlog_drains_and_not_after_a_few_calls() {
+        let v = Verdicts::default();
+        for seq in 1..=10 {
+            waiting_on(&v, seq, 5);
+        }
+        let _ = v.take_landed(&|_, _| 0, true);
+        (1..=10).for_each(|_| v.judged());
+        assert!(!v.drained_after_backlog(), "ten calls are no backlog");
+        for seq in 1..=BACKLOG_VERDICTS as u64 {
+            waiting_on(&v, seq, 5);
+        }
+        assert!(!v.drained_after_backlog(), "not while they wait");
+        let landed = v.take_landed(&|_, _| 0, true);
+        assert!(!v.drained_after_backlog(), "not while they are judged");
+        landed.iter().for_each(|_| v.judged());
+        assert!(v.drained_after_backlog());
+        assert!(!v.drained_after_backlog(), "once");
     }
 
     fn waiting_on(v: &Verdicts, seq: u64, stream: u64) {

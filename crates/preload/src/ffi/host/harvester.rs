@@ -72,12 +72,25 @@ fn run() {
                 }
             });
         }
+        if crate::ffi::host::lifecycle::session().is_some_and(|s| s.verdicts.drained_after_backlog()) {
+            give_back_free_heap();
+        }
         let guard = WAKE.lock().unwrap_or_else(|e| e.into_inner());
         IDLE_SLEEP.store(!waiting, Ordering::Release);
         let _ = WOKEN.wait_timeout(guard, if waiting { POLL } else { IDLE });
         IDLE_SLEEP.store(false, Ordering::Release);
     }
     STOPPED.store(true, Ordering::SeqCst);
+}
+
+/// After a backlog of verdicts drained (`Verdicts::drained_after_backlog`): the free pages of
+/// the heap they took go back to the system, on the guard's thread, once a backlog.
+fn give_back_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim takes no pointer and only releases free memory of glibc's heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// The device asked, on the streams whose breadcrumbs are still out, whether its context broke;
