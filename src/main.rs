@@ -1,5 +1,10 @@
 //! The `cublasguard` command: runs programs under the guard and interprets its traces.
 
+// The command's unsafe code (the CUDA, NVML and C library calls of doctor, replay and run)
+// under the same rules as the guard's: every block says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod coverage;
 mod cuda_table;
 mod diagnosis;

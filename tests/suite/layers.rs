@@ -66,15 +66,17 @@ fn the_back_edge_check_sees_each_form_of_an_import() {
 }
 
 #[test]
-fn every_policy_module_forbids_unsafe_code() {
+fn every_policy_module_forbids_unsafe_code_and_every_unsafe_block_of_the_guard_and_the_command_is_linted() {
     let src = manifest_dir().join("crates/preload/src");
     for root in ["guard/mod.rs", "check/mod.rs", "session/mod.rs", "recorder.rs", "redact.rs"] {
         let text = std::fs::read_to_string(src.join(root)).expect("read module root");
         assert!(text.lines().any(|l| l.trim() == "#![forbid(unsafe_code)]"), "{root} does not forbid unsafe code");
     }
     let lib = std::fs::read_to_string(src.join("lib.rs")).expect("read lib.rs");
+    let command = std::fs::read_to_string(manifest_dir().join("src/main.rs")).expect("read main.rs");
     for lint in ["#![deny(unsafe_op_in_unsafe_fn)]", "#![deny(clippy::undocumented_unsafe_blocks)]"] {
         assert!(lib.contains(lint), "lib.rs lacks {lint}");
+        assert!(command.lines().any(|l| l.trim() == lint), "the command's main.rs lacks {lint}: its unsafe blocks go unchecked");
     }
 }
 
