@@ -158,6 +158,12 @@ fn hang_steps(fault: &Fault) -> Vec<String> {
     steps.into_iter().map(String::from).collect()
 }
 
+/// The inputs of a `nonfinite_output` fault that were not read (outputs first, judged after
+/// the call): its operands not scanned, the workspace aside.
+fn unread_inputs(fault: &Fault) -> Vec<&str> {
+    fault.operands.iter().filter(|o| !o.scanned && o.name != "workspace").map(|o| o.name.as_str()).collect()
+}
+
 pub fn linear_layer(fault: &Fault) -> Option<String> {
     let args = &fault.args;
     if args.label("transa")? != "T" || args.label("transb")? != "N" {
@@ -287,6 +293,18 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
                 )
             }
         },
+        FaultKind::NonfiniteOutput if !unread_inputs(fault).is_empty() => (
+            format!(
+                "this call's output holds NaN/Inf, and whether it consumed them (from {}) or produced them is not known: those inputs \
+                 were not read (CUBLASGUARD_SCAN_ORDER=outputs-first reads them only once an output is bad, and in the default mode that \
+                 is after they may have changed)",
+                unread_inputs(fault).join(", ")
+            ),
+            vec![
+                "Rerun with CUBLASGUARD_SYNC=gemm (outputs first reads the inputs right after the call there) or CUBLASGUARD_SCAN_ORDER=all, to tell a NaN the call consumed from one it made.".into(),
+                "The earliest such call is where the NaN first appears in a GEMM's output: look at what fed its inputs (the kernels launched just before it, in the trace's recent calls).".into(),
+            ],
+        ),
         FaultKind::NonfiniteOutput => {
             let mut cause = "this call produced Inf/NaN from finite inputs: overflow (values beyond the dtype's range) or Inf - Inf".to_string();
             if tf32 {
@@ -847,6 +865,19 @@ mod tests {
         assert!(cause(true, None, 0).contains("this call is the culprit"), "its own work was the first unfinished");
         let surfaced = cause(true, None, 700);
         assert!(surfaced.contains("not necessarily the culprit") && surfaced.contains("CUBLASGUARD_SYNC=launches"), "{surfaced}");
+    }
+
+    #[test]
+    fn an_output_whose_inputs_were_not_read_is_not_said_to_be_produced_from_finite_inputs() {
+        let mut f = fault(FaultKind::NonfiniteOutput);
+        let produced = diagnose(&f, None, Program::Native);
+        assert!(produced.cause.contains("produced Inf/NaN from finite inputs"), "{}", produced.cause);
+        let mut a = f.operands[0].clone();
+        (a.name, a.scanned) = ("A".into(), false);
+        f.operands.insert(0, a);
+        let d = diagnose(&f, None, Program::Native);
+        assert!(d.cause.contains("not known") && d.cause.contains("(from A)") && !d.cause.contains("from finite inputs"), "{}", d.cause);
+        assert!(d.next_steps[0].contains("CUBLASGUARD_SYNC=gemm"), "{:?}", d.next_steps);
     }
 
     #[test]

@@ -53,6 +53,7 @@ mod readme;
 mod report;
 mod robustness;
 mod run_cli;
+mod scan_order;
 mod schema;
 mod snapshot;
 mod standin;

@@ -132,6 +132,8 @@ pub struct Config {
     /// Where operands are scanned: on the GPU (the scan kernel, through the driver API) or
     /// copied to the host.
     pub device_scan: DeviceScan,
+    /// Which operands a call's NaN/Inf scan reads, and when (CUBLASGUARD_SCAN_ORDER).
+    pub scan_order: ScanOrder,
     /// No banner line at start-up.
     pub quiet: bool,
     /// CUBLASGUARD_LOG_FILE: the file the guard's lines go to instead of stderr (`%p`: the
@@ -217,6 +219,18 @@ impl SyncMode {
     }
 }
 
+/// CUBLASGUARD_SCAN_ORDER: which operands of a cuBLAS call are scanned for NaN/Inf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanOrder {
+    /// Every input before the call and every output after it.
+    All,
+    /// The outputs after the call, and the read-only inputs only when an output holds NaN/Inf
+    /// (a NaN or Inf a matrix product consumes reaches its output): a third of the bytes of a
+    /// GEMM's scans. Inputs the call overwrites (C with beta != 0, a solve's B) and cublasLt's
+    /// (an epilogue such as ReLU can hide a consumed -Inf) are read before, as under `All`.
+    OutputsFirst,
+}
+
 /// CUBLASGUARD_DEVICE_SCAN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceScan {
@@ -254,6 +268,7 @@ impl Default for Config {
             scan_every: 1,
             budget: None,
             device_scan: DeviceScan::Auto,
+            scan_order: ScanOrder::All,
             quiet: false,
             log_file: None,
             exit_summary: true,
@@ -372,6 +387,13 @@ impl Config {
                 "on" | "1" => config.device_scan = DeviceScan::On,
                 "off" | "0" => config.device_scan = DeviceScan::Off,
                 _ => reject("CUBLASGUARD_DEVICE_SCAN", &v, "not auto, on or off".into(), "auto"),
+            }
+        }
+        if let Some(v) = lookup("CUBLASGUARD_SCAN_ORDER") {
+            match v.trim() {
+                "all" | "" => config.scan_order = ScanOrder::All,
+                "outputs-first" => config.scan_order = ScanOrder::OutputsFirst,
+                _ => reject("CUBLASGUARD_SCAN_ORDER", &v, "not all or outputs-first".into(), "all"),
             }
         }
         if let Some(v) = lookup("CUBLASGUARD_LAUNCH_BREADCRUMBS") {
@@ -624,6 +646,16 @@ mod tests {
         assert_eq!(config.ring, 16);
         assert!(config.quiet);
         assert_eq!((config.scan_every, config.budget), (10, Some(0.05)));
+    }
+
+    #[test]
+    fn the_scan_order_is_all_unless_outputs_first_is_asked_and_a_typo_is_named() {
+        assert_eq!(Config::default().scan_order, ScanOrder::All);
+        let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_SCAN_ORDER", "outputs-first")]));
+        assert_eq!((config.scan_order, problems.len()), (ScanOrder::OutputsFirst, 0));
+        let (config, problems) = Config::from_lookup(env(&[("CUBLASGUARD_SCAN_ORDER", "outputs_first")]));
+        assert_eq!(config.scan_order, ScanOrder::All);
+        assert!(problems.iter().any(|p| p.contains("CUBLASGUARD_SCAN_ORDER")), "{problems:?}");
     }
 
     #[test]

@@ -103,11 +103,13 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         // frees the room its next calls need.
         super::verdicts::harvest(call, call.seq);
     }
+    let outputs_first = s.config.scan_order == crate::config::ScanOrder::OutputsFirst;
     let body = |buf: &mut Vec<u8>| {
         let mut known = known_at_entry;
         let mut check = OperandCallCheck::new(matmul, handle);
         check.deferred = deferred;
         check.capture_query = capture_query;
+        check.outputs_first = outputs_first;
         // Under `deferred`, the scans' reads are queued and their verdict judged later, when
         // the region has room for all of them.
         let on_device = s.config.device_scan != crate::config::DeviceScan::Off && !s.device_scan.failed();
@@ -125,6 +127,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             check = OperandCallCheck::new(matmul, handle);
             check.deferred = deferred;
             check.capture_query = capture_query;
+            check.outputs_first = outputs_first;
             check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, call.device, buf);
         }
         let scans: &dyn Device = match &recording {
@@ -167,6 +170,11 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         }
         if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, call.device, scans, buf) {
             s.note_error(code, call.seq);
+        }
+        if check.wants_left_inputs() {
+            // Outputs first, judged at the call (a recording's outputs are placeholders, never
+            // bad): the stream has finished the call, and the inputs it only read are as it read them.
+            check.scan_left_inputs(call.device, buf, s.config.scan_bytes, LEFT_INPUTS_READ_AT_THE_CALL);
         }
         if keep_for_replays && forwarded && status == cuda::CUBLAS_SUCCESS && check.finding.is_none() {
             keep_captured(call, matmul, check.stream());
@@ -252,6 +260,9 @@ pub(crate) fn note_finite(call: &Call<'_, i32>, check: &OperandCallCheck<'_>) {
         }
     }
 }
+
+/// How a fault says its inputs were read, outputs first, at the call.
+const LEFT_INPUTS_READ_AT_THE_CALL: &str = " [inputs read after the call, once its output held NaN/Inf: CUBLASGUARD_SCAN_ORDER=outputs-first]";
 
 /// Writes the fault a deferred verdict found for `call` (numbered as it was, made at
 /// `time_ns`), found at call `found_at` (0: at exit).

@@ -75,6 +75,11 @@ pub struct OperandCallCheck<'a> {
     /// Operands from this index on were not checked against the allocations, and why: the
     /// report says "not checked", never "in no allocation", for what it did not look at.
     pub unchecked: Option<(usize, &'static str)>,
+    /// CUBLASGUARD_SCAN_ORDER=outputs-first: a cuBLAS call's read-only inputs are left until an
+    /// output holds NaN/Inf (`inputs_left`, bit i: operand i; `bad_output`: that output).
+    pub outputs_first: bool,
+    pub(super) inputs_left: u8,
+    pub(super) bad_output: Option<(usize, crate::scan::MatrixScan)>,
 }
 
 /// What the checks before a call learnt of its operands (`OperandCallCheck::facts`).
@@ -161,6 +166,9 @@ impl<'a> OperandCallCheck<'a> {
             beta_is_zero: None,
             recording: false,
             unchecked: None,
+            outputs_first: false,
+            inputs_left: 0,
+            bad_output: None,
         }
     }
 
@@ -407,21 +415,86 @@ impl OperandCallCheck<'_> {
                 continue;
             }
             let Some(s) = self.scan_operand(i, device, buf, scan_bytes) else { continue };
+            if (s.nan > 0 || s.inf > 0) && self.inputs_left != 0 {
+                // Consumed or produced: told once the inputs left are read (`scan_left_inputs`).
+                self.bad_output = Some((i, s));
+                break;
+            }
             if (s.nan > 0 || s.inf > 0) && self.inputs_scanned_finite {
-                let Some(o) = self.operands[i] else { continue };
-                let mut message = format!(
-                    "this call produced {} in its output {} from finite inputs (overflow, or Inf - Inf)",
-                    counts(o.spec, &s),
-                    describe(o.spec, o.bad_member)
-                );
-                if self.call.reduced_precision_compute {
-                    message.push_str(" [the compute type rounds float32 inputs to a reduced precision]");
-                }
-                self.finding = Some(Finding::new(FaultKind::NonfiniteOutput, message));
-                self.found_before = false;
+                self.produced(i, s, "");
                 break;
             }
         }
+    }
+
+    /// The fault of output `i` holding NaN/Inf (`s`) from inputs scanned finite; `note` says
+    /// how they were read when that was after the call.
+    fn produced(&mut self, i: usize, s: crate::scan::MatrixScan, note: &str) {
+        let Some(o) = self.operands[i] else { return };
+        let mut message =
+            format!("this call produced {} in its output {} from finite inputs (overflow, or Inf - Inf)", counts(o.spec, &s), describe(o.spec, o.bad_member));
+        if self.call.reduced_precision_compute {
+            message.push_str(" [the compute type rounds float32 inputs to a reduced precision]");
+        }
+        message.push_str(note);
+        self.finding = Some(Finding::new(FaultKind::NonfiniteOutput, message));
+        self.found_before = false;
+    }
+
+    /// Whether an output held NaN/Inf while inputs were left unread (outputs first): the
+    /// caller reads them now (`scan_left_inputs`), or says the verdict cannot tell
+    /// (`inputs_unread`).
+    pub fn wants_left_inputs(&self) -> bool {
+        self.bad_output.is_some() && self.inputs_left != 0
+    }
+
+    /// Outputs first, an output held NaN/Inf: the inputs left are scanned through `device`,
+    /// and the fault says whether the call consumed the NaN/Inf (an input holds it) or produced
+    /// it; `note` (appended to its message) says how the inputs were read.
+    pub fn scan_left_inputs(&mut self, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64, note: &str) {
+        let (Some((out, s)), left) = (self.bad_output.take(), std::mem::take(&mut self.inputs_left)) else { return };
+        // Every input left is read, as `scan_inputs` reads every input: the fault names the first bad.
+        let mut all_finite = self.inputs_scanned_finite;
+        let mut first_bad = None;
+        for i in (0..MAX_OPERANDS).filter(|i| left & (1 << i) != 0) {
+            let Some(o) = self.operands[i] else { continue };
+            if !o.readable {
+                all_finite = false;
+                continue;
+            }
+            match self.scan_operand(i, device, buf, scan_bytes) {
+                Some(scan) if scan.nan > 0 || scan.inf > 0 => {
+                    first_bad.get_or_insert(i);
+                }
+                Some(_) => {}
+                None => all_finite = false,
+            }
+        }
+        match first_bad {
+            Some(i) => {
+                self.consumed(i, note);
+                self.found_before = false;
+            }
+            None if all_finite => self.produced(out, s, note),
+            None => {}
+        }
+    }
+
+    /// Outputs first, an output held NaN/Inf, and the inputs left could not be read after the
+    /// call: the fault says so, consumed or produced untold.
+    pub fn inputs_unread(&mut self, why: &str) {
+        let (Some((out, s)), left) = (self.bad_output.take(), std::mem::take(&mut self.inputs_left)) else { return };
+        let Some(o) = self.operands[out] else { return };
+        let names: Vec<&str> = (0..MAX_OPERANDS).filter(|i| left & (1 << i) != 0).filter_map(|i| self.operands[i].map(|r| r.spec.name)).collect();
+        let message = format!(
+            "this call's output {} holds {}; whether it consumed it or produced it is not known: its inputs {} were not read \
+             (CUBLASGUARD_SCAN_ORDER=outputs-first reads them after an output is bad, {why}); CUBLASGUARD_SYNC=gemm tells",
+            describe(o.spec, o.bad_member),
+            counts(o.spec, &s),
+            names.join(", "),
+        );
+        self.finding = Some(Finding::new(FaultKind::NonfiniteOutput, message));
+        self.found_before = false;
     }
 }
 
@@ -563,6 +636,47 @@ mod tests {
             &model,
         );
         assert!(c.finding.is_none(), "{:?}", c.finding);
+    }
+
+    /// A 2 x 2 GEMM checked outputs first, A and C (its output, as the model leaves it after
+    /// the call) holding what is given: the finding, and whether A was read.
+    fn outputs_first(a: f32, c_after: f32) -> (Option<Finding>, bool) {
+        let (allocs, model) = (Allocations::default(), Model::default());
+        model.put(&allocs, 0x1000, f32s(&[a, 1.0, 1.0, 1.0]));
+        model.put(&allocs, 0x2000, f32s(&[1.0; 4]));
+        model.put(&allocs, 0x3000, f32s(&[c_after, 0.0, 0.0, 0.0]));
+        let call = call(
+            OperandSpec::matrix("A", 0x1000, shape(2, 2), DType::F32, Role::Input),
+            OperandSpec::matrix("B", 0x2000, shape(2, 2), DType::F32, Role::Input),
+            OperandSpec::matrix("C", 0x3000, shape(2, 2), DType::F32, Role::Accumulator),
+        );
+        let handles = Handles::default();
+        handles.created(7);
+        let lookup = handles.lookup(7);
+        let mut buf = Vec::new();
+        let mut check = OperandCallCheck::new(&call, lookup);
+        check.outputs_first = true;
+        check.check_before(Checks::ALL, u64::MAX, lookup, (&allocs).into(), None, &model, &model, &mut buf);
+        assert!(check.finding.is_none() && check.operands[0].and_then(|o| o.scan).is_none(), "A is not read before the call");
+        check.after(0, true, Checks::ALL, u64::MAX, None, &model, &model, &mut buf);
+        if check.wants_left_inputs() {
+            check.scan_left_inputs(&model, &mut buf, u64::MAX, " [late]");
+        }
+        (check.finding, check.operands[0].and_then(|o| o.scan).is_some())
+    }
+
+    #[test]
+    fn outputs_first_reads_the_inputs_only_once_an_output_is_bad_and_then_tells_consumed_from_produced() {
+        assert_eq!(outputs_first(1.0, 4.0), (None, false), "a clean output: the inputs are never read");
+        let (consumed, read) = outputs_first(f32::NAN, f32::NAN);
+        let consumed = consumed.expect("a fault");
+        assert!(
+            read && consumed.kind == FaultKind::NonfiniteInput && consumed.message.starts_with("operand A") && consumed.message.ends_with(" [late]"),
+            "{consumed:?}"
+        );
+        let (produced, read) = outputs_first(1.0, f32::INFINITY);
+        let produced = produced.expect("a fault");
+        assert!(read && produced.kind == FaultKind::NonfiniteOutput && produced.message.contains("from finite inputs"), "{produced:?}");
     }
 
     #[test]

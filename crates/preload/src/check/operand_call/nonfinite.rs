@@ -222,21 +222,28 @@ impl OperandCallCheck<'_> {
             self.beta_is_zero = self.read_beta_is_zero(allocations, device);
         }
         let reads_scaled = self.beta_is_zero != Some(true);
-        self.prescan_on_device(device, |o| match o.spec.role {
-            Role::Input | Role::InOut => true,
+        // Outputs first: a cuBLAS call's read-only inputs wait for an output to hold NaN/Inf
+        // (a cublasLt epilogue such as ReLU can hide a consumed -Inf, so its are read now).
+        let leaves_inputs = self.outputs_first && !self.call.lt;
+        let read_now = |role: Role| match role {
+            Role::Input => !leaves_inputs,
+            Role::InOut => true,
             Role::Accumulator | Role::Addend => reads_scaled,
             Role::Output | Role::Workspace | Role::Result => false,
-        });
+        };
+        self.prescan_on_device(device, |o| read_now(o.spec.role));
         let mut all_finite = true;
         let mut first_bad: Option<usize> = None;
         for i in 0..MAX_OPERANDS {
             let Some(o) = self.operands[i] else { continue };
-            let read = match o.spec.role {
-                Role::Input | Role::InOut => true,
-                Role::Accumulator | Role::Addend => reads_scaled,
-                Role::Output | Role::Workspace | Role::Result => false,
-            };
-            if !read || !Self::used(&o) {
+            if !Self::used(&o) {
+                continue;
+            }
+            if o.spec.role == Role::Input && leaves_inputs {
+                self.inputs_left |= 1 << i;
+                continue;
+            }
+            if !read_now(o.spec.role) {
                 continue;
             }
             if !o.readable {
@@ -256,14 +263,21 @@ impl OperandCallCheck<'_> {
         // there, is not): nothing is known finite until the verdict is judged.
         self.inputs_scanned_finite = all_finite && !self.recording;
         if let Some(i) = first_bad {
-            let Some(o) = self.operands[i] else { return };
-            let scan = o.scan.unwrap_or_default();
-            let mut message = format!("{} holds {}", describe(o.spec, o.bad_member), counts(o.spec, &scan));
-            if matches!(o.spec.role, Role::Accumulator | Role::Addend) {
-                message.push_str(&format!("; beta != 0, so the library reads {}", o.spec.name));
-            }
-            self.finding = Some(Finding::new(FaultKind::NonfiniteInput, message));
+            self.consumed(i, "");
         }
+    }
+
+    /// The fault of input `i` holding NaN/Inf, which the call consumed; `note` says how it was
+    /// read when that was after the call.
+    pub(super) fn consumed(&mut self, i: usize, note: &str) {
+        let Some(o) = self.operands[i] else { return };
+        let scan = o.scan.unwrap_or_default();
+        let mut message = format!("{} holds {}", describe(o.spec, o.bad_member), counts(o.spec, &scan));
+        if matches!(o.spec.role, Role::Accumulator | Role::Addend) {
+            message.push_str(&format!("; beta != 0, so the library reads {}", o.spec.name));
+        }
+        message.push_str(note);
+        self.finding = Some(Finding::new(FaultKind::NonfiniteInput, message));
     }
 }
 
