@@ -22,7 +22,7 @@ fn build(standin: &Path, source: &str, name: &str) -> PathBuf {
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(source))
         .arg(format!("-I{}", standin.join("include").display()))
         .arg(format!("-L{}", standin.join("lib").display()))
-        .args(["-lcublas", "-lcudart"])
+        .args(["-lcublasLt", "-lcublas", "-lcudart"])
         .status()
         .expect("cc");
     assert!(built.success(), "cc {source}");

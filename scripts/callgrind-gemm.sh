@@ -11,7 +11,7 @@
 #   MODES   the CUBLASGUARD_CHECKS values to measure ("all": the variable unset, every check);
 #           default "none args,bounds all"
 #   REPS    runs of each size, the lowest total kept (default 3)
-#   FORM    the call made: sgemm (default), gemm_ex, strided_ex or strided (benches/c/gemm_loop.c)
+#   FORM    the call made: sgemm (default), gemm_ex, strided_ex, strided or lt (benches/c/gemm_loop.c)
 #   SHAPE   "m n k" (default "2 2 2"); "512 512 1" makes C 1 MiB, for the cost per MiB scanned
 #   CALLS   the smaller run's calls (default 20000; the larger makes twice as many). Each run
 #           adds CALLS/10 + 1 warm-up calls, so the two differ by 1.1 x CALLS calls, the
@@ -46,7 +46,7 @@ reps=${REPS:-3}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cc -O2 -pthread -o "$work/gemm_loop" benches/c/gemm_loop.c -I"$standin/include" -L"$standin/lib" -lcublas -lcudart
+cc -O2 -pthread -o "$work/gemm_loop" benches/c/gemm_loop.c -I"$standin/include" -L"$standin/lib" -lcublasLt -lcublas -lcudart
 
 # total LIB MODE CALLS: the lowest callgrind total of `reps` runs (LIB "-": bare).
 total() {

@@ -1,7 +1,8 @@
 /* Times `calls` cublasSgemm_v2 calls of size m x n x k on the stand-in stack and prints the
  * mean nanoseconds per call: gemm_loop M N K CALLS [FORM]. The same binary runs bare and
  * guarded. FORM: sgemm (the default), gemm_ex (cublasGemmEx, f32 with CUBLAS_COMPUTE_32F),
- * strided_ex (cublasGemmStridedBatchedEx, one member) or strided (cublasSgemmStridedBatched).
+ * strided_ex (cublasGemmStridedBatchedEx, one member), strided (cublasSgemmStridedBatched) or
+ * lt (cublasLtMatmul, f32, its descriptors made once, D in place of C).
  * GEMM_LOOP_DRIVER_THREAD=1 starts an idle thread first, as NVIDIA's driver does at cuInit:
  * the stand-in starts none under CUDASHIM_SYNC=1, and glibc's mutexes take a shorter path in a
  * process of one thread, which a guard's own thread would otherwise be charged for. */
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -18,6 +20,17 @@ static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+/* The cublasLt form's handle and descriptors, made once (as PyTorch caches them). */
+static cublasLtHandle_t lt;
+static cublasLtMatmulDesc_t lt_desc;
+static cublasLtMatrixLayout_t lt_a, lt_b, lt_c;
+
+static int lt_setup(int m, int n, int k) {
+    return cublasLtCreate(&lt) || cublasLtMatmulDescCreate(&lt_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+           cublasLtMatrixLayoutCreate(&lt_a, CUDA_R_32F, m, k, m) || cublasLtMatrixLayoutCreate(&lt_b, CUDA_R_32F, k, n, k) ||
+           cublasLtMatrixLayoutCreate(&lt_c, CUDA_R_32F, m, n, m);
 }
 
 static int gemm(cublasHandle_t h, int which, int m, int n, int k, const void *a, const void *b, void *c) {
@@ -32,6 +45,8 @@ static int gemm(cublasHandle_t h, int which, int m, int n, int k, const void *a,
                                           CUDA_R_32F, m, sc, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     case 3:
         return cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, sa, b, k, sb, &zero, c, m, sc, 1);
+    case 4:
+        return cublasLtMatmul(lt, lt_desc, &one, a, lt_a, b, lt_b, &zero, c, lt_c, c, lt_c, NULL, NULL, 0, 0);
     default:
         return cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, b, k, &zero, c, m);
     }
@@ -63,7 +78,8 @@ int main(int argc, char **argv) {
     cudaMemcpy(a, host, (size_t)m * k * sizeof(float), cudaMemcpyHostToDevice);
     cudaMemcpy(b, host, (size_t)k * n * sizeof(float), cudaMemcpyHostToDevice);
     const char *form = argc > 5 ? argv[5] : "sgemm";
-    int which = !strcmp(form, "gemm_ex") ? 1 : !strcmp(form, "strided_ex") ? 2 : !strcmp(form, "strided") ? 3 : 0;
+    int which = !strcmp(form, "gemm_ex") ? 1 : !strcmp(form, "strided_ex") ? 2 : !strcmp(form, "strided") ? 3 : !strcmp(form, "lt") ? 4 : 0;
+    if (which == 4 && lt_setup(m, n, k)) return 6;
     for (int i = 0; i < calls / 10 + 1; i++) /* warm up */
         if (gemm(h, which, m, n, k, a, b, c) != CUBLAS_STATUS_SUCCESS) return 4;
     double start = now();
