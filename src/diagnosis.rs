@@ -755,18 +755,7 @@ mod tests {
 
     fn fault(kind: FaultKind) -> Fault {
         Fault {
-            seq: 7,
-            api: "cublasSgemm_v2".into(),
-            kind,
-            message: "m".into(),
-            status: 0,
-            status_name: "CUBLAS_STATUS_SUCCESS".into(),
-            error: None,
-            cause: None,
             thread: 1,
-            stream: None,
-            time_ns: 0,
-            handle: None,
             args: serde_json::from_str(r#"{"transa":"T","transb":"N","m":16,"n":32,"k":8}"#).unwrap(),
             operands: vec![Operand {
                 name: "B".into(),
@@ -790,21 +779,7 @@ mod tests {
                 inf: Some(0),
                 first_nonfinite: Some(Position { row: 2, col: 3 }),
             }],
-            memory: None,
-            backtrace: vec![],
-            device: None,
-            freed_by: None,
-            python_stack: vec![],
-            python_stack_note: None,
-            thread_name: None,
-            suspects: Vec::new(),
-            writers: Vec::new(),
-            found_at_seq: None,
-            breadcrumbs: Vec::new(),
-            dump: None,
-            gpu_health: None,
-            dump_note: None,
-            hang: None,
+            ..Fault::new(7, "cublasSgemm_v2", kind, "m", 0, "CUBLAS_STATUS_SUCCESS")
         }
     }
 

@@ -1285,36 +1285,45 @@ fn refuse_special_file(path: &Path) -> std::io::Result<()> {
 /// A plain fault for the unit tests of this crate and of the preload library.
 #[doc(hidden)]
 pub fn sample_fault(seq: u64) -> Fault {
-    Fault {
-        seq,
-        api: "cublasSgemm_v2".into(),
-        kind: FaultKind::ApiError,
-        message: "m".into(),
-        status: 13,
-        status_name: "CUBLAS_STATUS_EXECUTION_FAILED".into(),
-        error: None,
-        cause: None,
-        thread: 1,
-        stream: None,
-        time_ns: 0,
-        handle: None,
-        args: Args::default(),
-        operands: vec![],
-        memory: None,
-        backtrace: vec![],
-        device: None,
-        freed_by: None,
-        python_stack: vec![],
-        python_stack_note: None,
-        thread_name: None,
-        suspects: vec![],
-        writers: vec![],
-        found_at_seq: None,
-        breadcrumbs: vec![],
-        dump: None,
-        gpu_health: None,
-        dump_note: None,
-        hang: None,
+    Fault { thread: 1, ..Fault::new(seq, "cublasSgemm_v2", FaultKind::ApiError, "m", 13, "CUBLAS_STATUS_EXECUTION_FAILED") }
+}
+
+impl Fault {
+    /// A fault of `kind` on call `seq` to `api`, with its message and the status the call
+    /// returned; everything else empty (no thread, time, operands or context yet), for the
+    /// recorder of the fault to fill in.
+    pub fn new(seq: u64, api: &str, kind: FaultKind, message: &str, status: i32, status_name: &str) -> Self {
+        Fault {
+            seq,
+            api: api.to_string(),
+            kind,
+            message: message.to_string(),
+            status,
+            status_name: status_name.to_string(),
+            error: None,
+            cause: None,
+            thread: 0,
+            stream: None,
+            time_ns: 0,
+            handle: None,
+            args: Args::default(),
+            operands: Vec::new(),
+            memory: None,
+            backtrace: Vec::new(),
+            device: None,
+            freed_by: None,
+            python_stack: Vec::new(),
+            python_stack_note: None,
+            thread_name: None,
+            suspects: Vec::new(),
+            writers: Vec::new(),
+            found_at_seq: None,
+            breadcrumbs: Vec::new(),
+            dump: None,
+            gpu_health: None,
+            dump_note: None,
+            hang: None,
+        }
     }
 }
 

@@ -320,36 +320,14 @@ impl<'a, R: Copy> Call<'a, R> {
     /// the backtrace and memory state of the moment of the fault).
     pub fn fault(&self, finding: Finding, status: i32, status_name: &str) -> Fault {
         let totals = self.session.allocations.totals();
+        let error = finding.error.map(|(code, call)| CudaErrorRecord { code, name: crate::cuda::cuda_error_name(code).to_string(), call: call.to_string() });
         Fault {
-            seq: self.seq,
-            api: self.api().to_string(),
-            kind: finding.kind,
-            message: finding.message,
-            status,
-            status_name: status_name.to_string(),
-            error: finding.error.map(|(code, call)| CudaErrorRecord { code, name: crate::cuda::cuda_error_name(code).to_string(), call: call.to_string() }),
-            cause: None,
+            error,
             thread: self.outlet.thread_id(),
-            stream: None,
             time_ns: self.outlet.now_ns(),
-            handle: None,
-            args: Default::default(),
-            operands: Vec::new(),
             memory: Some(MemoryState { free: None, total: None, tracked_live_bytes: totals.bytes, tracked_live_count: totals.count }),
-            backtrace: Vec::new(),
-            device: None,
-            freed_by: None,
-            python_stack: Vec::new(),
-            python_stack_note: None,
-            thread_name: None,
-            suspects: Vec::new(),
-            writers: Vec::new(),
-            found_at_seq: None,
-            breadcrumbs: Vec::new(),
-            dump: None,
-            gpu_health: None,
-            dump_note: None,
-            hang: None,
+            message: finding.message,
+            ..Fault::new(self.seq, self.api(), finding.kind, "", status, status_name)
         }
     }
 
