@@ -201,8 +201,16 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout
     return set_field(field, size, buf, sizeInBytes);
 }
 
+/* CUDASHIM_LT_NO_QUERIES=1: attributes cannot be read back (for the test that the guard reads
+ * them from what the program set, not from cuBLASLt). */
+static int queries_refused(void) {
+    const char *v = getenv("CUDASHIM_LT_NO_QUERIES");
+    return v && *v == '1';
+}
+
 cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t matLayout, cublasLtMatrixLayoutAttribute_t attr,
                                                 void *buf, size_t sizeInBytes, size_t *sizeWritten) {
+    if (queries_refused()) return CUBLAS_STATUS_NOT_SUPPORTED;
     struct layout *l = as_layout(matLayout);
     size_t size = 0;
     void *field = l ? layout_field(l, attr, &size) : NULL;
@@ -237,6 +245,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
 
 cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
                                               void *buf, size_t sizeInBytes, size_t *sizeWritten) {
+    if (queries_refused()) return CUBLAS_STATUS_NOT_SUPPORTED;
     struct desc *d = as_desc(matmulDesc);
     size_t size = 0;
     void *field = d ? desc_field(d, attr, &size) : NULL;

@@ -246,6 +246,22 @@ fn linear(case: &str, dtype: &str, guarded: bool) -> Run {
 }
 
 #[test]
+fn a_cublaslt_matmul_is_described_from_the_attributes_the_program_set_without_asking_cublaslt_for_them() {
+    // The stand-in refuses every attribute query (CUDASHIM_LT_NO_QUERIES): the guard still
+    // knows the layouts made by cublasLtMatrixLayoutCreate and the transpose, epilogue and bias
+    // set by cublasLtMatmulDescSetAttribute, as the program gave them.
+    let program = build_c("lt_linear", &["lt_linear.c"], false);
+    let run = run(Launch { env: &[("CUDASHIM_LT_NO_QUERIES", "1")], ..Launch::new(&program, &["nan_input", "bf16"]) });
+    let t = run.trace();
+    let f = only_fault(&t);
+    assert_eq!((f.api.as_str(), f.kind), ("cublasLtMatmul", FaultKind::NonfiniteInput), "{}", f.message);
+    assert_eq!((f.args["m"].as_i64(), f.args["n"].as_i64(), f.args["k"].as_i64()), (Some(16), Some(32), Some(8)));
+    assert_eq!((&f.args["transa"], &f.args["epilogue"]), (&"T".into(), &"CUBLASLT_EPILOGUE_BIAS".into()));
+    assert!(f.operands.iter().any(|o| o.name == "bias" && o.rows == 16), "{:#?}", f.operands);
+    assert_eq!(t.summary.calls.get("cublasLtMatmulDescSetAttribute"), Some(&4), "each attribute the program set passed the guard");
+}
+
+#[test]
 fn cublaslt_linear_with_bias_is_transparent_when_clean() {
     for dtype in ["f32", "bf16"] {
         let bare = linear("clean", dtype, false);

@@ -30,15 +30,38 @@ pub(crate) fn destroy(call: &Call<'_, c_int>, handle: *mut c_void) -> c_int {
     handles::destroy_handle(call, handle, &call.session.lt_handles, LT)
 }
 
-/// cublasLtMatmulDescCreate and cublasLtMatrixLayoutCreate: the new descriptor becomes readable.
-fn descriptor_created(call: &Call<'_, c_int>, out: *mut *mut c_void) -> c_int {
+/// cublasLtMatmulDescCreate and cublasLtMatrixLayoutCreate: the new descriptor becomes
+/// readable, `known` told what it was made with.
+fn descriptor_created(call: &Call<'_, c_int>, out: *mut *mut c_void, known: impl FnOnce(u64)) -> c_int {
     let status = call.forward();
     let created = if status == 0 { super::parameters::written_u64(call, out as u64).unwrap_or(0) } else { 0 };
     if created != 0 {
-        call.session.lt_descriptors.created(created);
+        known(created);
     }
     call.record(status, CallArgs::Handle { handle: created, value: 0 });
     status
+}
+
+/// cublasLtMatrixLayoutSetAttribute and cublasLtMatmulDescSetAttribute: what the program set,
+/// kept for the matmuls that read it (`set`, told the attribute's bytes), once the library took it.
+fn attribute_set(call: &Call<'_, c_int>, descriptor: *mut c_void, attr: c_int, buf: Ptr, size: usize, set: impl FnOnce(u64, i32, &[u8])) -> c_int {
+    let status = call.forward();
+    if status == 0 && call.session.lt_descriptors.contains(descriptor as u64) {
+        // The attributes the guard reads are 4 or 8 bytes; any other size leaves them unfollowed.
+        let mut bytes = [0u8; 8];
+        let read = size <= bytes.len() && call.device.read_parameter(buf as u64, &mut bytes[..size]);
+        set(descriptor as u64, attr, if read { &bytes[..size] } else { &[] });
+    }
+    call.record(status, CallArgs::Handle { handle: descriptor as u64, value: i64::from(attr) });
+    status
+}
+
+pub(crate) fn layout_set_attribute(call: &Call<'_, c_int>, layout: *mut c_void, attr: c_int, buf: Ptr, size: usize) -> c_int {
+    attribute_set(call, layout, attr, buf, size, |d, a, b| call.session.lt_descriptors.layout_set(d, a, b))
+}
+
+pub(crate) fn matmul_desc_set_attribute(call: &Call<'_, c_int>, desc: *mut c_void, attr: c_int, buf: Ptr, size: usize) -> c_int {
+    attribute_set(call, desc, attr, buf, size, |d, a, b| call.session.lt_descriptors.matmul_set(d, a, b))
 }
 
 /// cublasLtMatmulDescDestroy and cublasLtMatrixLayoutDestroy: never read again. Forgotten
@@ -50,12 +73,12 @@ fn descriptor_destroyed(call: &Call<'_, c_int>, descriptor: *mut c_void) -> c_in
     status
 }
 
-pub(crate) fn matmul_desc_create(call: &Call<'_, c_int>, out: *mut *mut c_void, _compute: c_int, _scale: c_int) -> c_int {
-    descriptor_created(call, out)
+pub(crate) fn matmul_desc_create(call: &Call<'_, c_int>, out: *mut *mut c_void, compute: c_int, scale: c_int) -> c_int {
+    descriptor_created(call, out, |d| call.session.lt_descriptors.matmul_created(d, compute, scale))
 }
 
-pub(crate) fn layout_create(call: &Call<'_, c_int>, out: *mut *mut c_void, _dtype: c_int, _rows: u64, _cols: u64, _ld: i64) -> c_int {
-    descriptor_created(call, out)
+pub(crate) fn layout_create(call: &Call<'_, c_int>, out: *mut *mut c_void, dtype: c_int, rows: u64, cols: u64, ld: i64) -> c_int {
+    descriptor_created(call, out, |d| call.session.lt_descriptors.layout_created(d, dtype, rows, cols, ld))
 }
 
 pub(crate) fn descriptor_destroy(call: &Call<'_, c_int>, descriptor: *mut c_void) -> c_int {
@@ -82,9 +105,12 @@ pub(crate) fn matmul(
     workspace_bytes: usize,
     stream: Stream,
 ) -> c_int {
-    let known = |d: *mut c_void| call.session.lt_descriptors.contains(d as u64);
-    let read_layout = |l: *mut c_void| if known(l) { call.device.lt_layout(l as u64) } else { None };
-    let described = if known(desc) { call.device.lt_matmul_desc(desc as u64) } else { None };
+    // As the program set them (`session::lt_descriptors`), else asked of cuBLASLt.
+    let table = &call.session.lt_descriptors;
+    let known = |d: *mut c_void| table.contains(d as u64);
+    // One lookup for a descriptor whose attributes are followed (the common case).
+    let read_layout = |l: *mut c_void| table.layout(l as u64).or_else(|| known(l).then(|| call.device.lt_layout(l as u64)).flatten());
+    let described = table.matmul(desc as u64).or_else(|| known(desc).then(|| call.device.lt_matmul_desc(desc as u64)).flatten());
     let alive = matches!(call.session.matmul_handle_in(true, handle as u64, call.memo), HandleLookup::Alive(_));
     let layouts = [a_desc, b_desc, c_desc, d_desc].map(read_layout);
     let mut operands = [None; MAX_OPERANDS];

@@ -22,6 +22,7 @@ pub mod graphs;
 pub(crate) mod kernels;
 pub mod launch_memory;
 pub mod launches;
+pub mod lt_descriptors;
 pub mod origin_targets;
 mod scans;
 mod seq_ring;
@@ -52,7 +53,7 @@ pub enum LeanGemm {
 }
 use crate::config::Config;
 use crate::recorder::{RecordedCall, Recorder};
-use crate::state::{Allocations, HandleLookup, Handles, LiveObjects, ThreadMemo};
+use crate::state::{Allocations, HandleLookup, Handles, ThreadMemo};
 use crate::trace::{self, Environment, Fault, Process, RecentCall, Summary, Trace};
 pub use device_scan::{DeviceScanState, LoadedKernels};
 pub use facts::{ForkOrigin, Identity, Versions};
@@ -111,8 +112,8 @@ pub struct Inherited {
     /// but named as what it is when a GEMM is given it.
     pub pinned: Allocations,
     /// cublasLt matmul descriptors and matrix layouts this process created and has not
-    /// destroyed: the only ones the guard reads back.
-    pub lt_descriptors: LiveObjects,
+    /// destroyed (the only ones the guard reads back), with their attributes.
+    pub lt_descriptors: lt_descriptors::LtDescriptors,
     pub recorder: Recorder,
     /// Kernel names by host-stub address.
     pub kernels: KernelNames,
@@ -131,7 +132,7 @@ impl Inherited {
             cudnn_handles: Handles::default(),
             allocations: Allocations::default(),
             pinned: Allocations::default(),
-            lt_descriptors: LiveObjects::default(),
+            lt_descriptors: lt_descriptors::LtDescriptors::default(),
             kernels: KernelNames::default(),
             param_layouts: launch_memory::ParamLayouts::default(),
         }

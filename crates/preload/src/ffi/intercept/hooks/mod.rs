@@ -619,6 +619,8 @@ hook_table! {
     CublasLt fn cublasLtMatmulDescDestroy(desc: *mut c_void) -> c_int => lt::descriptor_destroy;
     CublasLt fn cublasLtMatrixLayoutCreate(layout: *mut *mut c_void, dtype: c_int, rows: u64, cols: u64, ld: i64) -> c_int => lt::layout_create;
     CublasLt fn cublasLtMatrixLayoutDestroy(layout: *mut c_void) -> c_int => lt::descriptor_destroy;
+    CublasLt fn cublasLtMatrixLayoutSetAttribute(layout: *mut c_void, attr: c_int, buf: P, size: usize) -> c_int => lt::layout_set_attribute;
+    CublasLt fn cublasLtMatmulDescSetAttribute(desc: *mut c_void, attr: c_int, buf: P, size: usize) -> c_int => lt::matmul_desc_set_attribute;
     CublasLt fn cublasLtMatmul(h: *mut c_void, desc: *mut c_void, alpha: P, a: P, ad: *mut c_void, b: P, bd: *mut c_void, beta: P, c: P, cd: *mut c_void, d: *mut c_void, dd: *mut c_void, algo: P, ws: *mut c_void, ws_bytes: usize, stream: Stream) -> c_int => lt::matmul;
     Cudart fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int => memory::malloc;
     Cudart fn cudaFree(dev_ptr: *mut c_void) -> c_int => memory::free;
