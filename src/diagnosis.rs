@@ -159,8 +159,13 @@ fn hang_steps(fault: &Fault) -> Vec<String> {
 }
 
 /// The inputs of a `nonfinite_output` fault that were not read (outputs first, judged after
-/// the call): its operands not scanned, the workspace aside.
+/// the call, as its message says): its operands not scanned, the workspace aside. Other faults
+/// have operands left unscanned for other reasons (cublasLt's C with beta = 0, an integer
+/// pivot array), which say nothing of whether the call made the NaN.
 fn unread_inputs(fault: &Fault) -> Vec<&str> {
+    if !fault.message.contains("were not read (CUBLASGUARD_SCAN_ORDER=outputs-first") {
+        return Vec::new();
+    }
     fault.operands.iter().filter(|o| !o.scanned && o.name != "workspace").map(|o| o.name.as_str()).collect()
 }
 
@@ -850,6 +855,11 @@ mod tests {
         let mut a = f.operands[0].clone();
         (a.name, a.scanned) = ("A".into(), false);
         f.operands.insert(0, a);
+        // An operand left unscanned for another reason (cublasLt's C with beta = 0) changes nothing.
+        assert!(diagnose(&f, None, Program::Native).cause.contains("produced Inf/NaN from finite inputs"));
+        f.message = "this call's output operand B holds 1 NaN; whether it consumed it or produced it is not known: its inputs A were not read \
+                     (CUBLASGUARD_SCAN_ORDER=outputs-first reads them after an output is bad, ...)"
+            .into();
         let d = diagnose(&f, None, Program::Native);
         assert!(d.cause.contains("not known") && d.cause.contains("(from A)") && !d.cause.contains("from finite inputs"), "{}", d.cause);
         assert!(d.next_steps[0].contains("CUBLASGUARD_SYNC=gemm"), "{:?}", d.next_steps);
