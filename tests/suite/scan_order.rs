@@ -75,3 +75,16 @@ fn outputs_first_in_the_default_mode_finds_the_same_calls_and_says_it_cannot_tel
         assert!(!text.contains("from finite inputs: overflow"), "never said to be produced: {text}");
     }
 }
+
+#[test]
+fn outputs_first_under_on_fault_error_fails_the_call_whose_consumed_nan_it_found_after_the_call() {
+    // The full scan refuses the call before it runs; outputs first finds the NaN only once the
+    // call has run and its output is bad, and fails it then: the program is told either way.
+    let program = scenarios();
+    for order in ["all", "outputs-first"] {
+        let env = [("CUBLASGUARD_ON_FAULT", "error"), ("CUBLASGUARD_SCAN_ORDER", order)];
+        let run = run(Launch { env: &env, ..Launch::new(&program, &["nan_a"]) });
+        assert!(run.stdout().contains("sgemm status=13"), "{order}: {}", run.stdout());
+        assert_eq!(only_fault(&run.trace()).kind, FaultKind::NonfiniteInput, "{order}");
+    }
+}

@@ -179,7 +179,10 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         if keep_for_replays && forwarded && status == cuda::CUBLAS_SUCCESS && check.finding.is_none() {
             keep_captured(call, matmul, check.stream());
         }
-        let produced_here = matches!(check.finding.as_ref().map(|f| f.kind), Some(FaultKind::AsyncError | FaultKind::NonfiniteOutput));
+        // Found after the call ran: what it made, or (outputs first) a NaN it consumed that was
+        // read only once its output was bad; too late to refuse, so it fails.
+        let produced_here =
+            matches!(check.finding.as_ref().map(|f| f.kind), Some(FaultKind::AsyncError | FaultKind::NonfiniteOutput | FaultKind::NonfiniteInput));
         let returned =
             if forwarded && s.config.on_fault == OnFault::Error && !check.found_before && produced_here { cuda::CUBLAS_EXECUTION_FAILED } else { status };
         if checks.nan {
