@@ -163,7 +163,7 @@ fn hang_steps(fault: &Fault) -> Vec<String> {
 /// have operands left unscanned for other reasons (cublasLt's C with beta = 0, an integer
 /// pivot array), which say nothing of whether the call made the NaN.
 fn unread_inputs(fault: &Fault) -> Vec<&str> {
-    if !fault.message.contains("were not read (CUBLASGUARD_SCAN_ORDER=outputs-first") {
+    if !fault.message.contains(cublasguard_format::trace::INPUTS_LEFT_UNREAD) {
         return Vec::new();
     }
     fault.operands.iter().filter(|o| !o.scanned && o.name != "workspace").map(|o| o.name.as_str()).collect()
@@ -247,6 +247,7 @@ fn c_name(api: &str) -> &str {
 /// one is probably propagation. `program`: whose terms the advice is in.
 pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program) -> Diagnosis {
     let layer = linear_layer(fault);
+    let unread = unread_inputs(fault);
     let row_major = fault.operands.iter().map(row_major).collect();
     let tf32 = fault.handle.as_ref().is_some_and(|h| h.reduced_precision);
     let steps = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -298,12 +299,12 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
                 )
             }
         },
-        FaultKind::NonfiniteOutput if !unread_inputs(fault).is_empty() => (
+        FaultKind::NonfiniteOutput if !unread.is_empty() => (
             format!(
                 "this call's output holds NaN/Inf, and whether it consumed them (from {}) or produced them is not known: those inputs \
                  were not read (CUBLASGUARD_SCAN_ORDER=outputs-first reads them only once an output is bad, and in the default mode that \
                  is after they may have changed)",
-                unread_inputs(fault).join(", ")
+                unread.join(", ")
             ),
             vec![
                 "Rerun with CUBLASGUARD_SYNC=gemm (outputs first reads the inputs right after the call there) or CUBLASGUARD_SCAN_ORDER=all, to tell a NaN the call consumed from one it made.".into(),

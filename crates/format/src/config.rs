@@ -296,14 +296,14 @@ fn parse_count(text: &str, max: usize) -> Result<usize, String> {
 }
 
 impl Config {
-    /// Reads the configuration through `lookup` (the environment, in the library), returning
-    /// it with one message per rejected value.
     /// Origin mode reading every guarded call's operands at the call, to watch them: origin
     /// mode, unless it watches only a first run's memory (`origin_from`).
     pub fn origin_reads_operands(&self) -> bool {
         self.nan_origin && self.origin_from.is_none()
     }
 
+    /// Reads the configuration through `lookup` (the environment, in the library), returning
+    /// it with one message per rejected value.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Self, Vec<String>) {
         let mut config = Self::default();
         let mut problems = Vec::new();

@@ -13,6 +13,11 @@ pub const VERSION: u32 = 2;
 /// The oldest format version this build reads.
 pub const OLDEST_VERSION: u32 = 1;
 
+/// What a `nonfinite_output` fault's message says after naming the inputs that outputs first
+/// left unread in the default mode (CUBLASGUARD_SCAN_ORDER): the guard writes it, and the
+/// command tells by it that consumed or produced is not known.
+pub const INPUTS_LEFT_UNREAD: &str = "were not read (CUBLASGUARD_SCAN_ORDER=outputs-first";
+
 mod args;
 mod read;
 mod write;

@@ -109,31 +109,29 @@ fn report(call: &Call<'_, c_int>, launched: &Launched<'_>, region: &Region, foun
     let s = call.session;
     // From a first run's trace: the memory is named by what consumed it there.
     let consumed = s.origin_targets.get().and_then(|targets| targets.iter().find(|t| t.ordinal == allocation.ordinal && t.offset == offset));
-    let message = match consumed {
-        Some(t) => format!(
-            "{kernel} wrote {} into {} memory at {} (offset {offset} of allocation #{} at {}{}) that held none at its last check: \
-             the first NaN/Inf there came from this launch. It is the memory {} #{} consumed NaN/Inf from in the first run \
-             (CUBLASGUARD_ORIGIN_FROM={})",
-            what.join(" and "),
-            region.dtype.name(),
-            hex(region.ptr),
-            allocation.ordinal,
-            hex(allocation.base),
-            first.map(|i| format!("; first at element {i}")).unwrap_or_default(),
-            t.consumed_by.1,
-            t.consumed_by.0,
-            s.config.origin_from.as_deref().unwrap_or("?"),
+    // What the memory is and where the rule came from, in either form.
+    let (allocation_named, watched, why) = match consumed {
+        Some(t) => (
+            format!("allocation #{} at", allocation.ordinal),
+            "",
+            format!(
+                ". It is the memory {} #{} consumed NaN/Inf from in the first run (CUBLASGUARD_ORIGIN_FROM={})",
+                t.consumed_by.1,
+                t.consumed_by.0,
+                s.config.origin_from.as_deref().unwrap_or("?")
+            ),
         ),
-        None => format!(
-            "{kernel} wrote {} into {} memory at {} (offset {offset} of the allocation at {}{}) that a guarded call uses and that held \
-             none at its last check: the first NaN/Inf there came from this launch (CUBLASGUARD_NAN_ORIGIN)",
-            what.join(" and "),
-            region.dtype.name(),
-            hex(region.ptr),
-            hex(allocation.base),
-            first.map(|i| format!("; first at element {i}")).unwrap_or_default(),
-        ),
+        None => ("the allocation at".to_string(), "a guarded call uses and that ", " (CUBLASGUARD_NAN_ORIGIN)".to_string()),
     };
+    let message = format!(
+        "{kernel} wrote {} into {} memory at {} (offset {offset} of {allocation_named} {}{}) that {watched}held none at its last check: \
+         the first NaN/Inf there came from this launch{why}",
+        what.join(" and "),
+        region.dtype.name(),
+        hex(region.ptr),
+        hex(allocation.base),
+        first.map(|i| format!("; first at element {i}")).unwrap_or_default(),
+    );
     let mut fault = call.fault(Finding::new(FaultKind::NonfiniteOrigin, message), 0, "cudaSuccess");
     fault.args = launched.args.to_args();
     fault.args.insert("kernel", kernel);

@@ -58,16 +58,14 @@ const GIL_RELEASED_NOTE: &str = "Python frames not kept: the thread had released
      a deferred verdict does not wait for it, and this Python's frames cannot be read without it (CPython 3.10 to 3.13's \
      standard builds can); CUBLASGUARD_SYNC=gemm judges the call before it returns, with its frames";
 
-/// The largest scalar a call reads (a complex double): what `Recording` answers with zeros.
-const SCALAR_BYTES: usize = 16;
-
 /// Phases of a call's scans: its inputs before it, its outputs after it.
 const BEFORE: bool = false;
 const AFTER: bool = true;
 
 /// The device the scans of a call read through while their verdict waits: every read is a
 /// copy queued into the region, every on-device scan a kernel whose counts land there; what
-/// they return now is a placeholder (zeros: finite), so the checks find nothing at the call.
+/// they return now is a placeholder the scans do not tally (`answers_placeholders`; no counts:
+/// finite), so the checks find nothing at the call.
 pub(crate) struct Recording<'a> {
     device: &'a dyn Device,
     memory: &'a dyn VerdictMemory,
@@ -218,12 +216,10 @@ impl Device for Recording<'_> {
         if !self.memory.queue_copy(self.arena, offset, addr, out.len(), self.stream) {
             return Err(-1);
         }
+        // `out` is left as it was: only the scans read through a recording (a scalar by device
+        // pointer is not read at the call: `read_beta_is_zero`), and they do not look at what
+        // it answers (`answers_placeholders`).
         self.log.borrow_mut().copies.push((addr, out.len(), offset, self.phase.get()));
-        // A scalar read (alpha or beta by device pointer) is taken as zero at the call; a
-        // scan's chunk is not looked at (`answers_placeholders`), so it is left as it was.
-        if out.len() <= SCALAR_BYTES {
-            out.fill(0);
-        }
         Ok(())
     }
     fn answers_placeholders(&self) -> bool {
@@ -354,19 +350,13 @@ impl<'a> Replay<'a> {
 }
 
 impl Replay<'_> {
-    /// The first copy of `len` bytes from `addr` queued in this phase and not answered yet,
-    /// now answered.
-    fn copy_index(&self, addr: u64, len: usize) -> Option<usize> {
-        let mut used = self.copies_used.borrow_mut();
+    /// The first copy of `len` bytes from `addr` queued in this phase and not answered yet:
+    /// its index in the log and where in the region it landed.
+    fn unanswered_copy(&self, addr: u64, len: usize) -> Option<(usize, u64)> {
+        let used = self.copies_used.borrow();
         let phase = self.phase.get();
         let i = self.log.copies.iter().enumerate().position(|(i, c)| !used[i] && c.0 == addr && c.1 == len && c.3 == phase)?;
-        used[i] = true;
-        Some(i)
-    }
-
-    /// Where in the region `copy_index`'s copy landed.
-    fn copy_of(&self, addr: u64, len: usize) -> Option<u64> {
-        self.copy_index(addr, len).map(|i| self.log.copies[i].2)
+        Some((i, self.log.copies[i].2))
     }
 }
 
@@ -375,15 +365,16 @@ impl Device for Replay<'_> {
         self.device.memory_type(ptr)
     }
     fn read(&self, addr: u64, out: &mut [u8], _stream: u64) -> Result<(), i32> {
-        let offset = self.copy_of(addr, out.len()).ok_or(-1)?;
+        let (i, offset) = self.unanswered_copy(addr, out.len()).ok_or(-1)?;
+        self.copies_used.borrow_mut()[i] = true;
         self.memory.read(self.arena, offset, out).then_some(()).ok_or(-1)
     }
     fn landed(&self, addr: u64, len: usize, _stream: u64) -> Option<&[u8]> {
-        // A copy found but not readable in place is taken back, for `read` to find.
-        let i = self.copy_index(addr, len)?;
-        let landed = self.memory.landed(self.arena, self.log.copies[i].2, len);
-        self.copies_used.borrow_mut()[i] = landed.is_some();
-        landed
+        // Answered only when readable in place; otherwise `read` answers it.
+        let (i, offset) = self.unanswered_copy(addr, len)?;
+        let landed = self.memory.landed(self.arena, offset, len)?;
+        self.copies_used.borrow_mut()[i] = true;
+        Some(landed)
     }
     fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
         match self.log.host.iter().find(|(a, bytes)| *a == addr && bytes.len() >= out.len()) {

@@ -457,18 +457,7 @@ impl OperandCallCheck<'_> {
         let mut all_finite = self.inputs_scanned_finite;
         let mut first_bad = None;
         for i in (0..MAX_OPERANDS).filter(|i| left & (1 << i) != 0) {
-            let Some(o) = self.operands[i] else { continue };
-            if !o.readable {
-                all_finite = false;
-                continue;
-            }
-            match self.scan_operand(i, device, buf, scan_bytes) {
-                Some(scan) if scan.nan > 0 || scan.inf > 0 => {
-                    first_bad.get_or_insert(i);
-                }
-                Some(_) => {}
-                None => all_finite = false,
-            }
+            self.read_input(i, device, buf, scan_bytes, &mut all_finite, &mut first_bad);
         }
         match first_bad {
             Some(i) => {
@@ -487,11 +476,12 @@ impl OperandCallCheck<'_> {
         let Some(o) = self.operands[out] else { return };
         let names: Vec<&str> = (0..MAX_OPERANDS).filter(|i| left & (1 << i) != 0).filter_map(|i| self.operands[i].map(|r| r.spec.name)).collect();
         let message = format!(
-            "this call's output {} holds {}; whether it consumed it or produced it is not known: its inputs {} were not read \
-             (CUBLASGUARD_SCAN_ORDER=outputs-first reads them after an output is bad, {why}); CUBLASGUARD_SYNC=gemm tells",
+            "this call's output {} holds {}; whether it consumed it or produced it is not known: its inputs {} {} reads them \
+             after an output is bad, {why}); CUBLASGUARD_SYNC=gemm tells",
             describe(o.spec, o.bad_member),
             counts(o.spec, &s),
             names.join(", "),
+            crate::trace::INPUTS_LEFT_UNREAD,
         );
         self.finding = Some(Finding::new(FaultKind::NonfiniteOutput, message));
         self.found_before = false;

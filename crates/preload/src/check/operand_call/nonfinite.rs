@@ -243,20 +243,8 @@ impl OperandCallCheck<'_> {
                 self.inputs_left |= 1 << i;
                 continue;
             }
-            if !read_now(o.spec.role) {
-                continue;
-            }
-            if !o.readable {
-                all_finite = false; // an input we could not read: unknown, not finite
-                continue;
-            }
-            match self.scan_operand(i, device, buf, scan_bytes) {
-                Some(s) if s.nan > 0 || s.inf > 0 => {
-                    all_finite = false;
-                    first_bad.get_or_insert(i);
-                }
-                Some(_) => {}
-                None => all_finite = false,
+            if read_now(o.spec.role) {
+                self.read_input(i, device, buf, scan_bytes, &mut all_finite, &mut first_bad);
             }
         }
         // What a recording reads is a placeholder (what it reads of host memory, a result
@@ -264,6 +252,28 @@ impl OperandCallCheck<'_> {
         self.inputs_scanned_finite = all_finite && !self.recording;
         if let Some(i) = first_bad {
             self.consumed(i, "");
+        }
+    }
+
+    /// Scans input `i`: one held NaN/Inf (the first such is `first_bad`), or one that could not
+    /// be read (unknown, not finite), leaves `all_finite` false.
+    pub(super) fn read_input(
+        &mut self,
+        i: usize,
+        device: &dyn Device,
+        buf: &mut Vec<u8>,
+        scan_bytes: u64,
+        all_finite: &mut bool,
+        first_bad: &mut Option<usize>,
+    ) {
+        let readable = self.operands[i].is_some_and(|o| o.readable);
+        match readable.then(|| self.scan_operand(i, device, buf, scan_bytes)).flatten() {
+            Some(s) if s.nan == 0 && s.inf == 0 => {}
+            Some(_) => {
+                *all_finite = false;
+                first_bad.get_or_insert(i);
+            }
+            None => *all_finite = false,
         }
     }
 
