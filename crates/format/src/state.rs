@@ -71,8 +71,9 @@ impl Default for Handles {
     }
 }
 
-/// A generation no table has had yet (never 0, which a memo reads as "empty").
-fn next_generation() -> u64 {
+/// A generation no table has had yet (never 0, which a memo reads as "empty"); shared by every
+/// table a thread's memo keeps answers of.
+pub fn next_generation() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }

@@ -90,7 +90,17 @@ pub struct Dims {
 }
 
 /// The first rule the call breaks, or its dimensions.
-pub fn check(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4], alpha_null: bool, beta_null: bool) -> Result<Dims, String> {
+pub fn check(desc: &MatmulDesc, layouts: [&Layout; 4], alpha_null: bool, beta_null: bool) -> Result<Dims, String> {
+    let dims = check_descriptors(desc, layouts)?;
+    if alpha_null || beta_null {
+        return Err(format!("{} is NULL", if alpha_null { "alpha" } else { "beta" }));
+    }
+    Ok(dims)
+}
+
+/// `check`'s rules of the descriptors alone (all but alpha's and beta's): the same answer
+/// for as long as the descriptors are unchanged.
+pub fn check_descriptors(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4]) -> Result<Dims, String> {
     let (ta, tb) = (Operation::decode(desc.transa), Operation::decode(desc.transb));
     for (name, op) in [("TRANSA", ta), ("TRANSB", tb)] {
         if let Operation::Unknown(raw) = op {
@@ -143,9 +153,6 @@ pub fn check(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4], alpha_null: bool, be
     }
     if desc.has_bias() && desc.bias == 0 {
         return Err(format!("the epilogue is {} but CUBLASLT_MATMUL_DESC_BIAS_POINTER is NULL", epilogue_name(desc.epilogue)));
-    }
-    if alpha_null || beta_null {
-        return Err(format!("{} is NULL", if alpha_null { "alpha" } else { "beta" }));
     }
     Ok(Dims { m, n, k: a_cols })
 }

@@ -8,12 +8,14 @@ use std::ffi::{c_int, c_void};
 use super::handles::{self, HandleApi};
 use super::operand_call::{self, ExArgs};
 use super::Call;
-use crate::check::lt::{self, Layout};
-use crate::check::operand_call::{Members, OperandCall, OperandSpec, Role, MAX_OPERANDS};
-use crate::cuda::ComputeType;
+use crate::check::lt::{self, Dims, Layout, MatmulDesc};
+use crate::check::operand_call::{operand_inside, Members, OperandCall, OperandSpec, Role, MAX_OPERANDS};
+use crate::cuda::{ComputeType, PointerMode};
 use crate::recorder::CallArgs;
 use crate::scan::DType;
-use crate::state::HandleLookup;
+use crate::session::lt_descriptors::{LtMemo, MatmulDescribed};
+use crate::session::{LeanGemm, Session};
+use crate::state::{AllocationView, HandleLookup, ThreadMemo};
 use crate::trace::hex;
 use crate::validate::StoredShape;
 
@@ -141,63 +143,8 @@ pub(crate) fn matmul(
             match lt::check(&md, [&la, &lb, &lc, &ld], alpha.is_null(), beta.is_null()) {
                 Err(why) => problem = Some(why),
                 Ok(dims) => {
-                    record = CallArgs::Gemm {
-                        transa: md.transa,
-                        transb: md.transb,
-                        m: dims.m as i64,
-                        n: dims.n as i64,
-                        k: dims.k as i64,
-                        lda: la.ld,
-                        ldb: lb.ld,
-                        ldc: ld.ld,
-                    };
-                    let members = |l: &Layout| {
-                        if l.batch == 1 {
-                            Members::One
-                        } else {
-                            Members::Strided { count: l.batch.max(0) as u64, stride: l.stride }
-                        }
-                    };
-                    let spec = |name, ptr: u64, l: &Layout, role| {
-                        l.stored().map(|shape| OperandSpec {
-                            name,
-                            ptr,
-                            shape,
-                            dtype: DType::from_cuda(l.dtype),
-                            members: members(l),
-                            role,
-                            increment: None,
-                            triangle: None,
-                        })
-                    };
-                    // With k = 0, A and B are not read.
-                    if dims.k > 0 {
-                        operands[0] = spec("A", a as u64, &la, Role::Input);
-                        operands[1] = spec("B", b as u64, &lb, Role::Input);
-                    }
-                    operands[2] = spec("C", c as u64, &lc, Role::Addend);
-                    operands[3] = spec("D", d as u64, &ld, Role::Output);
-                    if md.has_bias() {
-                        let shape = StoredShape { rows: dims.m as i64, cols: 1, ld: dims.m.max(1) as i64 };
-                        let members = if ld.batch > 1 && md.bias_stride != 0 {
-                            Members::Strided { count: ld.batch as u64, stride: md.bias_stride }
-                        } else {
-                            Members::One
-                        };
-                        operands[4] = Some(OperandSpec {
-                            name: "bias",
-                            ptr: md.bias,
-                            shape,
-                            dtype: md.bias_dtype(&ld),
-                            members,
-                            role: Role::Input,
-                            increment: None,
-                            triangle: None,
-                        });
-                    }
-                    if workspace_bytes > 0 {
-                        operands[5] = Some(OperandSpec::workspace(workspace as u64, workspace_bytes as u64));
-                    }
+                    record = recorded(&md, &[la, lb, lc, ld], dims);
+                    operands = lt_operands(&md, &[la, lb, lc, ld], dims, [a, b, c, d as Ptr], workspace, workspace_bytes);
                 }
             }
         }
@@ -222,4 +169,132 @@ pub(crate) fn matmul(
         operands,
     };
     operand_call::guard(call, || matmul, record, extra)
+}
+
+/// What the flight recorder keeps of a matmul whose layouts agree: its GEMM arguments.
+fn recorded(md: &MatmulDesc, [la, lb, _, ld]: &[Layout; 4], dims: Dims) -> CallArgs {
+    CallArgs::Gemm { transa: md.transa, transb: md.transb, m: dims.m as i64, n: dims.n as i64, k: dims.k as i64, lda: la.ld, ldb: lb.ld, ldc: ld.ld }
+}
+
+/// A, B, C, D, the bias and the workspace as the checks see them (A and B not read with
+/// k = 0; a tiled layout not modelled). The handler and the lean path both take them from
+/// here, so the lean path vouches for exactly what the handler would check.
+fn lt_operands(
+    md: &MatmulDesc,
+    layouts: &[Layout; 4],
+    dims: Dims,
+    [a, b, c, d]: [Ptr; 4],
+    workspace: *mut c_void,
+    workspace_bytes: usize,
+) -> [Option<OperandSpec>; MAX_OPERANDS] {
+    let [la, lb, lc, ld] = layouts;
+    let members = |l: &Layout| {
+        if l.batch == 1 {
+            Members::One
+        } else {
+            Members::Strided { count: l.batch.max(0) as u64, stride: l.stride }
+        }
+    };
+    let spec = |name, ptr: Ptr, l: &Layout, role| {
+        l.stored().map(|shape| OperandSpec {
+            name,
+            ptr: ptr as u64,
+            shape,
+            dtype: DType::from_cuda(l.dtype),
+            members: members(l),
+            role,
+            increment: None,
+            triangle: None,
+        })
+    };
+    let mut operands = [None; MAX_OPERANDS];
+    if dims.k > 0 {
+        operands[0] = spec("A", a, la, Role::Input);
+        operands[1] = spec("B", b, lb, Role::Input);
+    }
+    operands[2] = spec("C", c, lc, Role::Addend);
+    operands[3] = spec("D", d, ld, Role::Output);
+    if md.has_bias() {
+        let shape = StoredShape { rows: dims.m as i64, cols: 1, ld: dims.m.max(1) as i64 };
+        let members = if ld.batch > 1 && md.bias_stride != 0 { Members::Strided { count: ld.batch as u64, stride: md.bias_stride } } else { Members::One };
+        operands[4] =
+            Some(OperandSpec { name: "bias", ptr: md.bias, shape, dtype: md.bias_dtype(ld), members, role: Role::Input, increment: None, triangle: None });
+    }
+    if workspace_bytes > 0 {
+        operands[5] = Some(OperandSpec::workspace(workspace as u64, workspace_bytes as u64));
+    }
+    operands
+}
+
+/// `cublasLtMatmul` on the hook layer's lean path (`lean_described` in the hook table).
+pub(crate) struct LtMatmul;
+pub(crate) const MATMUL: LtMatmul = LtMatmul;
+
+impl LtMatmul {
+    /// What the recorder keeps of a clean call, when the lean path may take it; `None` sends
+    /// the call to its handler. The descriptors are read from this process's table in one
+    /// lock, and only when all five are followed (the handler asks cuBLASLt for the others).
+    /// With every check of a matrix multiply off (`LeanGemm::Unchecked`) that is all; with
+    /// `args` and `bounds` (`LeanGemm::Prechecked`) the call is vouched for as
+    /// `DescribedGemm::clean_before` vouches for a GEMM: the handle alive, the layouts'
+    /// rules kept (`lt::check`), every operand inside an allocation the guard saw, alpha and
+    /// beta where the pointer mode wants them. `stack`: the calling thread's stack.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn described(
+        self,
+        how: LeanGemm,
+        session: &Session,
+        memo: &ThreadMemo,
+        lt_memo: &LtMemo,
+        stack: std::ops::Range<u64>,
+        handle: *mut c_void,
+        desc: *mut c_void,
+        alpha: Ptr,
+        a: Ptr,
+        a_desc: *mut c_void,
+        b: Ptr,
+        b_desc: *mut c_void,
+        beta: Ptr,
+        c: Ptr,
+        c_desc: *mut c_void,
+        d: *mut c_void,
+        d_desc: *mut c_void,
+        _algo: Ptr,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        _stream: Stream,
+    ) -> Option<CallArgs> {
+        let layouts = [a_desc, b_desc, c_desc, d_desc].map(|l| l as u64);
+        let vouch = |read: &MatmulDescribed| {
+            let (md, layouts) = (&read.desc, &read.layouts);
+            // `lt::check`: the descriptors' rules (kept with them), then alpha's and beta's.
+            let dims = read.dims.filter(|_| !alpha.is_null() && !beta.is_null());
+            if how == LeanGemm::Unchecked {
+                // As the handler records it: the dimensions only where every rule holds.
+                return Some(dims.map_or(CallArgs::None, |dims| recorded(md, layouts, dims)));
+            }
+            let dims = dims?;
+            let HandleLookup::Alive(_) = session.matmul_handle_in(true, handle as u64, memo) else { return None };
+            let record = recorded(md, layouts, dims);
+            if !session.config.checks.bounds {
+                return Some(record);
+            }
+            let allocations = AllocationView::new(&session.allocations, memo);
+            let operands = lt_operands(md, layouts, dims, [a, b, c, d as Ptr], workspace, workspace_bytes);
+            if !operands.iter().flatten().all(|o| operand_inside(allocations, o)) {
+                return None;
+            }
+            // As `check_scalars`: cublasLt's vector modes (2..4) are device pointers too.
+            let mode = PointerMode::decode(if md.pointer_mode >= 2 { 1 } else { md.pointer_mode });
+            let tracked = |ptr: Ptr| !stack.contains(&(ptr as u64)) && allocations.span_containing(ptr as u64).is_some();
+            let scalars_placed = match mode {
+                PointerMode::Host => !tracked(alpha) && !tracked(beta),
+                PointerMode::Device => tracked(alpha) && tracked(beta),
+                PointerMode::Unknown(_) => true,
+            };
+            scalars_placed.then_some(record)
+        };
+        session.lt_descriptors.with_matmul_in(desc as u64, layouts, lt_memo, vouch).flatten()
+    }
 }

@@ -10,6 +10,7 @@
 
 use std::cell::{Cell, RefCell};
 
+use crate::session::lt_descriptors::LtMemo;
 use crate::state::ThreadMemo;
 
 pub(crate) struct PerThread {
@@ -24,11 +25,13 @@ pub(crate) struct PerThread {
     /// What this thread remembers of the shared tables (recent allocation and handle lookups),
     /// handed to each of its calls.
     pub memo: ThreadMemo,
+    /// This thread's last few cublasLt matmul descriptors read whole (the lean path's).
+    pub lt: LtMemo,
 }
 
 thread_local! {
     pub(crate) static PER_THREAD: PerThread = const {
-        PerThread { inside: Cell::new(false), tid: Cell::new(0), loader_depth: Cell::new(0), stack: Cell::new((0, 0)), memo: ThreadMemo::new() }
+        PerThread { inside: Cell::new(false), tid: Cell::new(0), loader_depth: Cell::new(0), stack: Cell::new((0, 0)), memo: ThreadMemo::new(), lt: LtMemo::new() }
     };
     /// Reused for every scan on this thread: a scan allocates once per thread, not per call.
     static SCAN_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };

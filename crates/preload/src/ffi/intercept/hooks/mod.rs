@@ -134,6 +134,19 @@ impl<'t> LeanCall<'t> {
         }
     }
 
+    /// `vouched` for a hook whose lean path describes the call from the guard's tables
+    /// (`lean_described`): what the recorder keeps of it, or `None` for its handler.
+    #[inline(always)]
+    fn described(s: &Session, t: &PerThread, described: impl FnOnce(&Session, &PerThread) -> Option<CallArgs>) -> Option<CallArgs> {
+        match catch_panic(|| described(s, t)) {
+            Some(described) => described,
+            None => {
+                defer_cancel(|| lifecycle::disable("internal error inside a hook"));
+                None
+            }
+        }
+    }
+
     /// Numbers, counts and times the call about to be forwarded (`allowed` said it may be).
     #[inline(always)]
     fn enter(t: &'t PerThread, s: &'static Session, hook: Hook) -> Option<Self> {
@@ -202,10 +215,10 @@ impl<'t> LeanCall<'t> {
 /// export's frame, evaluated where it is needed (`hook_frame!()` in the export itself, whose
 /// frame register holds it all through its body: a clean lean call never reads it).
 macro_rules! guarded_call {
-    ( $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $lean:path )? ; $( $arg:ident ),* ) => {
+    ( $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $lean_kind:ident $lean:path )? ; $( $arg:ident ),* ) => {
         PER_THREAD
             .try_with(|t| {
-                lean_path!( $( $lean )? ; t ; $name ; $real ; $frame ; $handler ; $( $arg ),* );
+                lean_path!( $( $lean_kind $lean )? ; t ; $name ; $real ; $frame ; $handler ; $( $arg ),* );
                 let args = &( $( $arg, )* );
                 intercept_on(
                     t,
@@ -226,7 +239,7 @@ macro_rules! guarded_call {
 /// straight from the export's own, and to the recorder through `$lean`.
 macro_rules! lean_path {
     ( ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {};
-    ( $lean:path ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {
+    ( lean $lean:path ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {
         if let Some((s, how)) = LeanCall::allowed($t) {
             // The arguments widened only where they are checked, and the check handed one
             // reference to them.
@@ -241,6 +254,26 @@ macro_rules! lean_path {
                     Ok(r) => r,
                     Err(lean) => lean.failed(r, $frame, |call| $handler(call, $( $arg ),* )),
                 };
+            }
+        }
+    };
+    // A hook whose lean path reads the guard's tables even with its checks off
+    // (`lean_described`: cublasLtMatmul's descriptors): `$lean.described` answers, inside the
+    // panic catcher, what the recorder keeps of the call, or `None` for its handler.
+    ( lean_described $lean:path ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {
+        if let Some((s, how)) = LeanCall::allowed($t) {
+            let described = LeanCall::described(s, $t, |s, t| {
+                $lean.described(how, s, &t.memo, &t.lt, crate::ffi::host::thread::stack_of(t), $( $arg ),* )
+            });
+            if let Some(record) = described {
+                if let Some(lean) = LeanCall::enter($t, s, Hook::$name) {
+                    // SAFETY: the caller's arguments, passed on unchanged to the real function.
+                    let r = unsafe { $real( $( $arg ),* ) };
+                    return match lean.finish(r, || record) {
+                        Ok(r) => r,
+                        Err(lean) => lean.failed(r, $frame, |call| $handler(call, $( $arg ),* )),
+                    };
+                }
             }
         }
     };
@@ -437,7 +470,7 @@ fn missing_real<R: HookReturn>(name: &str, library: Library) -> R {
 }
 
 macro_rules! hook_table {
-    ( $( $lib:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty => $handler:path $( , lean $lean:path )? ; )* ) => {
+    ( $( $lib:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty => $handler:path $( , $lean_kind:ident $lean:path )? ; )* ) => {
         /// A hooked function, by the order of the table.
         #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -523,7 +556,7 @@ macro_rules! hook_table {
                 #[inline(never)]
                 #[allow(clippy::too_many_arguments)]
                 unsafe fn through(real: Real, frame: u64, $( $arg : $ty ),* ) -> $ret {
-                    guarded_call!( $name ; real ; frame ; $handler ; $( $lean )? ; $( $arg ),* )
+                    guarded_call!( $name ; real ; frame ; $handler ; $( $lean_kind $lean )? ; $( $arg ),* )
                 }
             }
         )*
@@ -540,7 +573,7 @@ macro_rules! hook_table {
                 };
                 // The frame read in this function's own body, where it is used: its second word
                 // is the return address into the caller.
-                guarded_call!( $name ; real ; hook_frame!() ; $handler ; $( $lean )? ; $( $arg ),* )
+                guarded_call!( $name ; real ; hook_frame!() ; $handler ; $( $lean_kind $lean )? ; $( $arg ),* )
             }
         )*
     };
@@ -621,7 +654,7 @@ hook_table! {
     CublasLt fn cublasLtMatrixLayoutDestroy(layout: *mut c_void) -> c_int => lt::descriptor_destroy;
     CublasLt fn cublasLtMatrixLayoutSetAttribute(layout: *mut c_void, attr: c_int, buf: P, size: usize) -> c_int => lt::layout_set_attribute;
     CublasLt fn cublasLtMatmulDescSetAttribute(desc: *mut c_void, attr: c_int, buf: P, size: usize) -> c_int => lt::matmul_desc_set_attribute;
-    CublasLt fn cublasLtMatmul(h: *mut c_void, desc: *mut c_void, alpha: P, a: P, ad: *mut c_void, b: P, bd: *mut c_void, beta: P, c: P, cd: *mut c_void, d: *mut c_void, dd: *mut c_void, algo: P, ws: *mut c_void, ws_bytes: usize, stream: Stream) -> c_int => lt::matmul;
+    CublasLt fn cublasLtMatmul(h: *mut c_void, desc: *mut c_void, alpha: P, a: P, ad: *mut c_void, b: P, bd: *mut c_void, beta: P, c: P, cd: *mut c_void, d: *mut c_void, dd: *mut c_void, algo: P, ws: *mut c_void, ws_bytes: usize, stream: Stream) -> c_int => lt::matmul, lean_described lt::MATMUL;
     Cudart fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int => memory::malloc;
     Cudart fn cudaFree(dev_ptr: *mut c_void) -> c_int => memory::free;
     Cudart fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int => memory::malloc_async;
