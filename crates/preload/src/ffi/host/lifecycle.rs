@@ -299,7 +299,7 @@ fn start() -> Session {
             config.on_fault.label()
         ));
     }
-    let session = Session::new(config, crate::ffi::intercept::hooks::HOOK_NAMES, process, path);
+    let session = Session::new(config, crate::hook_list::HOOK_NAMES, process, path);
     if let Some(from) = session.config.origin_from.clone() {
         let targets = origin_targets_from(&from, session.config.quiet);
         let _ = session.origin_targets.set(targets);
