@@ -204,8 +204,17 @@ fn gemm_rule_broken(args: &GemmArgs) -> Option<ArgProblem> {
 /// | 32F_FAST_16F, _16BF, _TF32, 32F_EMULATED_16BFX9 | R_32F / C_32F | R_32F / C_32F | R_32F / C_32F |
 /// | 64F, 64F_PEDANTIC, 64F_EMULATED_FIXEDPOINT | R_64F / C_64F | R_64F / C_64F | R_64F / C_64F |
 pub fn check_type_combination(compute: ComputeType, a: DType, b: DType, c: DType) -> Option<String> {
+    if type_combination_supported(compute, a, b, c) {
+        return None;
+    }
+    unsupported_type_combination(compute, a, b, c)
+}
+
+/// `check_type_combination` finds nothing (the lean path's question, without the message).
+#[inline]
+pub fn type_combination_supported(compute: ComputeType, a: DType, b: DType, c: DType) -> bool {
     use DType::*;
-    let supported = a == b
+    a == b
         && match compute {
             ComputeType::F16 | ComputeType::F16Pedantic => a == F16 && c == F16,
             ComputeType::F32 | ComputeType::F32Pedantic => {
@@ -217,10 +226,11 @@ pub fn check_type_combination(compute: ComputeType, a: DType, b: DType, c: DType
             ComputeType::F64 | ComputeType::F64Pedantic | ComputeType::F64EmulatedFixedPoint => matches!((a, c), (F64, F64) | (C64, C64)),
             ComputeType::I32 | ComputeType::I32Pedantic => a == I8 && c == I32,
             ComputeType::Unknown(_) => false,
-        };
-    if supported {
-        return None;
-    }
+        }
+}
+
+#[cold]
+fn unsupported_type_combination(compute: ComputeType, a: DType, b: DType, c: DType) -> Option<String> {
     if let ComputeType::Unknown(raw) = compute {
         return Some(format!("computeType = {raw} is not a cublasComputeType_t"));
     }

@@ -241,6 +241,7 @@ impl DescribedGemm {
         Self { g, types: (dtype, dtype, dtype), scalar: dtype, compute: None, batch }
     }
 
+    #[inline(always)]
     fn ex(g: Gemm, types: (i32, i32, i32), compute: i32, batch: Batch) -> Self {
         let types = (DType::from_cuda(types.0), DType::from_cuda(types.1), DType::from_cuda(types.2));
         let compute = ComputeType::decode(compute);
@@ -271,7 +272,7 @@ impl DescribedGemm {
         if validate::check_gemm_args(&args).is_some() {
             return false;
         }
-        if self.compute.is_some_and(|compute| validate::check_type_combination(compute, types.0, types.1, types.2).is_some()) {
+        if self.compute.is_some_and(|compute| !validate::type_combination_supported(compute, types.0, types.1, types.2)) {
             return false;
         }
         let HandleLookup::Alive(state) = session.matmul_handle_in(false, g.handle as u64, memo) else { return false };
