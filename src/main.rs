@@ -5,19 +5,11 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod coverage;
 mod cuda_table;
-mod diagnosis;
 mod doctor;
-mod framework;
-mod gpu_health;
-mod hang_report;
 mod replay;
-mod replay_c;
-mod replay_cuda;
 mod report;
 mod run;
-mod setup_checks;
 mod snapshot;
 mod timeline;
 
@@ -482,7 +474,7 @@ fn main() -> ExitCode {
             let checks = doctor::run_checks(&options);
             let text = if json { serde_json::to_string_pretty(&checks).unwrap_or_default() + "\n" } else { doctor::render(&checks, colour()) };
             let result = print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::Status::Fail)));
-            if gpu_health::left_hanging() {
+            if doctor::gpu_health::left_hanging() {
                 // NVML's thread is still inside the library: exit without running the
                 // libraries' exit handlers, which could wait for it.
                 let code = match &result {

@@ -11,7 +11,11 @@ use cublasguard_format::gpu_health::{GpuHealth, GpuHealthState};
 use cublasguard_format::trace::{self, Fault, FaultKind, InitCauseKind, Trace};
 use serde::Serialize;
 
-use crate::diagnosis::{self, bytes, Diagnosis, Program};
+use diagnosis::{bytes, Diagnosis, Program};
+
+pub mod coverage;
+pub mod diagnosis;
+pub mod hang_report;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -1083,9 +1087,9 @@ fn text(loaded: &[Loaded], entries: &[Entry], md: bool, limit: Option<usize>) ->
         format!("The guard counted {not_stored} more fault(s) that it did not store (past CUBLASGUARD_MAX_FAULTS): {hold} only their number.")
     });
     let unreadable_line = (unreadable > 0).then(|| format!("{unreadable} stored fault(s) could not be read by this cublasguard: see the note above."));
-    let unscanned = crate::coverage::unscanned_lines(loaded.iter().map(|l| &l.trace.summary));
+    let unscanned = coverage::unscanned_lines(loaded.iter().map(|l| &l.trace.summary));
     // A hang leads: the kernel each process is stuck in and where its host waits.
-    for line in crate::hang_report::lines(loaded) {
+    for line in hang_report::lines(loaded) {
         doc.para(&doc.t(&line));
     }
     if entries.is_empty() {
@@ -1200,7 +1204,7 @@ fn cause_entry(doc: &mut Doc, n: usize, cause: &Cause, all: bool) {
     // The kernels behind a pending error, and those that wrote a consumed NaN/Inf.
     for (label, launches) in [("suspect", &f.suspects), ("writer", &f.writers)] {
         for k in launches {
-            let launched_at = crate::diagnosis::first_line(&k.backtrace).map(|l| format!(", launched at {}", doc.t(&l))).unwrap_or_default();
+            let launched_at = diagnosis::first_line(&k.backtrace).map(|l| format!(", launched at {}", doc.t(&l))).unwrap_or_default();
             let line = format!(
                 "{label} #{} {} (grid {}x{}x{}, block {}x{}x{}, stream {}{launched_at})",
                 k.seq,
@@ -1305,7 +1309,7 @@ fn cublas_pair_note(env: &trace::Environment) -> Option<String> {
     let (cublas, lt) = (find("libcublas.so")?, find("libcublasLt.so")?);
     let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let (a, b) = (real(cublas), real(lt));
-    let releases = (crate::setup_checks::release_of_file(&a), crate::setup_checks::release_of_file(&b));
+    let releases = (crate::doctor::setup_checks::release_of_file(&a), crate::doctor::setup_checks::release_of_file(&b));
     let mixed_files = matches!(releases, (Some(x), Some(y)) if x != y);
     // The versions the libraries themselves reported in the process: major.minor must agree.
     let mixed_versions = matches!((env.cublas_version, env.cublaslt_version), (Some(x), Some(y)) if x / 100 != y / 100);

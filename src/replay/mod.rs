@@ -10,8 +10,11 @@ use std::path::{Path, PathBuf};
 use cublasguard_format::cuda::DType;
 use cublasguard_format::dump::{self, Dump, Matrix, Shape};
 
-use super::report::escape_field;
-use super::CliError;
+use crate::report::escape_field;
+use crate::CliError;
+
+mod cuda;
+mod emit_c;
 
 /// Exit statuses: the fault reproduced as recorded, did not, or the dump could not be read.
 pub const REPRODUCED: i32 = 0;
@@ -392,7 +395,7 @@ fn nonfinite_summary(name: &str, m: &Matrix) -> Option<String> {
 /// Opens a dump: only a regular file of at most [`MAX_FILE`] bytes (never a FIFO or a device,
 /// whose reads would block or never end).
 fn open_dump(path: &Path) -> Result<std::fs::File, String> {
-    super::report::open_regular(path, MAX_FILE).map_err(|e| format!("it cannot be read ({e})"))
+    crate::report::open_regular(path, MAX_FILE).map_err(|e| format!("it cannot be read ({e})"))
 }
 
 /// Whether `replay` can rerun the dump at `path`, or why not (the report asks before it offers
@@ -583,13 +586,13 @@ pub fn run(o: &Options) -> Result<i32, CliError> {
     let (line, shows) = verdict(&analysis);
     let mut reproduced = shows;
     if let Some(file) = &o.emit_c {
-        let source = super::replay_c::program(&bytes, &d, &analysis.call, &o.dump).map_err(failed)?;
+        let source = emit_c::program(&bytes, &d, &analysis.call, &o.dump).map_err(failed)?;
         std::fs::write(file, source).map_err(|e| CliError::usage(format!("{}: {e}", escape_field(&file.display().to_string()))))?;
         let file = escape_field(&file.display().to_string());
         let _ = writeln!(text, "  wrote {file} (build: cc {file} -lcublas -lcudart; run it beside the dump)");
     }
     if o.cuda {
-        let (rerun, standin) = super::replay_cuda::rerun(&d, &analysis.call, o.bundled.as_deref())
+        let (rerun, standin) = cuda::rerun(&d, &analysis.call, o.bundled.as_deref())
             .map_err(|e| CliError { message: format!("--cuda: {}", escape_field(&e)), code: UNREADABLE })?;
         if let Some(dir) = standin {
             let _ = writeln!(
@@ -609,6 +612,6 @@ pub fn run(o: &Options) -> Result<i32, CliError> {
         reproduced = same && (nonfinite > 0 || !shows || analysis.call.kind == "nonfinite_input");
     }
     let _ = writeln!(text, "verdict: {line}");
-    super::print(&text)?;
+    crate::print(&text)?;
     Ok(if reproduced { REPRODUCED } else { NOT_REPRODUCED })
 }

@@ -473,7 +473,7 @@ fn summarise(traces: &[PathBuf], probes: &[String], pattern: &str) {
     let entries = report::merge(&loaded);
     let calls = report::total_calls(&loaded);
     let names: Vec<String> = traces.iter().map(|p| p.display().to_string()).collect();
-    let unscanned = crate::coverage::unscanned_lines(loaded.iter().map(|l| &l.trace.summary));
+    let unscanned = crate::report::coverage::unscanned_lines(loaded.iter().map(|l| &l.trace.summary));
     if entries.is_empty() {
         eprintln!("cublasguard: no faults in {} (trace: {})", counted(calls, "call"), names.join(", "));
         unscanned.iter().for_each(|line| eprintln!("  {line}"));

@@ -4,7 +4,7 @@
 
 use cublasguard_format::trace::{FaultKind, Trace};
 
-use crate::diagnosis::{python_or_native_line, wait_line};
+use crate::report::diagnosis::{python_or_native_line, wait_line};
 use crate::report::Loaded;
 
 /// A process as a person names it in a run: its rank, else its pid.
