@@ -368,7 +368,7 @@ pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
     checks.extend(crate::doctor::framework::checks(&answer, &python.python, &machine));
     // Last of the libraries loaded: a thread left inside a hanging NVML must hold up no other.
     checks.extend(crate::doctor::gpu_health::checks(&crate::doctor::gpu_health::read(python.nvml_timeout)));
-    match crate::run::find_guard_library() {
+    match crate::run::guard_library::find_guard_library() {
         Ok(p) => checks.push(check("guard", Status::Ok, format!("libcublasguard.so at {}", p.display()), None)),
         Err(e) => checks.push(check("guard", Status::Warn, e.message, Some("cargo build --release, or set CUBLASGUARD_LIB"))),
     }

@@ -85,7 +85,7 @@ pub fn python_or_native_line(
     python: Option<&cublasguard_format::trace::PythonPaths>,
     any_python: bool,
 ) -> Option<String> {
-    let frame = frames.iter().find(|f| crate::report::is_user_file(&f.file, python)).or(frames.first().filter(|_| any_python));
+    let frame = frames.iter().find(|f| super::call_sites::is_user_file(&f.file, python)).or(frames.first().filter(|_| any_python));
     match frame {
         Some(f) => Some(format!("{}:{} in {}", f.file, f.line, f.function)),
         None => first_line(backtrace),
