@@ -456,7 +456,7 @@ fn main() -> ExitCode {
             };
             let checks = doctor::run_checks(&options);
             let text = if json { serde_json::to_string_pretty(&checks).unwrap_or_default() + "\n" } else { doctor::render(&checks, colour()) };
-            let result = print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::Status::Fail)));
+            let result = print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::check::Status::Fail)));
             if doctor::gpu_health::left_hanging() {
                 // NVML's thread is still inside the library: exit without running the
                 // libraries' exit handlers, which could wait for it.

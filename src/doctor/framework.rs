@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use crate::doctor::{check, Check, Status};
+use super::check::{check, Check, Status};
 
 /// Run in the user's interpreter: imports each framework that is installed and prints one JSON
 /// object on its last line. Every question is guarded, so a partial install still answers.

@@ -7,35 +7,12 @@ use std::ffi::c_char;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::Serialize;
-
+pub mod check;
 pub mod framework;
 pub mod gpu_health;
 pub mod setup_checks;
 
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Ok,
-    /// A fact, not a problem: something optional is not there (NVML).
-    Info,
-    /// Could not be checked: it needs something an earlier check found missing (which failed).
-    Skip,
-    Warn,
-    Fail,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Check {
-    pub name: &'static str,
-    pub status: Status,
-    pub evidence: String,
-    pub fix: Option<String>,
-}
-
-pub fn check(name: &'static str, status: Status, evidence: impl Into<String>, fix: Option<&str>) -> Check {
-    Check { name, status, evidence: evidence.into(), fix: fix.map(str::to_string) }
-}
+use check::{check, Check, Status};
 
 fn cuda_version(v: i32) -> String {
     format!("{}.{}", v / 1000, v % 1000 / 10)
