@@ -1,10 +1,10 @@
 //! Where a call came from, in the user's terms: their own Python frame (a file is theirs by
 //! where it lies), else the program's own native frame, with its source line and the user's
-//! frames that called it.
+//! frames that called it; and a frame, or where a host thread waits, in one line.
 
 use std::path::Path;
 
-use cublasguard_format::trace::{self, Fault};
+use cublasguard_format::trace::{self, BlockedThread, Fault};
 
 use crate::regular_file::open_regular;
 
@@ -124,6 +124,39 @@ fn source_line(path: &Path, n: usize) -> Option<String> {
     }
     let text = String::from_utf8_lossy(&line).trim().to_string();
     (!text.is_empty()).then_some(text)
+}
+
+/// The first frame of a backtrace that names a line, as "file:line in function" (else the
+/// first frame as it is).
+pub fn first_line(backtrace: &[String]) -> Option<String> {
+    let frame = backtrace.iter().find(|f| f.contains(" at ")).or(backtrace.first())?;
+    let head = frame.split(" (").next().unwrap_or(frame);
+    Some(match head.split_once(" at ") {
+        Some((function, place)) => format!("{place} in {function}"),
+        None => head.to_string(),
+    })
+}
+
+/// Where a host thread waits: its innermost Python frame in the user's own code (a Python
+/// program waits inside torch's `synchronize`, called from the user's line), else its innermost
+/// Python frame, else its native call site; "file:line in function".
+pub fn wait_line(w: &BlockedThread, python: Option<&cublasguard_format::trace::PythonPaths>) -> Option<String> {
+    python_or_native_line(&w.python_stack, &w.backtrace, python, true)
+}
+
+/// "file:line in function" of a call: its innermost Python frame in the user's own code (or,
+/// with `any_python`, its innermost Python frame when none is), else its native call site.
+pub fn python_or_native_line(
+    frames: &[cublasguard_format::trace::PythonFrame],
+    backtrace: &[String],
+    python: Option<&cublasguard_format::trace::PythonPaths>,
+    any_python: bool,
+) -> Option<String> {
+    let frame = frames.iter().find(|f| is_user_file(&f.file, python)).or(frames.first().filter(|_| any_python));
+    match frame {
+        Some(f) => Some(format!("{}:{} in {}", f.file, f.line, f.function)),
+        None => first_line(backtrace),
+    }
 }
 
 #[cfg(test)]

@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 
 use cublasguard_format::trace::{self, Fault, FaultKind};
 
-use super::call_sites::{user_callers, user_place};
+use super::call_sites::{first_line, user_callers, user_place};
 use super::causes::{tally, Cause};
-use super::diagnosis::{bytes, first_line};
+use super::diagnosis::bytes;
 use super::doc::Doc;
 use super::markdown::{md_code, md_text};
 use super::merge::{who, Entry, Relation};

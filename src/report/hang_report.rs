@@ -4,7 +4,7 @@
 
 use cublasguard_format::trace::{FaultKind, Trace};
 
-use super::diagnosis::{python_or_native_line, wait_line};
+use super::call_sites::{python_or_native_line, wait_line};
 use super::load::Loaded;
 
 /// A process as a person names it in a run: its rank, else its pid.

@@ -11,6 +11,8 @@ pub mod coverage;
 pub mod diagnosis;
 mod doc;
 mod environment;
+mod gpu_context;
+mod hang_cause;
 pub mod hang_report;
 mod json;
 mod load;
