@@ -5,19 +5,14 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod coverage;
 mod cuda_table;
-mod diagnosis;
 mod doctor;
-mod framework;
-mod gpu_health;
-mod hang_report;
+mod escape;
+mod output;
+mod regular_file;
 mod replay;
-mod replay_c;
-mod replay_cuda;
 mod report;
 mod run;
-mod setup_checks;
 mod snapshot;
 mod timeline;
 
@@ -29,18 +24,7 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches as _, Parser, Subcommand};
 
-/// An error for the user, with the exit status it maps to.
-#[derive(Debug)]
-pub struct CliError {
-    pub message: String,
-    pub code: i32,
-}
-
-impl CliError {
-    pub fn usage(message: impl Into<String>) -> Self {
-        Self { message: message.into(), code: 2 }
-    }
-}
+use output::{print, CliError};
 
 #[derive(Parser)]
 #[command(
@@ -236,22 +220,13 @@ fn colour() -> bool {
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
-fn print(text: &str) -> Result<(), CliError> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(CliError::usage(format!("writing the report: {e}"))),
-    }
-}
-
 fn report_cmd(paths: &[PathBuf], format: report::Format, limit: Option<usize>, all_runs: bool) -> Result<i32, CliError> {
     let mut loaded = report::load(paths).map_err(CliError::usage)?;
     if !all_runs {
         let (newest, note) = report::newest_run(loaded);
         loaded = newest;
         if let Some(note) = note {
-            eprintln!("cublasguard: {}", report::escape_controls(&note));
+            eprintln!("cublasguard: {}", escape::escape_controls(&note));
         }
     }
     print(&report::render_limited(&loaded, format, limit))?;
@@ -263,7 +238,7 @@ fn timeline_cmd(traces: &[PathBuf], output: Option<PathBuf>) -> Result<i32, CliE
     let loaded = report::load(traces).map_err(CliError::usage)?;
     for l in &loaded {
         for note in &l.notes {
-            eprintln!("cublasguard: note: {}: {}", l.path.display(), report::escape_controls(note));
+            eprintln!("cublasguard: note: {}: {}", l.path.display(), escape::escape_controls(note));
         }
     }
     let mut json = serde_json::to_vec_pretty(&timeline::events(&loaded)).map_err(|e| CliError::usage(e.to_string()))?;
@@ -363,7 +338,7 @@ fn demo() -> Result<i32, CliError> {
         trace_chosen: true,
     })?;
     // The demo's folder is its own: every trace in it is the demo's.
-    let traces = run::candidate_traces(&trace.display().to_string(), std::time::UNIX_EPOCH);
+    let traces = run::trace_names::candidate_traces(&trace.display().to_string(), std::time::UNIX_EPOCH);
     if traces.is_empty() {
         return Err(CliError { message: format!("the demo wrote no trace (the example exited with {code})"), code: 1 });
     }
@@ -481,8 +456,8 @@ fn main() -> ExitCode {
             };
             let checks = doctor::run_checks(&options);
             let text = if json { serde_json::to_string_pretty(&checks).unwrap_or_default() + "\n" } else { doctor::render(&checks, colour()) };
-            let result = print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::Status::Fail)));
-            if gpu_health::left_hanging() {
+            let result = print(&text).map(|_| i32::from(checks.iter().any(|c| c.status == doctor::check::Status::Fail)));
+            if doctor::gpu_health::left_hanging() {
                 // NVML's thread is still inside the library: exit without running the
                 // libraries' exit handlers, which could wait for it.
                 let code = match &result {

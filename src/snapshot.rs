@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use cublasguard_format::config::{snapshot_socket_name, SNAPSHOT_SOCKET_PREFIX};
 
-use crate::CliError;
+use crate::output::CliError;
 
 /// How long a process may take to write its trace (a large one, on a slow disk).
 const ANSWER_WITHIN: Duration = Duration::from_secs(30);

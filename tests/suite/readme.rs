@@ -116,11 +116,13 @@ fn variables_after(source: &str, before: &str) -> std::collections::BTreeSet<Str
 }
 
 /// The variables the `cublasguard` command reads at run time: `std::env::var`/`var_os` and
-/// clap's `env = "..."` in src/ (not `env!`, which is the build's).
+/// clap's `env = "..."` in src/ and its folders (not `env!`, which is the build's).
 fn variables_the_command_reads() -> std::collections::BTreeSet<String> {
     let mut read = std::collections::BTreeSet::new();
-    for entry in std::fs::read_dir(manifest_dir().join("src")).unwrap().flatten() {
-        let Ok(source) = std::fs::read_to_string(entry.path()) else { continue };
+    let mut files = Vec::new();
+    rust_files(&manifest_dir().join("src"), &mut files);
+    for file in files {
+        let Ok(source) = std::fs::read_to_string(file) else { continue };
         for before in ["var(\"", "var_os(\"", "env = \""] {
             read.extend(variables_after(&source, before));
         }

@@ -7,31 +7,12 @@ use std::ffi::c_char;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::Serialize;
+pub mod check;
+pub mod framework;
+pub mod gpu_health;
+pub mod setup_checks;
 
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Ok,
-    /// A fact, not a problem: something optional is not there (NVML).
-    Info,
-    /// Could not be checked: it needs something an earlier check found missing (which failed).
-    Skip,
-    Warn,
-    Fail,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Check {
-    pub name: &'static str,
-    pub status: Status,
-    pub evidence: String,
-    pub fix: Option<String>,
-}
-
-pub fn check(name: &'static str, status: Status, evidence: impl Into<String>, fix: Option<&str>) -> Check {
-    Check { name, status, evidence: evidence.into(), fix: fix.map(str::to_string) }
-}
+use check::{check, Check, Status};
 
 fn cuda_version(v: i32) -> String {
     format!("{}.{}", v / 1000, v % 1000 / 10)
@@ -271,9 +252,9 @@ pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
     let mut checks = Vec::new();
     let driver = probe_driver();
     checks.extend(driver_checks(&driver));
-    checks.extend(crate::setup_checks::wsl_checks(driver.path.as_deref()));
+    checks.extend(crate::doctor::setup_checks::wsl_checks(driver.path.as_deref()));
     // The frameworks are asked first: the library search includes that Python's nvidia wheels.
-    let answer = crate::framework::probe(&python.python, python.timeout);
+    let answer = crate::doctor::framework::probe(&python.python, python.timeout);
     let python_dirs = match &answer {
         Ok(f) => f.library_dirs(),
         Err(_) => Vec::new(),
@@ -324,10 +305,10 @@ pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
         }
     }
     let cublas_majors: Vec<u32> = libs.get("libcublas").map(|m| m.keys().copied().collect()).unwrap_or_default();
-    checks.extend(crate::setup_checks::cublas_pair_checks(&cublas_majors));
+    checks.extend(crate::doctor::setup_checks::cublas_pair_checks(&cublas_majors));
     let torch_cudnn = answer.as_ref().ok().and_then(|f| f.torch.as_ref()).and_then(|t| t.cudnn);
-    checks.extend(crate::setup_checks::cudnn_checks(&search_dirs(&python_dirs), torch_cudnn));
-    checks.push(crate::setup_checks::cache_check());
+    checks.extend(crate::doctor::setup_checks::cudnn_checks(&search_dirs(&python_dirs), torch_cudnn));
+    checks.push(crate::doctor::setup_checks::cache_check());
     match std::env::var("CUDA_VISIBLE_DEVICES") {
         Ok(v) if v.trim().is_empty() || v.trim() == "-1" => checks.push(check(
             "CUDA_VISIBLE_DEVICES",
@@ -354,17 +335,17 @@ pub fn run_checks(python: &PythonOptions) -> Vec<Check> {
             checks.push(check("TF32", Status::Ok, format!("{var}={v} ({meaning})"), None));
         }
     }
-    let machine = crate::framework::Machine {
+    let machine = crate::doctor::framework::Machine {
         driver_loaded: driver.loaded,
         driver_cuda: driver.version,
         devices: driver.capabilities.clone(),
         standin: driver.standin,
-        nvcc: crate::framework::nvcc_release(),
+        nvcc: crate::doctor::framework::nvcc_release(),
     };
-    checks.extend(crate::framework::checks(&answer, &python.python, &machine));
+    checks.extend(crate::doctor::framework::checks(&answer, &python.python, &machine));
     // Last of the libraries loaded: a thread left inside a hanging NVML must hold up no other.
-    checks.extend(crate::gpu_health::checks(&crate::gpu_health::read(python.nvml_timeout)));
-    match crate::run::find_guard_library() {
+    checks.extend(crate::doctor::gpu_health::checks(&crate::doctor::gpu_health::read(python.nvml_timeout)));
+    match crate::run::guard_library::find_guard_library() {
         Ok(p) => checks.push(check("guard", Status::Ok, format!("libcublasguard.so at {}", p.display()), None)),
         Err(e) => checks.push(check("guard", Status::Warn, e.message, Some("cargo build --release, or set CUBLASGUARD_LIB"))),
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use crate::doctor::{check, Check, Status};
+use super::check::{check, Check, Status};
 
 /// Run in the user's interpreter: imports each framework that is installed and prints one JSON
 /// object on its last line. Every question is guarded, so a partial install still answers.
@@ -261,7 +261,7 @@ fn cublas_pair_in_process(paths: &[String]) -> Option<Check> {
     if a.parent() == b.parent() {
         return None;
     }
-    let releases = (crate::setup_checks::release_of_file(&a), crate::setup_checks::release_of_file(&b));
+    let releases = (crate::doctor::setup_checks::release_of_file(&a), crate::doctor::setup_checks::release_of_file(&b));
     let mixed = matches!(releases, (Some(x), Some(y)) if x != y);
     let (status, what) = if mixed { (Status::Fail, "of different releases, from different folders") } else { (Status::Warn, "from different folders") };
     Some(check(
@@ -511,7 +511,7 @@ mod tests {
 
     #[test]
     fn the_framework_probe_compiles_as_python_with_warnings_as_errors() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/framework_probe.py");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/doctor/framework_probe.py");
         let out = Command::new("python3")
             .args(["-W", "error", "-c", "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')", path])
             .output()

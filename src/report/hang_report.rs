@@ -4,8 +4,8 @@
 
 use cublasguard_format::trace::{FaultKind, Trace};
 
-use crate::diagnosis::{python_or_native_line, wait_line};
-use crate::report::Loaded;
+use super::call_sites::{python_or_native_line, wait_line};
+use super::load::Loaded;
 
 /// A process as a person names it in a run: its rank, else its pid.
 fn who(t: &Trace) -> String {

@@ -9,7 +9,7 @@ use cublasguard_format::dump::{self, Dump};
 
 use crate::cuda_table::{Cublas, Runtime};
 
-use super::replay::{column_major, compute_code, cuda_type, scalar_bytes, Replayed};
+use super::call::{column_major, compute_code, cuda_type, scalar_bytes, Replayed};
 
 const HOST_TO_DEVICE: c_int = 1;
 const DEVICE_TO_HOST: c_int = 2;

@@ -11,7 +11,7 @@ use std::path::Path;
 use cublasguard_format::cuda::DType;
 use cublasguard_format::dump::Dump;
 
-use super::replay::{compute_code, cuda_type, scalar_bytes, Replayed};
+use super::call::{compute_code, cuda_type, scalar_bytes, Replayed};
 
 /// The exponent mask and whether the type has infinities, for the program's NaN/Inf test.
 fn special_bits(dtype: DType) -> (u64, u64, bool) {

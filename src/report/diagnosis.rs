@@ -2,9 +2,13 @@
 //! uses, the probable cause, and what to do next. The recorder records facts; this is where
 //! they are interpreted.
 
-use cublasguard_format::gpu_health::{xid, GpuEventKind, GpuHealth, GpuHealthState, TemperatureLimit};
-use cublasguard_format::trace::{BlockedThread, Fault, FaultKind, InitCauseKind, Operand, Trace};
+use cublasguard_format::gpu_health::xid;
+use cublasguard_format::trace::{Fault, FaultKind, InitCauseKind, Operand, Trace};
 use serde::Serialize;
+
+use super::call_sites::first_line;
+use super::gpu_context::gpu_context;
+use super::hang_cause::{hang_cause, hang_steps};
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Diagnosis {
@@ -57,105 +61,6 @@ fn async_cause(fault: &Fault) -> String {
         None => "a kernel queued on the device faulted and the error surfaced at this call, which is not necessarily the culprit: the message above says, from the breadcrumbs each guarded call left on its stream, which calls had not completed (CUBLASGUARD_SYNC=launches pins it to its launch)"
             .into(),
     }
-}
-
-/// The first frame of a backtrace that names a line, as "file:line in function" (else the
-/// first frame as it is).
-pub fn first_line(backtrace: &[String]) -> Option<String> {
-    let frame = backtrace.iter().find(|f| f.contains(" at ")).or(backtrace.first())?;
-    let head = frame.split(" (").next().unwrap_or(frame);
-    Some(match head.split_once(" at ") {
-        Some((function, place)) => format!("{place} in {function}"),
-        None => head.to_string(),
-    })
-}
-
-/// Where a host thread waits: its innermost Python frame in the user's own code (a Python
-/// program waits inside torch's `synchronize`, called from the user's line), else its innermost
-/// Python frame, else its native call site; "file:line in function".
-pub fn wait_line(w: &BlockedThread, python: Option<&cublasguard_format::trace::PythonPaths>) -> Option<String> {
-    python_or_native_line(&w.python_stack, &w.backtrace, python, true)
-}
-
-/// "file:line in function" of a call: its innermost Python frame in the user's own code (or,
-/// with `any_python`, its innermost Python frame when none is), else its native call site.
-pub fn python_or_native_line(
-    frames: &[cublasguard_format::trace::PythonFrame],
-    backtrace: &[String],
-    python: Option<&cublasguard_format::trace::PythonPaths>,
-    any_python: bool,
-) -> Option<String> {
-    let frame = frames.iter().find(|f| crate::report::is_user_file(&f.file, python)).or(frames.first().filter(|_| any_python));
-    match frame {
-        Some(f) => Some(format!("{}:{} in {}", f.file, f.line, f.function)),
-        None => first_line(backtrace),
-    }
-}
-
-/// A `gpu_hang`: the kernel the stream is stuck in, what waits behind it, where the host waits.
-fn hang_cause(fault: &Fault) -> String {
-    let Some(h) = &fault.hang else { return "the GPU stopped completing this call's work".into() };
-    let stream = fault.stream.as_deref().unwrap_or("?");
-    if h.completed_later {
-        let behind = match &h.kernel {
-            Some(k) => format!(" behind kernel {} (call #{}, launch {} of it)", k.kernel, k.seq, h.kernel_ordinal.unwrap_or(1)),
-            None => String::new(),
-        };
-        return format!(
-            "a slow kernel or a late peer, not a hang: this call's work on stream {stream} waited at least {} s{behind}, then completed",
-            h.stalled_s
-        );
-    }
-    let mut cause = match &h.kernel {
-        Some(k) => format!(
-            "the GPU is stuck in kernel {} (call #{}, grid [{}, {}, {}], launch {} of it, on stream {stream}{}): this call, queued behind it, has not completed for {} s",
-            k.kernel,
-            k.seq,
-            k.grid[0],
-            k.grid[1],
-            k.grid[2],
-            h.kernel_ordinal.unwrap_or(1),
-            first_line(&k.backtrace).map(|l| format!(", made at {l}")).unwrap_or_default(),
-            h.stalled_s
-        ),
-        None => format!("the work of this call on stream {stream} has not completed for {} s, and no kernel launched before it on the stream is recorded", h.stalled_s),
-    };
-    if let Some(line) = first_line(&fault.backtrace) {
-        cause.push_str(&format!(" (this call was made at {line})"));
-    }
-    match h.blocked_threads.first() {
-        Some(w) => {
-            cause.push_str(&format!("; the host waits in {} (call #{}, thread {})", w.api, w.seq, w.thread));
-            if let Some(line) = wait_line(w, None) {
-                cause.push_str(&format!(" at {line}"));
-            }
-        }
-        None => cause.push_str("; no host thread was inside a CUDA synchronisation"),
-    }
-    if h.found_by == "exit" {
-        cause.push_str("; the process exited without waiting for it");
-    }
-    cause
-}
-
-fn hang_steps(fault: &Fault) -> Vec<String> {
-    if fault.hang.as_ref().is_some_and(|h| h.completed_later) {
-        return vec![
-            "Not a hang that lasted: the work completed after the watchdog recorded it. If kernels or collectives in this job legitimately wait that long (a rank writing a checkpoint while the others wait in a collective, a long first compilation), raise CUBLASGUARD_HANG_TIMEOUT; otherwise look at what made this rank or kernel slow (the ranks' traces side by side: `cublasguard report DIR`).".into(),
-        ];
-    }
-    let collective = fault.hang.as_ref().and_then(|h| h.kernel.as_ref()).is_some_and(|k| k.kernel.to_ascii_lowercase().contains("nccl"));
-    let mut steps = Vec::new();
-    let rank = "A rank that diverged: a collective waits until every rank launches it; a rank that took another branch (a different number of steps, a data-dependent `if`, an exception caught on one rank) or died leaves the others waiting. Put every rank's trace in one folder and run `cublasguard report DIR`: it names the ranks stuck in the kernel and the one that never launched it, with its last call.";
-    let deadlock = "A deadlock between streams: a stream that waits for an event (cudaStreamWaitEvent) or a memory value (cuStreamWaitValue32) that work queued behind it was to provide never proceeds; check the waits queued on this stream between its last completed call and this one.";
-    let gpu = "A GPU fault: a GPU that stopped responding (Xid 79: fallen off the bus, Xid 109 or 119: a context-switch or GSP timeout) leaves streams stuck; check the GPU's health below, `nvidia-smi -q` and the kernel log (`dmesg | grep -i xid`).";
-    if collective {
-        steps.extend([rank, deadlock, gpu]);
-    } else {
-        steps.extend([deadlock, rank, gpu]);
-    }
-    steps.push("`cublasguard snapshot PID` writes a still running process's trace again: a stuck call that moved means a slow kernel, not a hang (raise CUBLASGUARD_HANG_TIMEOUT).");
-    steps.into_iter().map(String::from).collect()
 }
 
 /// The inputs of a `nonfinite_output` fault that were not read (outputs first, judged after
@@ -667,8 +572,6 @@ pub fn diagnose(fault: &Fault, earlier_nonfinite: Option<u64>, program: Program)
     Diagnosis { layer, row_major, cause, next_steps, gpu_context }
 }
 
-/// What the GPU's health says beside a fault's cause: the Xids and ECC errors of the run (a
-/// hardware Xid is the cause itself), and heat, slowdowns, pending repairs as context.
 /// Next steps for a cuDNN cause: its libraries, or the CUDA it was built for.
 fn cudnn_steps(kind: Option<InitCauseKind>) -> Vec<String> {
     let steps = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -682,61 +585,6 @@ fn cudnn_steps(kind: Option<InitCauseKind>) -> Vec<String> {
             "Install one cuDNN whole, in one folder (pip install --force-reinstall nvidia-cudnn-cu13, or -cu12), and take any other cuDNN off LD_LIBRARY_PATH (or out of /etc/ld.so.conf.d, then sudo ldconfig).",
         ]),
     }
-}
-
-pub fn gpu_context(h: &GpuHealth) -> Vec<String> {
-    let mut out = Vec::new();
-    let who = |index: u32| if h.standin { format!("stand-in device {index}") } else { format!("GPU {index}") };
-    match h.state {
-        GpuHealthState::Hung | GpuHealthState::Failed | GpuHealthState::Starting => {
-            out.push(format!("GPU health not read: {}", h.note.as_deref().unwrap_or(h.state.name())));
-        }
-        _ => {}
-    }
-    let xids: Vec<String> = h
-        .events
-        .iter()
-        .map(|e| match (e.kind, e.xid) {
-            (GpuEventKind::Xid, Some(n)) => format!("Xid {n} on {}{}", who(e.device), xid(n).map(|x| format!(" ({})", x.meaning)).unwrap_or_default()),
-            _ => format!("a double-bit ECC error on {}", who(e.device)),
-        })
-        .collect();
-    if !xids.is_empty() {
-        out.push(format!("NVML reported during the run: {}", xids.join("; ")));
-    }
-    for k in &h.kernel_log {
-        out.push(format!("kernel log: {}", k.line));
-    }
-    for d in &h.devices {
-        if let Some(n) = d.uncorrected_since_start().filter(|n| *n > 0) {
-            out.push(format!("{}: {n} uncorrected (double-bit) ECC error(s) since the guard started: its memory returned corrupt data", who(d.index)));
-        }
-        if let Some(n) = d.corrected_since_start().filter(|n| *n > 0) {
-            out.push(format!("{}: {n} corrected ECC error(s) since the guard started", who(d.index)));
-        }
-        if let Some(r) = &d.remapped_rows {
-            if r.failure {
-                out.push(format!("{}: a row remapping failed (its bad memory can no longer be hidden)", who(d.index)));
-            } else if r.pending {
-                out.push(format!("{}: a row remapping is pending until the GPU is reset", who(d.index)));
-            }
-        }
-        if d.retired_pages_pending == Some(true) {
-            out.push(format!("{}: a page retirement is pending until the GPU is reset", who(d.index)));
-        }
-        match d.temperature_limit() {
-            Some((t, TemperatureLimit::Shutdown, limit)) => out.push(format!("{}: {t} C, at its shutdown threshold ({limit} C)", who(d.index))),
-            Some((t, TemperatureLimit::Slowdown, limit)) => {
-                out.push(format!("{}: {t} C, at its slowdown threshold ({limit} C): its clocks are cut", who(d.index)))
-            }
-            None => {}
-        }
-        let slow = d.slowdown_reasons();
-        if !slow.is_empty() {
-            out.push(format!("{}: clocks held down by {} (a slow run, not a wrong one)", who(d.index), slow.join(", ")));
-        }
-    }
-    out
 }
 
 pub fn bytes(n: u64) -> String {

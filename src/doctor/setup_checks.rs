@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::doctor::{check, Check, Status};
+use super::check::{check, Check, Status};
 
 /// Where WSL2 puts the Windows driver's Linux libraries (libcuda.so.1, libnvidia-ml.so.1, nvidia-smi).
 const WSL_LIB: &str = "/usr/lib/wsl/lib";

@@ -13,8 +13,8 @@ use std::time::Duration;
 use cublasguard_format::gpu_health::TemperatureLimit;
 pub use cublasguard_format::gpu_health::{EccCounts, GpuDevice as Device, RemappedRows};
 
+use super::check::{check, Check, Status};
 use crate::cuda_table::Nvml as Table;
-use crate::doctor::{check, Check, Status};
 
 /// The private symbol of cublasguard's stand-in NVML (shims/nvml.c): no NVIDIA library has it.
 const STANDIN_SYMBOL: &[u8] = b"cudashim_nvml_is_stand_in\0";
