@@ -79,23 +79,6 @@ cuda_table! {
         device_get_name: fn cuDeviceGetName(*mut c_char, c_int, c_int) -> c_int;
         device_get_attribute: fn cuDeviceGetAttribute(*mut c_int, c_int, c_int) -> c_int;
     }
-    Nvml from ["libnvidia-ml.so.1"] {
-        init: fn nvmlInit_v2() -> c_int;
-        error_string: fn nvmlErrorString(c_int) -> *const c_char;
-        device_get_count: fn nvmlDeviceGetCount_v2(*mut c_uint) -> c_int;
-        device_get_handle_by_index: fn nvmlDeviceGetHandleByIndex_v2(c_uint, *mut *mut c_void) -> c_int;
-        device_get_name: fn nvmlDeviceGetName(*mut c_void, *mut c_char, c_uint) -> c_int;
-        persistence_mode: fn nvmlDeviceGetPersistenceMode(*mut c_void, *mut c_int) -> c_int;
-        ecc_mode: fn nvmlDeviceGetEccMode(*mut c_void, *mut c_int, *mut c_int) -> c_int;
-        total_ecc_errors: fn nvmlDeviceGetTotalEccErrors(*mut c_void, c_int, c_int, *mut u64) -> c_int;
-        remapped_rows: fn nvmlDeviceGetRemappedRows(*mut c_void, *mut c_uint, *mut c_uint, *mut c_uint, *mut c_uint) -> c_int;
-        retired_pages_pending: fn nvmlDeviceGetRetiredPagesPendingStatus(*mut c_void, *mut c_int) -> c_int;
-        temperature: fn nvmlDeviceGetTemperature(*mut c_void, c_int, *mut c_uint) -> c_int;
-        temperature_threshold: fn nvmlDeviceGetTemperatureThreshold(*mut c_void, c_int, *mut c_uint) -> c_int;
-        clocks_event_reasons: fn nvmlDeviceGetCurrentClocksEventReasons(*mut c_void, *mut u64) -> c_int;
-        clocks_throttle_reasons: fn nvmlDeviceGetCurrentClocksThrottleReasons(*mut c_void, *mut u64) -> c_int;
-        pcie_replay_counter: fn nvmlDeviceGetPcieReplayCounter(*mut c_void, *mut c_uint) -> c_int;
-    }
     CublasRelease from ["libcublas.so.13", "libcublas.so.12", "libcublas.so"] {
         get_property: fn cublasGetProperty(c_int, *mut c_int) -> c_int;
     }

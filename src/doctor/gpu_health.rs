@@ -3,24 +3,19 @@
 //! against its thresholds, clock event reasons and PCIe replays, per device. NVML is never
 //! required: a missing one is a note. It is loaded and initialised on a thread of its own under
 //! a time limit (`nvmlInit` can take seconds without persistence mode and has hung on some
-//! drivers): one that does not answer is left off with a warning and the doctor goes on.
+//! drivers): one that does not answer is left off with a warning and the doctor goes on. The
+//! library is spoken to through cublasguard-nvml (crates/nvml), as the guard speaks to it.
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_int, c_void, CStr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+pub use cublasguard_format::gpu_health::GpuDevice as Device;
 use cublasguard_format::gpu_health::TemperatureLimit;
-pub use cublasguard_format::gpu_health::{EccCounts, GpuDevice as Device, RemappedRows};
+use cublasguard_nvml::{Nvml, NVML_ERROR_LIB_RM_VERSION_MISMATCH};
 
 use super::check::{check, Check, Status};
-use crate::cuda_table::Nvml as Table;
-
-/// The private symbol of cublasguard's stand-in NVML (shims/nvml.c): no NVIDIA library has it.
-const STANDIN_SYMBOL: &[u8] = b"cudashim_nvml_is_stand_in\0";
-
-/// The kernel module and the driver's libraries are of different releases.
-const LIB_RM_VERSION_MISMATCH: c_int = 18;
 
 /// Set when NVML did not answer in time and its thread was left behind, maybe inside the
 /// library: the command then ends without running the libraries' exit handlers.
@@ -69,128 +64,40 @@ pub fn read(limit: Duration) -> Reading {
     }
 }
 
-fn error_text(nvml: &Table, code: c_int) -> String {
-    let Some(f) = nvml.error_string else { return format!("error {code}") };
-    // SAFETY: nvmlErrorString takes any code and returns a static string (or null).
-    let text = unsafe { f(code) };
-    if text.is_null() {
-        return format!("error {code}");
-    }
-    // SAFETY: a NUL-terminated static string of the library.
-    unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
+fn error_text(nvml: &Nvml, code: c_int) -> String {
+    nvml.error_string_of(code).unwrap_or_else(|| format!("error {code}"))
 }
 
 fn read_now() -> Reading {
-    let nvml = match Table::load() {
-        Ok(t) => t,
-        Err(e) => return Reading::Missing(e),
+    // SAFETY: loading the driver's NVML runs its initialisers, as nvidia-smi does.
+    let library = match unsafe { libloading::Library::new("libnvidia-ml.so.1") } {
+        Ok(library) => library,
+        Err(e) => return Reading::Missing(e.to_string()),
     };
+    let find = |name: &CStr| {
+        // SAFETY: only the symbol's address is taken; the table types it.
+        unsafe { library.get::<*mut c_void>(name.to_bytes_with_nul()) }.map_or(std::ptr::null_mut(), |symbol| *symbol)
+    };
+    // SAFETY: `find` answers symbols of the one library loaded above, never unloaded (below).
+    let nvml = unsafe { Nvml::resolve(find) };
+    // Never unloaded: unloading a driver library is never worth the risk.
+    std::mem::forget(library);
     let Some(init) = nvml.init else { return Reading::Missing("libnvidia-ml.so.1 has no nvmlInit_v2".into()) };
     let path = crate::cuda_table::object_file(init as *const c_void);
-    let mut standin = nvml.has(STANDIN_SYMBOL);
+    let mut standin = nvml.standin;
     // SAFETY: nvmlInit_v2 takes no arguments. It is never shut down: the process ends soon.
     let code = unsafe { init() };
     if code != 0 {
-        let text = error_text(&nvml, code);
-        nvml.keep_loaded();
-        return Reading::InitFailed { code, text, path };
-    }
-    let mut count: c_uint = 0;
-    // SAFETY: an out-parameter for the count.
-    if nvml.device_get_count.is_none_or(|f| unsafe { f(&mut count) } != 0) {
-        count = 0;
+        return Reading::InitFailed { code, text: error_text(&nvml, code), path };
     }
     let mut devices = Vec::new();
-    for index in 0..count {
-        let mut handle: *mut c_void = std::ptr::null_mut();
-        // SAFETY: an out-parameter for the handle of a device below the count.
-        if nvml.device_get_handle_by_index.is_none_or(|f| unsafe { f(index, &mut handle) } != 0) {
-            continue;
-        }
-        let device = read_device(&nvml, index, handle);
+    for (index, handle) in nvml.device_handles() {
+        // SAFETY: the handle NVML gave for `index`, after its nvmlInit.
+        let device = unsafe { nvml.read_device(index, handle) };
         standin |= device.name.starts_with("cudashim stand-in");
         devices.push(device);
     }
-    nvml.keep_loaded();
     Reading::Ready { path, standin, devices }
-}
-
-/// Whether a function was there and answered success (NVML_SUCCESS).
-fn ok(code: Option<c_int>) -> bool {
-    code == Some(0)
-}
-
-fn read_device(nvml: &Table, index: u32, h: *mut c_void) -> Device {
-    let mut d = Device { index, name: format!("device {index}"), ..Default::default() };
-    let mut name = [0 as c_char; 96];
-    // SAFETY: an out-buffer of 96 bytes, as passed (NVML_DEVICE_NAME_V2_BUFFER_SIZE).
-    if ok(nvml.device_get_name.map(|f| unsafe { f(h, name.as_mut_ptr(), 96) })) {
-        // SAFETY: NVML wrote a NUL-terminated name within the buffer.
-        d.name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
-    }
-    let mut mode: c_int = 0;
-    // SAFETY: out-parameters for an enable state (an int), of a handle NVML gave.
-    if ok(nvml.persistence_mode.map(|f| unsafe { f(h, &mut mode) })) {
-        d.persistence_mode = Some(mode != 0);
-    }
-    let (mut current, mut pending): (c_int, c_int) = (0, 0);
-    // SAFETY: as above, two enable states.
-    if ok(nvml.ecc_mode.map(|f| unsafe { f(h, &mut current, &mut pending) })) {
-        d.ecc_mode = Some(current != 0);
-    }
-    if let Some(f) = nvml.total_ecc_errors {
-        // (error type: 0 corrected, 1 uncorrected; counter: 0 volatile, 1 aggregate)
-        let mut counts = [0u64; 4];
-        let mut all = true;
-        for (slot, (error_type, counter)) in [(0, 0), (1, 0), (0, 1), (1, 1)].into_iter().enumerate() {
-            // SAFETY: an out-parameter for one count.
-            all &= unsafe { f(h, error_type, counter, &mut counts[slot]) } == 0;
-        }
-        if all {
-            d.ecc = Some(EccCounts {
-                corrected_volatile: counts[0],
-                uncorrected_volatile: counts[1],
-                corrected_aggregate: counts[2],
-                uncorrected_aggregate: counts[3],
-            });
-        }
-    }
-    let mut rows: [c_uint; 4] = [0; 4];
-    let [a, b, c, e] = &mut rows;
-    // SAFETY: four out-parameters (corrected, uncorrected, pending, failure).
-    if ok(nvml.remapped_rows.map(|f| unsafe { f(h, a, b, c, e) })) {
-        d.remapped_rows = Some(RemappedRows { corrected: rows[0], uncorrected: rows[1], pending: rows[2] != 0, failure: rows[3] != 0 });
-    }
-    let mut retired: c_int = 0;
-    // SAFETY: an out-parameter for an enable state.
-    if ok(nvml.retired_pages_pending.map(|f| unsafe { f(h, &mut retired) })) {
-        d.retired_pages_pending = Some(retired != 0);
-    }
-    let mut t: c_uint = 0;
-    // SAFETY: an out-parameter; sensor 0 is NVML_TEMPERATURE_GPU.
-    if ok(nvml.temperature.map(|f| unsafe { f(h, 0, &mut t) })) {
-        d.temperature_c = Some(t);
-    }
-    for (threshold, slot) in [(0, &mut d.shutdown_c), (1, &mut d.slowdown_c)] {
-        let mut t: c_uint = 0;
-        // SAFETY: an out-parameter; thresholds 0 shutdown, 1 slowdown (nvmlTemperatureThresholds_t).
-        if ok(nvml.temperature_threshold.map(|f| unsafe { f(h, threshold, &mut t) })) {
-            *slot = Some(t);
-        }
-    }
-    let mut reasons: u64 = 0;
-    // The older name (before r535) where the newer one is missing.
-    let reasons_of = nvml.clocks_event_reasons.or(nvml.clocks_throttle_reasons);
-    // SAFETY: an out-parameter for the reason bits.
-    if ok(reasons_of.map(|f| unsafe { f(h, &mut reasons) })) {
-        d.clock_event_reasons = Some(reasons);
-    }
-    let mut replays: c_uint = 0;
-    // SAFETY: an out-parameter for the counter.
-    if ok(nvml.pcie_replay_counter.map(|f| unsafe { f(h, &mut replays) })) {
-        d.pcie_replays = Some(replays);
-    }
-    d
 }
 
 fn on_off(v: Option<bool>) -> &'static str {
@@ -254,7 +161,7 @@ pub fn checks(reading: &Reading) -> Vec<Check> {
         )),
         Reading::InitFailed { code, text, path } => {
             let at = path.as_ref().map(|p| format!(" at {}", p.display())).unwrap_or_default();
-            let (status, fix) = if *code == LIB_RM_VERSION_MISMATCH {
+            let (status, fix) = if *code == NVML_ERROR_LIB_RM_VERSION_MISMATCH {
                 (Status::Fail, "the loaded nvidia kernel module is not the release of the driver's libraries (a driver upgraded without a reboot): reboot, or reload the nvidia modules")
             } else {
                 (Status::Warn, "run nvidia-smi: it starts NVML the same way and says more")
@@ -365,6 +272,7 @@ fn problems(d: &Device, standin: bool) -> Vec<Check> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cublasguard_format::gpu_health::{EccCounts, RemappedRows};
 
     fn healthy() -> Device {
         Device {

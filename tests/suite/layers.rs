@@ -631,9 +631,11 @@ fn every_policy_module_forbids_unsafe_code_and_every_unsafe_block_of_the_guard_a
     }
     let lib = std::fs::read_to_string(src.join("lib.rs")).expect("read lib.rs");
     let command = std::fs::read_to_string(manifest_dir().join("src/main.rs")).expect("read main.rs");
+    let nvml = std::fs::read_to_string(manifest_dir().join("crates/nvml/src/lib.rs")).expect("read NVML's client");
     for lint in ["#![deny(unsafe_op_in_unsafe_fn)]", "#![deny(clippy::undocumented_unsafe_blocks)]"] {
         assert!(lib.contains(lint), "lib.rs lacks {lint}");
         assert!(command.lines().any(|l| l.trim() == lint), "the command's main.rs lacks {lint}: its unsafe blocks go unchecked");
+        assert!(nvml.lines().any(|l| l.trim() == lint), "crates/nvml's lib.rs lacks {lint}");
     }
 }
 

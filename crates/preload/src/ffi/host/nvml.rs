@@ -8,15 +8,16 @@
 //! thread is not there). The kernel log's Xid lines naming this process are read at faults
 //! (`kernel_log`), NVML or not.
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use cublasguard_nvml::{Device, EventData, EventSet, Nvml, EVENT_DOUBLE_BIT_ECC, EVENT_XID, NVML_ERROR_NOT_SUPPORTED, NVML_SUCCESS};
 use parking_lot::{Condvar, Mutex};
 
 use crate::ffi::host::kernel_log;
 use crate::ffi::intercept::{dl, loader_gate};
-use crate::gpu_health::{EccCounts, GpuDevice, GpuEvent, GpuEventKind, GpuHealth, GpuHealthState, RemappedRows};
+use crate::gpu_health::{GpuDevice, GpuEvent, GpuEventKind, GpuHealth, GpuHealthState};
 
 /// How long `nvmlInit_v2` may take before NVML is left off.
 const START_LIMIT: Duration = Duration::from_secs(10);
@@ -31,93 +32,43 @@ const EVENT_WAIT_MS: c_uint = 5;
 /// Events kept (later ones are counted).
 const MAX_EVENTS: usize = 64;
 
-const NVML_SUCCESS: c_int = 0;
-const NVML_ERROR_NOT_SUPPORTED: c_int = 3;
-const EVENT_DOUBLE_BIT_ECC: u64 = 0x2;
-const EVENT_XID: u64 = 0x8;
-
-/// nvmlEventData_t.
-#[repr(C)]
-struct EventData {
-    device: *mut c_void,
-    event_type: u64,
-    event_data: u64,
-    gpu_instance_id: c_uint,
-    compute_instance_id: c_uint,
+/// A device's readings, of a handle the thread's `device_handles` gave after its `nvmlInit`.
+fn read_device(api: &Api, index: u32, h: Device) -> GpuDevice {
+    // SAFETY: `h` is the handle NVML gave for `index` (every caller passes `device_handles`'s).
+    unsafe { api.read_device(index, h) }
 }
 
-type Device = *mut c_void;
-type EventSet = *mut c_void;
-
-macro_rules! nvml_api {
-    ( $( $field:ident : $name:literal fn ( $( $ty:ty ),* ) ; )* ) => {
-        /// NVML's functions by the versioned names nvml.h's macros call, each `None` where the
-        /// library lacks it. Every one returns nvmlReturn_t.
-        struct Api {
-            $( $field: Option<unsafe extern "C" fn( $( $ty ),* ) -> c_int>, )*
-            error_string: Option<unsafe extern "C" fn(c_int) -> *const c_char>,
-            standin: bool,
-        }
-
-        impl Api {
-            /// # Safety
-            /// `handle` is a live `dlopen` handle of libnvidia-ml.so.1.
-            unsafe fn resolve(handle: *mut c_void) -> Self {
-                let find = |name: &CStr| loader_gate::through(|| {
-                    // SAFETY: a live handle (the caller's contract) and a NUL-terminated name.
-                    unsafe { dl::real_dlsym(handle, name.as_ptr()) }
-                });
-                Self {
-                    $( $field: {
-                        let p = find(&CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()).unwrap_or_default());
-                        // SAFETY: the symbol's C signature as nvml.h declares it.
-                        (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn( $( $ty ),* ) -> c_int>(p) })
-                    }, )*
-                    error_string: {
-                        let p = find(c"nvmlErrorString");
-                        // SAFETY: `const char *nvmlErrorString(nvmlReturn_t)`.
-                        (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> *const c_char>(p) })
-                    },
-                    // cublasguard's stand-in NVML (shims/nvml.c) exports this; no NVIDIA library does.
-                    standin: !find(c"cudashim_nvml_is_stand_in").is_null(),
-                }
-            }
-        }
-    };
+/// NVML's functions, found in the library the thread loaded (past the guard's own `dlsym`).
+struct Api {
+    nvml: Nvml,
 }
 
-nvml_api! {
-    init: "nvmlInit_v2" fn();
-    shutdown: "nvmlShutdown" fn();
-    device_get_count: "nvmlDeviceGetCount_v2" fn(*mut c_uint);
-    device_get_handle_by_index: "nvmlDeviceGetHandleByIndex_v2" fn(c_uint, *mut Device);
-    device_get_name: "nvmlDeviceGetName" fn(Device, *mut c_char, c_uint);
-    persistence_mode: "nvmlDeviceGetPersistenceMode" fn(Device, *mut c_int);
-    ecc_mode: "nvmlDeviceGetEccMode" fn(Device, *mut c_int, *mut c_int);
-    total_ecc_errors: "nvmlDeviceGetTotalEccErrors" fn(Device, c_int, c_int, *mut u64);
-    remapped_rows: "nvmlDeviceGetRemappedRows" fn(Device, *mut c_uint, *mut c_uint, *mut c_uint, *mut c_uint);
-    retired_pages_pending: "nvmlDeviceGetRetiredPagesPendingStatus" fn(Device, *mut c_int);
-    temperature: "nvmlDeviceGetTemperature" fn(Device, c_int, *mut c_uint);
-    temperature_threshold: "nvmlDeviceGetTemperatureThreshold" fn(Device, c_int, *mut c_uint);
-    clocks_event_reasons: "nvmlDeviceGetCurrentClocksEventReasons" fn(Device, *mut u64);
-    clocks_throttle_reasons: "nvmlDeviceGetCurrentClocksThrottleReasons" fn(Device, *mut u64);
-    pcie_replay_counter: "nvmlDeviceGetPcieReplayCounter" fn(Device, *mut c_uint);
-    event_set_create: "nvmlEventSetCreate" fn(*mut EventSet);
-    register_events: "nvmlDeviceRegisterEvents" fn(Device, u64, EventSet);
-    event_set_wait: "nvmlEventSetWait_v2" fn(EventSet, *mut EventData, c_uint);
-    event_set_free: "nvmlEventSetFree" fn(EventSet);
+impl std::ops::Deref for Api {
+    type Target = Nvml;
+    fn deref(&self) -> &Nvml {
+        &self.nvml
+    }
 }
 
 impl Api {
+    /// # Safety
+    /// `handle` is a live `dlopen` handle of libnvidia-ml.so.1, never closed.
+    unsafe fn resolve(handle: *mut c_void) -> Self {
+        let find = |name: &CStr| {
+            loader_gate::through(|| {
+                // SAFETY: a live handle (the caller's contract) and a NUL-terminated name.
+                unsafe { dl::real_dlsym(handle, name.as_ptr()) }
+            })
+        };
+        // SAFETY: `find` answers symbols of the one library `handle` holds, which stays loaded.
+        Self { nvml: unsafe { Nvml::resolve(find) } }
+    }
+
     fn error_text(&self, code: c_int) -> String {
-        let Some(f) = self.error_string else { return format!("error {code}") };
-        // SAFETY: nvmlErrorString takes any code and returns a static string, or null.
-        let text = unsafe { f(code) };
-        if text.is_null() {
-            return format!("error {code}");
+        match self.error_string_of(code) {
+            Some(text) => format!("{text} ({code})"),
+            None => format!("error {code}"),
         }
-        // SAFETY: a NUL-terminated static string of the library.
-        format!("{} ({code})", unsafe { CStr::from_ptr(text) }.to_string_lossy())
     }
 }
 
@@ -234,7 +185,7 @@ fn run(monitor: &'static Monitor) {
     if code != NVML_SUCCESS {
         return finish(GpuHealthState::Failed, format!("nvmlInit_v2 failed: {}", api.error_text(code)));
     }
-    let handles = device_handles(&api);
+    let handles = api.device_handles();
     let mut devices: Vec<GpuDevice> = handles.iter().map(|&(index, h)| read_device(&api, index, h)).collect();
     for d in &mut devices {
         d.ecc_at_start = d.ecc.clone();
@@ -288,22 +239,6 @@ fn run(monitor: &'static Monitor) {
     let mut shared = monitor.shared.lock();
     shared.stopped = true;
     monitor.changed.notify_all();
-}
-
-fn device_handles(api: &Api) -> Vec<(u32, Device)> {
-    let mut count: c_uint = 0;
-    // SAFETY: an out-parameter for the count.
-    if api.device_get_count.is_none_or(|f| unsafe { f(&mut count) } != NVML_SUCCESS) {
-        return Vec::new();
-    }
-    (0..count.min(64))
-        .filter_map(|index| {
-            let mut h: Device = std::ptr::null_mut();
-            // SAFETY: an out-parameter for the handle of a device below the count.
-            let ok = api.device_get_handle_by_index.is_some_and(|f| unsafe { f(index, &mut h) } == NVML_SUCCESS);
-            ok.then_some((index, h))
-        })
-        .collect()
 }
 
 /// Registers every device for Xid and double-bit ECC events (each alone where a device refuses
@@ -372,7 +307,7 @@ fn next_event(api: &Api, set: EventSet, handles: &[(u32, Device)], timeout_ms: c
     if set.is_null() {
         return None;
     }
-    let mut data = EventData { device: std::ptr::null_mut(), event_type: 0, event_data: 0, gpu_instance_id: 0, compute_instance_id: 0 };
+    let mut data = EventData::empty();
     // SAFETY: the set NVML made and an out-parameter of nvmlEventData_t's layout.
     if unsafe { wait(set, &mut data, timeout_ms) } != NVML_SUCCESS {
         return None;
@@ -390,81 +325,6 @@ fn keep_event(monitor: &Monitor, event: GpuEvent) {
     } else {
         shared.health.events_dropped += 1;
     }
-}
-
-/// Whether a function was there and answered NVML_SUCCESS.
-fn ok(code: Option<c_int>) -> bool {
-    code == Some(NVML_SUCCESS)
-}
-
-fn read_device(api: &Api, index: u32, h: Device) -> GpuDevice {
-    let mut d = GpuDevice { index, name: format!("device {index}"), ..Default::default() };
-    let mut name = [0 as c_char; 96];
-    // SAFETY: an out-buffer of 96 bytes, as passed (NVML_DEVICE_NAME_V2_BUFFER_SIZE).
-    if ok(api.device_get_name.map(|f| unsafe { f(h, name.as_mut_ptr(), 96) })) {
-        name[95] = 0;
-        // SAFETY: NUL-terminated within the buffer (its last byte is 0).
-        d.name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
-    }
-    let mut mode: c_int = 0;
-    // SAFETY: an out-parameter for an enable state, of a handle NVML gave.
-    if ok(api.persistence_mode.map(|f| unsafe { f(h, &mut mode) })) {
-        d.persistence_mode = Some(mode != 0);
-    }
-    let (mut current, mut pending): (c_int, c_int) = (0, 0);
-    // SAFETY: two out-parameters for enable states.
-    if ok(api.ecc_mode.map(|f| unsafe { f(h, &mut current, &mut pending) })) {
-        d.ecc_mode = Some(current != 0);
-    }
-    if let Some(f) = api.total_ecc_errors {
-        // (error type: 0 corrected, 1 uncorrected; counter: 0 volatile, 1 aggregate)
-        let mut counts = [0u64; 4];
-        let mut all = true;
-        for (slot, (error_type, counter)) in [(0, 0), (1, 0), (0, 1), (1, 1)].into_iter().enumerate() {
-            // SAFETY: an out-parameter for one count.
-            all &= unsafe { f(h, error_type, counter, &mut counts[slot]) } == NVML_SUCCESS;
-        }
-        if all {
-            let [corrected_volatile, uncorrected_volatile, corrected_aggregate, uncorrected_aggregate] = counts;
-            d.ecc = Some(EccCounts { corrected_volatile, uncorrected_volatile, corrected_aggregate, uncorrected_aggregate });
-        }
-    }
-    let mut rows: [c_uint; 4] = [0; 4];
-    let [a, b, c, e] = &mut rows;
-    // SAFETY: four out-parameters (corrected, uncorrected, pending, failure).
-    if ok(api.remapped_rows.map(|f| unsafe { f(h, a, b, c, e) })) {
-        d.remapped_rows = Some(RemappedRows { corrected: rows[0], uncorrected: rows[1], pending: rows[2] != 0, failure: rows[3] != 0 });
-    }
-    let mut retired: c_int = 0;
-    // SAFETY: an out-parameter for an enable state.
-    if ok(api.retired_pages_pending.map(|f| unsafe { f(h, &mut retired) })) {
-        d.retired_pages_pending = Some(retired != 0);
-    }
-    let mut t: c_uint = 0;
-    // SAFETY: an out-parameter; sensor 0 is NVML_TEMPERATURE_GPU.
-    if ok(api.temperature.map(|f| unsafe { f(h, 0, &mut t) })) {
-        d.temperature_c = Some(t);
-    }
-    for (threshold, slot) in [(0, &mut d.shutdown_c), (1, &mut d.slowdown_c)] {
-        let mut t: c_uint = 0;
-        // SAFETY: an out-parameter; thresholds 0 shutdown, 1 slowdown (nvmlTemperatureThresholds_t).
-        if ok(api.temperature_threshold.map(|f| unsafe { f(h, threshold, &mut t) })) {
-            *slot = Some(t);
-        }
-    }
-    let mut reasons: u64 = 0;
-    // The older name (before r535) where the newer one is missing.
-    let reasons_of = api.clocks_event_reasons.or(api.clocks_throttle_reasons);
-    // SAFETY: an out-parameter for the reason bits.
-    if ok(reasons_of.map(|f| unsafe { f(h, &mut reasons) })) {
-        d.clock_event_reasons = Some(reasons);
-    }
-    let mut replays: c_uint = 0;
-    // SAFETY: an out-parameter for the counter.
-    if ok(api.pcie_replay_counter.map(|f| unsafe { f(h, &mut replays) })) {
-        d.pcie_replays = Some(replays);
-    }
-    d
 }
 
 /// The GPU's health as of now. `fresh`: at a fault, or at exit: the thread re-reads the
