@@ -11,7 +11,8 @@
 #   MODES   the CUBLASGUARD_CHECKS values to measure ("all": the variable unset, every check);
 #           default "none args,bounds all"
 #   REPS    runs of each size, the lowest total kept (default 3)
-#   FORM    the call made: sgemm (default), gemm_ex, strided_ex, strided or lt (benches/c/gemm_loop.c)
+#   FORM    the call made: sgemm (default), gemm_ex, strided_ex, strided, lt or lt_percall
+#           (benches/c/gemm_loop.c)
 #   SHAPE   "m n k" (default "2 2 2"); "512 512 1" makes C 1 MiB, for the cost per MiB scanned
 #   CALLS   the smaller run's calls (default 20000; the larger makes twice as many). Each run
 #           adds CALLS/10 + 1 warm-up calls, so the two differ by 1.1 x CALLS calls, the

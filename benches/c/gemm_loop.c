@@ -2,7 +2,9 @@
  * mean nanoseconds per call: gemm_loop M N K CALLS [FORM]. The same binary runs bare and
  * guarded. FORM: sgemm (the default), gemm_ex (cublasGemmEx, f32 with CUBLAS_COMPUTE_32F),
  * strided_ex (cublasGemmStridedBatchedEx, one member), strided (cublasSgemmStridedBatched) or
- * lt (cublasLtMatmul, f32, its descriptors made once, D in place of C).
+ * lt (cublasLtMatmul, f32, its descriptors made once, D in place of C) or lt_percall (the same,
+ * its descriptor and three layouts made, two attributes set and all destroyed around every
+ * matmul, as PyTorch's gemm_and_bias does).
  * GEMM_LOOP_DRIVER_THREAD=1 starts an idle thread first, as NVIDIA's driver does at cuInit:
  * the stand-in starts none under CUDASHIM_SYNC=1, and glibc's mutexes take a shorter path in a
  * process of one thread, which a guard's own thread would otherwise be charged for. */
@@ -47,6 +49,23 @@ static int gemm(cublasHandle_t h, int which, int m, int n, int k, const void *a,
         return cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, sa, b, k, sb, &zero, c, m, sc, 1);
     case 4:
         return cublasLtMatmul(lt, lt_desc, &one, a, lt_a, b, lt_b, &zero, c, lt_c, c, lt_c, NULL, NULL, 0, 0);
+    case 5: {
+        cublasLtMatmulDesc_t desc;
+        cublasLtMatrixLayout_t la, lb, lc;
+        int32_t op = CUBLAS_OP_N;
+        if (cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op, sizeof op) ||
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op, sizeof op) ||
+            cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m) || cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k) ||
+            cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, m))
+            return 7;
+        int st = cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, c, lc, c, lc, NULL, NULL, 0, 0);
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(lc);
+        cublasLtMatmulDescDestroy(desc);
+        return st;
+    }
     default:
         return cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, b, k, &zero, c, m);
     }
@@ -78,8 +97,8 @@ int main(int argc, char **argv) {
     cudaMemcpy(a, host, (size_t)m * k * sizeof(float), cudaMemcpyHostToDevice);
     cudaMemcpy(b, host, (size_t)k * n * sizeof(float), cudaMemcpyHostToDevice);
     const char *form = argc > 5 ? argv[5] : "sgemm";
-    int which = !strcmp(form, "gemm_ex") ? 1 : !strcmp(form, "strided_ex") ? 2 : !strcmp(form, "strided") ? 3 : !strcmp(form, "lt") ? 4 : 0;
-    if (which == 4 && lt_setup(m, n, k)) return 6;
+    int which = !strcmp(form, "gemm_ex") ? 1 : !strcmp(form, "strided_ex") ? 2 : !strcmp(form, "strided") ? 3 : !strcmp(form, "lt") ? 4 : !strcmp(form, "lt_percall") ? 5 : 0;
+    if (which >= 4 && lt_setup(m, n, k)) return 6;
     for (int i = 0; i < calls / 10 + 1; i++) /* warm up */
         if (gemm(h, which, m, n, k, a, b, c) != CUBLAS_STATUS_SUCCESS) return 4;
     double start = now();

@@ -383,7 +383,8 @@ fn with_only_args_and_bounds_every_gemm_form_is_recorded_and_judged_as_its_handl
 fn a_cublaslt_matmul_on_the_lean_path_is_recorded_and_judged_as_its_handler_would() {
     // cublasLtMatmul's lean path (issue 44, point 3) reads its descriptors from the guard's
     // table (a thread's memo of them, on its second call) and, with `args` and `bounds`,
-    // vouches for the call without its handler. LT_LINEAR_WARM makes a clean matmul first
+    // vouches for the call without its handler; the descriptor calls' lean path keeps that
+    // table in every mode. LT_LINEAR_WARM makes a clean matmul first
     // (the lean path waits for the session's first) and the case's matmul twice. Operand dumps
     // keep every call on the handler's path: the reference.
     let program = build_c("lt_linear", &["lt_linear.c"], false);
@@ -393,7 +394,9 @@ fn a_cublaslt_matmul_on_the_lean_path_is_recorded_and_judged_as_its_handler_woul
             let told = |dumps: bool| {
                 // The stand-in's synchronous model: a fault the guard lets through (checks
                 // off) is on the device when the next call comes, whichever path was faster.
-                let mut env = vec![("CUBLASGUARD_CHECKS", checks), ("LT_LINEAR_WARM", "1"), ("CUDASHIM_SYNC", "1")];
+                // CUDASHIM_LT_NO_QUERIES: the stand-in answers no attribute query, so the matmul
+                // is described only from what the descriptor calls' lean path kept.
+                let mut env = vec![("CUBLASGUARD_CHECKS", checks), ("LT_LINEAR_WARM", "1"), ("CUDASHIM_SYNC", "1"), ("CUDASHIM_LT_NO_QUERIES", "1")];
                 if dumps {
                     env.push(("CUBLASGUARD_DUMP", "dumps"));
                 }

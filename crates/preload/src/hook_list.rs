@@ -8,7 +8,7 @@
 //! FFI edge sees them (it is where they are expanded); here only the names are read.
 
 /// Hands the hook table to `$callback!`, one entry per hooked function:
-/// `Library fn name(arg: Type, ...) -> Ret => handler[, lean PATH | , lean_described PATH];`
+/// `Library fn name(arg: Type, ...) -> Ret => handler[, lean PATH | , lean_described PATH | , lean_always PATH];`
 macro_rules! with_hook_table {
     ( $callback:ident ) => {
         $callback! {
@@ -80,12 +80,12 @@ macro_rules! with_hook_table {
             Cublas fn cublasZgelsBatched(h: Handle, trans: c_int, m: c_int, n: c_int, nrhs: c_int, a: P, lda: c_int, c: P, ldc: c_int, info: P, dev_info: P, batch: c_int) -> c_int => blas::zgels_batched;
             CublasLt fn cublasLtCreate(handle: *mut *mut c_void) -> c_int => lt::create;
             CublasLt fn cublasLtDestroy(handle: *mut c_void) -> c_int => lt::destroy;
-            CublasLt fn cublasLtMatmulDescCreate(desc: *mut *mut c_void, compute: c_int, scale: c_int) -> c_int => lt::matmul_desc_create;
-            CublasLt fn cublasLtMatmulDescDestroy(desc: *mut c_void) -> c_int => lt::descriptor_destroy;
-            CublasLt fn cublasLtMatrixLayoutCreate(layout: *mut *mut c_void, dtype: c_int, rows: u64, cols: u64, ld: i64) -> c_int => lt::layout_create;
-            CublasLt fn cublasLtMatrixLayoutDestroy(layout: *mut c_void) -> c_int => lt::descriptor_destroy;
-            CublasLt fn cublasLtMatrixLayoutSetAttribute(layout: *mut c_void, attr: c_int, buf: P, size: usize) -> c_int => lt::layout_set_attribute;
-            CublasLt fn cublasLtMatmulDescSetAttribute(desc: *mut c_void, attr: c_int, buf: P, size: usize) -> c_int => lt::matmul_desc_set_attribute;
+            CublasLt fn cublasLtMatmulDescCreate(desc: *mut *mut c_void, compute: c_int, scale: c_int) -> c_int => lt::matmul_desc_create, lean_always lt::MATMUL_DESC_CREATE;
+            CublasLt fn cublasLtMatmulDescDestroy(desc: *mut c_void) -> c_int => lt::descriptor_destroy, lean_always lt::DESCRIPTOR_DESTROY;
+            CublasLt fn cublasLtMatrixLayoutCreate(layout: *mut *mut c_void, dtype: c_int, rows: u64, cols: u64, ld: i64) -> c_int => lt::layout_create, lean_always lt::LAYOUT_CREATE;
+            CublasLt fn cublasLtMatrixLayoutDestroy(layout: *mut c_void) -> c_int => lt::descriptor_destroy, lean_always lt::DESCRIPTOR_DESTROY;
+            CublasLt fn cublasLtMatrixLayoutSetAttribute(layout: *mut c_void, attr: c_int, buf: P, size: usize) -> c_int => lt::layout_set_attribute, lean_always lt::LAYOUT_SET_ATTRIBUTE;
+            CublasLt fn cublasLtMatmulDescSetAttribute(desc: *mut c_void, attr: c_int, buf: P, size: usize) -> c_int => lt::matmul_desc_set_attribute, lean_always lt::MATMUL_DESC_SET_ATTRIBUTE;
             CublasLt fn cublasLtMatmul(h: *mut c_void, desc: *mut c_void, alpha: P, a: P, ad: *mut c_void, b: P, bd: *mut c_void, beta: P, c: P, cd: *mut c_void, d: *mut c_void, dd: *mut c_void, algo: P, ws: *mut c_void, ws_bytes: usize, stream: Stream) -> c_int => lt::matmul, lean_described lt::MATMUL;
             Cudart fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int => memory::malloc;
             Cudart fn cudaFree(dev_ptr: *mut c_void) -> c_int => memory::free;

@@ -13,7 +13,7 @@ use crate::check::operand_call::{operand_inside, Members, OperandCall, OperandSp
 use crate::cuda::{ComputeType, PointerMode};
 use crate::recorder::CallArgs;
 use crate::scan::DType;
-use crate::session::lt_descriptors::{LtMemo, MatmulDescribed};
+use crate::session::lt_descriptors::{LtDescriptors, LtMemo, MatmulDescribed};
 use crate::session::{LeanGemm, Session};
 use crate::state::{AllocationView, HandleLookup, ThreadMemo};
 use crate::trace::hex;
@@ -37,25 +37,51 @@ pub(crate) fn destroy(call: &Call<'_, c_int>, handle: *mut c_void) -> c_int {
 fn descriptor_created(call: &Call<'_, c_int>, out: *mut *mut c_void, known: impl FnOnce(u64)) -> c_int {
     let status = call.forward();
     let created = if status == 0 { super::parameters::written_u64(call, out as u64).unwrap_or(0) } else { 0 };
+    call.record(status, noted_created(created, known));
+    status
+}
+
+/// A descriptor made (`created`: the handle the library wrote, 0 for none): `known` told, and
+/// what the recorder keeps. The handler's and the lean path's.
+fn noted_created(created: u64, known: impl FnOnce(u64)) -> CallArgs {
     if created != 0 {
         known(created);
     }
-    call.record(status, CallArgs::Handle { handle: created, value: 0 });
-    status
+    CallArgs::Handle { handle: created, value: 0 }
 }
 
 /// cublasLtMatrixLayoutSetAttribute and cublasLtMatmulDescSetAttribute: what the program set,
 /// kept for the matmuls that read it (`set`, told the attribute's bytes), once the library took it.
 fn attribute_set(call: &Call<'_, c_int>, descriptor: *mut c_void, attr: c_int, buf: Ptr, size: usize, set: impl FnOnce(u64, i32, &[u8])) -> c_int {
     let status = call.forward();
-    if status == 0 && call.session.lt_descriptors.contains(descriptor as u64) {
+    let record = if status == 0 {
+        noted_set(&call.session.lt_descriptors, descriptor, attr, buf, size, &|ptr, out| call.device.read_parameter(ptr, out), set)
+    } else {
+        CallArgs::Handle { handle: descriptor as u64, value: i64::from(attr) }
+    };
+    call.record(status, record);
+    status
+}
+
+/// An attribute the library took: kept where the guard follows the descriptor (`read`: the
+/// program's memory, as `Device::read_parameter`), and what the recorder keeps. The handler's
+/// and the lean path's.
+fn noted_set(
+    table: &LtDescriptors,
+    descriptor: *mut c_void,
+    attr: c_int,
+    buf: Ptr,
+    size: usize,
+    read: ReadProgram<'_>,
+    set: impl FnOnce(u64, i32, &[u8]),
+) -> CallArgs {
+    if table.contains(descriptor as u64) {
         // The attributes the guard reads are 4 or 8 bytes; any other size leaves them unfollowed.
         let mut bytes = [0u8; 8];
-        let read = size <= bytes.len() && call.device.read_parameter(buf as u64, &mut bytes[..size]);
+        let read = size <= bytes.len() && read(buf as u64, &mut bytes[..size]);
         set(descriptor as u64, attr, if read { &bytes[..size] } else { &[] });
     }
-    call.record(status, CallArgs::Handle { handle: descriptor as u64, value: i64::from(attr) });
-    status
+    CallArgs::Handle { handle: descriptor as u64, value: i64::from(attr) }
 }
 
 pub(crate) fn layout_set_attribute(call: &Call<'_, c_int>, layout: *mut c_void, attr: c_int, buf: Ptr, size: usize) -> c_int {
@@ -296,5 +322,89 @@ impl LtMatmul {
             scalars_placed.then_some(record)
         };
         session.lt_descriptors.with_matmul_in(desc as u64, layouts, lt_memo, vouch).flatten()
+    }
+}
+
+/// cublasLt's descriptor calls on the hook layer's lean path (`lean_always` in the hook
+/// table), one value per call: they have no checks, so whatever the checks are a clean one is
+/// forwarded and recorded without its handler, the guard's table kept as the handler keeps it.
+/// PyTorch makes eight or nine of them around every cublasLtMatmul. `before` runs before the
+/// real call (a destroy forgets the descriptor first, as its handler does; `None` would send
+/// the call to its handler), `after` once it succeeded (`read`: the program's memory, for the
+/// handle a create wrote and the bytes a set passed); a failed call goes to its handler.
+pub(crate) struct MatmulDescCreate;
+pub(crate) struct LayoutCreate;
+pub(crate) struct LayoutSetAttribute;
+pub(crate) struct MatmulDescSetAttribute;
+pub(crate) struct DescriptorDestroy;
+pub(crate) const MATMUL_DESC_CREATE: MatmulDescCreate = MatmulDescCreate;
+pub(crate) const LAYOUT_CREATE: LayoutCreate = LayoutCreate;
+pub(crate) const LAYOUT_SET_ATTRIBUTE: LayoutSetAttribute = LayoutSetAttribute;
+pub(crate) const MATMUL_DESC_SET_ATTRIBUTE: MatmulDescSetAttribute = MatmulDescSetAttribute;
+pub(crate) const DESCRIPTOR_DESTROY: DescriptorDestroy = DescriptorDestroy;
+
+/// What `read` for the program's memory is: `Device::read_parameter`'s copy.
+type ReadProgram<'a> = &'a dyn Fn(u64, &mut [u8]) -> bool;
+
+/// The created handle `out` points to, as `parameters::written_u64` reads it (0: unread).
+fn written_handle(read: ReadProgram<'_>, out: *mut *mut c_void) -> u64 {
+    let mut bytes = [0u8; 8];
+    if read(out as u64, &mut bytes) {
+        u64::from_ne_bytes(bytes)
+    } else {
+        0
+    }
+}
+
+impl MatmulDescCreate {
+    pub(crate) fn before(&self, _: &Session, _out: *mut *mut c_void, _compute: c_int, _scale: c_int) -> Option<()> {
+        Some(())
+    }
+
+    pub(crate) fn after(&self, s: &Session, read: ReadProgram<'_>, out: *mut *mut c_void, compute: c_int, scale: c_int) -> CallArgs {
+        noted_created(written_handle(read, out), |d| s.lt_descriptors.matmul_created(d, compute, scale))
+    }
+}
+
+impl LayoutCreate {
+    pub(crate) fn before(&self, _: &Session, _out: *mut *mut c_void, _dtype: c_int, _rows: u64, _cols: u64, _ld: i64) -> Option<()> {
+        Some(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn after(&self, s: &Session, read: ReadProgram<'_>, out: *mut *mut c_void, dtype: c_int, rows: u64, cols: u64, ld: i64) -> CallArgs {
+        noted_created(written_handle(read, out), |d| s.lt_descriptors.layout_created(d, dtype, rows, cols, ld))
+    }
+}
+
+impl LayoutSetAttribute {
+    pub(crate) fn before(&self, _: &Session, _layout: *mut c_void, _attr: c_int, _buf: Ptr, _size: usize) -> Option<()> {
+        Some(())
+    }
+
+    pub(crate) fn after(&self, s: &Session, read: ReadProgram<'_>, layout: *mut c_void, attr: c_int, buf: Ptr, size: usize) -> CallArgs {
+        noted_set(&s.lt_descriptors, layout, attr, buf, size, read, |d, a, b| s.lt_descriptors.layout_set(d, a, b))
+    }
+}
+
+impl MatmulDescSetAttribute {
+    pub(crate) fn before(&self, _: &Session, _desc: *mut c_void, _attr: c_int, _buf: Ptr, _size: usize) -> Option<()> {
+        Some(())
+    }
+
+    pub(crate) fn after(&self, s: &Session, read: ReadProgram<'_>, desc: *mut c_void, attr: c_int, buf: Ptr, size: usize) -> CallArgs {
+        noted_set(&s.lt_descriptors, desc, attr, buf, size, read, |d, a, b| s.lt_descriptors.matmul_set(d, a, b))
+    }
+}
+
+impl DescriptorDestroy {
+    /// Forgotten before the real destroy, as `descriptor_destroyed` does.
+    pub(crate) fn before(&self, s: &Session, descriptor: *mut c_void) -> Option<()> {
+        s.lt_descriptors.destroyed(descriptor as u64);
+        Some(())
+    }
+
+    pub(crate) fn after(&self, _: &Session, _read: ReadProgram<'_>, descriptor: *mut c_void) -> CallArgs {
+        CallArgs::Handle { handle: descriptor as u64, value: 0 }
     }
 }

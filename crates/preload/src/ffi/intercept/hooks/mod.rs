@@ -135,10 +135,19 @@ impl<'t> LeanCall<'t> {
         }
     }
 
-    /// `vouched` for a hook whose lean path describes the call from the guard's tables
-    /// (`lean_described`): what the recorder keeps of it, or `None` for its handler.
+    /// A call without checks may take the lean path whatever the checks are (`lean_always`):
+    /// the session armed, the thread's id known, not inside a hook already, and no operand dump
+    /// to write (dumps keep every call on its handler's path).
     #[inline(always)]
-    fn described(s: &Session, t: &PerThread, described: impl FnOnce(&Session, &PerThread) -> Option<CallArgs>) -> Option<CallArgs> {
+    fn armed(t: &PerThread) -> Option<&'static Session> {
+        let s = lifecycle::armed_session()?;
+        (t.tid.get() != 0 && !t.inside.get() && !s.dumps_left()).then_some(s)
+    }
+
+    /// `vouched` for a hook whose lean path reads or keeps the guard's tables (`lean_described`,
+    /// `lean_always`): its answer, or `None` for its handler.
+    #[inline(always)]
+    fn described<T>(s: &Session, t: &PerThread, described: impl FnOnce(&Session, &PerThread) -> Option<T>) -> Option<T> {
         match catch_panic(|| described(s, t)) {
             Some(described) => described,
             None => {
@@ -271,6 +280,25 @@ macro_rules! lean_path {
                     // SAFETY: the caller's arguments, passed on unchanged to the real function.
                     let r = unsafe { $real( $( $arg ),* ) };
                     return match lean.finish(r, || record) {
+                        Ok(r) => r,
+                        Err(lean) => lean.failed(r, $frame, |call| $handler(call, $( $arg ),* )),
+                    };
+                }
+            }
+        }
+    };
+    // A call without checks (`lean_always`: cublasLt's descriptor calls), lean whatever the
+    // checks are, but for operand dumps (which keep every call on its handler's path, the tests'
+    // reference): `$lean.before` before the real call and `$lean.after` once it succeeded, each
+    // inside the panic catcher; a failed call goes to its handler.
+    ( lean_always $lean:path ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {
+        if let Some(s) = LeanCall::armed($t) {
+            if LeanCall::described(s, $t, |s, _| $lean.before(s, $( $arg ),* )).is_some() {
+                if let Some(lean) = LeanCall::enter($t, s, Hook::$name) {
+                    // SAFETY: the caller's arguments, passed on unchanged to the real function.
+                    let r = unsafe { $real( $( $arg ),* ) };
+                    let read = |ptr: u64, out: &mut [u8]| crate::ffi::intercept::out_param::read_bytes(ptr, out);
+                    return match lean.finish(r, || LeanCall::described(s, $t, |s, _| Some($lean.after(s, &read, $( $arg ),* ))).unwrap_or(CallArgs::None)) {
                         Ok(r) => r,
                         Err(lean) => lean.failed(r, $frame, |call| $handler(call, $( $arg ),* )),
                     };
