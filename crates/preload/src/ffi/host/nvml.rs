@@ -33,42 +33,31 @@ const EVENT_WAIT_MS: c_uint = 5;
 const MAX_EVENTS: usize = 64;
 
 /// A device's readings, of a handle the thread's `device_handles` gave after its `nvmlInit`.
-fn read_device(api: &Api, index: u32, h: Device) -> GpuDevice {
+fn read_device(api: &Nvml, index: u32, h: Device) -> GpuDevice {
     // SAFETY: `h` is the handle NVML gave for `index` (every caller passes `device_handles`'s).
     unsafe { api.read_device(index, h) }
 }
 
 /// NVML's functions, found in the library the thread loaded (past the guard's own `dlsym`).
-struct Api {
-    nvml: Nvml,
+///
+/// # Safety
+/// `handle` is a live `dlopen` handle of libnvidia-ml.so.1, never closed.
+unsafe fn resolve(handle: *mut c_void) -> Nvml {
+    let find = |name: &CStr| {
+        loader_gate::through(|| {
+            // SAFETY: a live handle (the caller's contract) and a NUL-terminated name.
+            unsafe { dl::real_dlsym(handle, name.as_ptr()) }
+        })
+    };
+    // SAFETY: `find` answers symbols of the one library `handle` holds, which stays loaded.
+    unsafe { Nvml::resolve(find) }
 }
 
-impl std::ops::Deref for Api {
-    type Target = Nvml;
-    fn deref(&self) -> &Nvml {
-        &self.nvml
-    }
-}
-
-impl Api {
-    /// # Safety
-    /// `handle` is a live `dlopen` handle of libnvidia-ml.so.1, never closed.
-    unsafe fn resolve(handle: *mut c_void) -> Self {
-        let find = |name: &CStr| {
-            loader_gate::through(|| {
-                // SAFETY: a live handle (the caller's contract) and a NUL-terminated name.
-                unsafe { dl::real_dlsym(handle, name.as_ptr()) }
-            })
-        };
-        // SAFETY: `find` answers symbols of the one library `handle` holds, which stays loaded.
-        Self { nvml: unsafe { Nvml::resolve(find) } }
-    }
-
-    fn error_text(&self, code: c_int) -> String {
-        match self.error_string_of(code) {
-            Some(text) => format!("{text} ({code})"),
-            None => format!("error {code}"),
-        }
+/// NVML's text for `code`, with the code (the trace's and the crash record's form).
+fn error_text(api: &Nvml, code: c_int) -> String {
+    match api.error_string_of(code) {
+        Some(text) => format!("{text} ({code})"),
+        None => format!("error {code}"),
     }
 }
 
@@ -170,7 +159,7 @@ fn run(monitor: &'static Monitor) {
         );
     }
     // SAFETY: a live handle of libnvidia-ml.so.1.
-    let api = unsafe { Api::resolve(handle) };
+    let api = unsafe { resolve(handle) };
     let Some(init) = api.init else { return finish(GpuHealthState::Missing, "libnvidia-ml.so.1 has no nvmlInit_v2".into()) };
     let library = crate::ffi::intercept::real::object_path(init as *const c_void).map(|(_, path)| crate::ffi::host::process::absolute_object_path(path));
     // SAFETY: nvmlInit_v2 takes no arguments.
@@ -183,7 +172,7 @@ fn run(monitor: &'static Monitor) {
         );
     }
     if code != NVML_SUCCESS {
-        return finish(GpuHealthState::Failed, format!("nvmlInit_v2 failed: {}", api.error_text(code)));
+        return finish(GpuHealthState::Failed, format!("nvmlInit_v2 failed: {}", error_text(&api, code)));
     }
     let handles = api.device_handles();
     let mut devices: Vec<GpuDevice> = handles.iter().map(|&(index, h)| read_device(&api, index, h)).collect();
@@ -243,7 +232,7 @@ fn run(monitor: &'static Monitor) {
 
 /// Registers every device for Xid and double-bit ECC events (each alone where a device refuses
 /// both); the set, or null with the reason.
-fn register_events(api: &Api, handles: &[(u32, Device)]) -> (EventSet, Option<String>) {
+fn register_events(api: &Nvml, handles: &[(u32, Device)]) -> (EventSet, Option<String>) {
     let (Some(create), Some(register)) = (api.event_set_create, api.register_events) else {
         return (std::ptr::null_mut(), Some("this NVML has no events: Xids are not seen".into()));
     };
@@ -251,7 +240,7 @@ fn register_events(api: &Api, handles: &[(u32, Device)]) -> (EventSet, Option<St
     // SAFETY: an out-parameter for the set.
     let code = unsafe { create(&mut set) };
     if code != NVML_SUCCESS || set.is_null() {
-        return (std::ptr::null_mut(), Some(format!("nvmlEventSetCreate failed ({}): Xids are not seen", api.error_text(code))));
+        return (std::ptr::null_mut(), Some(format!("nvmlEventSetCreate failed ({}): Xids are not seen", error_text(api, code))));
     }
     let mut refused = Vec::new();
     for &(index, h) in handles {
@@ -265,7 +254,7 @@ fn register_events(api: &Api, handles: &[(u32, Device)]) -> (EventSet, Option<St
             code = if xid == NVML_SUCCESS || dbe == NVML_SUCCESS { NVML_SUCCESS } else { xid };
         }
         if code != NVML_SUCCESS {
-            refused.push(format!("device {index}: {}", api.error_text(code)));
+            refused.push(format!("device {index}: {}", error_text(api, code)));
         }
     }
     let note = (!refused.is_empty()).then(|| format!("Xid events not registered for {}", refused.join(", ")));
@@ -274,7 +263,7 @@ fn register_events(api: &Api, handles: &[(u32, Device)]) -> (EventSet, Option<St
 
 /// Waits up to EVENT_WAIT_MS for an event (without a set, for a fault's request), then takes
 /// those already there; how many arrived.
-fn wait_for_events(api: &Api, set: EventSet, handles: &[(u32, Device)], monitor: &Monitor) -> usize {
+fn wait_for_events(api: &Nvml, set: EventSet, handles: &[(u32, Device)], monitor: &Monitor) -> usize {
     if set.is_null() || api.event_set_wait.is_none() {
         let mut shared = monitor.shared.lock();
         if shared.asked == shared.answered && !shared.stop {
@@ -292,7 +281,7 @@ fn wait_for_events(api: &Api, set: EventSet, handles: &[(u32, Device)], monitor:
 }
 
 /// Takes the events already waiting, without waiting; how many.
-fn drain_events(api: &Api, set: EventSet, handles: &[(u32, Device)], monitor: &Monitor) -> usize {
+fn drain_events(api: &Nvml, set: EventSet, handles: &[(u32, Device)], monitor: &Monitor) -> usize {
     let mut n = 0;
     while n < 256 {
         let Some(event) = next_event(api, set, handles, 0) else { break };
@@ -302,7 +291,7 @@ fn drain_events(api: &Api, set: EventSet, handles: &[(u32, Device)], monitor: &M
     n
 }
 
-fn next_event(api: &Api, set: EventSet, handles: &[(u32, Device)], timeout_ms: c_uint) -> Option<GpuEvent> {
+fn next_event(api: &Nvml, set: EventSet, handles: &[(u32, Device)], timeout_ms: c_uint) -> Option<GpuEvent> {
     let wait = api.event_set_wait?;
     if set.is_null() {
         return None;

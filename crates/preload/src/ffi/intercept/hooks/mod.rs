@@ -147,9 +147,9 @@ impl<'t> LeanCall<'t> {
     /// `vouched` for a hook whose lean path reads or keeps the guard's tables (`lean_described`,
     /// `lean_always`): its answer, or `None` for its handler.
     #[inline(always)]
-    fn described<T>(s: &Session, t: &PerThread, described: impl FnOnce(&Session, &PerThread) -> Option<T>) -> Option<T> {
-        match catch_panic(|| described(s, t)) {
-            Some(described) => described,
+    fn answer<T>(s: &Session, t: &PerThread, answer: impl FnOnce(&Session, &PerThread) -> Option<T>) -> Option<T> {
+        match catch_panic(|| answer(s, t)) {
+            Some(answer) => answer,
             None => {
                 defer_cancel(|| lifecycle::disable("internal error inside a hook"));
                 None
@@ -245,6 +245,19 @@ macro_rules! guarded_call {
     };
 }
 
+/// The end of every lean path: `$lean` (a `LeanCall` entered) forwards the call, records it
+/// with what `$record` gives once it succeeded, and hands a failed one to its handler.
+macro_rules! lean_forward {
+    ( $lean:expr ; $record:expr ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {
+        // SAFETY: the caller's arguments, passed on unchanged to the real function.
+        let r = unsafe { $real( $( $arg ),* ) };
+        return match $lean.finish(r, $record) {
+            Ok(r) => r,
+            Err(lean) => lean.failed(r, $frame, |call| $handler(call, $( $arg ),* )),
+        };
+    };
+}
+
 /// `LeanCall` for a hook with `lean` in the table: the arguments passed to the real function
 /// straight from the export's own, and to the recorder through `$lean`.
 macro_rules! lean_path {
@@ -258,12 +271,7 @@ macro_rules! lean_path {
                 LeanCall::vouched(s, $t, |s, t| plain.clean_before(s, &t.memo, crate::ffi::host::thread::stack_of(t)))
             };
             if let Some(lean) = vouched.then(|| LeanCall::enter($t, s, Hook::$name)).flatten() {
-                // SAFETY: the caller's arguments, passed on unchanged to the real function.
-                let r = unsafe { $real( $( $arg ),* ) };
-                return match lean.finish(r, || $lean.record( $( $arg ),* )) {
-                    Ok(r) => r,
-                    Err(lean) => lean.failed(r, $frame, |call| $handler(call, $( $arg ),* )),
-                };
+                lean_forward!( lean ; || $lean.record( $( $arg ),* ) ; $real ; $frame ; $handler ; $( $arg ),* );
             }
         }
     };
@@ -272,17 +280,12 @@ macro_rules! lean_path {
     // panic catcher, what the recorder keeps of the call, or `None` for its handler.
     ( lean_described $lean:path ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {
         if let Some((s, how)) = LeanCall::allowed($t) {
-            let described = LeanCall::described(s, $t, |s, t| {
+            let described = LeanCall::answer(s, $t, |s, t| {
                 $lean.described(how, s, &t.memo, &t.lt, crate::ffi::host::thread::stack_of(t), $( $arg ),* )
             });
             if let Some(record) = described {
                 if let Some(lean) = LeanCall::enter($t, s, Hook::$name) {
-                    // SAFETY: the caller's arguments, passed on unchanged to the real function.
-                    let r = unsafe { $real( $( $arg ),* ) };
-                    return match lean.finish(r, || record) {
-                        Ok(r) => r,
-                        Err(lean) => lean.failed(r, $frame, |call| $handler(call, $( $arg ),* )),
-                    };
+                    lean_forward!( lean ; || record ; $real ; $frame ; $handler ; $( $arg ),* );
                 }
             }
         }
@@ -293,15 +296,11 @@ macro_rules! lean_path {
     // inside the panic catcher; a failed call goes to its handler.
     ( lean_always $lean:path ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {
         if let Some(s) = LeanCall::armed($t) {
-            if LeanCall::described(s, $t, |s, _| $lean.before(s, $( $arg ),* )).is_some() {
+            if LeanCall::answer(s, $t, |s, _| $lean.before(s, $( $arg ),* )).is_some() {
                 if let Some(lean) = LeanCall::enter($t, s, Hook::$name) {
-                    // SAFETY: the caller's arguments, passed on unchanged to the real function.
-                    let r = unsafe { $real( $( $arg ),* ) };
                     let read = |ptr: u64, out: &mut [u8]| crate::ffi::intercept::out_param::read_bytes(ptr, out);
-                    return match lean.finish(r, || LeanCall::described(s, $t, |s, _| Some($lean.after(s, &read, $( $arg ),* ))).unwrap_or(CallArgs::None)) {
-                        Ok(r) => r,
-                        Err(lean) => lean.failed(r, $frame, |call| $handler(call, $( $arg ),* )),
-                    };
+                    let after = || LeanCall::answer(s, $t, |s, _| Some($lean.after(s, &read, $( $arg ),* ))).unwrap_or(CallArgs::None);
+                    lean_forward!( lean ; after ; $real ; $frame ; $handler ; $( $arg ),* );
                 }
             }
         }
