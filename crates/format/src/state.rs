@@ -26,6 +26,16 @@ pub enum HandleLookup {
     Unknown,
 }
 
+impl HandleLookup {
+    /// The handle's state, when it is alive.
+    pub fn alive(self) -> Option<HandleState> {
+        match self {
+            Self::Alive(state) => Some(state),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 enum HandleEntry {
     Alive(HandleState),

@@ -3,7 +3,7 @@
 //! the fault they add up to.
 
 use super::Call;
-use crate::check::operand_call::{Members, OperandCall, OperandCallCheck, OperandReport, OperandSpec};
+use crate::check::operand_call::{Members, OperandCall, OperandCallCheck, OperandReport, OperandSpec, MAX_OPERANDS};
 use crate::check::Device;
 use crate::config::OnFault;
 use crate::cuda::{self, ComputeType, MathMode, PointerMode};
@@ -87,7 +87,7 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
     // scanned (nor counted as scanned), nothing is queued on its stream, and no one-time setup
     // is made for it (CUDA refuses most of them during a capture, and the refusal invalidates
     // it). Asked here once, for the checks too.
-    let capture_query = checks.nan.then(|| call.device.is_capturing(OperandCallCheck::new(matmul, handle).stream()));
+    let capture_query = checks.nan.then(|| call.device.is_capturing(matmul.stream_with(handle.alive())));
     let captured = capture_query == Some(Ok(true));
     let keep_for_replays = captured;
     if captured {
@@ -113,8 +113,11 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         // Under `deferred`, the scans' reads are queued and their verdict judged later, when
         // the region has room for all of them.
         let on_device = s.config.device_scan != crate::config::DeviceScan::Off && !s.device_scan.failed();
-        let mut recording =
-            if may_wait { super::verdicts::Recording::begin(call, check.stream(), matmul.staging_need(s.config.scan_bytes, on_device)) } else { None };
+        let mut recording = if may_wait {
+            super::verdicts::Recording::begin(call, check.stream(), matmul.staging_need(s.config.scan_bytes, on_device, matmul.leaves_inputs(outputs_first)))
+        } else {
+            None
+        };
         check.recording = recording.is_some();
         match &recording {
             Some(r) => check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, r, buf),
@@ -253,13 +256,45 @@ fn keep_captured(call: &Call<'_, i32>, matmul: &OperandCall, stream: u64) {
 /// What the scans found finite: a NaN found there later was written since; and how many
 /// operands were scanned by a sample.
 pub(crate) fn note_finite(call: &Call<'_, i32>, check: &OperandCallCheck<'_>) {
-    let sampled = check.operands.iter().flatten().filter(|o| o.scan.is_some_and(|scan| scan.sampled)).count();
-    if sampled > 0 {
-        call.session.note_sampled(sampled as u64);
+    FiniteNotes::of(check).note(call.session, call.seq);
+}
+
+/// What a call's scans leave in the session when they find nothing: how many operands were
+/// sampled, and the operands (one matrix each) scanned whole and finite. Taken from a deferred
+/// call's scans at the call too, where their placeholders read finite: what the replay would
+/// note once every landed byte reads finite (`guard::verdicts`' quick verdict).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FiniteNotes {
+    sampled: u8,
+    finite: [u64; MAX_OPERANDS],
+    count: u8,
+}
+
+impl FiniteNotes {
+    pub(crate) fn of(check: &OperandCallCheck<'_>) -> Self {
+        let mut notes = Self::default();
+        for o in check.operands.iter().flatten() {
+            let Some(scan) = o.scan else { continue };
+            notes.sampled += scan.sampled as u8;
+            if scan.nan == 0 && scan.inf == 0 && !scan.sampled && o.spec.members.count() == 1 {
+                notes.finite[notes.count as usize] = o.spec.ptr;
+                notes.count += 1;
+            }
+        }
+        notes
     }
-    for o in check.operands.iter().flatten() {
-        if o.scan.is_some_and(|scan| scan.nan == 0 && scan.inf == 0 && !scan.sampled) && o.spec.members.count() == 1 {
-            call.session.finite_seen.note(o.spec.ptr, call.seq);
+
+    #[cfg(test)]
+    pub(crate) fn finite_count(&self) -> u8 {
+        self.count
+    }
+
+    pub(crate) fn note(&self, session: &crate::session::Session, seq: u64) {
+        if self.sampled > 0 {
+            session.note_sampled(self.sampled as u64);
+        }
+        for &ptr in &self.finite[..self.count as usize] {
+            session.finite_seen.note(ptr, seq);
         }
     }
 }
@@ -854,6 +889,48 @@ mod tests {
         assert_eq!((log.copies.len(), log.host.len()), (4, 2), "A, B and C before, C after; alpha and beta once each: {log:?}");
         assert!(!(log.copies.spilled() || log.host.spilled() || log.scans.spilled() || log.reserved.spilled()), "{log:?}");
         assert!(!taken.spilled(), "one harvest's calls are inline too");
+    }
+
+    #[test]
+    fn under_deferred_a_verdict_whose_landed_bytes_read_finite_is_judged_without_its_replay_and_notes_what_the_replay_notes() {
+        // (A's first element, C before the call, beta, the scan's bytes an operand): every
+        // clean one taken by the quick verdict with the replay's notes (sampled included), every
+        // one with a NaN or Inf in what was read left to the replay, which finds it.
+        let cases = [
+            (1.0, 0.0, 0.0, 1 << 20, true),
+            (1.0, 0.0, 1.0, 1 << 20, true),
+            (1.0, 0.0, 1.0, 8, true),
+            (f32::NAN, 0.0, 0.0, 1 << 20, false),
+            (f32::INFINITY, 0.0, 1.0, 8, false),
+            (1.0, f32::NAN, 1.0, 1 << 20, false),
+            // beta = 0: C is not read before the call, and after it holds what the model left,
+            // the NaN (this call "produced" it).
+            (1.0, f32::NAN, 0.0, 1 << 20, false),
+        ];
+        for (a00, c00, beta, scan_bytes, clean) in cases {
+            let mut s = setup(OnFault::Continue, a00);
+            s.session.config.sync = crate::config::SyncMode::Deferred;
+            s.session.config.device_scan = crate::config::DeviceScan::Off;
+            s.session.config.scan_bytes = scan_bytes;
+            s.device.verdicts_work.set(true);
+            s.device.put(&s.session.allocations, C, f32s(&[c00, 0.0, 0.0, 0.0]));
+            s.device.host.borrow_mut().insert(BETA, f32s(&[beta]));
+            sgemm(&s, A, 2, 0, &Cell::new(0));
+            s.device.land();
+            let taken = s.session.verdicts.take_landed(&|arena, offset| crate::check::VerdictMemory::mark(&s.device, arena, offset), false);
+            let [pending] = taken.as_slice() else { panic!("one call waits: {}", taken.len()) };
+            let memo = crate::state::ThreadMemo::new();
+            let later = synchronisation(&s, &memo);
+            let (quick, replayed, found) = super::super::verdicts::quick_and_replayed(&later, pending);
+            let case = (a00, c00, beta, scan_bytes);
+            assert_eq!(found, !clean, "{case:?}: the replay's verdict");
+            if clean {
+                assert_eq!(quick, Some(replayed), "{case:?}: taken by the quick verdict, noting what the replay notes");
+                assert_eq!(replayed.finite_count(), if scan_bytes < 16 { 0 } else { 3 }, "{case:?}: A, B and C scanned whole, or sampled");
+            } else {
+                assert_eq!(quick, None, "{case:?}: left to the replay");
+            }
+        }
     }
 
     #[test]

@@ -11,19 +11,19 @@ use std::cell::{Cell, RefCell};
 
 use smallvec::SmallVec;
 
-use super::operand_call::ExArgs;
+use super::operand_call::{ExArgs, FiniteNotes};
 use super::{Call, Hook, Outlet, Recorded};
-use crate::check::operand_call::{CheckFacts, OperandCall, OperandCallCheck};
-use crate::check::{init, lt, scan_grid, BatchScan, Device, VerdictArena, VerdictMemory};
+use crate::check::operand_call::{CheckFacts, Members, OperandCall, OperandCallCheck, OperandSpec, MAX_OPERANDS, STAGING_ALIGN};
+use crate::check::{init, lt, scan_grid, BatchScan, Device, VerdictArena, VerdictMemory, MAX_BATCH_SCANS};
 use crate::config::{OnFault, SyncMode};
 use crate::cuda::{MemoryType, PointerMode};
 use crate::recorder::CallArgs;
-use crate::scan::{DType, MatrixScan};
+use crate::scan::{self, DType, MatrixScan, Tally};
 use crate::session::call_site::{CallSite, HookFrame};
 use crate::session::verdicts::{HostBytes, JobsKey, Pending, ScanLog};
 use crate::session::Session;
 use crate::trace::PythonFrame;
-use crate::validate::StoredShape;
+use crate::validate::{self, StoredShape};
 
 /// Whether the verdict of a call that scans may wait: under `deferred`, unless the program
 /// needs it before the call returns (`ON_FAULT=error` refuses, `abort` stops) or something
@@ -51,6 +51,9 @@ struct Verdict {
     python: Option<super::KeptFrames>,
     /// Where the program made the call, for the fault's backtrace.
     site: CallSite,
+    /// What the replay would note were every byte its scans left finite, taken at the call
+    /// from their placeholders (`quick_verdict`); `None`: the replay judges it whatever landed.
+    quick: Option<FiniteNotes>,
 }
 
 /// Why a call judged later has no Python frames: its thread had released the GIL.
@@ -72,8 +75,12 @@ pub(crate) struct Recording<'a> {
     session: &'a Session,
     arena: VerdictArena,
     stream: u64,
-    /// The mark's word, reserved first: without it nothing else is.
+    /// The mark's word, the first of the call's block: without it nothing else is.
     mark: Option<u64>,
+    /// The block's next free byte and its end: the call's reads are handed out from it in
+    /// order, without a lock.
+    next: Cell<u64>,
+    end: u64,
     phase: Cell<bool>,
     log: RefCell<ScanLog>,
     /// A scan found no room in the region: the call is judged at the call instead (`abandon`),
@@ -88,22 +95,24 @@ impl<'a> Recording<'a> {
         let memory = call.device.verdict_memory()?;
         let arena = memory.arena()?;
         let session = call.session;
-        let Ok(mark) = session.verdicts.reserve_first(arena, 8, need, session.config.staging_bytes) else {
+        let Ok(block) = session.verdicts.reserve_block(arena, need, session.config.staging_bytes) else {
             session.verdicts.note_judged_at_call();
             return None;
         };
         let mut log = ScanLog::default();
-        log.reserved.extend(mark);
+        log.reserved.push(block);
         Some(Self {
             device: call.device,
             memory,
             session,
             arena,
             stream,
-            mark,
+            mark: Some(block),
+            next: Cell::new(block + STAGING_ALIGN),
+            end: block.saturating_add(need),
             phase: Cell::new(BEFORE),
             log: RefCell::new(log),
-            overflowed: Cell::new(mark.is_none()),
+            overflowed: Cell::new(false),
         })
     }
 
@@ -128,16 +137,20 @@ impl<'a> Recording<'a> {
         self.phase.set(AFTER);
     }
 
+    /// `bytes` of the call's block, aligned as a mark is; `None` (and overflowed) past its end.
     fn reserve(&self, bytes: u64) -> Option<u64> {
-        if self.overflowed.get() {
-            return None;
+        let offset = self.next.get();
+        let next = bytes.max(1).checked_next_multiple_of(STAGING_ALIGN).and_then(|b| offset.checked_add(b)).filter(|&n| n <= self.end);
+        match next.filter(|_| !self.overflowed.get()) {
+            Some(next) => {
+                self.next.set(next);
+                Some(offset)
+            }
+            None => {
+                self.overflowed.set(true);
+                None
+            }
         }
-        let offset = self.session.verdicts.reserve(self.arena, bytes, self.session.config.staging_bytes);
-        match offset {
-            Some(offset) => self.log.borrow_mut().reserved.push(offset),
-            None => self.overflowed.set(true),
-        }
-        offset
     }
 
     /// Keeps the call for its verdict (`judge`: false when a fault was already recorded at
@@ -159,9 +172,14 @@ impl<'a> Recording<'a> {
             // not judged, and counted.
             s.verdicts.note_skipped(check.operands.iter().flatten().filter(|o| o.spec.role.written()).count() as u64);
         }
+        // The replay makes the decisions the call made (which operands, which sample) from the
+        // same facts; only a value read can change them, so a verdict whose bytes all read
+        // finite is known now. Not for a call that failed (its outputs were not read), nor for
+        // one that ran out of room (what the replay cannot answer, it does not note).
+        let quick = (judge && returned == crate::cuda::CUBLAS_SUCCESS && !self.overflowed.get()).then(|| FiniteNotes::of(check));
         self.queue(call, || {
             let python = if judge { call.outlet.python_frames_at_call() } else { None };
-            Box::new(Verdict {
+            let verdict = Verdict {
                 hook: call.hook,
                 thread: call.outlet.thread_id(),
                 time_ns: call.outlet.now_ns(),
@@ -173,7 +191,9 @@ impl<'a> Recording<'a> {
                 judge,
                 python,
                 site: if judge { call.call_site() } else { CallSite::default() },
-            })
+                quick,
+            };
+            Box::new(verdict)
         });
     }
 
@@ -214,6 +234,7 @@ impl Device for Recording<'_> {
     fn read(&self, addr: u64, out: &mut [u8], _stream: u64) -> Result<(), i32> {
         let offset = self.reserve(out.len() as u64).ok_or(-1)?;
         if !self.memory.queue_copy(self.arena, offset, addr, out.len(), self.stream) {
+            self.next.set(offset);
             return Err(-1);
         }
         // `out` is left as it was: only the scans read through a recording (a scalar by device
@@ -226,10 +247,15 @@ impl Device for Recording<'_> {
         true
     }
     fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
-        let ok = self.device.read_host(addr, out);
         let mut log = self.log.borrow_mut();
-        // alpha and beta are read again for the fault's arguments: kept once.
-        if ok && !log.host.iter().any(|(a, bytes)| *a == addr && bytes.as_slice() == out) {
+        // beta, read for the checks, is read again for the fault's arguments: answered from
+        // what the call's first read of it kept, as the replay answers it.
+        if let Some((_, bytes)) = log.host.iter().find(|(a, bytes)| *a == addr && bytes.len() == out.len()) {
+            out.copy_from_slice(bytes);
+            return true;
+        }
+        let ok = self.device.read_host(addr, out);
+        if ok {
             log.host.push((addr, HostBytes::from_slice(out)));
         }
         ok
@@ -252,9 +278,11 @@ impl Device for Recording<'_> {
         let bytes = 24 * jobs.len();
         let offset = self.reserve(bytes as u64)?;
         if !(self.memory.clear(self.arena, offset, bytes) && self.memory.queue_scans(self.arena, offset, jobs, self.stream)) {
+            // Nothing was queued there: the host scan's copies take the bytes instead.
+            self.next.set(offset);
             return None;
         }
-        self.log.borrow_mut().scans.push((JobsKey::of(jobs), offset, self.phase.get()));
+        self.log.borrow_mut().scans.push((JobsKey::of(jobs), offset, self.phase.get(), jobs.len()));
         Some(jobs.iter().map(|_| (MatrixScan { on_device: true, ..MatrixScan::default() }, None)).collect())
     }
     fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
@@ -401,7 +429,7 @@ impl Device for Replay<'_> {
             return None;
         }
         let key = JobsKey::of(jobs);
-        let (i, (_, offset, _)) = self.log.scans.iter().enumerate().find(|(i, s)| !used[*i] && s.0 == key && s.2 == phase)?;
+        let (i, (_, offset, _, _)) = self.log.scans.iter().enumerate().find(|(i, s)| !used[*i] && s.0 == key && s.2 == phase)?;
         used[i] = true;
         let mut bytes = vec![0u8; 24 * jobs.len()];
         if !self.memory.read(self.arena, *offset, &mut bytes) {
@@ -597,23 +625,17 @@ fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pend
         return;
     }
     let s = call.session;
+    let started = call.outlet.now_ns();
+    if let Some(notes) = quick_verdict(v, memory, pending, buf) {
+        s.add_scan_time(call.outlet.now_ns().saturating_sub(started));
+        notes.note(s, pending.seq);
+        return;
+    }
     let replay = Replay::new(call.device, memory, pending.arena, &pending.log);
     let outlet = LateOutlet { outlet: call.outlet, thread: v.thread, python: RefCell::new(v.python.clone()), site: v.site };
     let forward = || v.returned;
     let past = Call::judged_later(s, v.hook, pending.seq, &replay, &outlet, &forward, call.memo);
-    let started = call.outlet.now_ns();
-    let mut check = OperandCallCheck::from_facts(&v.call, &v.facts);
-    check.outputs_first = s.config.scan_order == crate::config::ScanOrder::OutputsFirst;
-    let scan_bytes = s.config.scan_bytes;
-    check.scan_inputs(past.allocations(), &replay, buf, scan_bytes);
-    if check.finding.is_none() && v.returned == crate::cuda::CUBLAS_SUCCESS {
-        replay.phase.set(AFTER);
-        check.scan_outputs(&replay, buf, scan_bytes);
-    }
-    if check.wants_left_inputs() {
-        // The call's stream has long moved on: what its inputs hold now need not be what it read.
-        check.inputs_unread("and in the default mode the verdict is judged after the call, when they may have been written since");
-    }
+    let check = replayed(&past, v, &replay, buf);
     s.add_scan_time(call.outlet.now_ns().saturating_sub(started));
     super::operand_call::note_finite(&past, &check);
     if check.finding.is_some() {
@@ -621,8 +643,132 @@ fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pend
     }
 }
 
+/// The call's checks run again through `replay`, which answers each of their reads with what
+/// landed for it.
+fn replayed<'v>(past: &Call<'_, i32>, v: &'v Verdict, replay: &Replay<'_>, buf: &mut Vec<u8>) -> OperandCallCheck<'v> {
+    let s = past.session;
+    let mut check = OperandCallCheck::from_facts(&v.call, &v.facts);
+    check.outputs_first = s.config.scan_order == crate::config::ScanOrder::OutputsFirst;
+    let scan_bytes = s.config.scan_bytes;
+    check.scan_inputs(past.allocations(), replay, buf, scan_bytes);
+    if check.finding.is_none() && v.returned == crate::cuda::CUBLAS_SUCCESS {
+        replay.phase.set(AFTER);
+        check.scan_outputs(replay, buf, scan_bytes);
+    }
+    if check.wants_left_inputs() {
+        // The call's stream has long moved on: what its inputs hold now need not be what it read.
+        check.inputs_unread("and in the default mode the verdict is judged after the call, when they may have been written since");
+    }
+    check
+}
+
+/// A waiting call judged from its landed bytes alone, without running its checks again: what
+/// the replay would note (`Verdict::quick`), when every copy reads finite as its operand's
+/// element type, every scan kernel counted nothing, and every host read other than alpha and
+/// beta (a result in host memory) reads finite. `None` (the replay judges it) as soon as one
+/// value is not finite or a read cannot be typed: a pointer-array batch, a copy that no operand,
+/// or operands of more than one type, hold.
+fn quick_verdict(v: &Verdict, memory: &dyn VerdictMemory, pending: &Pending, buf: &mut Vec<u8>) -> Option<FiniteNotes> {
+    let notes = v.quick?;
+    let ranges = OperandRanges::of(&v.call)?;
+    let log = &pending.log;
+    let finite = |dtype: DType, bytes: &[u8]| {
+        let mut tally = Tally::default();
+        scan::tally_elements(dtype, bytes, 0, &mut tally);
+        tally.is_finite()
+    };
+    let counted_nothing = |&(_, offset, _, jobs): &(JobsKey, u64, bool, usize)| {
+        // Three words a job (NaN, Inf, the first's position), cleared before the kernel ran.
+        let mut counts = [0u8; 24 * MAX_BATCH_SCANS];
+        let Some(counts) = counts.get_mut(..24 * jobs) else { return false };
+        memory.read(pending.arena, offset, counts) && counts.chunks_exact(24).all(|job| job[..16].iter().all(|&b| b == 0))
+    };
+    let copy_finite = |&(addr, len, offset, _): &(u64, usize, u64, bool), buf: &mut Vec<u8>| {
+        let Some(dtype) = ranges.element_type(addr, len) else { return false };
+        if let Some(bytes) = memory.landed(pending.arena, offset, len) {
+            return finite(dtype, bytes);
+        }
+        buf.clear();
+        buf.resize(len, 0);
+        memory.read(pending.arena, offset, buf) && finite(dtype, buf)
+    };
+    let host_finite = |(addr, bytes): &(u64, HostBytes)| {
+        [v.call.alpha, v.call.beta].contains(&Some(*addr)) || ranges.element_type(*addr, bytes.len()).is_some_and(|dtype| finite(dtype, bytes))
+    };
+    let clean = log.scans.iter().all(counted_nothing) && log.copies.iter().all(|c| copy_finite(c, buf)) && log.host.iter().all(host_finite);
+    clean.then_some(notes)
+}
+
+/// Where a call's operands lie, `[first, last)`, with their element types, to tell which one a
+/// read was of.
+struct OperandRanges([Option<(u64, u64, DType)>; MAX_OPERANDS]);
+
+impl OperandRanges {
+    /// `None` when an operand's extent is not known (a pointer-array batch: its members are
+    /// anywhere).
+    fn of(call: &OperandCall) -> Option<Self> {
+        let mut ranges = [None; MAX_OPERANDS];
+        for (range, o) in ranges.iter_mut().zip(&call.operands) {
+            if let Some(o) = o {
+                let (first, last) = operand_range(o)?;
+                *range = Some((first, last, o.dtype));
+            }
+        }
+        Some(Self(ranges))
+    }
+
+    /// The element type of the operand that holds the `len` bytes at `addr` (every scan reads
+    /// inside its operand); `None` when none does, or operands of different types do.
+    fn element_type(&self, addr: u64, len: usize) -> Option<DType> {
+        let end = addr.checked_add(len as u64)?;
+        let mut found = None;
+        for &(first, last, dtype) in self.0.iter().flatten() {
+            if addr >= first && end <= last {
+                if found.is_some_and(|d| d != dtype) {
+                    return None;
+                }
+                found = Some(dtype);
+            }
+        }
+        found
+    }
+}
+
+/// The bytes an operand's members span: `[first, last)`.
+fn operand_range(o: &OperandSpec) -> Option<(u64, u64)> {
+    let elem = o.dtype.size()?;
+    let extent = validate::operand_extent(o.shape, elem)?;
+    let span = match o.members {
+        Members::One => 0,
+        Members::Strided { count, stride } => i128::from(count.saturating_sub(1)) * i128::from(stride) * i128::from(elem),
+        Members::Array { .. } => return None,
+    };
+    let base = i128::from(o.ptr);
+    let first = u64::try_from(base + span.min(0)).ok()?;
+    let last = u64::try_from(base + span.max(0) + i128::from(extent)).ok()?;
+    Some((first, last))
+}
+
+/// What the replay and the quick verdict each make of a landed call's scans (for the tests that
+/// hold one to the other): the quick verdict's notes, if it took the call, and the replay's
+/// notes and whether it found a fault.
+#[cfg(test)]
+pub(super) fn quick_and_replayed(call: &Call<'_, i32>, pending: &Pending) -> (Option<FiniteNotes>, FiniteNotes, bool) {
+    let memory = call.device.verdict_memory().expect("verdict memory");
+    let v = pending.call.downcast_ref::<Verdict>().expect("a call's verdict");
+    let mut buf = Vec::new();
+    let quick = quick_verdict(v, memory, pending, &mut buf);
+    let replay = Replay::new(call.device, memory, pending.arena, &pending.log);
+    let outlet = LateOutlet { outlet: call.outlet, thread: v.thread, python: RefCell::new(None), site: v.site };
+    let forward = || v.returned;
+    let past = Call::judged_later(call.session, v.hook, pending.seq, &replay, &outlet, &forward, call.memo);
+    let check = replayed(&past, v, &replay, &mut buf);
+    (quick, FiniteNotes::of(&check), check.finding.is_some())
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::session::verdicts::{Pending, VERDICT_HEAP_BYTES};
 
     #[test]
@@ -632,6 +778,17 @@ mod tests {
         let verdict = std::mem::size_of::<super::Verdict>().max(std::mem::size_of::<super::super::graphs::ReplayVerdict>());
         let taken = verdict + std::mem::size_of::<Pending>();
         eprintln!("a waiting verdict: {verdict} bytes boxed, {taken} with its slot");
+        eprintln!(
+            "SIZES call {} facts {} record {} extra {} python {} site {} quick {} log {}",
+            std::mem::size_of::<crate::check::operand_call::OperandCall>(),
+            std::mem::size_of::<crate::check::operand_call::CheckFacts>(),
+            std::mem::size_of::<crate::recorder::CallArgs>(),
+            std::mem::size_of::<super::ExArgs>(),
+            std::mem::size_of::<Option<super::super::KeptFrames>>(),
+            std::mem::size_of::<CallSite>(),
+            std::mem::size_of::<Option<FiniteNotes>>(),
+            std::mem::size_of::<crate::session::verdicts::ScanLog>()
+        );
         assert!(
             2 * taken as u64 <= VERDICT_HEAP_BYTES,
             "{taken} bytes a verdict: the ceiling's count (session::verdicts::max_waiting) no longer bounds their heap"

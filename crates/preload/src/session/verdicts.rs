@@ -13,7 +13,7 @@ use crate::check::{BatchScan, VerdictArena};
 use smallvec::SmallVec;
 
 /// Reservations are aligned to this, so that a mark is a whole, aligned word.
-const ALIGN: u64 = 16;
+const ALIGN: u64 = crate::check::operand_call::STAGING_ALIGN;
 
 /// The staging region cannot take a call's scans now (see `Verdicts::reserve_first`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,23 +61,6 @@ impl Ring {
         Some(start)
     }
 
-    /// The most bytes reservations made one after another are sure to get: the larger of the
-    /// free bytes after the newest reservation and those before the oldest (a reservation
-    /// that does not fit after the newest starts again at the front).
-    fn room(&self, capacity: u64) -> u64 {
-        match (self.live.front(), self.live.back()) {
-            (Some(&(first, ..)), Some(&(last, len, _))) => {
-                let head = last + len;
-                if last >= first {
-                    (capacity - head).max(first)
-                } else {
-                    first - head
-                }
-            }
-            _ => capacity,
-        }
-    }
-
     fn release(&mut self, start: u64) {
         if let Some(entry) = self.live.iter_mut().find(|(s, _, released)| *s == start && !*released) {
             entry.2 = true;
@@ -98,9 +81,10 @@ pub struct ScanLog {
     pub copies: SmallVec<[(u64, usize, u64, bool); 4]>,
     /// Host memory read at the call: (address, its bytes).
     pub host: SmallVec<[(u64, HostBytes); 3]>,
-    /// Scan kernels queued: their jobs (`JobsKey`), the offset of their counts, after the call.
-    pub scans: SmallVec<[(JobsKey, u64, bool); 2]>,
-    /// Every reservation of the call, to release once its mark landed.
+    /// Scan kernels queued: their jobs (`JobsKey`), the offset of their counts, after the call,
+    /// how many jobs.
+    pub scans: SmallVec<[(JobsKey, u64, bool, usize); 2]>,
+    /// The call's reservations (its block), to release once its mark landed.
     pub reserved: SmallVec<[u64; 8]>,
 }
 
@@ -226,26 +210,16 @@ impl Verdicts {
         self.turn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reserves `bytes` of `arena`'s region of `capacity` bytes (CUBLASGUARD_STAGING_BYTES: the
-    /// scan kernel's counts take 24 bytes an operand, the host scan's copies the operand's
-    /// bytes); `None` when it is full.
-    pub fn reserve(&self, arena: VerdictArena, bytes: u64, capacity: u64) -> Option<u64> {
-        self.reserve_in(arena, bytes, capacity, |_| true).unwrap_or(None)
-    }
-
-    /// A call's first reservation (its mark's `bytes`), made only when the region can also
-    /// hold the `need` bytes its scans may take, in as many reservations as a call makes (see
-    /// `Ring::room`), and fewer verdicts wait than the heap's ceiling allows: one lock for the
-    /// question and the reservation. `Err(NoRoom)`: the call is to be judged at the call.
-    pub fn reserve_first(&self, arena: VerdictArena, bytes: u64, need: u64, capacity: u64) -> Result<Option<u64>, NoRoom> {
+    /// A call's block of `arena`'s region of `capacity` bytes (CUBLASGUARD_STAGING_BYTES): the
+    /// `need` bytes its mark and scans may take (the scan kernel's counts take 24 bytes an
+    /// operand, the host scan's copies the operand's bytes), in one reservation the call hands
+    /// out itself; one lock for it, none per read. `Err(NoRoom)`: the region cannot hold them
+    /// now, or more verdicts wait than the heap's ceiling allows; the call is to be judged at
+    /// the call.
+    pub fn reserve_block(&self, arena: VerdictArena, need: u64, capacity: u64) -> Result<u64, NoRoom> {
         if self.waiting.load(Ordering::Acquire) >= max_waiting(capacity) {
             return Err(NoRoom);
         }
-        self.reserve_in(arena, bytes, capacity, |ring| need <= ring.room(capacity)).ok_or(NoRoom)
-    }
-
-    /// `bytes` of `arena`'s ring, once `fits` says the ring may be used (`None`: it may not).
-    fn reserve_in(&self, arena: VerdictArena, bytes: u64, capacity: u64, fits: impl FnOnce(&Ring) -> bool) -> Option<Option<u64>> {
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let index = match rings.iter().position(|(c, _)| *c == arena.context) {
             Some(i) => i,
@@ -254,12 +228,9 @@ impl Verdicts {
                 rings.len() - 1
             }
         };
-        if !fits(&rings[index].1) {
-            return None;
-        }
-        let offset = rings[index].1.reserve(bytes, capacity);
+        let offset = rings[index].1.reserve(need, capacity);
         self.held.store(rings.iter().map(|(_, r)| r.held).sum(), Ordering::Relaxed);
-        Some(offset)
+        offset.ok_or(NoRoom)
     }
 
     /// Gives back what a judged (or abandoned) call held.
@@ -429,33 +400,31 @@ mod tests {
     }
 
     #[test]
-    fn a_rings_room_is_what_reservations_one_after_another_are_sure_to_get() {
+    fn a_block_that_does_not_fit_after_the_newest_starts_again_at_the_front() {
         let mut ring = Ring::default();
-        assert_eq!(ring.room(64), 64);
-        ring.reserve(16, 64);
-        ring.reserve(16, 64);
-        assert_eq!(ring.room(64), 32);
+        assert_eq!((ring.reserve(16, 64), ring.reserve(16, 64)), (Some(0), Some(16)));
         ring.release(0);
-        assert_eq!((ring.room(64), ring.held), (32, 16), "16 free at the front, 32 after the newest");
-        ring.reserve(32, 64);
-        assert_eq!(ring.room(64), 16, "only the front is left");
-        assert_eq!(ring.reserve(16, 64), Some(0));
-        assert_eq!(ring.room(64), 0);
+        assert_eq!(ring.held, 16, "16 free at the front, 32 after the newest");
+        assert_eq!(ring.reserve(48, 64), None, "neither holds 48");
+        assert_eq!(ring.reserve(32, 64), Some(32));
+        assert_eq!(ring.reserve(16, 64), Some(0), "only the front is left");
+        assert_eq!(ring.reserve(16, 64), None);
         ring.release(16);
         ring.release(32);
         ring.release(0);
-        assert_eq!((ring.room(64), ring.held), (64, 0), "all free again");
+        assert_eq!((ring.reserve(64, 64), ring.held), (Some(0), 64), "all free again");
     }
 
     #[test]
-    fn a_calls_first_reservation_is_made_only_when_the_region_can_hold_all_its_scans() {
+    fn a_calls_block_is_reserved_whole_or_not_at_all() {
         let v = Verdicts::default();
         let arena = VerdictArena { context: 1 };
-        assert_eq!(v.reserve_first(arena, 8, 40, 64), Ok(Some(0)), "the mark (16 aligned), with room for 40 more");
-        assert_eq!(v.reserve_first(arena, 8, 56, 64), Err(NoRoom), "56 bytes after the first mark's 16 do not fit");
-        assert_eq!(v.reserve_first(arena, 8, 32, 64), Ok(Some(16)));
-        assert_eq!(v.reserve(arena, 32, 64), Some(32), "the second call's scans");
-        assert_eq!(v.reserve_first(arena, 8, 0, 64), Ok(None), "room for no scan, and none for the mark: the call overflows");
+        assert_eq!(v.reserve_block(arena, 40, 64), Ok(0), "40 bytes, aligned to 48");
+        assert_eq!(v.reserve_block(arena, 24, 64), Err(NoRoom), "32 do not fit in the 16 left");
+        assert_eq!(v.reserve_block(arena, 16, 64), Ok(48));
+        let log = ScanLog { reserved: smallvec::smallvec![0], ..ScanLog::default() };
+        v.release(arena, &log);
+        assert_eq!(v.reserve_block(arena, 48, 64), Ok(0), "the first block is free again");
     }
 
     #[test]

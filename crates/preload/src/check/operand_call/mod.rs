@@ -18,7 +18,9 @@ mod operands;
 mod vouch;
 
 pub use nonfinite::scan_on_stream;
-pub use operands::{scan_staging_need, scanned_by_kernel, Members, OperandCall, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS, STAGING_BASE};
+pub use operands::{
+    scan_staging_need, scanned_by_kernel, Members, OperandCall, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS, STAGING_ALIGN, STAGING_BASE,
+};
 pub use vouch::operand_inside;
 
 use nonfinite::counts;
@@ -145,10 +147,7 @@ impl<'a> OperandCallCheck<'a> {
                 })
             }),
             call,
-            handle: match lookup {
-                HandleLookup::Alive(state) => Some(state),
-                _ => None,
-            },
+            handle: lookup.alive(),
             arrays: Default::default(),
             prescanned: 0,
             finding: None,
@@ -328,7 +327,7 @@ impl<'a> OperandCallCheck<'a> {
     }
 
     pub fn stream(&self) -> u64 {
-        self.call.stream.unwrap_or_else(|| self.handle.map(|h| h.stream).unwrap_or(0))
+        self.call.stream_with(self.handle)
     }
 
     pub fn pointer_mode(&self) -> PointerMode {

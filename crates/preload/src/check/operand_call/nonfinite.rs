@@ -222,9 +222,7 @@ impl OperandCallCheck<'_> {
             self.beta_is_zero = self.read_beta_is_zero(allocations, device);
         }
         let reads_scaled = self.beta_is_zero != Some(true);
-        // Outputs first: a cuBLAS call's read-only inputs wait for an output to hold NaN/Inf
-        // (a cublasLt epilogue such as ReLU can hide a consumed -Inf, so its are read now).
-        let leaves_inputs = self.outputs_first && !self.call.lt;
+        let leaves_inputs = self.call.leaves_inputs(self.outputs_first);
         let read_now = |role: Role| match role {
             Role::Input => !leaves_inputs,
             Role::InOut => true,

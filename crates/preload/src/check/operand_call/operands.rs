@@ -115,15 +115,34 @@ pub struct OperandCall {
 }
 
 impl OperandCall {
+    /// The stream the call runs on: its own (cublasLt), else its handle's (`handle`: the
+    /// handle's state, when it is alive), else the legacy default stream.
+    pub fn stream_with(&self, handle: Option<crate::state::HandleState>) -> u64 {
+        self.stream.unwrap_or_else(|| handle.map(|h| h.stream).unwrap_or(0))
+    }
+
+    /// Whether the call's read-only inputs wait for an output to hold NaN/Inf (outputs first):
+    /// a cuBLAS call's do; a cublasLt call's are read before it (an epilogue such as ReLU can
+    /// hide a consumed -Inf).
+    pub fn leaves_inputs(&self, outputs_first: bool) -> bool {
+        outputs_first && !self.lt
+    }
+
     /// The most bytes of a deferred verdict's staging region this call's scans can take: per
     /// operand and phase (read before the call, written after it), the scan kernel's counts
     /// where it scans that operand (`on_device`), else the host scan's copies, at most
-    /// `scan_bytes` of them, with each read's alignment. A call that cannot have this much is
-    /// judged at the call rather than lose part of its scans.
-    pub fn staging_need(&self, scan_bytes: u64, on_device: bool) -> u64 {
+    /// `scan_bytes` of them, with each read's alignment; `inputs_left`: the read-only inputs are
+    /// not read at the call (outputs first). A call that cannot have this much is judged at the
+    /// call rather than lose part of its scans.
+    pub fn staging_need(&self, scan_bytes: u64, on_device: bool, inputs_left: bool) -> u64 {
         let mut need = STAGING_BASE;
         for o in self.operands.iter().flatten() {
-            let phases = u64::from(matches!(o.role, Role::Input | Role::InOut | Role::Accumulator | Role::Addend)) + u64::from(o.role.written());
+            let read_before = match o.role {
+                Role::Input => !inputs_left,
+                Role::InOut | Role::Accumulator | Role::Addend => true,
+                Role::Output | Role::Result | Role::Workspace => false,
+            };
+            let phases = u64::from(read_before) + u64::from(o.role.written());
             if phases == 0 {
                 continue;
             }
@@ -135,11 +154,12 @@ impl OperandCall {
     }
 }
 
-/// A reservation's alignment and the mark's word, as `session::verdicts` rounds them.
-const STAGING_SLACK: u64 = 16;
+/// A reservation's alignment and the mark's word: a call's block and each read in it start on
+/// this (`session::verdicts`, `guard::verdicts`).
+pub const STAGING_ALIGN: u64 = 16;
 
 /// What any deferred verdict's staging takes besides its scans: the mark, and alignment.
-pub const STAGING_BASE: u64 = 2 * STAGING_SLACK;
+pub const STAGING_BASE: u64 = 2 * STAGING_ALIGN;
 
 /// Whether the scan kernel scans a whole operand of `dtype` (else the host scan reads it).
 pub fn scanned_by_kernel(dtype: DType) -> bool {
@@ -150,7 +170,7 @@ pub fn scanned_by_kernel(dtype: DType) -> bool {
 /// else the host scan's copies of at most `scan_bytes`, with each read's alignment.
 pub fn scan_staging_need(dtype: DType, shape: StoredShape, members: u64, by_kernel: bool, scan_bytes: u64) -> u64 {
     if by_kernel {
-        return 24 + STAGING_SLACK;
+        return 24 + STAGING_ALIGN;
     }
     let elem = dtype.size().unwrap_or(1).max(1);
     let extent = crate::validate::operand_extent(shape, elem).unwrap_or(0);
@@ -158,7 +178,7 @@ pub fn scan_staging_need(dtype: DType, shape: StoredShape, members: u64, by_kern
     // One read per chunk, member, or (sampled) column read.
     let reads = bytes / crate::scan::CHUNK_BYTES as u64 + members + 1;
     let reads = if extent.saturating_mul(members) > scan_bytes { reads + (shape.cols.max(0) as u64).saturating_mul(members) } else { reads };
-    bytes.saturating_add(reads.saturating_mul(STAGING_SLACK))
+    bytes.saturating_add(reads.saturating_mul(STAGING_ALIGN))
 }
 
 /// What the guard learnt about one operand.
@@ -223,18 +243,21 @@ mod tests {
     fn a_calls_staging_need_covers_every_byte_its_host_scans_copy_and_only_counts_on_device() {
         let mib = 1u64 << 20;
         // 4096 x 4096 f32 A (64 MiB), 4096 x 1 B, C read and written: more than 64 MiB + 2 x 16 KiB.
-        let big = gemm(4096, 1, 4096, DType::F32, 1).staging_need(256 * mib, false);
+        let big = gemm(4096, 1, 4096, DType::F32, 1).staging_need(256 * mib, false, false);
         assert!(big >= 64 * mib + 3 * 16 * 1024, "{big}");
         assert!(big < 65 * mib, "a small allowance for alignment: {big}");
         // The per-operand budget caps what is copied (a sample beyond it).
-        let huge = gemm(65536, 1, 8192, DType::F32, 1).staging_need(256 * mib, false);
+        let huge = gemm(65536, 1, 8192, DType::F32, 1).staging_need(256 * mib, false, false);
         assert!((256 * mib..258 * mib).contains(&huge), "{huge}");
         // A batch: every member.
-        let batch = gemm(64, 64, 64, DType::F32, 10).staging_need(256 * mib, false);
+        let batch = gemm(64, 64, 64, DType::F32, 10).staging_need(256 * mib, false, false);
         assert!(batch >= 4 * 10 * 64 * 64 * 4, "{batch}");
         // With the scan kernel: its counts, per operand and phase.
-        assert!(gemm(4096, 1, 4096, DType::F32, 1).staging_need(256 * mib, true) < 1024);
+        assert!(gemm(4096, 1, 4096, DType::F32, 1).staging_need(256 * mib, true, false) < 1024);
         // Complex operands are scanned on the host even then.
-        assert!(gemm(64, 64, 64, DType::C32, 1).staging_need(256 * mib, true) >= 4 * 64 * 64 * 8);
+        assert!(gemm(64, 64, 64, DType::C32, 1).staging_need(256 * mib, true, false) >= 4 * 64 * 64 * 8);
+        // Outputs first: A and B are not read at the call; C before and after it.
+        let left = gemm(4096, 1, 4096, DType::F32, 1).staging_need(256 * mib, false, true);
+        assert!((2 * 16 * 1024..3 * 16 * 1024).contains(&left), "{left}");
     }
 }

@@ -57,6 +57,19 @@ pub(crate) fn is_on_stack_of(t: &PerThread, addr: u64) -> bool {
     stack_of(t).contains(&addr)
 }
 
+/// Whether the `len` bytes at `addr` lie in the live part of the calling thread's stack (its
+/// block is `t`): between this frame and the stack's top, mapped while the thread runs. A
+/// scalar the program passes by host pointer is most often a local of its caller: read there
+/// without a system call (`cuda_client::device`'s `read_host`).
+pub(crate) fn is_live_stack_of(t: &PerThread, addr: u64, len: usize) -> bool {
+    let here = 0u8;
+    let here = std::ptr::addr_of!(here) as u64;
+    let stack = stack_of(t);
+    // Only while this frame is on that stack (not a signal's alternate stack, below which
+    // anything may lie).
+    stack.contains(&here) && addr >= here && addr.checked_add(len as u64).is_some_and(|end| end <= stack.end)
+}
+
 /// The stack of the calling thread, whose block is `t` (empty when unknown).
 #[inline(always)]
 pub(crate) fn stack_of(t: &PerThread) -> std::ops::Range<u64> {
