@@ -42,6 +42,9 @@ impl Tally {
     }
 }
 
+/// Runs of at most this many bytes are tallied element by element.
+const SHORT_RUN_BYTES: usize = 64;
+
 /// Counts over a run of whole elements, as `W`-byte little-endian words: one pass, no
 /// branches, so the compiler vectorises it (see BENCHMARKS.md for the bandwidth).
 macro_rules! tally_words {
@@ -53,6 +56,24 @@ macro_rules! tally_words {
             // NaN: exponent all ones and a mantissa; Inf: exponent all ones, no mantissa. For
             // E4M3, which has no Inf, only exponent and mantissa all ones is NaN.
             let (special_mask, special_value) = if f.has_inf { (exp, exp) } else { (exp | man, exp | man) };
+            if bytes.len() <= SHORT_RUN_BYTES {
+                // A few elements (a deferred verdict's small operands, a scalar): one plain pass,
+                // without the blocked loop's set-up, which costs more than the elements do.
+                for (i, w) in bytes.chunks_exact($size).enumerate() {
+                    let mut raw = [0u8; $size];
+                    raw.copy_from_slice(w);
+                    let v = <$word>::from_le_bytes(raw);
+                    if (v & special_mask) == special_value {
+                        if !f.has_inf || v & man != 0 {
+                            tally.nan += 1;
+                        } else {
+                            tally.inf += 1;
+                        }
+                        tally.first_index.get_or_insert(base + i as u64);
+                    }
+                }
+                return;
+            }
             let (mut special, mut nan) = (0u64, 0u64);
             for block in bytes.chunks(($size) * ($block)) {
                 let (mut s, mut n): ($acc, $acc) = (0, 0);
@@ -326,6 +347,28 @@ mod tests {
         assert_eq!((t.nan, t.inf, t.first_index), (1, 1, Some(11)));
         let scan = scan_matrix(&Slice(&bytes), 0, StoredShape { rows: 3, cols: 1, ld: 3 }, DType::C32, &mut Vec::new(), u64::MAX).unwrap();
         assert_eq!((scan.nan, scan.inf, scan.first_nonfinite), (1, 1, Some((1, 0))));
+    }
+
+    #[test]
+    fn a_short_run_is_tallied_as_the_same_elements_in_a_long_one() {
+        // Every format, NaN, Inf and finite words mixed: a run at or under the short path's
+        // length counts and places them as the blocked loop does for those elements.
+        let words: [u64; 8] = [0x3ff0_0000_0000_0000, 0x7ff8_0000_0000_0001, 0x7ff0_0000_0000_0000, 0x7f80_0000, 0x7fc0_0001, 0x7c00, 0x7e00, 0xff];
+        let pattern: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        for dtype in [DType::F64, DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2, DType::C32, DType::C64] {
+            for len in [0, 8, 16, 48, 64] {
+                let short = &pattern[..len];
+                // The same elements after a long finite run, so the blocked loop tallies them.
+                let mut long = vec![0u8; 4096];
+                long.extend_from_slice(short);
+                let (mut a, mut b) = (Tally::default(), Tally::default());
+                tally_elements(dtype, short, 0, &mut a);
+                tally_elements(dtype, &long, 0, &mut b);
+                let elem = dtype.size().unwrap();
+                let shift = 4096 / elem;
+                assert_eq!((a.nan, a.inf, a.first_index.map(|i| i + shift)), (b.nan, b.inf, b.first_index), "{dtype:?}, {len} bytes");
+            }
+        }
     }
 
     #[test]

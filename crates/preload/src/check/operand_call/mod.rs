@@ -102,6 +102,16 @@ struct ReportFacts {
     readable: bool,
 }
 
+/// Pointer arrays' members, copied: only a pointer-array batch has any, so the usual call's six
+/// empty lists are made, not cloned one by one (this runs at every deferred call).
+fn clone_arrays(arrays: &[Vec<u64>; MAX_OPERANDS]) -> [Vec<u64>; MAX_OPERANDS] {
+    if arrays.iter().all(Vec::is_empty) {
+        Default::default()
+    } else {
+        arrays.clone()
+    }
+}
+
 /// A sticky CUDA error the guard has already attributed, so later calls that merely see it
 /// again are not blamed for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,7 +188,7 @@ impl<'a> OperandCallCheck<'a> {
             reports: std::array::from_fn(|i| {
                 self.operands[i].map(|o| ReportFacts { extent: o.extent, allocation: o.allocation, array_allocation: o.array_allocation, readable: o.readable })
             }),
-            arrays: self.arrays.clone(),
+            arrays: clone_arrays(&self.arrays),
             handle: self.handle,
             beta_is_zero: self.beta_is_zero,
             unchecked: self.unchecked,
@@ -197,7 +207,7 @@ impl<'a> OperandCallCheck<'a> {
                 (r.extent, r.allocation, r.array_allocation, r.readable) = (k.extent, k.allocation, k.array_allocation, k.readable);
             }
         }
-        check.arrays = facts.arrays.clone();
+        check.arrays = clone_arrays(&facts.arrays);
         check.beta_is_zero = facts.beta_is_zero;
         check.unchecked = facts.unchecked;
         check.deferred = true;
