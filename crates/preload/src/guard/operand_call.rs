@@ -293,8 +293,8 @@ impl FiniteNotes {
         if self.sampled > 0 {
             session.note_sampled(self.sampled as u64);
         }
-        for &ptr in &self.finite[..self.count as usize] {
-            session.finite_seen.note(ptr, seq);
+        if self.count > 0 {
+            session.finite_seen.note(&self.finite[..self.count as usize], seq);
         }
     }
 }

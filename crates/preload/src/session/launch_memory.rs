@@ -70,10 +70,13 @@ pub struct FiniteSeen {
 }
 
 impl FiniteSeen {
-    pub fn note(&self, ptr: u64, seq: u64) {
+    /// The operands at `ptrs` were seen finite at call `seq` (one lock for a call's operands).
+    pub fn note(&self, ptrs: &[u64], seq: u64) {
         let mut last = self.last.lock();
-        let entry = last.entry(ptr).or_insert(0);
-        *entry = (*entry).max(seq);
+        for &ptr in ptrs {
+            let entry = last.entry(ptr).or_insert(0);
+            *entry = (*entry).max(seq);
+        }
         bound(&mut last);
     }
 
@@ -242,16 +245,15 @@ mod tests {
         assert_eq!(asked, 1);
         assert_eq!(layouts.get(0x20, || None), None);
         let seen = FiniteSeen::default();
-        seen.note(0x1000, 9);
-        seen.note(0x1000, 4);
+        seen.note(&[0x1000], 9);
+        seen.note(&[0x1000], 4);
         assert_eq!(seen.last(0x1000), 9);
-        seen.note(0x1800, 3);
-        seen.note(0x3000, 3);
+        seen.note(&[0x1800, 0x3000], 3);
         seen.forget(0x1000, 0x1000);
         assert_eq!((seen.last(0x1000), seen.last(0x1800), seen.last(0x3000)), (0, 0, 3));
         // Bounded: past the cap the lowest addresses go.
         for i in 0..MAX_ADDRESSES as u64 + 10 {
-            seen.note(0x10_0000 + 64 * i, 5);
+            seen.note(&[0x10_0000 + 64 * i], 5);
         }
         assert_eq!(seen.last.lock().len(), MAX_ADDRESSES);
         assert_eq!((seen.last(0x3000), seen.last(0x10_0000 + 64 * (MAX_ADDRESSES as u64 + 9))), (0, 5));
