@@ -132,6 +132,12 @@ impl<'a> Recording<'a> {
         self.session.verdicts.note_judged_at_call();
     }
 
+    /// Whether the scan kernel may be queued: asked before reserving (queue_scans refuses the
+    /// same), so that the host scan's copies get the bytes.
+    fn scans_on_device(&self) -> bool {
+        self.session.config.device_scan != crate::config::DeviceScan::Off && !self.session.device_scan.failed()
+    }
+
     /// The call has run: what is read from now on is its output.
     pub fn after_call(&self) {
         self.phase.set(AFTER);
@@ -267,12 +273,13 @@ impl Device for Recording<'_> {
         self.device.is_capturing(stream)
     }
     fn scan_on_device(&self, addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<MatrixScan> {
+        if !self.scans_on_device() {
+            return None;
+        }
         scan_one(self, addr, shape, dtype, stream)
     }
     fn scan_batch_on_device(&self, jobs: &[BatchScan], _stream: u64) -> Option<Vec<(MatrixScan, Option<u64>)>> {
-        // Asked before reserving (queue_scans refuses these too): a refused kernel's bytes would
-        // stay reserved until the call's mark lands, and crowd the host path's copies out.
-        if self.session.config.device_scan == crate::config::DeviceScan::Off || self.session.device_scan.failed() {
+        if !self.scans_on_device() {
             return None;
         }
         let bytes = 24 * jobs.len();
