@@ -14,7 +14,7 @@ use super::verdicts::Recording;
 use super::{Call, Hook};
 use crate::check::operand_call::{scan_on_stream, scan_staging_need, scanned_by_kernel, Members, STAGING_BASE};
 use crate::check::{Device, Finding};
-use crate::config::{DeviceScan, OnFault, SyncMode};
+use crate::config::{OnFault, SyncMode};
 use crate::cuda;
 use crate::recorder::CallArgs;
 use crate::scan::MatrixScan;
@@ -126,7 +126,7 @@ pub(super) struct ReplayVerdict {
 /// verdict; false when they could not all be queued (nothing is kept then).
 fn scan_later(call: &Call<'_, c_int>, exec: u64, stream: u64, kept: &Arc<[KeptOperand]>) -> bool {
     let s = call.session;
-    let on_device = s.config.device_scan != DeviceScan::Off && !s.device_scan.failed();
+    let on_device = s.scans_on_device();
     let need = kept.iter().fold(STAGING_BASE, |need, op| {
         let by_kernel = on_device && scanned_by_kernel(op.dtype);
         // A kernel's result lands once for each member scanned; a host scan's copies are

@@ -112,9 +112,12 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
         check.outputs_first = outputs_first;
         // Under `deferred`, the scans' reads are queued and their verdict judged later, when
         // the region has room for all of them.
-        let on_device = s.config.device_scan != crate::config::DeviceScan::Off && !s.device_scan.failed();
         let mut recording = if may_wait {
-            super::verdicts::Recording::begin(call, check.stream(), matmul.staging_need(s.config.scan_bytes, on_device, matmul.leaves_inputs(outputs_first)))
+            super::verdicts::Recording::begin(
+                call,
+                check.stream(),
+                matmul.staging_need(s.config.scan_bytes, s.scans_on_device(), matmul.leaves_inputs(outputs_first)),
+            )
         } else {
             None
         };
@@ -887,7 +890,7 @@ mod tests {
         let [pending] = taken.as_slice() else { panic!("one call waits: {}", taken.len()) };
         let log = &pending.log;
         assert_eq!((log.copies.len(), log.host.len()), (4, 2), "A, B and C before, C after; alpha and beta once each: {log:?}");
-        assert!(!(log.copies.spilled() || log.host.spilled() || log.scans.spilled() || log.reserved.spilled()), "{log:?}");
+        assert!(!(log.copies.spilled() || log.host.spilled() || log.scans.spilled()), "{log:?}");
         assert!(!taken.spilled(), "one harvest's calls are inline too");
     }
 

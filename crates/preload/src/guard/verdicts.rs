@@ -75,8 +75,8 @@ pub(crate) struct Recording<'a> {
     session: &'a Session,
     arena: VerdictArena,
     stream: u64,
-    /// The mark's word, the first of the call's block: without it nothing else is.
-    mark: Option<u64>,
+    /// The call's block: its first word is the mark's.
+    block: u64,
     /// The block's next free byte and its end: the call's reads are handed out from it in
     /// order, without a lock.
     next: Cell<u64>,
@@ -99,15 +99,14 @@ impl<'a> Recording<'a> {
             session.verdicts.note_judged_at_call();
             return None;
         };
-        let mut log = ScanLog::default();
-        log.reserved.push(block);
+        let log = ScanLog { block: Some(block), ..ScanLog::default() };
         Some(Self {
             device: call.device,
             memory,
             session,
             arena,
             stream,
-            mark: Some(block),
+            block,
             next: Cell::new(block + STAGING_ALIGN),
             end: block.saturating_add(need),
             phase: Cell::new(BEFORE),
@@ -130,12 +129,6 @@ impl<'a> Recording<'a> {
         self.device.synchronize(self.stream);
         self.session.verdicts.release(self.arena, &self.log.into_inner());
         self.session.verdicts.note_judged_at_call();
-    }
-
-    /// Whether the scan kernel may be queued: asked before reserving (queue_scans refuses the
-    /// same), so that the host scan's copies get the bytes.
-    fn scans_on_device(&self) -> bool {
-        self.session.config.device_scan != crate::config::DeviceScan::Off && !self.session.device_scan.failed()
     }
 
     /// The call has run: what is read from now on is its output.
@@ -185,7 +178,7 @@ impl<'a> Recording<'a> {
         let quick = (judge && returned == crate::cuda::CUBLAS_SUCCESS && !self.overflowed.get()).then(|| FiniteNotes::of(check));
         self.queue(call, || {
             let python = if judge { call.outlet.python_frames_at_call() } else { None };
-            let verdict = Verdict {
+            Box::new(Verdict {
                 hook: call.hook,
                 thread: call.outlet.thread_id(),
                 time_ns: call.outlet.now_ns(),
@@ -198,22 +191,22 @@ impl<'a> Recording<'a> {
                 python,
                 site: if judge { call.call_site() } else { CallSite::default() },
                 quick,
-            };
-            Box::new(verdict)
+            })
         });
     }
 
     /// Queues the mark after what was recorded and keeps what `verdict` makes (what the call
-    /// is judged from) until it lands; with nothing queued, only gives the reservations back.
+    /// is judged from) until it lands; with nothing queued, only gives the block back.
     pub fn queue(self, call: &Call<'_, i32>, verdict: impl FnOnce() -> Box<dyn std::any::Any + Send>) {
         let s = call.session;
         let log = self.log.into_inner();
         let queued = !(log.copies.is_empty() && log.scans.is_empty());
-        let Some(mark) = self.mark.filter(|_| queued) else {
-            // Nothing in flight: the reservations are free again now.
+        if !queued {
+            // Nothing in flight: the block is free again now.
             s.verdicts.release(self.arena, &log);
             return;
-        };
+        }
+        let mark = self.block;
         let cleared = self.memory.clear(self.arena, mark, 8);
         let marked = cleared && self.memory.queue_mark(self.arena, mark, call.seq, self.stream);
         let mark = if marked {
@@ -273,13 +266,15 @@ impl Device for Recording<'_> {
         self.device.is_capturing(stream)
     }
     fn scan_on_device(&self, addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<MatrixScan> {
-        if !self.scans_on_device() {
+        // Asked before a job is made or bytes reserved (queue_scans refuses the same): the host
+        // scan's copies get the bytes.
+        if !self.session.scans_on_device() {
             return None;
         }
         scan_one(self, addr, shape, dtype, stream)
     }
     fn scan_batch_on_device(&self, jobs: &[BatchScan], _stream: u64) -> Option<Vec<(MatrixScan, Option<u64>)>> {
-        if !self.scans_on_device() {
+        if !self.session.scans_on_device() {
             return None;
         }
         let bytes = 24 * jobs.len();
@@ -775,7 +770,6 @@ pub(super) fn quick_and_replayed(call: &Call<'_, i32>, pending: &Pending) -> (Op
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::session::verdicts::{Pending, VERDICT_HEAP_BYTES};
 
     #[test]
@@ -785,17 +779,6 @@ mod tests {
         let verdict = std::mem::size_of::<super::Verdict>().max(std::mem::size_of::<super::super::graphs::ReplayVerdict>());
         let taken = verdict + std::mem::size_of::<Pending>();
         eprintln!("a waiting verdict: {verdict} bytes boxed, {taken} with its slot");
-        eprintln!(
-            "SIZES call {} facts {} record {} extra {} python {} site {} quick {} log {}",
-            std::mem::size_of::<crate::check::operand_call::OperandCall>(),
-            std::mem::size_of::<crate::check::operand_call::CheckFacts>(),
-            std::mem::size_of::<crate::recorder::CallArgs>(),
-            std::mem::size_of::<super::ExArgs>(),
-            std::mem::size_of::<Option<super::super::KeptFrames>>(),
-            std::mem::size_of::<CallSite>(),
-            std::mem::size_of::<Option<FiniteNotes>>(),
-            std::mem::size_of::<crate::session::verdicts::ScanLog>()
-        );
         assert!(
             2 * taken as u64 <= VERDICT_HEAP_BYTES,
             "{taken} bytes a verdict: the ceiling's count (session::verdicts::max_waiting) no longer bounds their heap"

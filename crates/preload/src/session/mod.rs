@@ -307,6 +307,12 @@ impl Session {
         self.faults.writer.lock()
     }
 
+    /// Whether the scan kernel may scan operands: not turned off, and not failed in this
+    /// process (else the host scan reads them).
+    pub fn scans_on_device(&self) -> bool {
+        self.config.device_scan != crate::config::DeviceScan::Off && !self.device_scan.failed()
+    }
+
     /// Whether this call's operands are scanned: one call in `scan_every` per call site (a
     /// site is the hooked function and the call's shape, which tells the layers of a model
     /// apart), and none while the scans are over the time budget. `now_ns` is wall time.

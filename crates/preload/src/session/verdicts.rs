@@ -15,7 +15,7 @@ use smallvec::SmallVec;
 /// Reservations are aligned to this, so that a mark is a whole, aligned word.
 const ALIGN: u64 = crate::check::operand_call::STAGING_ALIGN;
 
-/// The staging region cannot take a call's scans now (see `Verdicts::reserve_first`).
+/// The staging region cannot take a call's scans now (see `Verdicts::reserve_block`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NoRoom;
 
@@ -84,8 +84,8 @@ pub struct ScanLog {
     /// Scan kernels queued: their jobs (`JobsKey`), the offset of their counts, after the call,
     /// how many jobs.
     pub scans: SmallVec<[(JobsKey, u64, bool, usize); 2]>,
-    /// The call's reservations (its block), to release once its mark landed.
-    pub reserved: SmallVec<[u64; 8]>,
+    /// The call's block of the region, to release once its mark landed.
+    pub block: Option<u64>,
 }
 
 /// Host bytes a scan read at the call: scalars (at most a complex double) inline.
@@ -237,7 +237,7 @@ impl Verdicts {
     pub fn release(&self, arena: VerdictArena, log: &ScanLog) {
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, ring)) = rings.iter_mut().find(|(c, _)| *c == arena.context) {
-            log.reserved.iter().for_each(|&start| ring.release(start));
+            log.block.into_iter().for_each(|start| ring.release(start));
         }
         self.held.store(rings.iter().map(|(_, r)| r.held).sum(), Ordering::Relaxed);
     }
@@ -295,7 +295,7 @@ impl Verdicts {
 
     /// Takes call `seq`'s waiting verdict, landed or not: a kernel fault pinned on the call
     /// (breadcrumbs) is told with the description kept for its verdict. Counted as being
-    /// judged; the caller releases its reservations and calls `judged`.
+    /// judged; the caller releases its block and calls `judged`.
     pub fn take_call(&self, seq: u64) -> Option<Pending> {
         let mut queues = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let (q, at) = queues.iter().enumerate().find_map(|(q, queue)| queue.calls.iter().position(|p| p.seq == seq).map(|at| (q, at)))?;
@@ -422,7 +422,7 @@ mod tests {
         assert_eq!(v.reserve_block(arena, 40, 64), Ok(0), "40 bytes, aligned to 48");
         assert_eq!(v.reserve_block(arena, 24, 64), Err(NoRoom), "32 do not fit in the 16 left");
         assert_eq!(v.reserve_block(arena, 16, 64), Ok(48));
-        let log = ScanLog { reserved: smallvec::smallvec![0], ..ScanLog::default() };
+        let log = ScanLog { block: Some(0), ..ScanLog::default() };
         v.release(arena, &log);
         assert_eq!(v.reserve_block(arena, 48, 64), Ok(0), "the first block is free again");
     }
