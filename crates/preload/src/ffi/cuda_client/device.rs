@@ -9,6 +9,7 @@ use crate::check::lt::{Layout, MatmulDesc};
 use crate::check::Device;
 use crate::cuda::MemoryType;
 use crate::ffi::cuda_client::cuda_api::{self as api, PointerAttributes};
+use crate::ffi::intercept::reentry::defer_cancel;
 
 const MEMCPY_DEVICE_TO_HOST: c_int = 2;
 
@@ -49,7 +50,9 @@ pub(crate) fn relaxed<T>(setup: impl FnOnce() -> T) -> T {
 }
 
 /// The guard's view of CUDA (and, when enabled, of the driver for on-device scans), for one
-/// hooked call.
+/// hooked call. What can block (a copy, a synchronisation, a scan, a driver probe) holds a
+/// cancellation request back until it is done (`defer_cancel`); the quick queries of a clean
+/// call go straight through.
 pub(crate) struct RealDevice<'a> {
     pub session: &'a crate::session::Session,
     /// The program's last error before the guard's first call of this hooked call. The guard's
@@ -93,7 +96,7 @@ impl Device for RealDevice<'_> {
         if mode == crate::config::DeviceScan::Off {
             return None;
         }
-        crate::ffi::cuda_client::device_scan::scan(&self.session.device_scan, mode, addr, shape, dtype, stream)
+        defer_cancel(|| crate::ffi::cuda_client::device_scan::scan(&self.session.device_scan, mode, addr, shape, dtype, stream))
     }
 
     fn scan_batch_on_device(&self, jobs: &[crate::check::BatchScan], stream: u64) -> Option<Vec<(crate::scan::MatrixScan, Option<u64>)>> {
@@ -101,7 +104,7 @@ impl Device for RealDevice<'_> {
         if mode == crate::config::DeviceScan::Off {
             return None;
         }
-        crate::ffi::cuda_client::device_scan::scan_batch(&self.session.device_scan, mode, jobs, stream)
+        defer_cancel(|| crate::ffi::cuda_client::device_scan::scan_batch(&self.session.device_scan, mode, jobs, stream))
     }
 
     fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
@@ -112,40 +115,46 @@ impl Device for RealDevice<'_> {
     }
 
     fn read(&self, addr: u64, out: &mut [u8], stream: u64) -> Result<(), i32> {
-        // `out` is valid for out.len() bytes; callers pass only device ranges already verified
-        // inside a live allocation.
-        let dst = out.as_mut_ptr() as *mut c_void;
-        // SAFETY: `dst` is `len` writable bytes of a slice borrowed until the stream is synchronised below; the device range was verified inside a live allocation by the caller.
-        let code =
-            self.quietly(|| unsafe { api::cudaMemcpyAsync(dst, addr as *const c_void, out.len(), MEMCPY_DEVICE_TO_HOST, stream as *mut c_void) }).ok_or(-1)?;
-        if code != 0 {
-            return Err(code);
-        }
-        match self.synchronize(stream) {
-            0 => Ok(()),
-            code => Err(code),
-        }
-    }
-
-    fn read_many(&self, pieces: &[(u64, usize)], out: &mut [u8], stream: u64) -> Result<(), i32> {
-        let mut at = 0;
-        for &(addr, len) in pieces {
-            let dst = out.get_mut(at..at + len).ok_or(-1)?;
-            // `dst` is valid for `len` bytes; callers pass only device ranges already verified
-            // inside a live allocation. Queued: one synchronisation below covers them all.
-            let dst = dst.as_mut_ptr() as *mut c_void;
+        defer_cancel(|| {
+            // `out` is valid for out.len() bytes; callers pass only device ranges already verified
+            // inside a live allocation.
+            let dst = out.as_mut_ptr() as *mut c_void;
             // SAFETY: `dst` is `len` writable bytes of a slice borrowed until the stream is synchronised below; the device range was verified inside a live allocation by the caller.
-            let code =
-                self.quietly(|| unsafe { api::cudaMemcpyAsync(dst, addr as *const c_void, len, MEMCPY_DEVICE_TO_HOST, stream as *mut c_void) }).ok_or(-1)?;
+            let code = self
+                .quietly(|| unsafe { api::cudaMemcpyAsync(dst, addr as *const c_void, out.len(), MEMCPY_DEVICE_TO_HOST, stream as *mut c_void) })
+                .ok_or(-1)?;
             if code != 0 {
                 return Err(code);
             }
-            at += len;
-        }
-        match self.synchronize(stream) {
-            0 => Ok(()),
-            code => Err(code),
-        }
+            match self.synchronize(stream) {
+                0 => Ok(()),
+                code => Err(code),
+            }
+        })
+    }
+
+    fn read_many(&self, pieces: &[(u64, usize)], out: &mut [u8], stream: u64) -> Result<(), i32> {
+        defer_cancel(|| {
+            let mut at = 0;
+            for &(addr, len) in pieces {
+                let dst = out.get_mut(at..at + len).ok_or(-1)?;
+                // `dst` is valid for `len` bytes; callers pass only device ranges already verified
+                // inside a live allocation. Queued: one synchronisation below covers them all.
+                let dst = dst.as_mut_ptr() as *mut c_void;
+                // SAFETY: `dst` is `len` writable bytes of a slice borrowed until the stream is synchronised below; the device range was verified inside a live allocation by the caller.
+                let code = self
+                    .quietly(|| unsafe { api::cudaMemcpyAsync(dst, addr as *const c_void, len, MEMCPY_DEVICE_TO_HOST, stream as *mut c_void) })
+                    .ok_or(-1)?;
+                if code != 0 {
+                    return Err(code);
+                }
+                at += len;
+            }
+            match self.synchronize(stream) {
+                0 => Ok(()),
+                code => Err(code),
+            }
+        })
     }
 
     fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
@@ -159,8 +168,10 @@ impl Device for RealDevice<'_> {
     }
 
     fn synchronize(&self, stream: u64) -> i32 {
-        // SAFETY: a stream handle the program passed to the hooked call.
-        self.quietly(|| unsafe { api::cudaStreamSynchronize(stream as *mut c_void) }).unwrap_or(0)
+        defer_cancel(|| {
+            // SAFETY: a stream handle the program passed to the hooked call.
+            self.quietly(|| unsafe { api::cudaStreamSynchronize(stream as *mut c_void) }).unwrap_or(0)
+        })
     }
 
     fn is_capturing(&self, stream: u64) -> Result<bool, i32> {
@@ -194,11 +205,11 @@ impl Device for RealDevice<'_> {
     }
 
     fn memory_info(&self) -> Option<(u64, u64)> {
-        memory_info()
+        defer_cancel(|| memory_info())
     }
 
     fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> DriverProbe {
-        crate::ffi::host::environment::probe_driver(device_count)
+        defer_cancel(|| crate::ffi::host::environment::probe_driver(device_count))
     }
 
     fn read_parameter(&self, ptr: u64, out: &mut [u8]) -> bool {
@@ -257,7 +268,7 @@ impl Device for RealDevice<'_> {
     }
 
     fn cudnn_libraries(&self, scope: crate::check::cudnn::Scope) -> Option<crate::trace::CudnnLibraries> {
-        crate::ffi::cuda_client::cudnn::libraries(scope)
+        defer_cancel(|| crate::ffi::cuda_client::cudnn::libraries(scope))
     }
 
     fn cudnn_variant_pack(&self, pack: u64) -> Option<crate::check::cudnn::VariantPack> {

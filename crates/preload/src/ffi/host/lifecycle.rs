@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use super::{backtrace, claim, crash, environment, process};
 use crate::config::{self, Config};
 use crate::ffi::intercept::loader_gate;
+use crate::ffi::intercept::reentry::defer_cancel;
 use crate::guard::Outlet;
 use crate::session::{ChildSeed, Recorded, Session};
 use crate::trace;
@@ -24,29 +25,34 @@ static ACTIVE: AtomicPtr<Session> = AtomicPtr::new(std::ptr::null_mut());
 static ARMED: AtomicBool = AtomicBool::new(false);
 static EXITED: AtomicBool = AtomicBool::new(false);
 
-/// Where the guard's findings leave the process: stderr, the trace on disk, abort.
+/// Where the guard's findings leave the process: stderr, the trace on disk, abort. What can
+/// block or take long (a write, a backtrace, Python's frames, NVML) holds a cancellation request
+/// back until it is done (`defer_cancel`): a thread cancelled at a fault is cancelled after its
+/// fault is out, not in the middle of the write.
 pub(crate) struct RealOutlet;
 
 impl Outlet for RealOutlet {
     fn publish(&self, session: &Session, recorded: &Recorded) {
-        for line in &recorded.lines {
-            say(line);
-        }
-        if let Some(index) = recorded.index {
-            session.with_fault(index, |fault| crash::publish_fault(index, fault));
-        }
-        if recorded.rewrite {
-            write_trace(session);
-        }
+        defer_cancel(|| {
+            for line in &recorded.lines {
+                say(line);
+            }
+            if let Some(index) = recorded.index {
+                session.with_fault(index, |fault| crash::publish_fault(index, fault));
+            }
+            if recorded.rewrite {
+                write_trace(session);
+            }
+        })
     }
     fn backtrace(&self) -> Vec<String> {
-        backtrace::capture()
+        defer_cancel(|| backtrace::capture())
     }
     fn call_site(&self, frame: crate::session::call_site::HookFrame) -> crate::session::call_site::CallSite {
         crate::ffi::host::call_site::read(frame)
     }
     fn describe_call_site(&self, site: &crate::session::call_site::CallSite) -> Vec<String> {
-        backtrace::describe_call_site(site)
+        defer_cancel(|| backtrace::describe_call_site(site))
     }
     fn abort(&self) {
         say("cublasguard: aborting at the first fault (CUBLASGUARD_ON_FAULT=abort)");
@@ -60,7 +66,7 @@ impl Outlet for RealOutlet {
         process::thread_id()
     }
     fn kernel_name(&self, func: u64) -> Option<String> {
-        crate::ffi::host::backtrace::kernel_name(func)
+        defer_cancel(|| crate::ffi::host::backtrace::kernel_name(func))
     }
     fn create_file(
         &self,
@@ -69,14 +75,16 @@ impl Outlet for RealOutlet {
         extension: &str,
         fill: &mut dyn FnMut(&mut std::io::BufWriter<&std::fs::File>) -> std::io::Result<()>,
     ) -> std::io::Result<String> {
-        super::files::create(dir, name, extension, fill)
+        defer_cancel(|| super::files::create(dir, name, extension, fill))
     }
     fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth> {
-        Some(super::nvml::snapshot(true))
+        defer_cancel(|| Some(super::nvml::snapshot(true)))
     }
     fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
-        let thread = crate::ffi::host::python::thread_name();
-        crate::ffi::host::python::stack(&thread).map(|(frames, note)| (frames, note, thread))
+        defer_cancel(|| {
+            let thread = crate::ffi::host::python::thread_name();
+            crate::ffi::host::python::stack(&thread).map(|(frames, note)| (frames, note, thread))
+        })
     }
     fn python_frames_at_call(&self) -> Option<crate::guard::KeptFrames> {
         crate::ffi::host::python::frames_at_call()
@@ -85,7 +93,7 @@ impl Outlet for RealOutlet {
         crate::ffi::host::python::innermost_places()
     }
     fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame> {
-        crate::ffi::host::python::describe_places(places)
+        defer_cancel(|| crate::ffi::host::python::describe_places(places))
     }
 }
 

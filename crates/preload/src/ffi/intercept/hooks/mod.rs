@@ -6,8 +6,6 @@ use std::cell::Cell;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
-use crate::check::{BatchScan, Device};
-use crate::cuda::MemoryType;
 use crate::ffi::cuda_client::device::RealDevice;
 use crate::ffi::host::call_site::hook_frame;
 use crate::ffi::host::lifecycle::{self, RealOutlet};
@@ -18,11 +16,11 @@ use crate::ffi::intercept::real::{Library, RealSymbol};
 use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, ReentryOn};
 use crate::guard::launch::{self, Dim3, DriverLaunchConfig, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
-use crate::guard::{blas, cudnn, gemm, graphs, handles, lt, memory, sync, Call, OnThread, Outlet};
+use crate::guard::{blas, cudnn, gemm, graphs, handles, lt, memory, sync, Call, OnThread};
 use crate::hook_list::{Hook, HOOK_COUNT, HOOK_NAMES};
 use crate::recorder::{CallArgs, RecordedCall};
 use crate::session::call_site::HookFrame;
-use crate::session::{LeanGemm, Recorded, Session};
+use crate::session::{LeanGemm, Session};
 
 /// Opaque CUDA handles and streams, as the C API passes them.
 type Handle = *mut c_void;
@@ -59,14 +57,14 @@ fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, frame: u64, forward: &
         // thousands): it is neither counted nor recorded, so it fills no slot of the flight
         // recorder and uses no sequence number.
         Some(s) if hook.is_registration() => {
-            let device = DeferringDevice(RealDevice::new(s, t));
-            handler(&Call::uncounted(s, hook, &device, &DeferringOutlet, tracked, &t.memo))
+            let device = RealDevice::new(s, t);
+            handler(&Call::uncounted(s, hook, &device, &RealOutlet, tracked, &t.memo))
         }
         Some(s) => {
-            let device = DeferringDevice(RealDevice::new(s, t));
+            let device = RealDevice::new(s, t);
             let frame = HookFrame::new(frame, crate::ffi::host::thread::stack_of(t));
             let thread = OnThread { id: process::thread_id_of(t), memo: &t.memo, frame };
-            let call = Call::begin(s, hook, &device, &DeferringOutlet, tracked, thread);
+            let call = Call::begin(s, hook, &device, &RealOutlet, tracked, thread);
             let r = handler(&call);
             if !call.was_recorded() {
                 call.record(r.status(), CallArgs::None);
@@ -202,11 +200,11 @@ impl<'t> LeanCall<'t> {
         let now = process::now_ns();
         let started_ns = now.saturating_sub(started.elapsed_ns(now));
         let outcome = catch_panic(move || {
-            let device = DeferringDevice(RealDevice::new(s, t));
+            let device = RealDevice::new(s, t);
             let ran = move || r;
             let frame = HookFrame::new(frame, crate::ffi::host::thread::stack_of(t));
             let thread = OnThread { id: tid, memo: &t.memo, frame };
-            let call = Call::resumed(s, hook, seq, started_ns, &device, &DeferringOutlet, &ran, thread, (r.status(), s.known_error_of(known)));
+            let call = Call::resumed(s, hook, seq, started_ns, &device, &RealOutlet, &ran, thread, (r.status(), s.known_error_of(known)));
             let r = handler(&call);
             if !call.was_recorded() {
                 call.record(r.status(), CallArgs::None);
@@ -305,147 +303,6 @@ macro_rules! lean_path {
             }
         }
     };
-}
-
-/// The outlet, with a cancellation request held back while it writes, captures a backtrace or
-/// asks Python for its frames: a thread cancelled at a fault is cancelled after its fault is
-/// out, not in the middle of the write.
-struct DeferringOutlet;
-
-impl Outlet for DeferringOutlet {
-    fn publish(&self, session: &Session, recorded: &Recorded) {
-        defer_cancel(|| RealOutlet.publish(session, recorded))
-    }
-    fn backtrace(&self) -> Vec<String> {
-        defer_cancel(|| RealOutlet.backtrace())
-    }
-    fn call_site(&self, frame: HookFrame) -> crate::session::call_site::CallSite {
-        RealOutlet.call_site(frame)
-    }
-    fn describe_call_site(&self, site: &crate::session::call_site::CallSite) -> Vec<String> {
-        defer_cancel(|| RealOutlet.describe_call_site(site))
-    }
-    fn abort(&self) {
-        RealOutlet.abort()
-    }
-    fn now_ns(&self) -> u64 {
-        RealOutlet.now_ns()
-    }
-    fn thread_id(&self) -> u32 {
-        RealOutlet.thread_id()
-    }
-    fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
-        defer_cancel(|| RealOutlet.python_stack())
-    }
-    fn python_frames_at_call(&self) -> Option<crate::guard::KeptFrames> {
-        RealOutlet.python_frames_at_call()
-    }
-    fn python_places(&self) -> crate::session::waits::PythonPlaces {
-        RealOutlet.python_places()
-    }
-    fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame> {
-        defer_cancel(|| RealOutlet.describe_python_places(places))
-    }
-    fn kernel_name(&self, func: u64) -> Option<String> {
-        defer_cancel(|| RealOutlet.kernel_name(func))
-    }
-    fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth> {
-        defer_cancel(|| RealOutlet.gpu_health())
-    }
-    fn create_file(
-        &self,
-        dir: &str,
-        name: &str,
-        extension: &str,
-        fill: &mut dyn FnMut(&mut std::io::BufWriter<&std::fs::File>) -> std::io::Result<()>,
-    ) -> std::io::Result<String> {
-        defer_cancel(|| RealOutlet.create_file(dir, name, extension, fill))
-    }
-}
-
-/// The device, with a cancellation request held back while the guard copies, scans or waits
-/// (the calls that can block); the quick queries of a clean call go straight through.
-struct DeferringDevice<'a>(RealDevice<'a>);
-
-impl Device for DeferringDevice<'_> {
-    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
-        self.0.memory_type(ptr)
-    }
-    fn read(&self, addr: u64, out: &mut [u8], stream: u64) -> Result<(), i32> {
-        defer_cancel(|| self.0.read(addr, out, stream))
-    }
-    fn read_many(&self, pieces: &[(u64, usize)], out: &mut [u8], stream: u64) -> Result<(), i32> {
-        defer_cancel(|| self.0.read_many(pieces, out, stream))
-    }
-    fn read_host(&self, addr: u64, out: &mut [u8]) -> bool {
-        self.0.read_host(addr, out)
-    }
-    fn synchronize(&self, stream: u64) -> i32 {
-        defer_cancel(|| self.0.synchronize(stream))
-    }
-    fn is_capturing(&self, stream: u64) -> Result<bool, i32> {
-        self.0.is_capturing(stream)
-    }
-    fn scan_on_device(&self, addr: u64, shape: crate::validate::StoredShape, dtype: crate::scan::DType, stream: u64) -> Option<crate::scan::MatrixScan> {
-        defer_cancel(|| self.0.scan_on_device(addr, shape, dtype, stream))
-    }
-    fn scan_batch_on_device(&self, jobs: &[BatchScan], stream: u64) -> Option<Vec<(crate::scan::MatrixScan, Option<u64>)>> {
-        defer_cancel(|| self.0.scan_batch_on_device(jobs, stream))
-    }
-    fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
-        self.0.is_on_this_threads_stack(ptr)
-    }
-    fn compute_capability(&self) -> Option<(i32, i32)> {
-        self.0.compute_capability()
-    }
-    fn memory_info(&self) -> Option<(u64, u64)> {
-        defer_cancel(|| self.0.memory_info())
-    }
-    fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> crate::check::init::DriverProbe {
-        defer_cancel(|| self.0.probe_driver(device_count))
-    }
-    fn lt_layout(&self, layout: u64) -> Option<crate::check::lt::Layout> {
-        self.0.lt_layout(layout)
-    }
-    fn lt_matmul_desc(&self, desc: u64) -> Option<crate::check::lt::MatmulDesc> {
-        self.0.lt_matmul_desc(desc)
-    }
-    fn read_parameter(&self, ptr: u64, out: &mut [u8]) -> bool {
-        self.0.read_parameter(ptr, out)
-    }
-    fn parameter_string(&self, ptr: u64) -> Option<String> {
-        self.0.parameter_string(ptr)
-    }
-    fn address_range(&self, ptr: u64) -> Option<(u64, u64)> {
-        self.0.address_range(ptr)
-    }
-    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
-        self.0.with_scan_buffer(body)
-    }
-    fn breadcrumb(&self, stream: u64, issued: crate::session::breadcrumbs::Issued) -> bool {
-        self.0.breadcrumb(stream, issued)
-    }
-    fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>> {
-        self.0.param_layout(func, driver)
-    }
-    fn verdict_memory(&self) -> Option<&dyn crate::check::VerdictMemory> {
-        self.0.verdict_memory()
-    }
-    fn cudnn_last_error(&self) -> Option<String> {
-        self.0.cudnn_last_error()
-    }
-    fn cudnn_libraries(&self, scope: crate::check::cudnn::Scope) -> Option<crate::trace::CudnnLibraries> {
-        defer_cancel(|| self.0.cudnn_libraries(scope))
-    }
-    fn cudnn_variant_pack(&self, pack: u64) -> Option<crate::check::cudnn::VariantPack> {
-        self.0.cudnn_variant_pack(pack)
-    }
-    fn cudnn_plan_workspace(&self, plan: u64) -> Option<u64> {
-        self.0.cudnn_plan_workspace(plan)
-    }
-    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool {
-        self.0.write_parameter(ptr, bytes)
-    }
 }
 
 impl Hook {
