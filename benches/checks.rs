@@ -3,10 +3,17 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use cublasguard_format::cuda::Operation;
-use cublasguard_format::state::{Allocation, Allocations};
-use cublasguard_format::validate::{self, GemmArgs, Span};
+// The guard's allocation table, compiled into the bench from the guard's own source: the
+// preload library is a cdylib only, which nothing links. Its one import (`crate::validate`)
+// resolves to the format crate's, as in the guard.
+#[allow(dead_code, unused_imports)]
+#[path = "../crates/preload/src/state.rs"]
+mod state;
+use cublasguard_format::validate;
+use state::{Allocation, Allocations};
 use std::hint::black_box;
 use std::time::Duration;
+use validate::{GemmArgs, Span};
 
 fn validator(c: &mut Criterion) {
     let args = GemmArgs {

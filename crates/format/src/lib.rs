@@ -1,7 +1,8 @@
 //! What the preload library and the `cublasguard` command share, and nothing that runs inside
 //! a guarded program's calls: the trace schema (its writer and its reader), the dump format,
-//! CUDA's values and their decoding, the configuration, and the pure argument and extent rules
-//! with the allocation table they consult. Safe Rust only.
+//! CUDA's values and their decoding, the configuration, and the pure argument and extent rules.
+//! The tables the guard keeps while the program runs (handles, allocations) are the guard's
+//! own (crates/preload/src/state.rs). Safe Rust only.
 #![cfg_attr(not(test), forbid(unsafe_code))]
 
 pub mod config;
@@ -10,7 +11,6 @@ pub mod dump;
 pub mod gpu_health;
 pub mod ignore;
 pub mod scan;
-pub mod state;
 pub mod trace;
 pub mod validate;
 

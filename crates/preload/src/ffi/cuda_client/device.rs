@@ -205,7 +205,7 @@ impl Device for RealDevice<'_> {
     }
 
     fn memory_info(&self) -> Option<(u64, u64)> {
-        defer_cancel(|| memory_info())
+        defer_cancel(memory_info)
     }
 
     fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> DriverProbe {

@@ -46,7 +46,7 @@ impl Outlet for RealOutlet {
         })
     }
     fn backtrace(&self) -> Vec<String> {
-        defer_cancel(|| backtrace::capture())
+        defer_cancel(backtrace::capture)
     }
     fn call_site(&self, frame: crate::session::call_site::HookFrame) -> crate::session::call_site::CallSite {
         crate::ffi::host::call_site::read(frame)

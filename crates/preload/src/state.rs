@@ -194,8 +194,8 @@ impl ThreadMemo {
 }
 
 impl ThreadMemo {
-    /// Nothing was looked up through it (for the preload library's unit tests).
-    #[doc(hidden)]
+    /// Nothing was looked up through it (for the unit tests).
+    #[cfg(test)]
     pub fn is_untouched(&self) -> bool {
         self.recent.borrow().table == 0 && self.handles.get().iter().all(|m| m.table == 0)
     }
@@ -204,32 +204,6 @@ impl ThreadMemo {
 impl Default for ThreadMemo {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// Live objects of one kind that this process created (cublasLt descriptors): the guard reads
-/// an object only when it is in here, so a wild pointer is never dereferenced by the guard.
-#[derive(Default)]
-pub struct LiveObjects {
-    set: Mutex<PointerMap<()>>,
-}
-
-impl LiveObjects {
-    pub fn created(&self, ptr: u64) {
-        self.set.lock().insert(ptr, ());
-    }
-
-    pub fn destroyed(&self, ptr: u64) {
-        self.set.lock().remove(&ptr);
-    }
-
-    pub fn contains(&self, ptr: u64) -> bool {
-        ptr != 0 && self.set.lock().contains_key(&ptr)
-    }
-
-    /// A table with the same objects (a forked child's copy).
-    pub fn copy(&self) -> Self {
-        Self { set: Mutex::new(self.set.lock().clone()) }
     }
 }
 
@@ -502,6 +476,7 @@ impl Allocations {
         found
     }
 
+    #[cfg(test)]
     pub fn span_containing(&self, ptr: u64) -> Option<Span> {
         self.containing(ptr).map(|a| Span { base: a.base, size: a.size })
     }
