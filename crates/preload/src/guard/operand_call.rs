@@ -61,89 +61,171 @@ pub(crate) fn guard(call: &Call<'_, i32>, describe: impl FnOnce() -> OperandCall
 }
 
 /// The checks around the real call; `ran`: the call was already made, with its status (and the
-/// error known before it).
+/// error known before it). A guarded call's stages, in order, each a step of `Stages`:
+/// describe (`Stages::describe`: its handle, site, capture state, whether it is scanned and
+/// whether its verdict may wait), check before (`check_before`), decide and forward
+/// (`forward`), check after (`check_after`), record (`record`) and publish (`publish`: the
+/// fault, the waiting verdict, the clean synchronisation). Deferred verdicts are
+/// `guard::verdicts`' (a `Recording` begun before the call, kept after it).
 fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, extra: ExArgs, ran: Option<(i32, Option<crate::session::KnownError>)>) -> i32 {
-    let s = call.session;
-    let handle = s.matmul_handle_in(matmul.lt, matmul.handle, call.memo);
-    if let (false, HandleLookup::Alive(HandleState { workspace: (ptr, bytes), .. })) = (matmul.lt, handle) {
-        // The workspace cublasSetWorkspace gave the handle is memory this call may write.
-        if let (true, Some(slot)) = (bytes > 0, matmul.operands.iter_mut().find(|o| o.is_none())) {
-            *slot = Some(OperandSpec::workspace(ptr, bytes));
+    let stages = Stages::describe(call, matmul, record, extra, ran);
+    // Only scans use the buffer: without them the per-thread buffer is not touched at all.
+    if stages.checks.nan {
+        let (mut stages, mut returned) = (Some(&stages), None);
+        call.device.with_scan_buffer(&mut |buf| returned = stages.take().map(|stages| stages.run(call, buf)));
+        // The device runs the stages exactly once; were it not to, the call would still be made.
+        returned.unwrap_or_else(|| call.forward())
+    } else {
+        stages.run(call, &mut Vec::new())
+    }
+}
+
+/// What a guarded call's stages share, decided once it is described.
+struct Stages<'m> {
+    matmul: &'m OperandCall,
+    handle: HandleLookup,
+    record: CallArgs,
+    extra: ExArgs,
+    ran: Option<(i32, Option<crate::session::KnownError>)>,
+    known_at_entry: Option<crate::session::KnownError>,
+    deferred: bool,
+    /// The session's checks, less the scans for a call that is captured or not sampled.
+    checks: crate::config::Checks,
+    capture_query: Option<Result<bool, i32>>,
+    captured: bool,
+    scan_started: u64,
+    /// The call's scans may be queued for a verdict judged after it.
+    may_wait: bool,
+    outputs_first: bool,
+}
+
+/// What the checks before the call leave for the stages after it (the check itself and its
+/// recording stay in `run`'s frame: they are large, and moved they cost more than the rest).
+struct Before {
+    /// The error known now (one an earlier call's breadcrumbs surfaced here included).
+    known: Option<crate::session::KnownError>,
+    /// A fault was found before the call: on disk before it runs.
+    early: bool,
+    /// What the call overwrites, kept for a dump while dumps are left.
+    dump: Option<super::dump::Before>,
+}
+
+impl<'m> Stages<'m> {
+    /// Describe: the handle (and the workspace cublasSetWorkspace gave it, memory this call may
+    /// write), the error known at entry, the capture state, and whether the call is scanned and
+    /// may wait for its verdict.
+    fn describe(
+        call: &Call<'_, i32>,
+        matmul: &'m mut OperandCall,
+        record: CallArgs,
+        extra: ExArgs,
+        ran: Option<(i32, Option<crate::session::KnownError>)>,
+    ) -> Self {
+        let s = call.session;
+        let handle = s.matmul_handle_in(matmul.lt, matmul.handle, call.memo);
+        if let (false, HandleLookup::Alive(HandleState { workspace: (ptr, bytes), .. })) = (matmul.lt, handle) {
+            if let (true, Some(slot)) = (bytes > 0, matmul.operands.iter_mut().find(|o| o.is_none())) {
+                *slot = Some(OperandSpec::workspace(ptr, bytes));
+            }
         }
-    }
-    let matmul = &*matmul;
-    s.note_matmul(call.seq);
-    let known_at_entry = ran.map_or_else(|| s.known_error(), |(_, known)| known);
-    let deferred = !s.config.sync.synchronises_calls();
-    let mut checks = s.config.checks;
-    // A call site: the function and its first three dimensions.
-    let (d0, d1, d2) = match record {
-        CallArgs::Gemm { m, n, k, .. } => (m as u64, n as u64, k as u64),
-        CallArgs::Blas { ints, .. } => (ints[0] as u32 as u64, ints[1] as u32 as u64, ints[2] as u32 as u64),
-        _ => (0, 0, 0),
-    };
-    let site = (call.hook.index() as u64) ^ d0 << 8 ^ d1 << 24 ^ d2 << 40;
-    // A call on a stream capturing a CUDA graph is recorded into the graph, not run: it is not
-    // scanned (nor counted as scanned), nothing is queued on its stream, and no one-time setup
-    // is made for it (CUDA refuses most of them during a capture, and the refusal invalidates
-    // it). Asked here once, for the checks too.
-    let capture_query = checks.nan.then(|| call.device.is_capturing(matmul.stream_with(handle.alive())));
-    let captured = capture_query == Some(Ok(true));
-    let keep_for_replays = captured;
-    if captured {
-        s.note_captured();
-    }
-    checks.nan = checks.nan && !captured;
-    let scan_started = if checks.nan { call.outlet.now_ns() } else { 0 };
-    checks.nan = checks.nan && s.should_scan(site, scan_started);
-    let may_wait = checks.nan && super::verdicts::may_wait(call, &record);
-    if may_wait && s.verdicts.crowded(s.config.staging_bytes) {
-        // The calls holding the staging region are judged here, those whose scans landed,
-        // before this one reserves more: a host that runs ahead of the guard's verdict thread
-        // frees the room its next calls need.
-        super::verdicts::harvest(call, call.seq);
-    }
-    let outputs_first = s.config.scan_order == crate::config::ScanOrder::OutputsFirst;
-    let body = |buf: &mut Vec<u8>| {
-        let mut known = known_at_entry;
-        let mut check = OperandCallCheck::new(matmul, handle);
-        check.deferred = deferred;
-        check.capture_query = capture_query;
-        check.outputs_first = outputs_first;
-        // Under `deferred`, the scans' reads are queued and their verdict judged later, when
-        // the region has room for all of them.
-        let mut recording = if may_wait {
-            super::verdicts::Recording::begin(
-                call,
-                check.stream(),
-                matmul.staging_need(s.config.scan_bytes, s.scans_on_device(), matmul.leaves_inputs(outputs_first)),
-            )
-        } else {
-            None
+        let matmul = &*matmul;
+        s.note_matmul(call.seq);
+        let known_at_entry = ran.map_or_else(|| s.known_error(), |(_, known)| known);
+        let deferred = !s.config.sync.synchronises_calls();
+        let mut checks = s.config.checks;
+        // A call site: the function and its first three dimensions.
+        let (d0, d1, d2) = match record {
+            CallArgs::Gemm { m, n, k, .. } => (m as u64, n as u64, k as u64),
+            CallArgs::Blas { ints, .. } => (ints[0] as u32 as u64, ints[1] as u32 as u64, ints[2] as u32 as u64),
+            _ => (0, 0, 0),
         };
+        let site = (call.hook.index() as u64) ^ d0 << 8 ^ d1 << 24 ^ d2 << 40;
+        // A call on a stream capturing a CUDA graph is recorded into the graph, not run: it is
+        // not scanned (nor counted as scanned), nothing is queued on its stream, and no one-time
+        // setup is made for it (CUDA refuses most of them during a capture, and the refusal
+        // invalidates it). Asked here once, for the checks too.
+        let capture_query = checks.nan.then(|| call.device.is_capturing(matmul.stream_with(handle.alive())));
+        let captured = capture_query == Some(Ok(true));
+        if captured {
+            s.note_captured();
+        }
+        checks.nan = checks.nan && !captured;
+        let scan_started = if checks.nan { call.outlet.now_ns() } else { 0 };
+        checks.nan = checks.nan && s.should_scan(site, scan_started);
+        let may_wait = checks.nan && super::verdicts::may_wait(call, &record);
+        if may_wait && s.verdicts.crowded(s.config.staging_bytes) {
+            // The calls holding the staging region are judged here, those whose scans landed,
+            // before this one reserves more: a host that runs ahead of the guard's verdict
+            // thread frees the room its next calls need.
+            super::verdicts::harvest(call, call.seq);
+        }
+        let outputs_first = s.config.scan_order == crate::config::ScanOrder::OutputsFirst;
+        Self { matmul, handle, record, extra, ran, known_at_entry, deferred, checks, capture_query, captured, scan_started, may_wait, outputs_first }
+    }
+
+    /// The stages after the description, in order; what the program gets back.
+    fn run(&self, call: &Call<'_, i32>, buf: &mut Vec<u8>) -> i32 {
+        let mut check = self.new_check();
+        let mut recording = self.recording(call, &check);
+        let before = self.check_before(call, &mut check, &mut recording, buf);
+        let (status, forwarded) = self.forward(call, &check, recording.as_ref());
+        let returned = self.check_after(call, &mut check, recording.as_ref(), &before, status, forwarded, buf);
+        self.record(call, &check, recording.as_ref(), returned);
+        self.publish(call, &check, recording, before, returned, forwarded);
+        returned
+    }
+
+    fn new_check(&self) -> OperandCallCheck<'m> {
+        let mut check = OperandCallCheck::new(self.matmul, self.handle);
+        check.deferred = self.deferred;
+        check.capture_query = self.capture_query;
+        check.outputs_first = self.outputs_first;
+        check
+    }
+
+    /// Under `deferred`, the scans' reads are queued and their verdict judged later, when the
+    /// region has room for all of them: the recording that queues them.
+    fn recording<'c>(&self, call: &Call<'c, i32>, check: &OperandCallCheck<'_>) -> Option<super::verdicts::Recording<'c>> {
+        if !self.may_wait {
+            return None;
+        }
+        let s = call.session;
+        super::verdicts::Recording::begin(
+            call,
+            check.stream(),
+            self.matmul.staging_need(s.config.scan_bytes, s.scans_on_device(), self.matmul.leaves_inputs(self.outputs_first)),
+        )
+    }
+
+    /// Check before: the arguments, the pointers and the inputs' scans (through `recording`
+    /// where there is one); an error an earlier call left, surfaced here, blamed on it; a fault
+    /// found now written before the call runs (a call with bad pointers may well crash the
+    /// process inside the library).
+    fn check_before(
+        &self,
+        call: &Call<'_, i32>,
+        check: &mut OperandCallCheck<'m>,
+        recording: &mut Option<super::verdicts::Recording<'_>>,
+        buf: &mut Vec<u8>,
+    ) -> Before {
+        let s = call.session;
+        let mut known = self.known_at_entry;
         check.recording = recording.is_some();
-        match &recording {
-            Some(r) => check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, r, buf),
-            None => check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, call.device, buf),
+        match &*recording {
+            Some(r) => check.check_before(self.checks, s.config.scan_bytes, self.handle, call.allocations(), known, call.device, r, buf),
+            None => check.check_before(self.checks, s.config.scan_bytes, self.handle, call.allocations(), known, call.device, call.device, buf),
         }
         if let Some(r) = recording.take_if(|r| r.overflowed()) {
             // More than foreseen: the reads not queued would be lost, so the call is checked
             // again, its scans read at the call, as when there is no region.
             r.abandon();
-            check = OperandCallCheck::new(matmul, handle);
-            check.deferred = deferred;
-            check.capture_query = capture_query;
-            check.outputs_first = outputs_first;
-            check.check_before(checks, s.config.scan_bytes, handle, call.allocations(), known, call.device, call.device, buf);
+            *check = self.new_check();
+            check.check_before(self.checks, s.config.scan_bytes, self.handle, call.allocations(), known, call.device, call.device, buf);
         }
-        let scans: &dyn Device = match &recording {
-            Some(r) => r,
-            None => call.device,
-        };
         if let Some(code) = check.surfaced {
             // An earlier call's fault, found here without a synchronisation: blamed on the call
             // whose breadcrumb never landed (this one only fails because the context is gone).
-            super::attribution::surfaced(call, code, &format!("the guard's check before {}", call.api()), record, Some(check.stream()));
+            super::attribution::surfaced(call, code, &format!("the guard's check before {}", call.api()), self.record, Some(check.stream()));
             known = s.known_error();
         }
         // An error already pending that this call is blamed for: remembered, so the program's
@@ -154,27 +236,51 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
                 known = s.known_error();
             }
         }
-        // A fault found before the call is on disk before the call runs: a call with bad
-        // pointers may well crash the process inside the library.
         let early = check.finding.is_some();
-        // What the call overwrites, kept for a dump while dumps are left.
-        let before = super::dump::wanted(call, &record).then(|| super::dump::before_call(call, &check));
+        let dump = super::dump::wanted(call, &self.record).then(|| super::dump::before_call(call, check));
         if early {
-            finish(call, &check, -1, record, extra, Stage::BeforeCall, before.as_ref().map(|b| (b, false)), None);
+            finish(call, check, -1, self.record, self.extra, Stage::BeforeCall, dump.as_ref().map(|b| (b, false)), None);
             // aborts in abort mode
         }
-        let (status, forwarded) = match (ran, check.refusal(s.config.on_fault)) {
+        Before { known, early, dump }
+    }
+
+    /// Decide and forward: the call made (unless the hook layer already made it), or refused
+    /// with the status the fault policy gives; its status, and whether it ran.
+    fn forward(&self, call: &Call<'_, i32>, check: &OperandCallCheck<'_>, recording: Option<&super::verdicts::Recording<'_>>) -> (i32, bool) {
+        let (status, forwarded) = match (self.ran, check.refusal(call.session.config.on_fault)) {
             (Some((status, _)), _) => (status, true),
             (None, Some(status)) => (status, false),
             (None, None) => (call.forward(), true),
         };
-        if let Some(r) = &recording {
+        if let Some(r) = recording {
             r.after_call();
         }
-        if deferred && check.awaits_completion(forwarded, checks) && !check.expects_device_fault() {
+        (status, forwarded)
+    }
+
+    /// Check after: the breadcrumb (deferred), the outputs' scans, the inputs outputs first
+    /// left, the capture's operands kept for its replays; what the program gets back.
+    #[allow(clippy::too_many_arguments)]
+    fn check_after(
+        &self,
+        call: &Call<'_, i32>,
+        check: &mut OperandCallCheck<'_>,
+        recording: Option<&super::verdicts::Recording<'_>>,
+        before: &Before,
+        status: i32,
+        forwarded: bool,
+        buf: &mut Vec<u8>,
+    ) -> i32 {
+        let s = call.session;
+        let scans: &dyn Device = match recording {
+            Some(r) => r,
+            None => call.device,
+        };
+        if self.deferred && check.awaits_completion(forwarded, self.checks) && !check.expects_device_fault() {
             check.breadcrumb_left = call.device.breadcrumb(check.stream(), call.issued());
         }
-        if let Some(code) = check.after(status, forwarded, checks, s.config.scan_bytes, known, call.device, scans, buf) {
+        if let Some(code) = check.after(status, forwarded, self.checks, s.config.scan_bytes, before.known, call.device, scans, buf) {
             s.note_error(code, call.seq);
         }
         if check.wants_left_inputs() {
@@ -182,50 +288,63 @@ fn checked(call: &Call<'_, i32>, matmul: &mut OperandCall, record: CallArgs, ext
             // bad): the stream has finished the call, and the inputs it only read are as it read them.
             check.scan_left_inputs(call.device, buf, s.config.scan_bytes, LEFT_INPUTS_READ_AT_THE_CALL);
         }
-        if keep_for_replays && forwarded && status == cuda::CUBLAS_SUCCESS && check.finding.is_none() {
-            keep_captured(call, matmul, check.stream());
+        if self.captured && forwarded && status == cuda::CUBLAS_SUCCESS && check.finding.is_none() {
+            keep_captured(call, self.matmul, check.stream());
         }
         // Found after the call ran: what it made, or (outputs first) a NaN it consumed that was
         // read only once its output was bad; too late to refuse, so it fails.
         let produced_here =
             matches!(check.finding.as_ref().map(|f| f.kind), Some(FaultKind::AsyncError | FaultKind::NonfiniteOutput | FaultKind::NonfiniteInput));
-        let returned =
-            if forwarded && s.config.on_fault == OnFault::Error && !check.found_before && produced_here { cuda::CUBLAS_EXECUTION_FAILED } else { status };
-        if checks.nan {
-            // The whole guarded call counts against the budget: scans dominate it.
-            s.add_scan_time(call.outlet.now_ns().saturating_sub(scan_started));
+        if forwarded && s.config.on_fault == OnFault::Error && !check.found_before && produced_here {
+            cuda::CUBLAS_EXECUTION_FAILED
+        } else {
+            status
         }
-        call.record_call(returned, record, checks.nan && !recording.as_ref().is_some_and(|r| r.overflowed()), captured);
+    }
+
+    /// Record: the scans' time against the budget, the call in the flight recorder, its
+    /// operands for origin mode, what its scans found finite.
+    fn record(&self, call: &Call<'_, i32>, check: &OperandCallCheck<'_>, recording: Option<&super::verdicts::Recording<'_>>, returned: i32) {
+        let s = call.session;
+        if self.checks.nan {
+            // The whole guarded call counts against the budget: scans dominate it.
+            s.add_scan_time(call.outlet.now_ns().saturating_sub(self.scan_started));
+        }
+        call.record_call(returned, self.record, self.checks.nan && !recording.is_some_and(|r| r.overflowed()), self.captured);
         // From a first run's trace, only its memory is watched (from its allocation on).
         if s.config.nan_origin && !s.origin_from_trace() {
-            super::origin::watch_operands(call, &check);
+            super::origin::watch_operands(call, check);
         }
-        if checks.nan && recording.is_none() {
-            note_finite(call, &check);
+        if self.checks.nan && recording.is_none() {
+            note_finite(call, check);
         }
+    }
+
+    /// Publish: the fault (amending one written before the call), the verdict left to wait,
+    /// and what a clean synchronisation of the guard's cleared.
+    fn publish(
+        &self,
+        call: &Call<'_, i32>,
+        check: &OperandCallCheck<'_>,
+        recording: Option<super::verdicts::Recording<'_>>,
+        before: Before,
+        returned: i32,
+        forwarded: bool,
+    ) {
+        let Before { early, dump, .. } = before;
         let stage = if early { Stage::Amend } else { Stage::AfterCall };
-        finish(call, &check, returned, record, extra, stage, before.as_ref().map(|b| (b, forwarded)), None);
+        finish(call, check, returned, self.record, self.extra, stage, dump.as_ref().map(|b| (b, forwarded)), None);
         if let Some(r) = recording {
-            r.keep(call, &check, record, extra, returned);
+            r.keep(call, check, self.record, self.extra, returned);
         }
         // After the fault is written (its suspects are the launches since the last clean
         // synchronisation): a clean one after the call clears everything up to it, one before
         // the call everything before it.
         if check.clean_after {
-            s.note_clean_sync(call.seq);
+            call.session.note_clean_sync(call.seq);
         } else if check.clean_before {
-            s.note_clean_sync(call.seq - 1);
+            call.session.note_clean_sync(call.seq - 1);
         }
-        returned
-    };
-    // Only scans use the buffer: without them the per-thread buffer is not touched at all.
-    if checks.nan {
-        let (mut body, mut returned) = (Some(body), None);
-        call.device.with_scan_buffer(&mut |buf| returned = body.take().map(|body| body(buf)));
-        // The device runs `body` exactly once; were it not to, the call would still be made.
-        returned.unwrap_or_else(|| call.forward())
-    } else {
-        body(&mut Vec::new())
     }
 }
 
