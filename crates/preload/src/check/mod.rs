@@ -17,8 +17,6 @@ pub mod selftest;
 use crate::cuda::MemoryType;
 use crate::trace::FaultKind;
 
-/// What the checks may ask of the CUDA runtime. Every method must leave the program's view
-/// (its last error, its streams, its capture) as it was.
 /// One operand for the batched device scan: `members` stored matrices at `addr` plus
 /// `member * stride` elements, or (`array`) at the pointers in the device array at `addr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -34,9 +32,10 @@ pub struct BatchScan {
 /// The most operands one batched scan takes (a call has at most this many).
 pub const MAX_BATCH_SCANS: usize = 6;
 
-pub trait Device {
-    /// `cudaPointerGetAttributes`'s memory type; `None` when the call failed.
-    fn memory_type(&self, ptr: u64) -> Option<MemoryType>;
+/// The reads a check's scans make of an operand: copies and scans the device makes now, or that a
+/// deferred verdict's recording queues (and its replay answers from what landed). The one role a
+/// recording plays; everything else it asks of the device it was begun on.
+pub trait Reads {
     /// Copies device memory to the host, ordered after the work queued on `stream`.
     fn read(&self, addr: u64, out: &mut [u8], stream: u64) -> Result<(), i32>;
     /// Copies several device ranges, one after the other, into `out` (as long as their sum),
@@ -61,12 +60,6 @@ pub trait Device {
     }
     /// Reads a scalar the program passed by host pointer (cuBLAS reads it on the host too).
     fn read_host(&self, addr: u64, out: &mut [u8]) -> bool;
-    /// Waits for `stream`; returns the CUDA error it reports.
-    fn synchronize(&self, stream: u64) -> i32;
-    /// Whether `stream` is capturing a CUDA graph; `None` when unknown.
-    /// `Err(code)`: the query failed with that CUDA error (a sticky one means the context is
-    /// already lost); `Err(-1)`: it could not be asked.
-    fn is_capturing(&self, stream: u64) -> Result<bool, i32>;
     /// Scans a matrix on the device itself, on `stream`; `None`: scan it on the host.
     fn scan_on_device(&self, _addr: u64, _shape: crate::validate::StoredShape, _dtype: crate::scan::DType, _stream: u64) -> Option<crate::scan::MatrixScan> {
         None
@@ -77,16 +70,67 @@ pub trait Device {
     fn scan_batch_on_device(&self, _jobs: &[BatchScan], _stream: u64) -> Option<Vec<(crate::scan::MatrixScan, Option<u64>)>> {
         None
     }
+}
+
+/// What the checks may ask about memory: what kind a pointer is, where an allocation lies, how
+/// much is free, and the program's own parameters (out-parameters a call wrote, structures it
+/// passed).
+pub trait Memory {
+    /// `cudaPointerGetAttributes`'s memory type; `None` when the call failed.
+    fn memory_type(&self, ptr: u64) -> Option<MemoryType>;
     /// Whether `ptr` lies in the calling thread's stack (host memory, then, for certain).
     fn is_on_this_threads_stack(&self, _ptr: u64) -> bool {
         false
     }
-    /// The current device's compute capability (major, minor).
-    fn compute_capability(&self) -> Option<(i32, i32)> {
-        None
-    }
     /// `cudaMemGetInfo` (free, total), asked only when the runtime can answer undisturbed.
     fn memory_info(&self) -> Option<(u64, u64)> {
+        None
+    }
+    /// The bytes at `ptr` in host memory that a hooked call's parameter points to: what a CUDA
+    /// function wrote through an out-parameter (asked only after it reported success), or a
+    /// structure the program passed in. `false` for NULL, or where nothing can be read.
+    fn read_parameter(&self, _ptr: u64, _out: &mut [u8]) -> bool {
+        false
+    }
+    /// A NUL-terminated string a hooked call was given or returned; `None` for NULL.
+    fn parameter_string(&self, _ptr: u64) -> Option<String> {
+        None
+    }
+    /// The start and size of the device allocation holding `ptr`, as the driver knows it.
+    fn address_range(&self, _ptr: u64) -> Option<(u64, u64)> {
+        None
+    }
+    /// Writes `bytes` into the output buffer at `ptr` that the program passed the hooked call
+    /// (no more than the size it gave); `false` for NULL.
+    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool;
+    /// Runs `body` with this thread's scan buffer, reused from scan to scan.
+    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
+        body(&mut Vec::new())
+    }
+}
+
+/// Streams: waiting for one, whether one captures a graph, a breadcrumb queued on one.
+pub trait Streams {
+    /// Waits for `stream`; returns the CUDA error it reports.
+    fn synchronize(&self, stream: u64) -> i32;
+    /// Whether `stream` is capturing a CUDA graph; `None` when unknown.
+    /// `Err(code)`: the query failed with that CUDA error (a sticky one means the context is
+    /// already lost); `Err(-1)`: it could not be asked.
+    fn is_capturing(&self, stream: u64) -> Result<bool, i32>;
+    /// Enqueues on `stream` the breadcrumb of a call (CUBLASGUARD_SYNC=deferred): its number
+    /// lands in host memory once the work before it on the stream completed. False when none
+    /// could be enqueued.
+    fn breadcrumb(&self, _stream: u64, _issued: crate::session::breadcrumbs::Issued) -> bool {
+        false
+    }
+}
+
+/// What the loaded libraries say of themselves and their objects: the device's compute
+/// capability, the driver, cublasLt's descriptors, a kernel's parameters, cuDNN's objects and
+/// errors.
+pub trait Libraries {
+    /// The current device's compute capability (major, minor).
+    fn compute_capability(&self) -> Option<(i32, i32)> {
         None
     }
     /// Asks the driver directly why CUDA could not start (after an initialisation failure).
@@ -106,37 +150,13 @@ pub trait Device {
     fn lt_matmul_desc(&self, _desc: u64) -> Option<lt::MatmulDesc> {
         None
     }
-    /// The bytes at `ptr` in host memory that a hooked call's parameter points to: what a CUDA
-    /// function wrote through an out-parameter (asked only after it reported success), or a
-    /// structure the program passed in. `false` for NULL, or where nothing can be read.
-    fn read_parameter(&self, _ptr: u64, _out: &mut [u8]) -> bool {
-        false
-    }
-    /// A NUL-terminated string a hooked call was given or returned; `None` for NULL.
-    fn parameter_string(&self, _ptr: u64) -> Option<String> {
-        None
-    }
-    /// The start and size of the device allocation holding `ptr`, as the driver knows it.
-    fn address_range(&self, _ptr: u64) -> Option<(u64, u64)> {
-        None
-    }
-    /// Enqueues on `stream` the breadcrumb of a call (CUBLASGUARD_SYNC=deferred): its number
-    /// lands in host memory once the work before it on the stream completed. False when none
-    /// could be enqueued.
-    fn breadcrumb(&self, _stream: u64, _issued: crate::session::breadcrumbs::Issued) -> bool {
-        false
-    }
     /// A kernel's parameters, (offset, size) each in order, as the driver (`driver`: a
     /// CUfunction) or the runtime (a host stub) gives them (CUDA 12.4 and later); empty when
     /// there is none to give, `None` when it cannot say now (asked again at a later launch).
-    /// No default: a device that wraps another must pass it on.
     fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>>;
-    /// Host memory the device writes into without the host waiting (deferred NaN/Inf verdicts);
-    /// `None` where there is none. No default: a device that wraps another must pass it on.
-    fn verdict_memory(&self) -> Option<&dyn VerdictMemory>;
     /// `cudnnGetLastErrorString`: cuDNN's last error message on this thread, which reading
     /// clears (the guard hands it to the program's own next call for it); `None` when cuDNN is
-    /// not loaded or has none. No default, as `param_layout`.
+    /// not loaded or has none.
     fn cudnn_last_error(&self) -> Option<String>;
     /// The cuDNN libraries loaded and looked for, with their versions; `None` without cuDNN.
     /// `scope`: whether the engines and heuristics libcudnn_graph loads are looked for too
@@ -146,13 +166,16 @@ pub trait Device {
     fn cudnn_variant_pack(&self, pack: u64) -> Option<cudnn::VariantPack>;
     /// A backend execution plan's workspace size.
     fn cudnn_plan_workspace(&self, plan: u64) -> Option<u64>;
-    /// Writes `bytes` into the output buffer at `ptr` that the program passed the hooked call
-    /// (no more than the size it gave); `false` for NULL.
-    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool;
-    /// Runs `body` with this thread's scan buffer, reused from scan to scan.
-    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
-        body(&mut Vec::new())
-    }
+}
+
+/// What the checks may ask of the CUDA runtime, by role (`Reads`, `Memory`, `Streams`,
+/// `Libraries`) and the verdict memory. Every method must leave the program's view (its last
+/// error, its streams, its capture) as it was. A device that answers one role its own way
+/// implements that role alone (a recording, `Reads`), not the whole of it passing the rest on.
+pub trait Device: Reads + Memory + Streams + Libraries {
+    /// Host memory the device writes into without the host waiting (deferred NaN/Inf verdicts);
+    /// `None` where there is none.
+    fn verdict_memory(&self) -> Option<&dyn VerdictMemory>;
 }
 
 /// The current context's region of device-mapped host memory for deferred verdicts.

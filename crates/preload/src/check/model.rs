@@ -60,7 +60,7 @@ impl ModelDevice {
             let (offset, bytes) = match q {
                 Queued::Copy { src, len, offset } => {
                     let mut bytes = vec![0; len];
-                    let _ = self.read(src, &mut bytes, 0);
+                    let _ = super::Reads::read(self, src, &mut bytes, 0);
                     (offset, bytes)
                 }
                 Queued::Mark { offset, value } => (offset, value.to_le_bytes().to_vec()),
@@ -108,15 +108,7 @@ impl super::VerdictMemory for ModelDevice {
     fn judge_soon(&self) {}
 }
 
-impl Device for ModelDevice {
-    fn verdict_memory(&self) -> Option<&dyn super::VerdictMemory> {
-        Some(self)
-    }
-    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
-        let mem = self.memory.borrow();
-        let inside = mem.range(..=ptr).next_back().is_some_and(|(b, v)| ptr < b + v.len() as u64);
-        Some(if inside { MemoryType::Device } else { MemoryType::Unregistered })
-    }
+impl super::Reads for ModelDevice {
     fn read(&self, addr: u64, out: &mut [u8], _stream: u64) -> Result<(), i32> {
         let mem = self.memory.borrow();
         let (base, v) = mem.range(..=addr).next_back().ok_or(1)?;
@@ -131,6 +123,25 @@ impl Device for ModelDevice {
         }
         true
     }
+}
+
+impl super::Memory for ModelDevice {
+    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
+        let mem = self.memory.borrow();
+        let inside = mem.range(..=ptr).next_back().is_some_and(|(b, v)| ptr < b + v.len() as u64);
+        Some(if inside { MemoryType::Device } else { MemoryType::Unregistered })
+    }
+    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool {
+        self.written.borrow_mut().push((ptr, bytes.to_vec()));
+        ptr != 0
+    }
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        self.memory_queries.set(self.memory_queries.get() + 1);
+        Some((1 << 30, 2 << 30))
+    }
+}
+
+impl super::Streams for ModelDevice {
     fn synchronize(&self, _stream: u64) -> i32 {
         self.synchronisations.set(self.synchronisations.get() + 1);
         let mut errors = self.sync_errors.borrow_mut();
@@ -143,6 +154,15 @@ impl Device for ModelDevice {
     fn is_capturing(&self, _stream: u64) -> Result<bool, i32> {
         Ok(false)
     }
+    fn breadcrumb(&self, stream: u64, issued: crate::session::breadcrumbs::Issued) -> bool {
+        if self.breadcrumbs_work.get() {
+            self.breadcrumbs.borrow_mut().push((stream, issued.seq));
+        }
+        self.breadcrumbs_work.get()
+    }
+}
+
+impl super::Libraries for ModelDevice {
     fn param_layout(&self, _func: u64, _driver: bool) -> Option<Vec<(u32, u32)>> {
         None
     }
@@ -158,20 +178,6 @@ impl Device for ModelDevice {
     fn cudnn_plan_workspace(&self, plan: u64) -> Option<u64> {
         self.cudnn_plans.borrow().get(&plan).copied()
     }
-    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool {
-        self.written.borrow_mut().push((ptr, bytes.to_vec()));
-        ptr != 0
-    }
-    fn breadcrumb(&self, stream: u64, issued: crate::session::breadcrumbs::Issued) -> bool {
-        if self.breadcrumbs_work.get() {
-            self.breadcrumbs.borrow_mut().push((stream, issued.seq));
-        }
-        self.breadcrumbs_work.get()
-    }
-    fn memory_info(&self) -> Option<(u64, u64)> {
-        self.memory_queries.set(self.memory_queries.get() + 1);
-        Some((1 << 30, 2 << 30))
-    }
     fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> DriverProbe {
         let mut probe = self.probe.borrow().clone();
         if let Some((status, n)) = device_count {
@@ -179,5 +185,11 @@ impl Device for ModelDevice {
             probe.device_count = n;
         }
         probe
+    }
+}
+
+impl Device for ModelDevice {
+    fn verdict_memory(&self) -> Option<&dyn super::VerdictMemory> {
+        Some(self)
     }
 }

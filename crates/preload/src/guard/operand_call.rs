@@ -4,7 +4,6 @@
 
 use super::Call;
 use crate::check::operand_call::{Members, OperandCall, OperandCallCheck, OperandReport, OperandSpec, MAX_OPERANDS};
-use crate::check::Device;
 use crate::config::OnFault;
 use crate::cuda::{self, ComputeType, MathMode, PointerMode};
 use crate::recorder::CallArgs;
@@ -273,7 +272,7 @@ impl<'m> Stages<'m> {
         buf: &mut Vec<u8>,
     ) -> i32 {
         let s = call.session;
-        let scans: &dyn Device = match recording {
+        let scans: &dyn crate::check::Reads = match recording {
             Some(r) => r,
             None => call.device,
         };

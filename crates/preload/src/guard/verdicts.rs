@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 use super::operand_call::{ExArgs, FiniteNotes};
 use super::{Call, Hook, Outlet, Recorded};
 use crate::check::operand_call::{CheckFacts, Members, OperandCall, OperandCallCheck, OperandSpec, MAX_OPERANDS, STAGING_ALIGN};
-use crate::check::{init, lt, scan_grid, BatchScan, Device, VerdictArena, VerdictMemory, MAX_BATCH_SCANS};
+use crate::check::{scan_grid, BatchScan, Device, Libraries, Memory, Reads, Streams, VerdictArena, VerdictMemory, MAX_BATCH_SCANS};
 use crate::config::{OnFault, SyncMode};
 use crate::cuda::{MemoryType, PointerMode};
 use crate::recorder::CallArgs;
@@ -226,10 +226,7 @@ impl<'a> Recording<'a> {
     }
 }
 
-impl Device for Recording<'_> {
-    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
-        self.device.memory_type(ptr)
-    }
+impl Reads for Recording<'_> {
     fn read(&self, addr: u64, out: &mut [u8], _stream: u64) -> Result<(), i32> {
         let offset = self.reserve(out.len() as u64).ok_or(-1)?;
         if !self.memory.queue_copy(self.arena, offset, addr, out.len(), self.stream) {
@@ -259,12 +256,6 @@ impl Device for Recording<'_> {
         }
         ok
     }
-    fn synchronize(&self, stream: u64) -> i32 {
-        self.device.synchronize(stream)
-    }
-    fn is_capturing(&self, stream: u64) -> Result<bool, i32> {
-        self.device.is_capturing(stream)
-    }
     fn scan_on_device(&self, addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<MatrixScan> {
         // Asked before a job is made or bytes reserved (queue_scans refuses the same): the host
         // scan's copies get the bytes.
@@ -287,65 +278,11 @@ impl Device for Recording<'_> {
         self.log.borrow_mut().scans.push((JobsKey::of(jobs), offset, self.phase.get(), jobs.len()));
         Some(jobs.iter().map(|_| (MatrixScan { on_device: true, ..MatrixScan::default() }, None)).collect())
     }
-    fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
-        self.device.is_on_this_threads_stack(ptr)
-    }
-    fn compute_capability(&self) -> Option<(i32, i32)> {
-        self.device.compute_capability()
-    }
-    fn memory_info(&self) -> Option<(u64, u64)> {
-        self.device.memory_info()
-    }
-    fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> init::DriverProbe {
-        self.device.probe_driver(device_count)
-    }
-    fn lt_layout(&self, layout: u64) -> Option<lt::Layout> {
-        self.device.lt_layout(layout)
-    }
-    fn lt_matmul_desc(&self, desc: u64) -> Option<lt::MatmulDesc> {
-        self.device.lt_matmul_desc(desc)
-    }
-    fn read_parameter(&self, ptr: u64, out: &mut [u8]) -> bool {
-        self.device.read_parameter(ptr, out)
-    }
-    fn parameter_string(&self, ptr: u64) -> Option<String> {
-        self.device.parameter_string(ptr)
-    }
-    fn address_range(&self, ptr: u64) -> Option<(u64, u64)> {
-        self.device.address_range(ptr)
-    }
-    fn breadcrumb(&self, stream: u64, issued: crate::session::breadcrumbs::Issued) -> bool {
-        self.device.breadcrumb(stream, issued)
-    }
-    fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>> {
-        self.device.param_layout(func, driver)
-    }
-    fn verdict_memory(&self) -> Option<&dyn VerdictMemory> {
-        self.device.verdict_memory()
-    }
-    fn cudnn_last_error(&self) -> Option<String> {
-        self.device.cudnn_last_error()
-    }
-    fn cudnn_libraries(&self, scope: crate::check::cudnn::Scope) -> Option<crate::trace::CudnnLibraries> {
-        self.device.cudnn_libraries(scope)
-    }
-    fn cudnn_variant_pack(&self, pack: u64) -> Option<crate::check::cudnn::VariantPack> {
-        self.device.cudnn_variant_pack(pack)
-    }
-    fn cudnn_plan_workspace(&self, plan: u64) -> Option<u64> {
-        self.device.cudnn_plan_workspace(plan)
-    }
-    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool {
-        self.device.write_parameter(ptr, bytes)
-    }
-    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
-        self.device.with_scan_buffer(body)
-    }
 }
 
 /// One matrix's scan as a batch of one (the queued kernel is always the batched one); a shape
 /// with nothing to scan is answered without launching, as `device_scan::scan` answers it.
-fn scan_one(device: &dyn Device, addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<MatrixScan> {
+fn scan_one(device: &dyn Reads, addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<MatrixScan> {
     if shape.rows <= 0 || shape.cols <= 0 || shape.ld < shape.rows {
         return Some(MatrixScan::default());
     }
@@ -390,10 +327,7 @@ impl Replay<'_> {
     }
 }
 
-impl Device for Replay<'_> {
-    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
-        self.device.memory_type(ptr)
-    }
+impl Reads for Replay<'_> {
     fn read(&self, addr: u64, out: &mut [u8], _stream: u64) -> Result<(), i32> {
         let (i, offset) = self.unanswered_copy(addr, out.len()).ok_or(-1)?;
         self.copies_used.borrow_mut()[i] = true;
@@ -415,12 +349,6 @@ impl Device for Replay<'_> {
             None => false,
         }
     }
-    fn synchronize(&self, _stream: u64) -> i32 {
-        0
-    }
-    fn is_capturing(&self, _stream: u64) -> Result<bool, i32> {
-        Ok(false)
-    }
     fn scan_on_device(&self, addr: u64, shape: StoredShape, dtype: DType, stream: u64) -> Option<MatrixScan> {
         scan_one(self, addr, shape, dtype, stream)
     }
@@ -440,15 +368,36 @@ impl Device for Replay<'_> {
         let words: Vec<u64> = bytes.chunks_exact(8).map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]])).collect();
         Some(scan_grid::batch_results(jobs, &words))
     }
+}
+
+impl Memory for Replay<'_> {
+    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
+        self.device.memory_type(ptr)
+    }
     // Judged on whichever thread harvests (the guard's own, often): nothing more is asked of
     // CUDA there, so these answer nothing.
     fn is_on_this_threads_stack(&self, _ptr: u64) -> bool {
         false
     }
-    fn param_layout(&self, _func: u64, _driver: bool) -> Option<Vec<(u32, u32)>> {
-        None
+    fn write_parameter(&self, _ptr: u64, _bytes: &[u8]) -> bool {
+        false
     }
-    fn verdict_memory(&self) -> Option<&dyn VerdictMemory> {
+    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
+        self.device.with_scan_buffer(body)
+    }
+}
+
+impl Streams for Replay<'_> {
+    fn synchronize(&self, _stream: u64) -> i32 {
+        0
+    }
+    fn is_capturing(&self, _stream: u64) -> Result<bool, i32> {
+        Ok(false)
+    }
+}
+
+impl Libraries for Replay<'_> {
+    fn param_layout(&self, _func: u64, _driver: bool) -> Option<Vec<(u32, u32)>> {
         None
     }
     // cuDNN is never asked about when a matrix call is judged.
@@ -464,11 +413,11 @@ impl Device for Replay<'_> {
     fn cudnn_plan_workspace(&self, _plan: u64) -> Option<u64> {
         None
     }
-    fn write_parameter(&self, _ptr: u64, _bytes: &[u8]) -> bool {
-        false
-    }
-    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
-        self.device.with_scan_buffer(body)
+}
+
+impl Device for Replay<'_> {
+    fn verdict_memory(&self) -> Option<&dyn VerdictMemory> {
+        None
     }
 }
 

@@ -26,7 +26,7 @@ pub use vouch::operand_inside;
 use nonfinite::counts;
 use operands::describe;
 
-use super::{Device, Finding};
+use super::{Device, Finding, Reads};
 use crate::config::{Checks, OnFault};
 use crate::cuda::{self, PointerMode};
 use crate::state::{AllocationView, HandleLookup, HandleState};
@@ -226,7 +226,7 @@ impl<'a> OperandCallCheck<'a> {
         allocations: AllocationView<'_>,
         known: Option<KnownError>,
         device: &dyn Device,
-        scans: &dyn Device,
+        scans: &dyn Reads,
         buf: &mut Vec<u8>,
     ) {
         let check = self;
@@ -370,7 +370,7 @@ impl<'a> OperandCallCheck<'a> {
         scan_bytes: u64,
         known: Option<KnownError>,
         device: &dyn Device,
-        scans: &dyn Device,
+        scans: &dyn Reads,
         buf: &mut Vec<u8>,
     ) -> Option<i32> {
         let empty = self.is_empty();
@@ -416,7 +416,7 @@ impl<'a> OperandCallCheck<'a> {
 
 impl OperandCallCheck<'_> {
     /// Scans what the call wrote: NaN/Inf there from inputs scanned finite is the call's own.
-    pub fn scan_outputs(&mut self, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
+    pub fn scan_outputs(&mut self, device: &dyn Reads, buf: &mut Vec<u8>, scan_bytes: u64) {
         self.prescan_on_device(device, |o| o.spec.role.written());
         for i in 0..MAX_OPERANDS {
             let Some(o) = self.operands[i] else { continue };
@@ -460,7 +460,7 @@ impl OperandCallCheck<'_> {
     /// Outputs first, an output held NaN/Inf: the inputs left are scanned through `device`,
     /// and the fault says whether the call consumed the NaN/Inf (an input holds it) or produced
     /// it; `note` (appended to its message) says how the inputs were read.
-    pub fn scan_left_inputs(&mut self, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64, note: &str) {
+    pub fn scan_left_inputs(&mut self, device: &dyn Reads, buf: &mut Vec<u8>, scan_bytes: u64, note: &str) {
         let (Some((out, s)), left) = (self.bad_output.take(), std::mem::take(&mut self.inputs_left)) else { return };
         // Every input left is read, as `scan_inputs` reads every input: the fault names the first bad.
         let mut all_finite = self.inputs_scanned_finite;

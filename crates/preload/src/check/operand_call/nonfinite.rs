@@ -4,7 +4,7 @@
 use super::bounds::member_addr;
 use super::operands::{describe, Members, OperandReport, OperandSpec, Role, Triangle, MAX_OPERANDS};
 use super::OperandCallCheck;
-use crate::check::{BatchScan, Device, Finding, MAX_BATCH_SCANS};
+use crate::check::{BatchScan, Finding, Reads, MAX_BATCH_SCANS};
 use crate::cuda::PointerMode;
 use crate::scan::{self, DType, MatrixScan};
 use crate::state::AllocationView;
@@ -38,7 +38,7 @@ pub(super) fn counts(spec: &OperandSpec, scan: &MatrixScan) -> String {
 impl OperandCallCheck<'_> {
     /// A scalar argument's bytes (`size` of them valid), read the way the library reads it:
     /// from host memory or device memory as the pointer mode says; `None` when it cannot be.
-    pub fn read_scalar(&self, ptr: Option<u64>, allocations: AllocationView<'_>, device: &dyn Device) -> Option<([u8; 16], usize)> {
+    pub fn read_scalar(&self, ptr: Option<u64>, allocations: AllocationView<'_>, device: &dyn Reads) -> Option<([u8; 16], usize)> {
         let size = self.call.scalar.size()? as usize;
         let ptr = ptr?;
         let mut bytes = [0u8; 16];
@@ -55,7 +55,7 @@ impl OperandCallCheck<'_> {
     }
 
     /// Whether beta is zero, read the way the library reads it; `None` when it cannot be read.
-    pub(super) fn read_beta_is_zero(&self, allocations: AllocationView<'_>, device: &dyn Device) -> Option<bool> {
+    pub(super) fn read_beta_is_zero(&self, allocations: AllocationView<'_>, device: &dyn Reads) -> Option<bool> {
         if self.recording && self.pointer_mode() != PointerMode::Host {
             // Not known until the queued read lands: C is scanned, and judged then.
             return None;
@@ -76,7 +76,7 @@ impl OperandCallCheck<'_> {
 
     /// Scans the operands `wanted` picks in one launch on the device, when the device can:
     /// their next `scan_operand` takes the result instead of scanning again.
-    pub(super) fn prescan_on_device(&mut self, device: &dyn Device, wanted: impl Fn(&OperandReport<'_>) -> bool) {
+    pub(super) fn prescan_on_device(&mut self, device: &dyn Reads, wanted: impl Fn(&OperandReport<'_>) -> bool) {
         // On the stack: this runs for every scanned call, twice for a deferred one (kept and
         // judged), where the device scan is off as well as on.
         let mut jobs = [UNUSED_JOB; MAX_BATCH_SCANS];
@@ -143,7 +143,7 @@ impl OperandCallCheck<'_> {
     }
 
     /// Scans every member (or an even sample of them, within `scan_bytes` for the operand).
-    pub(super) fn scan_operand(&mut self, i: usize, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) -> Option<MatrixScan> {
+    pub(super) fn scan_operand(&mut self, i: usize, device: &dyn Reads, buf: &mut Vec<u8>, scan_bytes: u64) -> Option<MatrixScan> {
         let o = self.operands[i]?;
         if self.prescanned & (1 << i) != 0 {
             self.prescanned &= !(1 << i);
@@ -188,7 +188,7 @@ impl OperandCallCheck<'_> {
     /// The host path for a batch small enough to hold: every member copied with one
     /// synchronisation for all of them, then scanned from the host buffer. `None`: too big, or
     /// a copy failed (the member-by-member path takes over).
-    fn scan_members_at_once(&mut self, i: usize, count: u64, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) -> Option<MatrixScan> {
+    fn scan_members_at_once(&mut self, i: usize, count: u64, device: &dyn Reads, buf: &mut Vec<u8>, scan_bytes: u64) -> Option<MatrixScan> {
         let o = self.operands[i]?;
         let elem = o.spec.dtype.size()?;
         let shape = o.spec.shape;
@@ -216,7 +216,7 @@ impl OperandCallCheck<'_> {
         Some(total.scan)
     }
 
-    pub fn scan_inputs(&mut self, allocations: AllocationView<'_>, device: &dyn Device, buf: &mut Vec<u8>, scan_bytes: u64) {
+    pub fn scan_inputs(&mut self, allocations: AllocationView<'_>, device: &dyn Reads, buf: &mut Vec<u8>, scan_bytes: u64) {
         if self.beta_is_zero.is_none() {
             // A verdict judged after its call keeps what was read of beta on the host at it.
             self.beta_is_zero = self.read_beta_is_zero(allocations, device);
@@ -258,7 +258,7 @@ impl OperandCallCheck<'_> {
     pub(super) fn read_input(
         &mut self,
         i: usize,
-        device: &dyn Device,
+        device: &dyn Reads,
         buf: &mut Vec<u8>,
         scan_bytes: u64,
         all_finite: &mut bool,
@@ -313,7 +313,7 @@ impl BatchTally {
 const HELD_BATCH_BYTES: u64 = 64 << 20;
 
 struct StreamReader<'a> {
-    device: &'a dyn Device,
+    device: &'a dyn Reads,
     stream: u64,
 }
 
@@ -357,7 +357,7 @@ fn scan_triangle(
 /// The matrix at `addr` in device memory, scanned in order after the work queued on `stream`:
 /// on the device where the scan kernel runs, else copied to the host (at most `max_bytes` of it
 /// there). `None` when it cannot be read.
-pub fn scan_on_stream(device: &dyn Device, addr: u64, shape: StoredShape, dtype: DType, stream: u64, buf: &mut Vec<u8>, max_bytes: u64) -> Option<MatrixScan> {
+pub fn scan_on_stream(device: &dyn Reads, addr: u64, shape: StoredShape, dtype: DType, stream: u64, buf: &mut Vec<u8>, max_bytes: u64) -> Option<MatrixScan> {
     match device.scan_on_device(addr, shape, dtype, stream) {
         Some(s) => Some(s),
         None => scan::scan_matrix(&StreamReader { device, stream }, addr, shape, dtype, buf, max_bytes).ok(),
@@ -366,7 +366,7 @@ pub fn scan_on_stream(device: &dyn Device, addr: u64, shape: StoredShape, dtype:
 
 /// A host-mode result, read where the library wrote it.
 struct HostReader<'a> {
-    device: &'a dyn Device,
+    device: &'a dyn Reads,
 }
 
 impl scan::DeviceReader for HostReader<'_> {

@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void};
 
 use crate::check::init::DriverProbe;
 use crate::check::lt::{Layout, MatmulDesc};
-use crate::check::Device;
+use crate::check::{Device, Libraries, Memory, Reads, Streams};
 use crate::cuda::MemoryType;
 use crate::ffi::cuda_client::cuda_api::{self as api, PointerAttributes};
 use crate::ffi::intercept::reentry::defer_cancel;
@@ -90,7 +90,7 @@ impl<'a> RealDevice<'a> {
     }
 }
 
-impl Device for RealDevice<'_> {
+impl Reads for RealDevice<'_> {
     fn scan_on_device(&self, addr: u64, shape: crate::validate::StoredShape, dtype: crate::scan::DType, stream: u64) -> Option<crate::scan::MatrixScan> {
         let mode = self.session.config.device_scan;
         if mode == crate::config::DeviceScan::Off {
@@ -105,13 +105,6 @@ impl Device for RealDevice<'_> {
             return None;
         }
         defer_cancel(|| crate::ffi::cuda_client::device_scan::scan_batch(&self.session.device_scan, mode, jobs, stream))
-    }
-
-    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
-        let mut attrs = PointerAttributes { kind: 0, device: 0, device_pointer: std::ptr::null_mut(), host_pointer: std::ptr::null_mut() };
-        // SAFETY: `attrs` is a writable cudaPointerAttributes; the pointer is only classified, never read.
-        let code = self.quietly(|| unsafe { api::cudaPointerGetAttributes(&mut attrs, ptr as *const c_void) })?;
-        (code == 0).then(|| MemoryType::decode(attrs.kind))
     }
 
     fn read(&self, addr: u64, out: &mut [u8], stream: u64) -> Result<(), i32> {
@@ -166,7 +159,46 @@ impl Device for RealDevice<'_> {
         }
         read_host(addr, out)
     }
+}
 
+impl Memory for RealDevice<'_> {
+    fn memory_type(&self, ptr: u64) -> Option<MemoryType> {
+        let mut attrs = PointerAttributes { kind: 0, device: 0, device_pointer: std::ptr::null_mut(), host_pointer: std::ptr::null_mut() };
+        // SAFETY: `attrs` is a writable cudaPointerAttributes; the pointer is only classified, never read.
+        let code = self.quietly(|| unsafe { api::cudaPointerGetAttributes(&mut attrs, ptr as *const c_void) })?;
+        (code == 0).then(|| MemoryType::decode(attrs.kind))
+    }
+
+    fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
+        crate::ffi::host::thread::is_on_stack_of(self.thread, ptr)
+    }
+
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        defer_cancel(memory_info)
+    }
+
+    fn read_parameter(&self, ptr: u64, out: &mut [u8]) -> bool {
+        crate::ffi::intercept::out_param::read_bytes(ptr, out)
+    }
+
+    fn parameter_string(&self, ptr: u64) -> Option<String> {
+        crate::ffi::intercept::out_param::c_string(ptr as *const std::ffi::c_char)
+    }
+
+    fn address_range(&self, ptr: u64) -> Option<(u64, u64)> {
+        address_range(ptr)
+    }
+
+    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool {
+        crate::ffi::intercept::out_param::write_bytes(ptr, bytes)
+    }
+
+    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
+        crate::ffi::host::thread::with_scan_buffer(body)
+    }
+}
+
+impl Streams for RealDevice<'_> {
     fn synchronize(&self, stream: u64) -> i32 {
         defer_cancel(|| {
             // SAFETY: a stream handle the program passed to the hooked call.
@@ -184,6 +216,12 @@ impl Device for RealDevice<'_> {
         }
     }
 
+    fn breadcrumb(&self, stream: u64, issued: crate::session::breadcrumbs::Issued) -> bool {
+        crate::ffi::cuda_client::breadcrumbs::drop_breadcrumb(&self.session.breadcrumbs, stream, issued)
+    }
+}
+
+impl Libraries for RealDevice<'_> {
     fn compute_capability(&self) -> Option<(i32, i32)> {
         const MAJOR: c_int = 75; // cudaDevAttrComputeCapabilityMajor
         const MINOR: c_int = 76;
@@ -200,32 +238,8 @@ impl Device for RealDevice<'_> {
         ok.then_some((major, minor))
     }
 
-    fn is_on_this_threads_stack(&self, ptr: u64) -> bool {
-        crate::ffi::host::thread::is_on_stack_of(self.thread, ptr)
-    }
-
-    fn memory_info(&self) -> Option<(u64, u64)> {
-        defer_cancel(memory_info)
-    }
-
     fn probe_driver(&self, device_count: Option<(i32, Option<i32>)>) -> DriverProbe {
         defer_cancel(|| crate::ffi::host::environment::probe_driver(device_count))
-    }
-
-    fn read_parameter(&self, ptr: u64, out: &mut [u8]) -> bool {
-        crate::ffi::intercept::out_param::read_bytes(ptr, out)
-    }
-
-    fn parameter_string(&self, ptr: u64) -> Option<String> {
-        crate::ffi::intercept::out_param::c_string(ptr as *const std::ffi::c_char)
-    }
-
-    fn address_range(&self, ptr: u64) -> Option<(u64, u64)> {
-        address_range(ptr)
-    }
-
-    fn verdict_memory(&self) -> Option<&dyn crate::check::VerdictMemory> {
-        Some(&self.verdicts)
     }
 
     fn param_layout(&self, func: u64, driver: bool) -> Option<Vec<(u32, u32)>> {
@@ -279,18 +293,6 @@ impl Device for RealDevice<'_> {
         crate::ffi::cuda_client::cudnn::plan_workspace(plan)
     }
 
-    fn write_parameter(&self, ptr: u64, bytes: &[u8]) -> bool {
-        crate::ffi::intercept::out_param::write_bytes(ptr, bytes)
-    }
-
-    fn breadcrumb(&self, stream: u64, issued: crate::session::breadcrumbs::Issued) -> bool {
-        crate::ffi::cuda_client::breadcrumbs::drop_breadcrumb(&self.session.breadcrumbs, stream, issued)
-    }
-
-    fn with_scan_buffer(&self, body: &mut dyn FnMut(&mut Vec<u8>)) {
-        crate::ffi::host::thread::with_scan_buffer(body)
-    }
-
     fn lt_layout(&self, layout: u64) -> Option<Layout> {
         let get = |attr: c_int, size: usize| attribute(api::cublasLtMatrixLayoutGetAttribute, layout, attr, size);
         Some(Layout {
@@ -318,6 +320,12 @@ impl Device for RealDevice<'_> {
             bias_stride: get(10, 8).map(i64::from_le_bytes).unwrap_or(0),
             bias_type: get(26, 4).map(i32_of).unwrap_or(-1),
         })
+    }
+}
+
+impl Device for RealDevice<'_> {
+    fn verdict_memory(&self) -> Option<&dyn crate::check::VerdictMemory> {
+        Some(&self.verdicts)
     }
 }
 
