@@ -52,7 +52,8 @@ const KNOWN_BACK_EDGES_THROUGH_REEXPORTS: &[(&str, &str)] = &[];
 /// the first three were one circle of 41 modules: the guard named the list in the edge.)
 const KNOWN_GUARD_CIRCLES: &[&[&str]] = &[
     // The edge's modules call one another both ways: host::lifecycle and its threads,
-    // cuda_client::device and the breadcrumbs, the hooks and the real-function lookup.
+    // cuda_client::device and the breadcrumbs, the hooks (their lean path and guarded copies
+    // included) and the real-function lookup.
     &[
         "ffi::cuda_client::breadcrumbs",
         "ffi::cuda_client::cuda_api",
@@ -74,6 +75,8 @@ const KNOWN_GUARD_CIRCLES: &[&[&str]] = &[
         "ffi::intercept::dl",
         "ffi::intercept::entry_points",
         "ffi::intercept::hooks",
+        "ffi::intercept::hooks::copies",
+        "ffi::intercept::hooks::lean",
         "ffi::intercept::real",
     ],
     // The guard's children use guard/mod.rs (`super::Call`) while it uses them; inside are the

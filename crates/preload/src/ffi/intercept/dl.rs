@@ -1,7 +1,7 @@
 //! `dlsym` and `dlvsym`, interposed: JAX/XLA and TensorFlow `dlopen` cuBLAS and the runtime
 //! with RTLD_LOCAL and take every function with `dlsym(handle, name)`, which never returns a
 //! preloaded definition. So a lookup of a hooked name on a CUDA library's handle gets a guarded
-//! copy of the hook that forwards to exactly the function it found (`hooks::copy_for`): two
+//! copy of the hook that forwards to exactly the function it found (`hooks::guarded_copy`): two
 //! copies of a library in one process each keep their own real functions.
 //!
 //! Everything else returns what it returns without the guard:
