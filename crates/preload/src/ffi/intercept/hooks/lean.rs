@@ -47,13 +47,7 @@ impl<'t> LeanCall<'t> {
     /// inside the panic catcher, as every check is (a panic turns the guard off).
     #[inline(always)]
     pub(super) fn vouched(s: &Session, t: &PerThread, clean_before: impl FnOnce(&Session, &PerThread) -> bool) -> bool {
-        match catch_panic(|| clean_before(s, t)) {
-            Some(vouched) => vouched,
-            None => {
-                defer_cancel(|| lifecycle::disable("internal error inside a hook"));
-                false
-            }
-        }
+        Self::answer(s, t, |s, t| Some(clean_before(s, t))).unwrap_or(false)
     }
 
     /// A call without checks may take the lean path whatever the checks are (`lean_always`):
@@ -65,8 +59,9 @@ impl<'t> LeanCall<'t> {
         (t.tid.get() != 0 && !t.inside.get() && !s.dumps_left()).then_some(s)
     }
 
-    /// `vouched` for a hook whose lean path reads or keeps the guard's tables (`lean_described`,
-    /// `lean_always`): its answer, or `None` for its handler.
+    /// What `answer` (run inside the panic catcher: a panic turns the guard off) gives for a
+    /// hook whose lean path reads or keeps the guard's tables (`vouched`, `lean_described`,
+    /// `lean_always`), or `None` for its handler.
     #[inline(always)]
     pub(super) fn answer<T>(s: &Session, t: &PerThread, answer: impl FnOnce(&Session, &PerThread) -> Option<T>) -> Option<T> {
         match catch_panic(|| answer(s, t)) {
