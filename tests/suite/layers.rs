@@ -95,6 +95,9 @@ const KNOWN_GUARD_CIRCLES: &[&[&str]] = &[
         "guard::parameters",
         "guard::sync",
         "guard::verdicts",
+        "guard::verdicts::quick",
+        "guard::verdicts::recording",
+        "guard::verdicts::replay",
     ],
     // session/mod.rs keeps the faults (session::faults), which name the session's types.
     &["session", "session::faults"],
