@@ -210,10 +210,8 @@ impl<'m> Stages<'m> {
         let s = call.session;
         let mut known = self.known_at_entry;
         check.recording = recording.is_some();
-        match &*recording {
-            Some(r) => check.check_before(self.checks, s.config.scan_bytes, self.handle, call.allocations(), known, call.device, r, buf),
-            None => check.check_before(self.checks, s.config.scan_bytes, self.handle, call.allocations(), known, call.device, call.device, buf),
-        }
+        let scans = scans_through(call.device, recording.as_ref());
+        check.check_before(self.checks, s.config.scan_bytes, self.handle, call.allocations(), known, call.device, scans, buf);
         if let Some(r) = recording.take_if(|r| r.overflowed()) {
             // More than foreseen: the reads not queued would be lost, so the call is checked
             // again, its scans read at the call, as when there is no region.
@@ -272,10 +270,7 @@ impl<'m> Stages<'m> {
         buf: &mut Vec<u8>,
     ) -> i32 {
         let s = call.session;
-        let scans: &dyn crate::check::Reads = match recording {
-            Some(r) => r,
-            None => call.device,
-        };
+        let scans = scans_through(call.device, recording);
         if self.deferred && check.awaits_completion(forwarded, self.checks) && !check.expects_device_fault() {
             check.breadcrumb_left = call.device.breadcrumb(check.stream(), call.issued());
         }
@@ -344,6 +339,14 @@ impl<'m> Stages<'m> {
         } else if check.clean_before {
             call.session.note_clean_sync(call.seq - 1);
         }
+    }
+}
+
+/// What a call's scans read through: its recording, where its verdict waits, else the device.
+fn scans_through<'a>(device: &'a dyn crate::check::Device, recording: Option<&'a super::verdicts::Recording<'_>>) -> &'a dyn crate::check::Reads {
+    match recording {
+        Some(r) => r,
+        None => device,
     }
 }
 

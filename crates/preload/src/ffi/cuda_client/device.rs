@@ -88,6 +88,13 @@ impl<'a> RealDevice<'a> {
         }
         Some(code)
     }
+
+    /// `cudaStreamSynchronize`, its error as `quietly` leaves it; the caller holds a
+    /// cancellation back (`synchronize`, or a read that waits for its copy).
+    fn wait_for(&self, stream: u64) -> i32 {
+        // SAFETY: a stream handle the program passed to the hooked call.
+        self.quietly(|| unsafe { api::cudaStreamSynchronize(stream as *mut c_void) }).unwrap_or(0)
+    }
 }
 
 impl Reads for RealDevice<'_> {
@@ -119,7 +126,7 @@ impl Reads for RealDevice<'_> {
             if code != 0 {
                 return Err(code);
             }
-            match self.synchronize(stream) {
+            match self.wait_for(stream) {
                 0 => Ok(()),
                 code => Err(code),
             }
@@ -143,7 +150,7 @@ impl Reads for RealDevice<'_> {
                 }
                 at += len;
             }
-            match self.synchronize(stream) {
+            match self.wait_for(stream) {
                 0 => Ok(()),
                 code => Err(code),
             }
@@ -200,10 +207,7 @@ impl Memory for RealDevice<'_> {
 
 impl Streams for RealDevice<'_> {
     fn synchronize(&self, stream: u64) -> i32 {
-        defer_cancel(|| {
-            // SAFETY: a stream handle the program passed to the hooked call.
-            self.quietly(|| unsafe { api::cudaStreamSynchronize(stream as *mut c_void) }).unwrap_or(0)
-        })
+        defer_cancel(|| self.wait_for(stream))
     }
 
     fn is_capturing(&self, stream: u64) -> Result<bool, i32> {
