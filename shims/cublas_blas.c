@@ -138,6 +138,45 @@ GEMV(cublasDgemv_v2, double, double, d)
 GEMV(cublasCgemv_v2, cuComplex, c32, c)
 GEMV(cublasZgemv_v2, cuDoubleComplex, c64, z)
 
+/* ---- gbmv: y = alpha op(A) x + beta y, A an m x n band (kl below, ku above the diagonal)
+ * stored by diagonals: A(i, j) at A[ku + i - j + j * lda] ---- */
+#define GBMV(NAME, API, T, S)                                                                                         \
+    cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int kl, int ku,                 \
+                        const API *alpha_, const API *A_, int lda, const API *x_, int incx, const API *beta_,          \
+                        API *y_, int incy) {                                                                           \
+        ALIVE_OR_RETURN(handle);                                                                                       \
+        if (m < 0 || n < 0 || kl < 0 || ku < 0 || !valid_op(trans) || lda < kl + ku + 1 || incx == 0 || incy == 0 ||   \
+            !alpha_ || !beta_)                                                                                         \
+            return CUBLAS_STATUS_INVALID_VALUE;                                                                        \
+        START_KERNEL(#NAME, handle);                                                                                   \
+        if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;                                                            \
+        const T *A = (const T *)A_, *x = (const T *)x_;                                                                \
+        T *y = (T *)y_;                                                                                                \
+        int xn = trans == CUBLAS_OP_N ? n : m, yn = trans == CUBLAS_OP_N ? m : n;                                      \
+        if (!scalar_ok(handle, alpha_, sizeof(T)) || !scalar_ok(handle, beta_, sizeof(T)) ||                           \
+            !reach(A, matrix_bytes(kl + ku + 1, n, lda, sizeof(T))) || !reach(x, vector_bytes(xn, incx, sizeof(T))) || \
+            !reach(y, vector_bytes(yn, incy, sizeof(T))))                                                             \
+            ILLEGAL_ADDRESS();                                                                                         \
+        T alpha = *(const T *)alpha_, beta = *(const T *)beta_;                                                        \
+        for (int o = 0; o < yn; o++) {                                                                                 \
+            T sum = 0;                                                                                                 \
+            for (int p = 0; p < xn; p++) {                                                                             \
+                int i = trans == CUBLAS_OP_N ? o : p, j = trans == CUBLAS_OP_N ? p : o;                                \
+                if (i < j - ku || i > j + kl) continue; /* outside the band: zero, and not stored */                  \
+                T a = A[(size_t)j * lda + (size_t)(ku + i - j)];                                                       \
+                if (trans == CUBLAS_OP_C) a = conj_##S(a);                                                             \
+                sum += a * x[vector_index(xn, incx, p)];                                                               \
+            }                                                                                                          \
+            T *out = &y[vector_index(yn, incy, o)];                                                                    \
+            *out = beta == 0 ? alpha * sum : alpha * sum + beta * *out;                                                \
+        }                                                                                                              \
+        return CUBLAS_STATUS_SUCCESS;                                                                                  \
+    }
+GBMV(cublasSgbmv_v2, float, float, s)
+GBMV(cublasDgbmv_v2, double, double, d)
+GBMV(cublasCgbmv_v2, cuComplex, c32, c)
+GBMV(cublasZgbmv_v2, cuDoubleComplex, c64, z)
+
 /* ---- dot products: result = sum x_i y_i (x conjugated for dotc) ---- */
 #define DOT(NAME, API, T, S, CONJ_X)                                                                                   \
     cublasStatus_t NAME(cublasHandle_t handle, int n, const API *x_, int incx, const API *y_, int incy, API *result_) { \

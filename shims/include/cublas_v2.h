@@ -267,7 +267,21 @@ cublasStatus_t cublasZgeqrfBatched(cublasHandle_t handle, int m, int n, cuDouble
 cublasStatus_t cublasZgelsBatched(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int nrhs,
                                   cuDoubleComplex *const Aarray[], int lda, cuDoubleComplex *const Carray[], int ldc, int *info,
                                   int *devInfoArray, int batchSize);
+cublasStatus_t cublasSgbmv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int kl, int ku,
+                              const float *alpha, const float *A, int lda, const float *x, int incx, const float *beta,
+                              float *y, int incy);
+cublasStatus_t cublasDgbmv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int kl, int ku,
+                              const double *alpha, const double *A, int lda, const double *x, int incx, const double *beta,
+                              double *y, int incy);
+cublasStatus_t cublasCgbmv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int kl, int ku,
+                              const cuComplex *alpha, const cuComplex *A, int lda, const cuComplex *x, int incx, const cuComplex *beta,
+                              cuComplex *y, int incy);
+cublasStatus_t cublasZgbmv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int kl, int ku,
+                              const cuDoubleComplex *alpha, const cuDoubleComplex *A, int lda, const cuDoubleComplex *x, int incx, const cuDoubleComplex *beta,
+                              cuDoubleComplex *y, int incy);
 #define cublasSetWorkspace cublasSetWorkspace_v2
+#define cublasSgbmv cublasSgbmv_v2
+#define cublasDgbmv cublasDgbmv_v2
 #define cublasSgemv cublasSgemv_v2
 #define cublasDgemv cublasDgemv_v2
 #define cublasSdot cublasSdot_v2

@@ -55,6 +55,7 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t desc, int name, 
 cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t desc, int name, int type, int64_t requested, int64_t *count, void *elements);
 cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t desc);
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack);
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void *alpha, void *a_desc, const void *A, const void *beta, void *c_desc, void *C);
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha, void *x_desc, const void *x, void *w_desc, const void *w, void *conv,
                                       int algo, void *ws, size_t ws_bytes, const void *beta, void *y_desc, void *y);
 #endif

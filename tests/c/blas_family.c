@@ -20,12 +20,13 @@
 #include "elements.h"
 
 enum { N = 4, BATCH = 3, ELEMS = N * N };
-enum family { GEMV, DOT, DOTC, DOTEX, GEMM, GEMM_STRIDED, SGEMMEX, TRSM, TRSM_BATCHED, GETRF, GETRS, GEQRF, GELS, WORKSPACE };
+enum family { GEMV, GBMV, DOT, DOTC, DOTEX, GEMM, GEMM_STRIDED, SGEMMEX, TRSM, TRSM_BATCHED, GETRF, GETRS, GEQRF, GELS, WORKSPACE };
 
 struct function { const char *name; enum family family; int type; };
 
 static const struct function functions[] = {
     {"cublasSgemv_v2", GEMV, R_32F}, {"cublasDgemv_v2", GEMV, R_64F}, {"cublasCgemv_v2", GEMV, C_32F}, {"cublasZgemv_v2", GEMV, C_64F},
+    {"cublasSgbmv_v2", GBMV, R_32F}, {"cublasDgbmv_v2", GBMV, R_64F}, {"cublasCgbmv_v2", GBMV, C_32F}, {"cublasZgbmv_v2", GBMV, C_64F},
     {"cublasSdot_v2", DOT, R_32F}, {"cublasDdot_v2", DOT, R_64F}, {"cublasCdotu_v2", DOT, C_32F}, {"cublasCdotc_v2", DOTC, C_32F},
     {"cublasZdotu_v2", DOT, C_64F}, {"cublasZdotc_v2", DOTC, C_64F}, {"cublasDotEx", DOTEX, R_32F},
     {"cublasCgemm_v2", GEMM, C_32F}, {"cublasZgemm_v2", GEMM, C_64F},
@@ -129,6 +130,37 @@ static int gemv(cublasHandle_t h, int t) {
     for (int i = 0; i < N; i++) {
         double complex want = 0;
         for (int j = 0; j < N; j++) want += get(t, ha, j * N + i) * get(t, hx, 2 * j);
+        err = fmax(err, cabs(want - get(t, y, i)));
+    }
+    printf("check=%s\n", err < tolerance(t) * 100 ? "ok" : "wrong");
+    return 0;
+}
+
+/* A 4 x 4 band with one diagonal below the main one and two above, stored by diagonals
+ * (lda = kl + ku + 1 = 4: every stored element finite, the corners no element maps to too). */
+static int gbmv(cublasHandle_t h, int t) {
+    enum { KL = 1, KU = 2, LDA = KL + KU + 1 };
+    unsigned char ha[ELEMS * 16], hx[8 * 16] = {0}, hy[N * 16] = {0};
+    for (int i = 0; i < ELEMS; i++) put(t, ha, i, value(t, i % 5 - 2, i % 3));
+    for (int j = 0; j < N; j++) put(t, hx, 2 * j, value(t, j + 1, -1));
+    if (CASE("nan")) put(t, hx, 4, NAN); /* element 2 of x (increment 2) */
+    int lda = CASE("invalid") ? 1 : LDA;
+    void *da = upload(ha, ELEMS * esize(t)), *dx = upload(hx, (CASE("oob") ? 5 : 7) * esize(t)), *dy = upload(hy, N * esize(t));
+    int st;
+    switch (t) {
+    case R_32F: st = cublasSgbmv_v2(h, CUBLAS_OP_N, N, N, KL, KU, one(t), da, lda, dx, 2, zero(t), dy, 1); break;
+    case R_64F: st = cublasDgbmv_v2(h, CUBLAS_OP_N, N, N, KL, KU, one(t), da, lda, dx, 2, zero(t), dy, 1); break;
+    case C_32F: st = cublasCgbmv_v2(h, CUBLAS_OP_N, N, N, KL, KU, one(t), da, lda, dx, 2, zero(t), dy, 1); break;
+    default: st = cublasZgbmv_v2(h, CUBLAS_OP_N, N, N, KL, KU, one(t), da, lda, dx, 2, zero(t), dy, 1); break;
+    }
+    if (!finish(st)) return 0;
+    void *y = download(dy, N * esize(t));
+    print("y", t, y, N);
+    double err = 0;
+    for (int i = 0; i < N; i++) {
+        double complex want = 0;
+        for (int j = 0; j < N; j++)
+            if (i >= j - KU && i <= j + KL) want += get(t, ha, j * LDA + KU + i - j) * get(t, hx, 2 * j);
         err = fmax(err, cabs(want - get(t, y, i)));
     }
     printf("check=%s\n", err < tolerance(t) * 100 ? "ok" : "wrong");
@@ -376,6 +408,7 @@ int main(int argc, char **argv) {
     int t = fn->type;
     switch (fn->family) {
     case GEMV: return gemv(h, t);
+    case GBMV: return gbmv(h, t);
     case DOT: return dot(h, t, 0, 0);
     case DOTC: return dot(h, t, 1, 0);
     case DOTEX: return dot(h, t, 0, 1);

@@ -11,7 +11,8 @@
  *   no_workspace    the same, with no workspace bound
  *   destroyed       the same, executed on a destroyed handle
  *   exec_twice      two executes (CUDASHIM_CUDNN_EXEC_FAULT=1: the first one's kernel faults)
- *   legacy_freed    cudnnConvolutionForward with a freed output */
+ *   legacy_freed    cudnnConvolutionForward with a freed output
+ *   add_freed       cudnnAddTensor (a legacy entry point of 7 arguments) with a freed input */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -130,6 +131,17 @@ int main(int argc, char **argv) {
         cudaMalloc(&y, 64);
         cudaFree(y);
         printf("cudnnConvolutionForward=%d\n", cudnnConvolutionForward(handle, &one, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, &zero, NULL, y));
+        return 0;
+    }
+    if (strcmp(mode, "add_freed") == 0) {
+        cudnnHandle_t handle = NULL;
+        if (cudnnCreate(&handle)) return 1;
+        void *a = NULL, *c = NULL;
+        float one = 1;
+        cudaMalloc(&a, 64);
+        cudaMalloc(&c, 64);
+        cudaFree(a);
+        printf("cudnnAddTensor=%d\n", cudnnAddTensor(handle, &one, NULL, a, &one, NULL, c));
         return 0;
     }
     return backend(mode);

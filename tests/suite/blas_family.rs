@@ -34,6 +34,10 @@ const CASES: &[Case] = &[
     case("cublasDgemv_v2", GEMV_NAN, "x", LDA, false),
     case("cublasCgemv_v2", GEMV_NAN, "x", LDA, false),
     case("cublasZgemv_v2", GEMV_NAN, "x", LDA, false),
+    case("cublasSgbmv_v2", GEMV_NAN, "x", LDA, false),
+    case("cublasDgbmv_v2", GEMV_NAN, "x", LDA, false),
+    case("cublasCgbmv_v2", GEMV_NAN, "x", LDA, false),
+    case("cublasZgbmv_v2", GEMV_NAN, "x", LDA, false),
     case("cublasSdot_v2", DOT_NAN, "y", NULL_RESULT, false),
     case("cublasDdot_v2", DOT_NAN, "y", NULL_RESULT, false),
     case("cublasCdotu_v2", DOT_NAN, "y", NULL_RESULT, false),
@@ -151,6 +155,14 @@ fn recorded_arguments_carry_each_familys_own_names() {
     let f = the_fault(&t, "cublasSgemv_v2", "nan");
     assert_eq!((f.args["incx"].as_i64(), f.args["trans"].as_str()), (Some(2), Some("N")));
     assert!(f.message.contains("operand x (4 elements, increment 2)"), "{}", f.message);
+    // A declared line (gbmv's): every int argument by its header name, the enum labelled.
+    let t = family("cublasDgbmv_v2", "nan", true).trace();
+    let f = the_fault(&t, "cublasDgbmv_v2", "nan");
+    let ints: Vec<_> = ["m", "n", "kl", "ku", "lda", "incx", "incy"].iter().map(|n| f.args[*n].as_i64()).collect();
+    assert_eq!(ints, [4, 4, 1, 2, 4, 2, 1].map(Some), "{:?}", f.args);
+    assert_eq!(f.args["trans"].as_str(), Some("N"));
+    let a = f.operands.iter().find(|o| o.name == "A").expect("A");
+    assert_eq!((a.rows, a.cols, a.ld, a.dtype.as_str()), (4, 4, 4, "f64"), "the band as stored: kl + ku + 1 rows");
 }
 
 #[test]

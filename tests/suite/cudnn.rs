@@ -183,6 +183,18 @@ fn a_legacy_convolution_given_freed_memory_is_use_after_free() {
     assert!(f.message.starts_with("argument 13 "), "{}", f.message);
 }
 
+/// cudnnAddTensor was added as one declared table line, no handler of its own: its data
+/// pointers are checked by the types its line gives them, whatever its argument count.
+#[test]
+fn a_legacy_entry_point_added_as_one_declared_line_is_checked_as_the_others_are() {
+    let (run, t) = both(&standin_cudnn(), "add_freed", &[]);
+    assert!(run.stdout().contains("cudnnAddTensor=3000"), "the stand-in's answer passed on: {}", run.stdout());
+    let f = only_fault(&t);
+    assert_eq!((f.api.as_str(), f.kind), ("cudnnAddTensor", FaultKind::UseAfterFree), "{}", f.message);
+    assert!(f.message.starts_with("argument 4 "), "A, the freed input: {}", f.message);
+    assert_eq!(t.summary.calls.get("cudnnAddTensor"), Some(&1));
+}
+
 #[test]
 fn a_missing_sublibrary_is_named_with_every_file_the_dispatcher_looked_for() {
     let folder = cudnn_folder("cudnn-missing", &["libcudnn_graph.so.9"], &[]);

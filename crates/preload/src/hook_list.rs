@@ -8,7 +8,11 @@
 //! FFI edge sees them (it is where they are expanded); here only the names are read.
 
 /// Hands the hook table to `$callback!`, one entry per hooked function:
-/// `Library fn name(arg: Type, ...) -> Ret => handler[, lean PATH | , lean_described PATH | , lean_always PATH];`
+/// `Library fn name(arg: Type, ...) -> Ret => handler[, lean PATH | , lean_described PATH | , lean_always PATH | , declared];`
+///
+/// `declared`: the line's types say what each argument is (hook_args.rs: `In`, `Acc`, `InOut`,
+/// `Out`, `ResultOut`, `Scalar`, a handle, an `int`), its names are the header's, and the
+/// handler is given them as `hook_args::Args` and keeps only its rule.
 macro_rules! with_hook_table {
     ( $callback:ident ) => {
         $callback! {
@@ -43,16 +47,20 @@ macro_rules! with_hook_table {
             Cublas fn cublasCgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::cgemm_strided, lean gemm::CGEMM_STRIDED;
             Cublas fn cublasZgemm_v2(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, beta: P, c: P, ldc: c_int) -> c_int => gemm::zgemm, lean gemm::ZGEMM;
             Cublas fn cublasZgemmStridedBatched(h: Handle, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: P, a: P, lda: c_int, sa: i64, b: P, ldb: c_int, sb: i64, beta: P, c: P, ldc: c_int, sc: i64, count: c_int) -> c_int => gemm::zgemm_strided, lean gemm::ZGEMM_STRIDED;
-            Cublas fn cublasSgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::sgemv;
-            Cublas fn cublasDgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::dgemv;
-            Cublas fn cublasCgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::cgemv;
-            Cublas fn cublasZgemv_v2(h: Handle, trans: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, x: P, incx: c_int, beta: P, y: P, incy: c_int) -> c_int => blas::zgemv;
-            Cublas fn cublasSdot_v2(h: Handle, n: c_int, x: P, incx: c_int, y: P, incy: c_int, result: P) -> c_int => blas::sdot;
-            Cublas fn cublasDdot_v2(h: Handle, n: c_int, x: P, incx: c_int, y: P, incy: c_int, result: P) -> c_int => blas::ddot;
-            Cublas fn cublasCdotu_v2(h: Handle, n: c_int, x: P, incx: c_int, y: P, incy: c_int, result: P) -> c_int => blas::cdot;
-            Cublas fn cublasCdotc_v2(h: Handle, n: c_int, x: P, incx: c_int, y: P, incy: c_int, result: P) -> c_int => blas::cdot;
-            Cublas fn cublasZdotu_v2(h: Handle, n: c_int, x: P, incx: c_int, y: P, incy: c_int, result: P) -> c_int => blas::zdot;
-            Cublas fn cublasZdotc_v2(h: Handle, n: c_int, x: P, incx: c_int, y: P, incy: c_int, result: P) -> c_int => blas::zdot;
+            Cublas fn cublasSgemv_v2(handle: Handle, trans: c_int, m: c_int, n: c_int, alpha: Scalar, A: In, lda: c_int, x: In, incx: c_int, beta: Scalar, y: Acc, incy: c_int) -> c_int => blas::gemv, declared;
+            Cublas fn cublasDgemv_v2(handle: Handle, trans: c_int, m: c_int, n: c_int, alpha: Scalar, A: In, lda: c_int, x: In, incx: c_int, beta: Scalar, y: Acc, incy: c_int) -> c_int => blas::gemv, declared;
+            Cublas fn cublasCgemv_v2(handle: Handle, trans: c_int, m: c_int, n: c_int, alpha: Scalar, A: In, lda: c_int, x: In, incx: c_int, beta: Scalar, y: Acc, incy: c_int) -> c_int => blas::gemv, declared;
+            Cublas fn cublasZgemv_v2(handle: Handle, trans: c_int, m: c_int, n: c_int, alpha: Scalar, A: In, lda: c_int, x: In, incx: c_int, beta: Scalar, y: Acc, incy: c_int) -> c_int => blas::gemv, declared;
+            Cublas fn cublasSgbmv_v2(handle: Handle, trans: c_int, m: c_int, n: c_int, kl: c_int, ku: c_int, alpha: Scalar, A: In, lda: c_int, x: In, incx: c_int, beta: Scalar, y: Acc, incy: c_int) -> c_int => blas::gbmv, declared;
+            Cublas fn cublasDgbmv_v2(handle: Handle, trans: c_int, m: c_int, n: c_int, kl: c_int, ku: c_int, alpha: Scalar, A: In, lda: c_int, x: In, incx: c_int, beta: Scalar, y: Acc, incy: c_int) -> c_int => blas::gbmv, declared;
+            Cublas fn cublasCgbmv_v2(handle: Handle, trans: c_int, m: c_int, n: c_int, kl: c_int, ku: c_int, alpha: Scalar, A: In, lda: c_int, x: In, incx: c_int, beta: Scalar, y: Acc, incy: c_int) -> c_int => blas::gbmv, declared;
+            Cublas fn cublasZgbmv_v2(handle: Handle, trans: c_int, m: c_int, n: c_int, kl: c_int, ku: c_int, alpha: Scalar, A: In, lda: c_int, x: In, incx: c_int, beta: Scalar, y: Acc, incy: c_int) -> c_int => blas::gbmv, declared;
+            Cublas fn cublasSdot_v2(handle: Handle, n: c_int, x: In, incx: c_int, y: In, incy: c_int, result: ResultOut) -> c_int => blas::dot, declared;
+            Cublas fn cublasDdot_v2(handle: Handle, n: c_int, x: In, incx: c_int, y: In, incy: c_int, result: ResultOut) -> c_int => blas::dot, declared;
+            Cublas fn cublasCdotu_v2(handle: Handle, n: c_int, x: In, incx: c_int, y: In, incy: c_int, result: ResultOut) -> c_int => blas::dot, declared;
+            Cublas fn cublasCdotc_v2(handle: Handle, n: c_int, x: In, incx: c_int, y: In, incy: c_int, result: ResultOut) -> c_int => blas::dot, declared;
+            Cublas fn cublasZdotu_v2(handle: Handle, n: c_int, x: In, incx: c_int, y: In, incy: c_int, result: ResultOut) -> c_int => blas::dot, declared;
+            Cublas fn cublasZdotc_v2(handle: Handle, n: c_int, x: In, incx: c_int, y: In, incy: c_int, result: ResultOut) -> c_int => blas::dot, declared;
             Cublas fn cublasDotEx(h: Handle, n: c_int, x: P, xt: c_int, incx: c_int, y: P, yt: c_int, incy: c_int, result: P, rt: c_int, exec: c_int) -> c_int => blas::dot_ex;
             Cublas fn cublasStrsm_v2(h: Handle, side: c_int, uplo: c_int, trans: c_int, diag: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int) -> c_int => blas::strsm;
             Cublas fn cublasStrsmBatched(h: Handle, side: c_int, uplo: c_int, trans: c_int, diag: c_int, m: c_int, n: c_int, alpha: P, a: P, lda: c_int, b: P, ldb: c_int, count: c_int) -> c_int => blas::strsm_batched;
@@ -171,28 +179,29 @@ macro_rules! with_hook_table {
             Cudnn fn cudnnBackendExecute(handle: Handle, plan: Handle, pack: Handle) -> c_int => cudnn::backend_execute;
             // The legacy entry points PyTorch 2.15 imports that run work on the device: data pointers
             // are `P`, descriptors and handles `Handle` (cudnn::Word tells them apart by that).
-            Cudnn fn cudnnConvolutionForward(h: Handle, alpha: P, x_desc: Handle, x: P, w_desc: Handle, w: P, conv: Handle, algo: c_int, ws: P, ws_bytes: usize, beta: P, y_desc: Handle, y: P) -> c_int => cudnn::legacy13;
-            Cudnn fn cudnnConvolutionBackwardData(h: Handle, alpha: P, w_desc: Handle, w: P, dy_desc: Handle, dy: P, conv: Handle, algo: c_int, ws: P, ws_bytes: usize, beta: P, dx_desc: Handle, dx: P) -> c_int => cudnn::legacy13;
-            Cudnn fn cudnnConvolutionBackwardFilter(h: Handle, alpha: P, x_desc: Handle, x: P, dy_desc: Handle, dy: P, conv: Handle, algo: c_int, ws: P, ws_bytes: usize, beta: P, dw_desc: Handle, dw: P) -> c_int => cudnn::legacy13;
-            Cudnn fn cudnnConvolutionBiasActivationForward(h: Handle, alpha1: P, x_desc: Handle, x: P, w_desc: Handle, w: P, conv: Handle, algo: c_int, ws: P, ws_bytes: usize, alpha2: P, z_desc: Handle, z: P, bias_desc: Handle, bias: P, act: Handle, y_desc: Handle, y: P) -> c_int => cudnn::legacy18;
-            Cudnn fn cudnnFindConvolutionForwardAlgorithmEx(h: Handle, x_desc: Handle, x: P, w_desc: Handle, w: P, conv: Handle, y_desc: Handle, y: P, requested: c_int, returned: P, perf: P, ws: P, ws_bytes: usize) -> c_int => cudnn::legacy13;
-            Cudnn fn cudnnFindConvolutionBackwardDataAlgorithmEx(h: Handle, w_desc: Handle, w: P, dy_desc: Handle, dy: P, conv: Handle, dx_desc: Handle, dx: P, requested: c_int, returned: P, perf: P, ws: P, ws_bytes: usize) -> c_int => cudnn::legacy13;
-            Cudnn fn cudnnFindConvolutionBackwardFilterAlgorithmEx(h: Handle, x_desc: Handle, x: P, dy_desc: Handle, y: P, conv: Handle, dw_desc: Handle, dw: P, requested: c_int, returned: P, perf: P, ws: P, ws_bytes: usize) -> c_int => cudnn::legacy13;
-            Cudnn fn cudnnBatchNormalizationForwardInference(h: Handle, mode: c_int, alpha: P, beta: P, x_desc: Handle, x: P, y_desc: Handle, y: P, bn_desc: Handle, scale: P, bias: P, mean: P, variance: P, epsilon: f64) -> c_int => cudnn::legacy14;
-            Cudnn fn cudnnBatchNormalizationForwardTrainingEx(h: Handle, mode: c_int, ops: c_int, alpha: P, beta: P, x_desc: Handle, x: P, z_desc: Handle, z: P, y_desc: Handle, y: P, bn_desc: Handle, scale: P, bias: P, factor: f64, running_mean: P, running_var: P, epsilon: f64, save_mean: P, save_inv_var: P, act: Handle, ws: P, ws_bytes: usize, reserve: P, reserve_bytes: usize) -> c_int => cudnn::legacy25;
-            Cudnn fn cudnnBatchNormalizationBackwardEx(h: Handle, mode: c_int, ops: c_int, alpha_data: P, beta_data: P, alpha_param: P, beta_param: P, x_desc: Handle, x: P, y_desc: Handle, y: P, dy_desc: Handle, dy: P, dz_desc: Handle, dz: P, dx_desc: Handle, dx: P, dbn_desc: Handle, scale: P, bias: P, dscale: P, dbias: P, epsilon: f64, save_mean: P, save_inv_var: P, act: Handle, ws: P, ws_bytes: usize, reserve: P, reserve_bytes: usize) -> c_int => cudnn::legacy30;
-            Cudnn fn cudnnPoolingForward(h: Handle, pooling: Handle, alpha: P, x_desc: Handle, x: P, beta: P, y_desc: Handle, y: P) -> c_int => cudnn::legacy8;
-            Cudnn fn cudnnCTCLoss(h: Handle, probs_desc: Handle, probs: P, labels: P, label_lengths: P, input_lengths: P, costs: P, grads_desc: Handle, grads: P, algo: c_int, ctc: Handle, ws: P, ws_bytes: usize) -> c_int => cudnn::legacy13;
-            Cudnn fn cudnnCTCLoss_v8(h: Handle, algo: c_int, ctc: Handle, probs_desc: Handle, probs: P, labels: P, label_lengths: P, input_lengths: P, costs: P, grads_desc: Handle, grads: P, ws_bytes: usize, ws: P) -> c_int => cudnn::legacy13;
-            Cudnn fn cudnnRNNForward(h: Handle, rnn: Handle, mode: c_int, seq_lengths: P, x_desc: Handle, x: P, y_desc: Handle, y: P, h_desc: Handle, hx: P, hy: P, c_desc: Handle, cx: P, cy: P, weight_bytes: usize, weights: P, ws_bytes: usize, ws: P, reserve_bytes: usize, reserve: P) -> c_int => cudnn::legacy20;
-            Cudnn fn cudnnRNNBackwardData_v8(h: Handle, rnn: Handle, seq_lengths: P, y_desc: Handle, y: P, dy: P, x_desc: Handle, dx: P, h_desc: Handle, hx: P, dhy: P, dhx: P, c_desc: Handle, cx: P, dcy: P, dcx: P, weight_bytes: usize, weights: P, ws_bytes: usize, ws: P, reserve_bytes: usize, reserve: P) -> c_int => cudnn::legacy22;
-            Cudnn fn cudnnRNNBackwardWeights_v8(h: Handle, rnn: Handle, add: c_int, seq_lengths: P, x_desc: Handle, x: P, h_desc: Handle, hx: P, y_desc: Handle, y: P, weight_bytes: usize, dweights: P, ws_bytes: usize, ws: P, reserve_bytes: usize, reserve: P) -> c_int => cudnn::legacy16;
-            Cudnn fn cudnnSpatialTfGridGeneratorForward(h: Handle, st: Handle, theta: P, grid: P) -> c_int => cudnn::legacy4;
-            Cudnn fn cudnnSpatialTfGridGeneratorBackward(h: Handle, st: Handle, dgrid: P, dtheta: P) -> c_int => cudnn::legacy4;
-            Cudnn fn cudnnSpatialTfSamplerForward(h: Handle, st: Handle, alpha: P, x_desc: Handle, x: P, grid: P, beta: P, y_desc: Handle, y: P) -> c_int => cudnn::legacy9;
-            Cudnn fn cudnnSpatialTfSamplerBackward(h: Handle, st: Handle, alpha: P, x_desc: Handle, x: P, beta: P, dx_desc: Handle, dx: P, alpha_dgrid: P, dy_desc: Handle, dy: P, grid: P, beta_dgrid: P, dgrid: P) -> c_int => cudnn::legacy14;
-            Cudnn fn cudnnSetDropoutDescriptor(desc: Handle, h: Handle, dropout: f32, states: P, bytes: usize, seed: u64) -> c_int => cudnn::dropout;
-            Cudnn fn cudnnRestoreDropoutDescriptor(desc: Handle, h: Handle, dropout: f32, states: P, bytes: usize, seed: u64) -> c_int => cudnn::dropout;
+            Cudnn fn cudnnConvolutionForward(handle: Handle, alpha: Scalar, x_desc: Handle, x: In, w_desc: Handle, w: In, conv: Handle, algo: c_int, ws: Workspace, ws_bytes: usize, beta: Scalar, y_desc: Handle, y: Acc) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnConvolutionBackwardData(handle: Handle, alpha: Scalar, w_desc: Handle, w: In, dy_desc: Handle, dy: In, conv: Handle, algo: c_int, ws: Workspace, ws_bytes: usize, beta: Scalar, dx_desc: Handle, dx: Acc) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnConvolutionBackwardFilter(handle: Handle, alpha: Scalar, x_desc: Handle, x: In, dy_desc: Handle, dy: In, conv: Handle, algo: c_int, ws: Workspace, ws_bytes: usize, beta: Scalar, dw_desc: Handle, dw: Acc) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnConvolutionBiasActivationForward(handle: Handle, alpha1: Scalar, x_desc: Handle, x: In, w_desc: Handle, w: In, conv: Handle, algo: c_int, ws: Workspace, ws_bytes: usize, alpha2: Scalar, z_desc: Handle, z: In, bias_desc: Handle, bias: In, act: Handle, y_desc: Handle, y: Out) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnFindConvolutionForwardAlgorithmEx(handle: Handle, x_desc: Handle, x: In, w_desc: Handle, w: In, conv: Handle, y_desc: Handle, y: Out, requested: c_int, returned: Out, perf: Out, ws: Workspace, ws_bytes: usize) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnFindConvolutionBackwardDataAlgorithmEx(handle: Handle, w_desc: Handle, w: In, dy_desc: Handle, dy: In, conv: Handle, dx_desc: Handle, dx: Out, requested: c_int, returned: Out, perf: Out, ws: Workspace, ws_bytes: usize) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnFindConvolutionBackwardFilterAlgorithmEx(handle: Handle, x_desc: Handle, x: In, dy_desc: Handle, y: In, conv: Handle, dw_desc: Handle, dw: Out, requested: c_int, returned: Out, perf: Out, ws: Workspace, ws_bytes: usize) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnBatchNormalizationForwardInference(handle: Handle, mode: c_int, alpha: Scalar, beta: Scalar, x_desc: Handle, x: In, y_desc: Handle, y: Acc, bn_desc: Handle, scale: In, bias: In, mean: In, variance: In, epsilon: f64) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnBatchNormalizationForwardTrainingEx(handle: Handle, mode: c_int, ops: c_int, alpha: Scalar, beta: Scalar, x_desc: Handle, x: In, z_desc: Handle, z: In, y_desc: Handle, y: Acc, bn_desc: Handle, scale: In, bias: In, factor: f64, running_mean: InOut, running_var: InOut, epsilon: f64, save_mean: Out, save_inv_var: Out, act: Handle, ws: Workspace, ws_bytes: usize, reserve: Out, reserve_bytes: usize) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnBatchNormalizationBackwardEx(handle: Handle, mode: c_int, ops: c_int, alpha_data: Scalar, beta_data: Scalar, alpha_param: Scalar, beta_param: Scalar, x_desc: Handle, x: In, y_desc: Handle, y: In, dy_desc: Handle, dy: In, dz_desc: Handle, dz: Out, dx_desc: Handle, dx: Acc, dbn_desc: Handle, scale: In, bias: In, dscale: Acc, dbias: Acc, epsilon: f64, save_mean: In, save_inv_var: In, act: Handle, ws: Workspace, ws_bytes: usize, reserve: In, reserve_bytes: usize) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnPoolingForward(handle: Handle, pooling: Handle, alpha: Scalar, x_desc: Handle, x: In, beta: Scalar, y_desc: Handle, y: Acc) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnAddTensor(handle: Handle, alpha: Scalar, a_desc: Handle, A: In, beta: Scalar, c_desc: Handle, C: Acc) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnCTCLoss(handle: Handle, probs_desc: Handle, probs: In, labels: In, label_lengths: In, input_lengths: In, costs: Out, grads_desc: Handle, grads: Out, algo: c_int, ctc: Handle, ws: Workspace, ws_bytes: usize) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnCTCLoss_v8(handle: Handle, algo: c_int, ctc: Handle, probs_desc: Handle, probs: In, labels: In, label_lengths: In, input_lengths: In, costs: Out, grads_desc: Handle, grads: Out, ws_bytes: usize, ws: Workspace) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnRNNForward(handle: Handle, rnn: Handle, mode: c_int, seq_lengths: In, x_desc: Handle, x: In, y_desc: Handle, y: Out, h_desc: Handle, hx: In, hy: Out, c_desc: Handle, cx: In, cy: Out, weight_bytes: usize, weights: In, ws_bytes: usize, ws: Workspace, reserve_bytes: usize, reserve: InOut) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnRNNBackwardData_v8(handle: Handle, rnn: Handle, seq_lengths: In, y_desc: Handle, y: In, dy: In, x_desc: Handle, dx: Out, h_desc: Handle, hx: In, dhy: In, dhx: Out, c_desc: Handle, cx: In, dcy: In, dcx: Out, weight_bytes: usize, weights: In, ws_bytes: usize, ws: Workspace, reserve_bytes: usize, reserve: InOut) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnRNNBackwardWeights_v8(handle: Handle, rnn: Handle, add: c_int, seq_lengths: In, x_desc: Handle, x: In, h_desc: Handle, hx: In, y_desc: Handle, y: In, weight_bytes: usize, dweights: Acc, ws_bytes: usize, ws: Workspace, reserve_bytes: usize, reserve: In) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnSpatialTfGridGeneratorForward(handle: Handle, st: Handle, theta: In, grid: Out) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnSpatialTfGridGeneratorBackward(handle: Handle, st: Handle, dgrid: In, dtheta: Out) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnSpatialTfSamplerForward(handle: Handle, st: Handle, alpha: Scalar, x_desc: Handle, x: In, grid: In, beta: Scalar, y_desc: Handle, y: Acc) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnSpatialTfSamplerBackward(handle: Handle, st: Handle, alpha: Scalar, x_desc: Handle, x: In, beta: Scalar, dx_desc: Handle, dx: Acc, alpha_dgrid: Scalar, dy_desc: Handle, dy: In, grid: In, beta_dgrid: Scalar, dgrid: Acc) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnSetDropoutDescriptor(desc: Handle, handle: Handle, dropout: f32, states: Out, bytes: usize, seed: u64) -> c_int => cudnn::legacy, declared;
+            Cudnn fn cudnnRestoreDropoutDescriptor(desc: Handle, handle: Handle, dropout: f32, states: In, bytes: usize, seed: u64) -> c_int => cudnn::legacy, declared;
             Cudart fn __cudaRegisterFunction(handle: *mut *mut c_void, host: P, device_fun: *mut std::ffi::c_char, device_name: *const std::ffi::c_char, limit: c_int, tid: P, bid: P, block_dim: P, grid_dim: P, warp_size: *mut c_int) -> () => launch::register_function;
         }
     };
@@ -201,7 +210,7 @@ pub(crate) use with_hook_table;
 
 /// `Hook`, its names and its count, from the table's names alone.
 macro_rules! hook_names {
-    ( $( $lib:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty => $handler:path $( , $lean_kind:ident $lean:path )? ; )* ) => {
+    ( $( $lib:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty => $handler:path $( , $kind:ident $( $lean:path )? )? ; )* ) => {
         /// A hooked function, by the order of the table.
         #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +218,10 @@ macro_rules! hook_names {
 
         /// Names of the hooked symbols, in table order (the session counts calls by index).
         pub(crate) static HOOK_NAMES: &[&str] = &[ $( stringify!($name), )* ];
+
+        /// Each hooked function's argument names, in table order (NVIDIA's header names where a
+        /// line is `declared`: the trace names a declared call's arguments by them).
+        pub(crate) static HOOK_ARGS: &[&[&str]] = &[ $( &[ $( stringify!($arg) ),* ], )* ];
 
         /// How many hooked functions there are.
         pub(crate) const HOOK_COUNT: usize = [$( stringify!($name) ),*].len();

@@ -24,6 +24,7 @@ pub(crate) use hook_list::HOOK_NAMES;
 pub(crate) mod check;
 pub(crate) mod ffi;
 pub(crate) mod guard;
+pub(crate) mod hook_args;
 pub(crate) mod hook_list;
 pub(crate) mod recorder;
 pub(crate) mod redact;

@@ -57,6 +57,14 @@ pub enum CallArgs {
         enums: [i32; 4],
         ints: [i32; 8],
     },
+    /// A call whose hook table line is `declared` (hook_args.rs): its `int` arguments, named by
+    /// the table (`HOOK_ARGS`), at most 12. `positions`: which of the line's arguments they
+    /// are, one bit each, in order.
+    Declared {
+        hook: u16,
+        positions: u32,
+        values: [i32; 12],
+    },
     /// `cublasSetWorkspace`: the handle's workspace.
     Workspace {
         handle: u64,
@@ -93,7 +101,6 @@ pub enum CallArgs {
 /// Which arguments a `CallArgs::Blas` holds, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlasForm {
-    Gemv,
     Dot,
     Trsm,
     TrsmBatched,
@@ -106,13 +113,13 @@ pub enum BlasForm {
 const OPERATION: &[&str] = &["N", "T", "C"];
 
 impl BlasForm {
-    const ALL: [BlasForm; 8] = [Self::Gemv, Self::Dot, Self::Trsm, Self::TrsmBatched, Self::Getrf, Self::Getrs, Self::Geqrf, Self::Gels];
+    const ALL: [BlasForm; 7] = [Self::Dot, Self::Trsm, Self::TrsmBatched, Self::Getrf, Self::Getrs, Self::Geqrf, Self::Gels];
 
     /// The enum arguments, each with its value labels.
     pub fn enums(self) -> &'static [(&'static str, &'static [&'static str])] {
         use crate::cuda::{Diag, Fill, Side};
         match self {
-            Self::Gemv | Self::Getrs | Self::Gels => &[("trans", OPERATION)],
+            Self::Getrs | Self::Gels => &[("trans", OPERATION)],
             Self::Trsm | Self::TrsmBatched => &[("side", Side::LABELS), ("uplo", Fill::LABELS), ("trans", OPERATION), ("diag", Diag::LABELS)],
             Self::Dot | Self::Getrf | Self::Geqrf => &[],
         }
@@ -121,7 +128,6 @@ impl BlasForm {
     /// The integer arguments, by their names in NVIDIA's headers.
     pub fn ints(self) -> &'static [&'static str] {
         match self {
-            Self::Gemv => &["m", "n", "lda", "incx", "incy"],
             Self::Dot => &["n", "incx", "incy"],
             Self::Trsm => &["m", "n", "lda", "ldb"],
             Self::TrsmBatched => &["m", "n", "lda", "ldb", "batchCount"],
@@ -235,6 +241,16 @@ impl CallArgs {
                     f(name, ArgValue::Int(v as i64));
                 }
             }
+            Self::Declared { hook, positions, values } => {
+                let names = crate::hook_list::HOOK_ARGS.get(usize::from(hook)).copied().unwrap_or(&[]);
+                let recorded = names.iter().enumerate().filter(|(at, _)| *at < 32 && positions >> at & 1 != 0);
+                for ((_, &name), &raw) in recorded.zip(values.iter()) {
+                    match crate::hook_args::enum_labels(name) {
+                        Some(labels) => f(name, ArgValue::Label { raw, labels }),
+                        None => f(name, ArgValue::Int(raw.into())),
+                    }
+                }
+            }
             Self::Range { ptr, size } => {
                 f("ptr", ArgValue::Address(ptr));
                 f("size", ArgValue::Int(size.min(i64::MAX as u64) as i64));
@@ -322,20 +338,12 @@ impl RecordedCall {
                 ],
             ),
             CallArgs::Blas { form, enums, ints } => {
-                let pair = |a: i32, b: i32| a as u32 as u64 | (b as u32 as u64) << 32;
-                (
-                    6 | form.code() << 8,
-                    [
-                        pair(enums[0], enums[1]),
-                        pair(enums[2], enums[3]),
-                        pair(ints[0], ints[1]),
-                        pair(ints[2], ints[3]),
-                        pair(ints[4], ints[5]),
-                        pair(ints[6], ints[7]),
-                        0,
-                    ],
-                )
+                let mut v = [0; 12];
+                v[..4].copy_from_slice(&enums);
+                v[4..].copy_from_slice(&ints);
+                (6 | form.code() << 8, paired(&v, 0))
             }
+            CallArgs::Declared { hook, positions, values } => (13, paired(&values, u64::from(hook) | u64::from(positions) << 16)),
             CallArgs::Workspace { handle, ptr, bytes } => (7, [handle, ptr, bytes, 0, 0, 0, 0]),
             CallArgs::Range { ptr, size } => (8, [ptr, size, 0, 0, 0, 0, 0]),
             CallArgs::Stream { stream } => (9, [stream, 0, 0, 0, 0, 0, 0]),
@@ -380,13 +388,11 @@ impl RecordedCall {
                 ordinal: w[10],
             },
             6 => {
-                let lo = |v: u64| v as u32 as i32;
-                let hi = |v: u64| (v >> 32) as u32 as i32;
-                CallArgs::Blas {
-                    form: BlasForm::from_code((tag >> 8) & 0xff)?,
-                    enums: [lo(w[4]), hi(w[4]), lo(w[5]), hi(w[5])],
-                    ints: [lo(w[6]), hi(w[6]), lo(w[7]), hi(w[7]), lo(w[8]), hi(w[8]), lo(w[9]), hi(w[9])],
-                }
+                let v = unpaired(&w[4..10]);
+                let (mut enums, mut ints) = ([0; 4], [0; 8]);
+                enums.copy_from_slice(&v[..4]);
+                ints.copy_from_slice(&v[4..]);
+                CallArgs::Blas { form: BlasForm::from_code((tag >> 8) & 0xff)?, enums, ints }
             }
             7 => CallArgs::Workspace { handle: w[4], ptr: w[5], bytes: w[6] },
             8 => CallArgs::Range { ptr: w[4], size: w[5] },
@@ -394,6 +400,7 @@ impl RecordedCall {
             10 => CallArgs::Event { event: w[4] },
             11 => CallArgs::Graph { exec: w[4], stream: w[5] },
             12 => CallArgs::Cudnn { handle: w[4], stream: w[5], plan: w[6], pack: w[7] },
+            13 => CallArgs::Declared { hook: w[10] as u16, positions: (w[10] >> 16) as u32, values: unpaired(&w[4..10]) },
             _ => return None,
         };
         Some(Self {
@@ -408,6 +415,26 @@ impl RecordedCall {
             captured: (w[3] >> 33) & 1 != 0,
         })
     }
+}
+
+/// Twelve `int`s two to a word, and `last` in the seventh word.
+fn paired(v: &[i32; 12], last: u64) -> [u64; 7] {
+    let mut w = [0; 7];
+    for (word, pair) in w.iter_mut().zip(v.chunks_exact(2)) {
+        *word = pair[0] as u32 as u64 | (pair[1] as u32 as u64) << 32;
+    }
+    w[6] = last;
+    w
+}
+
+/// `paired`'s twelve `int`s back from its first six words.
+fn unpaired(words: &[u64]) -> [i32; 12] {
+    let mut v = [0; 12];
+    for (pair, word) in v.chunks_exact_mut(2).zip(words) {
+        pair[0] = *word as u32 as i32;
+        pair[1] = (*word >> 32) as u32 as i32;
+    }
+    v
 }
 
 struct Slot {
@@ -582,6 +609,7 @@ mod tests {
             CallArgs::Workspace { handle: 0x77, ptr: 0x7f00_0000_2000, bytes: u64::MAX },
             CallArgs::Range { ptr: 0x7f00_0020_0000, size: 2 << 20 },
             CallArgs::Cudnn { handle: 0x5a, stream: 0x7, plan: 0x7f00_0000_4000, pack: 0x7f00_0000_5000 },
+            CallArgs::Declared { hook: 0xfffe, positions: 0x8000_0003, values: [i32::MIN, -1, 2, 3, 4, 5, 6, 7, 8, 9, 10, i32::MAX] },
         ];
         let r = Recorder::new(forms.len());
         for (i, args) in forms.iter().enumerate() {
@@ -605,6 +633,20 @@ mod tests {
         assert_eq!(map["diag"], "unknown(7)");
         assert_eq!((map["m"].as_i64(), map["ldb"].as_i64()), (Some(4), Some(4)));
         assert_eq!(map.len(), 8, "only the form's own arguments: {map:?}");
+    }
+
+    #[test]
+    fn a_declared_calls_ints_are_named_by_its_line_in_the_hook_table() {
+        // cublasSgemv_v2(handle, trans, m, n, alpha, A, lda, x, incx, beta, y, incy)
+        let positions = [1, 2, 3, 6, 8, 11].iter().fold(0, |mask, at| mask | 1 << at);
+        let values = [1, 4, 3, 4, 2, -1, 0, 0, 0, 0, 0, 0];
+        let map = CallArgs::Declared { hook: crate::Hook::cublasSgemv_v2.index() as u16, positions, values }.to_args();
+        assert_eq!(map["trans"], "T");
+        let ints: Vec<_> = ["m", "n", "lda", "incx", "incy"].iter().map(|n| map[*n].as_i64()).collect();
+        assert_eq!(ints, [4, 3, 4, 2, -1].map(Some));
+        assert_eq!(map.len(), 6, "only the recorded arguments: {map:?}");
+        let unknown = CallArgs::Declared { hook: u16::MAX, positions, values }.to_args();
+        assert!(unknown.is_empty(), "a hook past the table names nothing");
     }
 
     #[test]

@@ -72,6 +72,60 @@ impl GemvArgs {
     }
 }
 
+/// The integer arguments of `cublas<t>gbmv`: A is an m x n band matrix with `kl` diagonals
+/// below the main one and `ku` above, stored by its diagonals as a (kl + ku + 1) x n matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GbmvArgs {
+    pub trans: Operation,
+    pub m: i64,
+    pub n: i64,
+    pub kl: i64,
+    pub ku: i64,
+    pub lda: i64,
+    pub incx: i64,
+    pub incy: i64,
+    pub alpha_is_null: bool,
+    pub beta_is_null: bool,
+}
+
+impl GbmvArgs {
+    fn diagonals(&self) -> i64 {
+        self.kl.saturating_add(self.ku).saturating_add(1)
+    }
+
+    pub fn check(&self) -> Option<ArgProblem> {
+        negative(&[("m", self.m), ("n", self.n), ("kl", self.kl), ("ku", self.ku)])
+            .or_else(|| operation("trans", self.trans))
+            .or_else(|| leading("lda", self.lda, "kl + ku + 1", self.diagonals(), ""))
+            .or_else(|| (self.incx == 0).then_some(ArgProblem::ZeroIncrement { name: "incx" }))
+            .or_else(|| (self.incy == 0).then_some(ArgProblem::ZeroIncrement { name: "incy" }))
+            .or_else(|| self.alpha_is_null.then_some(ArgProblem::NullScalar { name: "alpha" }))
+            .or_else(|| self.beta_is_null.then_some(ArgProblem::NullScalar { name: "beta" }))
+    }
+
+    /// The band as stored: its kl + ku + 1 diagonals, n columns, whatever `trans`.
+    pub fn a(&self) -> StoredShape {
+        StoredShape { rows: if self.m > 0 { self.diagonals() } else { 0 }, cols: self.n, ld: self.lda }
+    }
+
+    /// x has n elements (m when A is transposed); y the other count.
+    pub fn x_len(&self) -> i64 {
+        if self.trans.transposes() {
+            self.m
+        } else {
+            self.n
+        }
+    }
+
+    pub fn y_len(&self) -> i64 {
+        if self.trans.transposes() {
+            self.n
+        } else {
+            self.m
+        }
+    }
+}
+
 /// `cublas<t>dot`: n <= 0 is allowed (the result is 0), and so is an increment of 0 (one
 /// element read n times); only a NULL result is refused.
 pub fn check_dot(result_is_null: bool) -> Option<ArgProblem> {
@@ -249,6 +303,35 @@ mod tests {
         bad = gemv(3, 2, 3, 1, 1);
         bad.beta_is_null = true;
         assert_eq!(bad.check(), Some(ArgProblem::NullScalar { name: "beta" }));
+    }
+
+    fn gbmv(m: i64, n: i64, kl: i64, ku: i64, lda: i64) -> GbmvArgs {
+        GbmvArgs { trans: Operation::N, m, n, kl, ku, lda, incx: 1, incy: 1, alpha_is_null: false, beta_is_null: false }
+    }
+
+    #[test]
+    fn gbmv_follows_nvidias_rules_in_order() {
+        assert_eq!(gbmv(4, 3, 1, 1, 3).check(), None);
+        assert_eq!(gbmv(4, 3, -1, 1, 3).check(), Some(ArgProblem::Negative { name: "kl", value: -1 }));
+        assert_eq!(gbmv(4, 3, 1, -2, 3).check(), Some(ArgProblem::Negative { name: "ku", value: -2 }));
+        let lda = gbmv(4, 3, 1, 1, 2).check().expect("lda below kl + ku + 1");
+        assert_eq!(lda.message(), "lda = 2 but lda must be >= max(1, kl + ku + 1) = 3");
+        let mut bad = gbmv(4, 3, 1, 1, 3);
+        bad.incy = 0;
+        assert_eq!(bad.check(), Some(ArgProblem::ZeroIncrement { name: "incy" }));
+        bad = gbmv(4, 3, 1, 1, 3);
+        bad.trans = Operation::Unknown(5);
+        assert_eq!(bad.check().map(|p| p.argument()), Some("trans"));
+    }
+
+    #[test]
+    fn a_band_matrix_is_stored_as_its_diagonals_and_its_vectors_follow_the_transpose() {
+        let mut g = gbmv(5, 3, 2, 1, 6);
+        assert_eq!(g.a(), StoredShape { rows: 4, cols: 3, ld: 6 });
+        assert_eq!((g.x_len(), g.y_len()), (3, 5));
+        g.trans = Operation::T;
+        assert_eq!((g.x_len(), g.y_len()), (5, 3));
+        assert_eq!(gbmv(0, 3, 2, 1, 6).a().rows, 0, "an empty product reads no band");
     }
 
     #[test]

@@ -9,9 +9,10 @@ use super::operand_call::{self, ExArgs};
 use super::Call;
 use crate::check::operand_call::{Members, OperandCall, OperandSpec, Role, Triangle, MAX_OPERANDS};
 use crate::cuda::{Diag, Fill, Operation, Side};
+use crate::hook_args::{Access, ArgKind, Args};
 use crate::recorder::{BlasForm, CallArgs};
 use crate::scan::DType;
-use crate::validate::blas::{self, Factorisation, GemvArgs, TrsmArgs};
+use crate::validate::blas::{self, Factorisation, GbmvArgs, GemvArgs, TrsmArgs};
 use crate::validate::{ArgProblem, StoredShape};
 
 type Ptr = *const c_void;
@@ -62,72 +63,174 @@ fn record(form: BlasForm, enums: &[c_int], ints: &[c_int]) -> CallArgs {
     CallArgs::Blas { form, enums: e, ints: i }
 }
 
-/// `cublas<t>gemv`: y = alpha op(A) x + beta y.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemv(
-    call: &Call<'_, c_int>,
-    dtype: DType,
-    handle: Handle,
-    trans: c_int,
-    m: c_int,
-    n: c_int,
-    alpha: Ptr,
-    a: Ptr,
-    lda: c_int,
-    x: Ptr,
-    incx: c_int,
-    beta: Ptr,
-    y: Ptr,
-    incy: c_int,
-) -> c_int {
-    let args = GemvArgs {
-        trans: Operation::decode(trans),
-        m: m.into(),
-        n: n.into(),
-        lda: lda.into(),
-        incx: incx.into(),
-        incy: incy.into(),
-        alpha_is_null: alpha.is_null(),
-        beta_is_null: beta.is_null(),
-    };
+/// What a declared call's rule gives: the first argument rule it breaks, and each operand's
+/// extent, by its name in the table (an operand the rule does not name is left unchecked).
+struct Rule {
+    problem: Option<ArgProblem>,
+    extents: [(&'static str, Extent); MAX_OPERANDS],
+}
+
+#[derive(Clone, Copy)]
+enum Extent {
+    None,
+    /// A matrix as stored.
+    Matrix(StoredShape),
+    /// A strided vector of `n` elements.
+    Vector {
+        n: i64,
+        inc: c_int,
+    },
+    /// One element (a dot product's result).
+    One,
+}
+
+impl Rule {
+    fn new(problem: Option<ArgProblem>, extents: &[(&'static str, Extent)]) -> Self {
+        let mut rule = Self { problem, extents: [("", Extent::None); MAX_OPERANDS] };
+        rule.extents.iter_mut().zip(extents).for_each(|(slot, e)| *slot = *e);
+        rule
+    }
+
+    fn extent_of(&self, name: &str) -> Extent {
+        self.extents.iter().find(|(n, _)| *n == name).map_or(Extent::None, |(_, e)| *e)
+    }
+}
+
+/// A declared cuBLAS call's element type, from the precision letter of its name (cublasSgemv:
+/// float), as NVIDIA names them.
+fn element_type(hook: crate::Hook) -> DType {
+    match hook.name().as_bytes().get("cublas".len()) {
+        Some(b'D') => DType::F64,
+        Some(b'C') => DType::C32,
+        Some(b'Z') => DType::C64,
+        Some(b'H') => DType::F16,
+        _ => DType::F32,
+    }
+}
+
+fn role(access: Access) -> Role {
+    match access {
+        Access::Input => Role::Input,
+        Access::Accumulator => Role::Accumulator,
+        Access::Overwritten => Role::InOut,
+        Access::Output => Role::Output,
+        Access::DotResult => Role::Result,
+        Access::Workspace => Role::Workspace,
+    }
+}
+
+/// The operands of a declared call: each data pointer of its line, in order, with the role its
+/// type declares and the extent its rule gives it.
+fn declared_operands(args: &Args<'_>, rule: &Rule, dtype: DType) -> Operands {
     let mut ops = Operands::default();
-    ops.push("A", a, args.a(), dtype, Members::One, Role::Input);
-    ops.vector("x", x, args.x().cols, incx, dtype, Role::Input);
-    ops.vector("y", y, args.y().cols, incy, dtype, Role::Accumulator);
-    let matmul = blas_call(handle, args.check(), dtype, Some(alpha), Some(beta), ops);
-    operand_call::guard(call, || matmul, record(BlasForm::Gemv, &[trans], &[m, n, lda, incx, incy]), ExArgs::default())
-}
-
-macro_rules! gemv {
-    ($name:ident, $dtype:expr) => {
-        #[allow(clippy::too_many_arguments)]
-        pub(crate) fn $name(
-            call: &Call<'_, c_int>,
-            handle: Handle,
-            trans: c_int,
-            m: c_int,
-            n: c_int,
-            alpha: Ptr,
-            a: Ptr,
-            lda: c_int,
-            x: Ptr,
-            incx: c_int,
-            beta: Ptr,
-            y: Ptr,
-            incy: c_int,
-        ) -> c_int {
-            gemv(call, $dtype, handle, trans, m, n, alpha, a, lda, x, incx, beta, y, incy)
+    for (name, access, ptr) in args.operands() {
+        let ptr = ptr as Ptr;
+        match rule.extent_of(name) {
+            Extent::Matrix(shape) => {
+                ops.push(name, ptr, shape, dtype, Members::One, role(access));
+            }
+            Extent::Vector { n, inc } => ops.vector(name, ptr, n, inc, dtype, role(access)),
+            Extent::One => {
+                ops.push(name, ptr, StoredShape { rows: 1, cols: 1, ld: 1 }, dtype, Members::One, role(access));
+            }
+            Extent::None => {}
         }
-    };
+    }
+    ops
 }
-gemv!(sgemv, DType::F32);
-gemv!(dgemv, DType::F64);
-gemv!(cgemv, DType::C32);
-gemv!(zgemv, DType::C64);
 
-/// `cublas<t>dot` and `cublasDotEx`: result = x . y, written where the pointer mode says.
+/// The recorded form of a declared call: its `int` arguments (at most 12), named by the table.
+fn declared_record(args: &Args<'_>) -> CallArgs {
+    let mut positions = 0u32;
+    let mut values = [0; 12];
+    let ints = args.list.iter().enumerate().filter(|(at, a)| a.kind == ArgKind::Int && *at < 32);
+    for ((at, a), value) in ints.zip(values.iter_mut()) {
+        positions |= 1 << at;
+        *value = a.bits as i64 as i32;
+    }
+    CallArgs::Declared { hook: args.hook.index() as u16, positions, values }
+}
+
+/// A declared call guarded as every operand call is: the operands and the recorded form from
+/// the table's line, the shapes and argument checks from its rule.
+/// A rule that asks for an argument its line lacks (the two out of step) checks nothing: the
+/// call is described without operands or a broken rule, and the blas_family tests, which
+/// poison every declared function's operands, fail.
+fn declared(call: &Call<'_, c_int>, args: Args<'_>, rule: fn(&Args<'_>) -> Rule) -> c_int {
+    let record = declared_record(&args);
+    let describe = || {
+        let dtype = element_type(args.hook);
+        let rule = rule(&args);
+        let scalar = |name| args.has_scalar(name).then(|| args.pointer(name) as Ptr);
+        let (alpha, beta) = (scalar("alpha"), scalar("beta"));
+        let (ops, problem) = match args.missed() {
+            false => (declared_operands(&args, &rule, dtype), rule.problem),
+            true => (Operands::default(), None),
+        };
+        blas_call(args.handle() as Handle, problem, dtype, alpha, beta, ops)
+    };
+    operand_call::guard(call, describe, record, ExArgs::default())
+}
+
+fn vector(n: i64, inc: c_int) -> Extent {
+    Extent::Vector { n, inc }
+}
+
+/// `cublas<t>gemv`: y = alpha op(A) x + beta y.
+pub(crate) fn gemv(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
+    declared(call, args, gemv_rule)
+}
+
+fn gemv_rule(a: &Args<'_>) -> Rule {
+    let g = GemvArgs {
+        trans: Operation::decode(a.int("trans")),
+        m: a.int("m").into(),
+        n: a.int("n").into(),
+        lda: a.int("lda").into(),
+        incx: a.int("incx").into(),
+        incy: a.int("incy").into(),
+        alpha_is_null: a.pointer("alpha") == 0,
+        beta_is_null: a.pointer("beta") == 0,
+    };
+    Rule::new(g.check(), &[("A", Extent::Matrix(g.a())), ("x", vector(g.x().cols, a.int("incx"))), ("y", vector(g.y().cols, a.int("incy")))])
+}
+
+/// `cublas<t>gbmv`: y = alpha op(A) x + beta y, A an m x n band matrix with kl sub- and ku
+/// super-diagonals, stored as its (kl + ku + 1) x n diagonals. The stored corners no element
+/// of the band maps to are scanned too: a NaN there is named though the library never reads it.
+pub(crate) fn gbmv(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
+    declared(call, args, gbmv_rule)
+}
+
+fn gbmv_rule(a: &Args<'_>) -> Rule {
+    let g = GbmvArgs {
+        trans: Operation::decode(a.int("trans")),
+        m: a.int("m").into(),
+        n: a.int("n").into(),
+        kl: a.int("kl").into(),
+        ku: a.int("ku").into(),
+        lda: a.int("lda").into(),
+        incx: a.int("incx").into(),
+        incy: a.int("incy").into(),
+        alpha_is_null: a.pointer("alpha") == 0,
+        beta_is_null: a.pointer("beta") == 0,
+    };
+    Rule::new(g.check(), &[("A", Extent::Matrix(g.a())), ("x", vector(g.x_len(), a.int("incx"))), ("y", vector(g.y_len(), a.int("incy")))])
+}
+
+/// `cublas<t>dot`: result = x . y, written where the pointer mode says.
+pub(crate) fn dot(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
+    declared(call, args, dot_rule)
+}
+
+fn dot_rule(a: &Args<'_>) -> Rule {
+    let n = i64::from(a.int("n")).max(0);
+    Rule::new(blas::check_dot(a.pointer("result") == 0), &[("x", vector(n, a.int("incx"))), ("y", vector(n, a.int("incy"))), ("result", Extent::One)])
+}
+
+/// `cublasDotEx`: result = x . y, each operand of its own element type.
 #[allow(clippy::too_many_arguments)]
-fn dot(
+fn dot_typed(
     call: &Call<'_, c_int>,
     handle: Handle,
     n: c_int,
@@ -149,19 +252,6 @@ fn dot(
     operand_call::guard(call, || matmul, record(BlasForm::Dot, &[], &[n, incx, incy]), ExArgs::default())
 }
 
-macro_rules! typed_dot {
-    ($name:ident, $dtype:expr) => {
-        #[allow(clippy::too_many_arguments)]
-        pub(crate) fn $name(call: &Call<'_, c_int>, handle: Handle, n: c_int, x: Ptr, incx: c_int, y: Ptr, incy: c_int, result: Ptr) -> c_int {
-            dot(call, handle, n, x, $dtype, incx, y, $dtype, incy, result, $dtype)
-        }
-    };
-}
-typed_dot!(sdot, DType::F32);
-typed_dot!(ddot, DType::F64);
-typed_dot!(cdot, DType::C32);
-typed_dot!(zdot, DType::C64);
-
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dot_ex(
     call: &Call<'_, c_int>,
@@ -178,7 +268,7 @@ pub(crate) fn dot_ex(
     _execution_type: c_int,
 ) -> c_int {
     let t = DType::from_cuda;
-    dot(call, handle, n, x, t(x_type), incx, y, t(y_type), incy, result, t(result_type))
+    dot_typed(call, handle, n, x, t(x_type), incx, y, t(y_type), incy, result, t(result_type))
 }
 
 /// `cublas<t>trsm` and `cublas<t>trsmBatched`: solves op(A) X = alpha B (or X op(A) = alpha B)
@@ -401,3 +491,66 @@ factorisations!(DType::F32, sgetrf_batched, sgetrs_batched, sgeqrf_batched, sgel
 factorisations!(DType::F64, dgetrf_batched, dgetrs_batched, dgeqrf_batched, dgels_batched);
 factorisations!(DType::C32, cgetrf_batched, cgetrs_batched, cgeqrf_batched, cgels_batched);
 factorisations!(DType::C64, zgetrf_batched, zgetrs_batched, zgeqrf_batched, zgels_batched);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook_args::{Acc, Declare, In, Scalar};
+
+    fn sgbmv(lda: c_int, x: usize) -> [crate::hook_args::DeclaredArg; 14] {
+        let p = |v: usize| v as In;
+        [
+            (0x10usize as Handle).declared("handle"),
+            0.declared("trans"),
+            5.declared("m"),
+            3.declared("n"),
+            2.declared("kl"),
+            1.declared("ku"),
+            (0x20usize as Scalar).declared("alpha"),
+            p(0x1000).declared("A"),
+            lda.declared("lda"),
+            p(x).declared("x"),
+            (-2).declared("incx"),
+            (0x30usize as Scalar).declared("beta"),
+            (0x3000usize as Acc).declared("y"),
+            1.declared("incy"),
+        ]
+    }
+
+    #[test]
+    fn a_declared_call_takes_its_operands_from_its_line_and_their_extents_from_its_rule() {
+        let list = sgbmv(4, 0x2000);
+        let args = Args::new(crate::Hook::cublasSgbmv_v2, &list);
+        let rule = gbmv_rule(&args);
+        assert!(rule.problem.is_none() && !args.missed());
+        let ops = declared_operands(&args, &rule, element_type(args.hook));
+        let got: Vec<_> = ops.list.iter().flatten().map(|o| (o.name, o.ptr, o.role, o.shape, o.increment, o.dtype)).collect();
+        assert_eq!(
+            got,
+            [
+                ("A", 0x1000, Role::Input, StoredShape { rows: 4, cols: 3, ld: 4 }, None, DType::F32),
+                ("x", 0x2000, Role::Input, blas::vector_shape(3, -2), Some(-2), DType::F32),
+                ("y", 0x3000, Role::Accumulator, blas::vector_shape(5, 1), Some(1), DType::F32),
+            ]
+        );
+        assert_eq!(gbmv_rule(&Args::new(crate::Hook::cublasSgbmv_v2, &sgbmv(3, 0x2000))).problem.map(|p| p.argument()), Some("lda"));
+    }
+
+    #[test]
+    fn a_declared_calls_record_holds_its_ints_by_their_place_in_the_line() {
+        let list = sgbmv(4, 0x2000);
+        let CallArgs::Declared { hook, positions, values } = declared_record(&Args::new(crate::Hook::cublasSgbmv_v2, &list)) else {
+            panic!("not a declared record");
+        };
+        assert_eq!(hook as usize, crate::Hook::cublasSgbmv_v2.index());
+        assert_eq!(positions, [1, 2, 3, 4, 5, 8, 10, 13].iter().fold(0, |mask, at| mask | 1 << at));
+        assert_eq!(values[..8], [0, 5, 3, 2, 1, 4, -2, 1]);
+    }
+
+    #[test]
+    fn element_types_follow_the_precision_letter_of_the_name() {
+        use crate::Hook::*;
+        let types = [cublasSgemv_v2, cublasDgbmv_v2, cublasCdotc_v2, cublasZdotu_v2].map(element_type);
+        assert_eq!(types, [DType::F32, DType::F64, DType::C32, DType::C64]);
+    }
+}

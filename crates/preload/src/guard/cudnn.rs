@@ -12,6 +12,7 @@ use crate::check::cudnn as rules;
 use crate::check::{init, Finding};
 use crate::config::OnFault;
 use crate::cuda;
+use crate::hook_args::Args;
 use crate::recorder::CallArgs;
 use crate::state::{Freed, HandleLookup};
 use crate::trace::{hex, Arg, Fault, FaultKind, InitCauseKind};
@@ -176,12 +177,13 @@ pub(crate) fn backend_execute(call: &Call<'_, c_int>, handle: Handle, plan: Hand
     guarded(call, handle, before, record, early)
 }
 
-/// The legacy entry points: the handle live and no pointer argument in freed memory before the
-/// call; its failure after it. `words`: every argument, as (its bits, whether it is a pointer to
-/// data: descriptors and handles are not), the handle at `handle_at`.
-fn legacy(call: &Call<'_, c_int>, words: &[(u64, bool)], handle_at: usize) -> c_int {
+/// The legacy entry points (`declared` lines): the handle live and no argument that points to
+/// data (an operand, workspace or scalar, as the line's types say) in freed memory before the
+/// call; its failure after it. Any argument count, and the handle wherever the line puts it (by
+/// its name, `handle`).
+pub(crate) fn legacy(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
     let s = call.session;
-    let handle = words.get(handle_at).map_or(0, |w| w.0);
+    let handle = args.handle_named("handle");
     let before = s.cudnn_handles.lookup_in(handle, call.memo);
     let record = CallArgs::Cudnn { handle, stream: stream_of(before), plan: 0, pack: 0 };
     let early = handle_finding(call, before).or_else(|| {
@@ -190,9 +192,9 @@ fn legacy(call: &Call<'_, c_int>, words: &[(u64, bool)], handle_at: usize) -> c_
         }
         let mut pointers = [(0usize, 0u64); 32];
         let mut n = 0;
-        for (i, &(bits, data)) in words.iter().enumerate() {
-            if data && n < pointers.len() {
-                pointers[n] = (i + 1, bits);
+        for (i, arg) in args.list.iter().enumerate() {
+            if Args::points_to_data(arg) && n < pointers.len() {
+                pointers[n] = (i + 1, arg.bits);
                 n += 1;
             }
         }
@@ -371,61 +373,4 @@ pub(crate) fn get_last_error_string(call: &Call<'_, ()>, message: *mut std::ffi:
     out.extend_from_slice(&bytes[..n]);
     out.push(0);
     call.device.write_parameter(message as u64, &out);
-}
-
-/// One argument of a legacy entry point, as the guard sees it: its bits, and whether it points
-/// to data the call reads or writes (a `const void *` in the table; descriptors and handles are
-/// declared `*mut c_void` and are not).
-pub(crate) trait Word: Copy {
-    fn word(self) -> (u64, bool);
-}
-
-impl Word for *const c_void {
-    fn word(self) -> (u64, bool) {
-        (self as u64, true)
-    }
-}
-
-impl Word for *mut c_void {
-    fn word(self) -> (u64, bool) {
-        (self as u64, false)
-    }
-}
-
-macro_rules! plain_words {
-    ( $( $t:ty ),* ) => { $( impl Word for $t { fn word(self) -> (u64, bool) { (self as u64, false) } } )* };
-}
-plain_words!(i32, u32, i64, u64, usize, f32, f64);
-
-/// The legacy entry points' handlers, one per arity (the handle first); their types are the
-/// table's, inferred.
-macro_rules! legacy_arity {
-    ( $( $name:ident ( $( $arg:ident : $t:ident ),* ) ; )* ) => {
-        $(
-            #[allow(clippy::too_many_arguments)]
-            pub(crate) fn $name<$( $t: Word ),*>(call: &Call<'_, c_int>, $( $arg: $t ),*) -> c_int {
-                legacy(call, &[$( $arg.word() ),*], 0)
-            }
-        )*
-    };
-}
-
-legacy_arity! {
-    legacy4(a: A, b: B, c: C, d: D);
-    legacy8(a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H);
-    legacy9(a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I);
-    legacy13(a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I, j: J, k: K, l: L, m: M);
-    legacy14(a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I, j: J, k: K, l: L, m: M, n: N);
-    legacy16(a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I, j: J, k: K, l: L, m: M, n: N, o: O, p: Q);
-    legacy18(a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I, j: J, k: K, l: L, m: M, n: N, o: O, p: Q, q: R, r: S);
-    legacy20(a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I, j: J, k: K, l: L, m: M, n: N, o: O, p: Q, q: R, r: S, s: T, t: U);
-    legacy22(a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I, j: J, k: K, l: L, m: M, n: N, o: O, p: Q, q: R, r: S, s: T, t: U, u: V, v: W);
-    legacy25(a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I, j: J, k: K, l: L, m: M, n: N, o: O, p: Q, q: R, r: S, s: T, t: U, u: V, v: W, w: X, x: Y, y: Z);
-    legacy30(a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I, j: J, k: K, l: L, m: M, n: N, o: O, p: Q, q: R, r: S, s: T, t: U, u: V, v: W, w: X, x: Y, y: Z, z: A1, a2: A2, a3: A3, a4: A4, a5: A5);
-}
-
-/// cudnnSetDropoutDescriptor and cudnnRestoreDropoutDescriptor: the handle second; the states
-/// are device memory the call initialises (or takes back).
-pub(crate) fn dropout(call: &Call<'_, c_int>, desc: *mut c_void, handle: *mut c_void, dropout: f32, states: *const c_void, bytes: usize, seed: u64) -> c_int {
-    legacy(call, &[desc.word(), handle.word(), dropout.word(), states.word(), bytes.word(), seed.word()], 1)
 }

@@ -153,6 +153,7 @@ macro_rules! lean_forward {
 /// straight from the export's own, and to the recorder through `$lean`.
 macro_rules! lean_path {
     ( ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {};
+    ( declared ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {};
     ( lean $lean:path ; $t:ident ; $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $arg:ident ),* ) => {
         if let Some((s, how)) = LeanCall::allowed($t) {
             // The arguments widened only where they are checked, and the check handed one

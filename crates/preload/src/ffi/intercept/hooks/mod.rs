@@ -20,6 +20,7 @@ use crate::ffi::intercept::reentry::{catch_panic, defer_cancel, ReentryOn};
 use crate::guard::launch::{self, Dim3, DriverLaunchConfig, LaunchConfig};
 use crate::guard::memory::{ExternalBufferDesc, IpcHandle};
 use crate::guard::{blas, cudnn, gemm, graphs, handles, lt, memory, sync, Call, OnThread};
+use crate::hook_args::{Acc, Declare, In, InOut, Out, ResultOut, Scalar, Workspace};
 use crate::hook_list::{Hook, HOOK_COUNT, HOOK_NAMES};
 use crate::recorder::{CallArgs, RecordedCall};
 use crate::session::call_site::HookFrame;
@@ -99,10 +100,10 @@ fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, frame: u64, forward: &
 /// export's frame, evaluated where it is needed (`hook_frame!()` in the export itself, whose
 /// frame register holds it all through its body: a clean lean call never reads it).
 macro_rules! guarded_call {
-    ( $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $lean_kind:ident $lean:path )? ; $( $arg:ident ),* ) => {
+    ( $name:ident ; $real:ident ; $frame:expr ; $handler:path ; $( $kind:ident $( $lean:path )? )? ; $( $arg:ident ),* ) => {
         PER_THREAD
             .try_with(|t| {
-                lean_path!( $( $lean_kind $lean )? ; t ; $name ; $real ; $frame ; $handler ; $( $arg ),* );
+                lean_path!( $( $kind $( $lean )? )? ; t ; $name ; $real ; $frame ; $handler ; $( $arg ),* );
                 let args = &( $( $arg, )* );
                 intercept_on(
                     t,
@@ -110,12 +111,23 @@ macro_rules! guarded_call {
                     $frame,
                     // SAFETY: the caller's arguments, passed on unchanged to the real function.
                     &move || { let ( $( $arg, )* ) = *args; unsafe { $real( $( $arg ),* ) } },
-                    move |call| { let ( $( $arg, )* ) = *args; $handler(call, $( $arg ),* ) },
+                    move |call| { let ( $( $arg, )* ) = *args; handler_call!( $( $kind )? ; $name ; $handler ; call ; $( $arg ),* ) },
                 )
             })
             // The block has no destructor, so it is never gone; were it, the call passes.
             // SAFETY: as above.
             .unwrap_or_else(|_| unsafe { $real( $( $arg ),* ) })
+    };
+}
+
+/// A hook's handler called with the arguments: each as it is, or, on a `declared` line, all of
+/// them as `hook_args::Args`, each with its name and the kind its type in the table declares.
+macro_rules! handler_call {
+    ( declared ; $name:ident ; $handler:path ; $call:ident ; $( $arg:ident ),* ) => {
+        $handler($call, crate::hook_args::Args::new(Hook::$name, &[ $( Declare::declared($arg, stringify!($arg)) ),* ]))
+    };
+    ( $( $kind:ident )? ; $name:ident ; $handler:path ; $call:ident ; $( $arg:ident ),* ) => {
+        $handler($call, $( $arg ),* )
     };
 }
 
@@ -169,7 +181,7 @@ fn missing_real<R: HookReturn>(name: &str, library: Library) -> R {
 }
 
 macro_rules! hook_table {
-    ( $( $lib:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty => $handler:path $( , $lean_kind:ident $lean:path )? ; )* ) => {
+    ( $( $lib:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty => $handler:path $( , $kind:ident $( $lean:path )? )? ; )* ) => {
         #[allow(non_upper_case_globals)]
         mod reals {
             use super::*;
@@ -228,7 +240,7 @@ macro_rules! hook_table {
                 #[inline(never)]
                 #[allow(clippy::too_many_arguments)]
                 unsafe fn through(real: Real, frame: u64, $( $arg : $ty ),* ) -> $ret {
-                    guarded_call!( $name ; real ; frame ; $handler ; $( $lean_kind $lean )? ; $( $arg ),* )
+                    guarded_call!( $name ; real ; frame ; $handler ; $( $kind $( $lean )? )? ; $( $arg ),* )
                 }
             }
         )*
@@ -245,7 +257,7 @@ macro_rules! hook_table {
                 };
                 // The frame read in this function's own body, where it is used: its second word
                 // is the return address into the caller.
-                guarded_call!( $name ; real ; hook_frame!() ; $handler ; $( $lean_kind $lean )? ; $( $arg ),* )
+                guarded_call!( $name ; real ; hook_frame!() ; $handler ; $( $kind $( $lean )? )? ; $( $arg ),* )
             }
         )*
     };
