@@ -6,7 +6,7 @@
 
 use cublasguard_format::cuda::{Diag, Fill, Operation, Side};
 use cublasguard_format::scan::{self, DType, DeviceReader};
-use cublasguard_format::validate::blas::{self, Factorisation, GemvArgs, TrsmArgs};
+use cublasguard_format::validate::blas::{self, Factorisation, GbmvArgs, GemvArgs, TrsmArgs};
 use cublasguard_format::validate::{self, Containment, GemmArgs, Span, StoredShape};
 use proptest::prelude::*;
 
@@ -172,6 +172,20 @@ proptest! {
             prop_assert!(matches!(t.side, Side::Left | Side::Right) && matches!(t.uplo, Fill::Lower | Fill::Upper));
             prop_assert!(matches!(t.diag, Diag::NonUnit | Diag::Unit) && batch >= 0);
             prop_assert!(lda >= t.a().rows.max(1) && ldb >= m.max(1));
+        }
+    }
+
+    #[test]
+    fn accepted_gbmv_arguments_follow_nvidias_rules_and_the_band_fits_its_storage(trans in -2i32..5, m in dim(), n in dim(), kl in dim(),
+                                                                                 ku in dim(), lda in dim(), incx in dim(), incy in dim()) {
+        let g = GbmvArgs { trans: Operation::decode(trans), m, n, kl, ku, lda, incx, incy, alpha_is_null: false, beta_is_null: false };
+        if g.check().is_none() {
+            prop_assert!(m >= 0 && n >= 0 && kl >= 0 && ku >= 0 && incx != 0 && incy != 0);
+            prop_assert!(lda >= kl.saturating_add(ku).saturating_add(1));
+            let a = g.a();
+            prop_assert!(a.rows <= a.ld && a.cols == n, "the stored diagonals fit the leading dimension: {:?}", a);
+            let (xn, yn) = if matches!(g.trans, Operation::N) { (n, m) } else { (m, n) };
+            prop_assert_eq!((g.x_len(), g.y_len()), (xn, yn));
         }
     }
 

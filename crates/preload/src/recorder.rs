@@ -50,13 +50,6 @@ pub enum CallArgs {
         stream: u64,
         ordinal: u64,
     },
-    /// The cuBLAS functions beyond GEMM, whose arguments are all `int`: the enum arguments
-    /// (`trans`, `side`, ...) and the integers, named by the form.
-    Blas {
-        form: BlasForm,
-        enums: [i32; 4],
-        ints: [i32; 8],
-    },
     /// A call whose hook table line is `declared` (hook_args.rs): its `int` arguments, named by
     /// the table (`HOOK_ARGS`), at most 12. `positions`: which of the line's arguments they
     /// are, one bit each, in order.
@@ -96,55 +89,6 @@ pub enum CallArgs {
         plan: u64,
         pack: u64,
     },
-}
-
-/// Which arguments a `CallArgs::Blas` holds, in order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BlasForm {
-    Dot,
-    Trsm,
-    TrsmBatched,
-    Getrf,
-    Getrs,
-    Geqrf,
-    Gels,
-}
-
-const OPERATION: &[&str] = &["N", "T", "C"];
-
-impl BlasForm {
-    const ALL: [BlasForm; 7] = [Self::Dot, Self::Trsm, Self::TrsmBatched, Self::Getrf, Self::Getrs, Self::Geqrf, Self::Gels];
-
-    /// The enum arguments, each with its value labels.
-    pub fn enums(self) -> &'static [(&'static str, &'static [&'static str])] {
-        use crate::cuda::{Diag, Fill, Side};
-        match self {
-            Self::Getrs | Self::Gels => &[("trans", OPERATION)],
-            Self::Trsm | Self::TrsmBatched => &[("side", Side::LABELS), ("uplo", Fill::LABELS), ("trans", OPERATION), ("diag", Diag::LABELS)],
-            Self::Dot | Self::Getrf | Self::Geqrf => &[],
-        }
-    }
-
-    /// The integer arguments, by their names in NVIDIA's headers.
-    pub fn ints(self) -> &'static [&'static str] {
-        match self {
-            Self::Dot => &["n", "incx", "incy"],
-            Self::Trsm => &["m", "n", "lda", "ldb"],
-            Self::TrsmBatched => &["m", "n", "lda", "ldb", "batchCount"],
-            Self::Getrf => &["n", "lda", "batchSize"],
-            Self::Getrs => &["n", "nrhs", "lda", "ldb", "batchSize"],
-            Self::Geqrf => &["m", "n", "lda", "batchSize"],
-            Self::Gels => &["m", "n", "nrhs", "lda", "ldc", "batchSize"],
-        }
-    }
-
-    fn code(self) -> u64 {
-        Self::ALL.iter().position(|f| *f == self).unwrap_or(0) as u64
-    }
-
-    fn from_code(code: u64) -> Option<Self> {
-        Self::ALL.get(code as usize).copied()
-    }
 }
 
 /// One argument's value, as both renderers need it.
@@ -233,14 +177,6 @@ impl CallArgs {
                     f("launch", ArgValue::Int(ordinal.min(i64::MAX as u64) as i64));
                 }
             }
-            Self::Blas { form, enums, ints } => {
-                for (&(name, labels), &raw) in form.enums().iter().zip(enums.iter()) {
-                    f(name, ArgValue::Label { raw, labels });
-                }
-                for (&name, &v) in form.ints().iter().zip(ints.iter()) {
-                    f(name, ArgValue::Int(v as i64));
-                }
-            }
             Self::Declared { hook, positions, values } => {
                 let names = crate::hook_list::HOOK_ARGS.get(usize::from(hook)).copied().unwrap_or(&[]);
                 let recorded = names.iter().enumerate().filter(|(at, _)| *at < 32 && positions >> at & 1 != 0);
@@ -277,6 +213,22 @@ impl CallArgs {
                 f("workspaceSizeInBytes", ArgValue::Int(bytes.min(i64::MAX as u64) as i64));
             }
         }
+    }
+
+    /// A declared call's `int` arguments that are not enums, in order (its dimensions first,
+    /// for the call sites that sampling counts by); nothing for another form.
+    pub fn visit_ints_but_enums(&self) -> impl Iterator<Item = i32> {
+        let mut ints = [0; 12];
+        let mut n = 0;
+        if let Self::Declared { .. } = self {
+            self.visit(|_, value| {
+                if let (ArgValue::Int(v), Some(slot)) = (value, ints.get_mut(n)) {
+                    *slot = v as i32;
+                    n += 1;
+                }
+            });
+        }
+        ints.into_iter().take(n)
     }
 
     /// The arguments as the trace holds them, for a recent call and a fault alike.
@@ -337,12 +289,6 @@ impl RecordedCall {
                     ordinal,
                 ],
             ),
-            CallArgs::Blas { form, enums, ints } => {
-                let mut v = [0; 12];
-                v[..4].copy_from_slice(&enums);
-                v[4..].copy_from_slice(&ints);
-                (6 | form.code() << 8, paired(&v, 0))
-            }
             CallArgs::Declared { hook, positions, values } => (13, paired(&values, u64::from(hook) | u64::from(positions) << 16)),
             CallArgs::Workspace { handle, ptr, bytes } => (7, [handle, ptr, bytes, 0, 0, 0, 0]),
             CallArgs::Range { ptr, size } => (8, [ptr, size, 0, 0, 0, 0, 0]),
@@ -387,13 +333,6 @@ impl RecordedCall {
                 stream: w[9],
                 ordinal: w[10],
             },
-            6 => {
-                let v = unpaired(&w[4..10]);
-                let (mut enums, mut ints) = ([0; 4], [0; 8]);
-                enums.copy_from_slice(&v[..4]);
-                ints.copy_from_slice(&v[4..]);
-                CallArgs::Blas { form: BlasForm::from_code((tag >> 8) & 0xff)?, enums, ints }
-            }
             7 => CallArgs::Workspace { handle: w[4], ptr: w[5], bytes: w[6] },
             8 => CallArgs::Range { ptr: w[4], size: w[5] },
             9 => CallArgs::Stream { stream: w[4] },
@@ -604,8 +543,6 @@ mod tests {
             CallArgs::Event { event: 0x99 },
             CallArgs::Graph { exec: 0x7f00_0000_3000, stream: 0x2 },
             CallArgs::Launch { func: 0x4011a0, grid: [1024, 2, 1], block: [256, 1, 1], shared: 4096, stream: 0x9, ordinal: 412 },
-            CallArgs::Blas { form: BlasForm::Trsm, enums: [1, -1, 2, 9], ints: [i32::MIN, 3, i32::MAX, 4, 0, 0, 0, 0] },
-            CallArgs::Blas { form: BlasForm::Gels, enums: [0, 0, 0, 0], ints: [4, 2, 1, 4, 4, 8, 0, 0] },
             CallArgs::Workspace { handle: 0x77, ptr: 0x7f00_0000_2000, bytes: u64::MAX },
             CallArgs::Range { ptr: 0x7f00_0020_0000, size: 2 << 20 },
             CallArgs::Cudnn { handle: 0x5a, stream: 0x7, plan: 0x7f00_0000_4000, pack: 0x7f00_0000_5000 },
@@ -624,18 +561,6 @@ mod tests {
     }
 
     #[test]
-    fn blas_arguments_are_named_by_their_form_and_enums_by_their_labels() {
-        let args = CallArgs::Blas { form: BlasForm::Trsm, enums: [1, 0, 1, 7], ints: [4, 2, 4, 4, 0, 0, 0, 0] };
-        let map = args.to_args();
-        assert_eq!(map["side"], "right");
-        assert_eq!(map["uplo"], "lower");
-        assert_eq!(map["trans"], "T");
-        assert_eq!(map["diag"], "unknown(7)");
-        assert_eq!((map["m"].as_i64(), map["ldb"].as_i64()), (Some(4), Some(4)));
-        assert_eq!(map.len(), 8, "only the form's own arguments: {map:?}");
-    }
-
-    #[test]
     fn a_declared_calls_ints_are_named_by_its_line_in_the_hook_table() {
         // cublasSgemv_v2(handle, trans, m, n, alpha, A, lda, x, incx, beta, y, incy)
         let positions = [1, 2, 3, 6, 8, 11].iter().fold(0, |mask, at| mask | 1 << at);
@@ -647,6 +572,19 @@ mod tests {
         assert_eq!(map.len(), 6, "only the recorded arguments: {map:?}");
         let unknown = CallArgs::Declared { hook: u16::MAX, positions, values }.to_args();
         assert!(unknown.is_empty(), "a hook past the table names nothing");
+        let gemv = CallArgs::Declared { hook: crate::Hook::cublasSgemv_v2.index() as u16, positions, values };
+        assert_eq!(gemv.visit_ints_but_enums().collect::<Vec<_>>(), [4, 3, 4, 2, -1], "its dimensions, trans left out");
+    }
+
+    #[test]
+    fn a_declared_calls_enums_are_labelled_and_an_unknown_value_said_so() {
+        // cublasStrsm_v2(handle, side, uplo, trans, diag, m, n, alpha, A, lda, B, ldb)
+        let positions = [1, 2, 3, 4, 5, 6, 9, 11].iter().fold(0, |mask, at| mask | 1 << at);
+        let values = [1, 0, 1, 7, 4, 2, 4, 4, 0, 0, 0, 0];
+        let map = CallArgs::Declared { hook: crate::Hook::cublasStrsm_v2.index() as u16, positions, values }.to_args();
+        assert_eq!((&map["side"], &map["uplo"], &map["trans"], &map["diag"]), (&"right".into(), &"lower".into(), &"T".into(), &"unknown(7)".into()));
+        assert_eq!((map["m"].as_i64(), map["ldb"].as_i64()), (Some(4), Some(4)));
+        assert_eq!(map.len(), 8, "only the recorded arguments: {map:?}");
     }
 
     #[test]

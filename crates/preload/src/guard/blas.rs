@@ -1,22 +1,21 @@
 //! The cuBLAS functions beyond GEMM that PyTorch imports: matrix-vector products, dot
-//! products, triangular solves and the batched LU, QR and least-squares kernels. Each handler
-//! decodes its C arguments into the operands the call reads and writes (`OperandCall`, the one
-//! operand model) and hands it to the same guard as the GEMMs.
+//! products, triangular solves and the batched LU, QR and least-squares kernels, and gbmv.
+//! Every one has a `declared` line in the hook table (hook_args.rs): the line says what each
+//! argument is, so the operands the call reads and writes (`OperandCall`, the one operand
+//! model) and its recorded arguments are made from it (`declared`), and each function here is
+//! only its rule: the argument checks, in NVIDIA's order, and each operand's extent.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
 use super::operand_call::{self, ExArgs};
 use super::Call;
 use crate::check::operand_call::{Members, OperandCall, OperandSpec, Role, Triangle, MAX_OPERANDS};
 use crate::cuda::{Diag, Fill, Operation, Side};
 use crate::hook_args::{Access, ArgKind, Args};
-use crate::recorder::{BlasForm, CallArgs};
+use crate::recorder::CallArgs;
 use crate::scan::DType;
 use crate::validate::blas::{self, Factorisation, GbmvArgs, GemvArgs, TrsmArgs};
 use crate::validate::{ArgProblem, StoredShape};
-
-type Ptr = *const c_void;
-type Handle = *mut c_void;
 
 /// Operands, in the order NVIDIA's headers list them.
 #[derive(Default)]
@@ -26,78 +25,75 @@ struct Operands {
 }
 
 impl Operands {
-    /// Adds an operand; the new one, to refine (`None` past `MAX_OPERANDS`, which no form reaches).
-    fn push(&mut self, name: &'static str, ptr: Ptr, shape: StoredShape, dtype: DType, members: Members, role: Role) -> Option<&mut OperandSpec> {
-        let slot = self.list.get_mut(self.used)?;
-        self.used += 1;
-        Some(slot.insert(OperandSpec { name, ptr: ptr as u64, shape, dtype, members, role, increment: None, triangle: None }))
-    }
-
-    fn vector(&mut self, name: &'static str, ptr: Ptr, n: i64, inc: c_int, dtype: DType, role: Role) {
-        if let Some(spec) = self.push(name, ptr, blas::vector_shape(n, inc.into()), dtype, Members::One, role) {
-            spec.increment = Some(inc);
+    fn push(&mut self, spec: OperandSpec) {
+        if let Some(slot) = self.list.get_mut(self.used) {
+            *slot = Some(spec);
+            self.used += 1;
         }
     }
 }
 
-fn blas_call(handle: Handle, problem: Option<ArgProblem>, scalar: DType, alpha: Option<Ptr>, beta: Option<Ptr>, operands: Operands) -> OperandCall {
-    OperandCall {
-        handle: handle as u64,
-        lt: false,
-        argument_problem: problem.map(|p| p.message()),
-        scalar,
-        alpha: alpha.map(|p| p as u64),
-        beta: beta.map(|p| p as u64),
-        pointer_mode: None,
-        stream: None,
-        reduced_precision_compute: false,
-        operands: operands.list,
-    }
-}
-
-fn record(form: BlasForm, enums: &[c_int], ints: &[c_int]) -> CallArgs {
-    let mut e = [0; 4];
-    let mut i = [0; 8];
-    e.iter_mut().zip(enums).for_each(|(d, s)| *d = *s);
-    i.iter_mut().zip(ints).for_each(|(d, s)| *d = *s);
-    CallArgs::Blas { form, enums: e, ints: i }
-}
-
-/// What a declared call's rule gives: the first argument rule it breaks, and each operand's
-/// extent, by its name in the table (an operand the rule does not name is left unchecked).
+/// What a declared call's rule gives: the first argument rule it breaks, each operand's
+/// extent by its name in the table (an operand the rule does not name is not checked: a host
+/// `int *info`, a NULL pivot array), and the scalars' type where it is not the name's.
 struct Rule {
     problem: Option<ArgProblem>,
     extents: [(&'static str, Extent); MAX_OPERANDS],
+    scalar: Option<DType>,
 }
 
+/// One operand's extent, as the rule works it out.
 #[derive(Clone, Copy)]
-enum Extent {
-    None,
-    /// A matrix as stored.
-    Matrix(StoredShape),
+struct Extent {
+    /// As stored, column-major.
+    shape: StoredShape,
+    members: Members,
+    /// `None`: the call's element type (its name's precision letter).
+    dtype: Option<DType>,
+    /// A strided vector's increment, for messages.
+    increment: Option<c_int>,
+    /// Only this triangle is read (a solve's A).
+    triangle: Option<Triangle>,
+}
+
+impl Extent {
+    fn matrix(shape: StoredShape) -> Self {
+        Self { shape, members: Members::One, dtype: None, increment: None, triangle: None }
+    }
+
     /// A strided vector of `n` elements.
-    Vector {
-        n: i64,
-        inc: c_int,
-    },
+    fn vector(n: i64, inc: c_int) -> Self {
+        Self { increment: Some(inc), ..Self::matrix(blas::vector_shape(n, inc.into())) }
+    }
+
     /// One element (a dot product's result).
-    One,
+    fn one() -> Self {
+        Self::matrix(StoredShape { rows: 1, cols: 1, ld: 1 })
+    }
+
+    fn of(self, dtype: DType) -> Self {
+        Self { dtype: Some(dtype), ..self }
+    }
+
+    fn members(self, members: Members) -> Self {
+        Self { members, ..self }
+    }
 }
 
 impl Rule {
     fn new(problem: Option<ArgProblem>, extents: &[(&'static str, Extent)]) -> Self {
-        let mut rule = Self { problem, extents: [("", Extent::None); MAX_OPERANDS] };
+        let mut rule = Self { problem, extents: [("", Extent::one()); MAX_OPERANDS], scalar: None };
         rule.extents.iter_mut().zip(extents).for_each(|(slot, e)| *slot = *e);
         rule
     }
 
-    fn extent_of(&self, name: &str) -> Extent {
-        self.extents.iter().find(|(n, _)| *n == name).map_or(Extent::None, |(_, e)| *e)
+    fn extent_of(&self, name: &str) -> Option<Extent> {
+        self.extents.iter().find(|(n, _)| !n.is_empty() && *n == name).map(|(_, e)| *e)
     }
 }
 
 /// A declared cuBLAS call's element type, from the precision letter of its name (cublasSgemv:
-/// float), as NVIDIA names them.
+/// float), as NVIDIA names them; a rule gives the types of a call that has none (cublasDotEx).
 fn element_type(hook: crate::Hook) -> DType {
     match hook.name().as_bytes().get("cublas".len()) {
         Some(b'D') => DType::F64,
@@ -119,21 +115,14 @@ fn role(access: Access) -> Role {
     }
 }
 
-/// The operands of a declared call: each data pointer of its line, in order, with the role its
-/// type declares and the extent its rule gives it.
+/// The operands of a declared call: each data pointer of its line that its rule gives an
+/// extent, in order, with the role its type declares.
 fn declared_operands(args: &Args<'_>, rule: &Rule, dtype: DType) -> Operands {
     let mut ops = Operands::default();
     for (name, access, ptr) in args.operands() {
-        let ptr = ptr as Ptr;
-        match rule.extent_of(name) {
-            Extent::Matrix(shape) => {
-                ops.push(name, ptr, shape, dtype, Members::One, role(access));
-            }
-            Extent::Vector { n, inc } => ops.vector(name, ptr, n, inc, dtype, role(access)),
-            Extent::One => {
-                ops.push(name, ptr, StoredShape { rows: 1, cols: 1, ld: 1 }, dtype, Members::One, role(access));
-            }
-            Extent::None => {}
+        if let Some(e) = rule.extent_of(name) {
+            let dtype = e.dtype.unwrap_or(dtype);
+            ops.push(OperandSpec { name, ptr, shape: e.shape, dtype, members: e.members, role: role(access), increment: e.increment, triangle: e.triangle });
         }
     }
     ops
@@ -152,28 +141,35 @@ fn declared_record(args: &Args<'_>) -> CallArgs {
 }
 
 /// A declared call guarded as every operand call is: the operands and the recorded form from
-/// the table's line, the shapes and argument checks from its rule.
-/// A rule that asks for an argument its line lacks (the two out of step) checks nothing: the
-/// call is described without operands or a broken rule, and the blas_family tests, which
-/// poison every declared function's operands, fail.
+/// the table's line, the shapes and argument checks from its rule. A rule that asks for an
+/// argument its line lacks (the two out of step) checks nothing: the call is described without
+/// operands or a broken rule, and the blas_family tests, which poison every declared function's
+/// operands, fail.
 fn declared(call: &Call<'_, c_int>, args: Args<'_>, rule: fn(&Args<'_>) -> Rule) -> c_int {
     let record = declared_record(&args);
     let describe = || {
-        let dtype = element_type(args.hook);
         let rule = rule(&args);
-        let scalar = |name| args.has_scalar(name).then(|| args.pointer(name) as Ptr);
+        let dtype = element_type(args.hook);
+        let scalar = |name| args.has_scalar(name).then(|| args.pointer(name));
         let (alpha, beta) = (scalar("alpha"), scalar("beta"));
         let (ops, problem) = match args.missed() {
             false => (declared_operands(&args, &rule, dtype), rule.problem),
             true => (Operands::default(), None),
         };
-        blas_call(args.handle() as Handle, problem, dtype, alpha, beta, ops)
+        OperandCall {
+            handle: args.handle(),
+            lt: false,
+            argument_problem: problem.map(|p| p.message()),
+            scalar: rule.scalar.unwrap_or(dtype),
+            alpha,
+            beta,
+            pointer_mode: None,
+            stream: None,
+            reduced_precision_compute: false,
+            operands: ops.list,
+        }
     };
     operand_call::guard(call, describe, record, ExArgs::default())
-}
-
-fn vector(n: i64, inc: c_int) -> Extent {
-    Extent::Vector { n, inc }
 }
 
 /// `cublas<t>gemv`: y = alpha op(A) x + beta y.
@@ -192,7 +188,8 @@ fn gemv_rule(a: &Args<'_>) -> Rule {
         alpha_is_null: a.pointer("alpha") == 0,
         beta_is_null: a.pointer("beta") == 0,
     };
-    Rule::new(g.check(), &[("A", Extent::Matrix(g.a())), ("x", vector(g.x().cols, a.int("incx"))), ("y", vector(g.y().cols, a.int("incy")))])
+    let (x, y) = (Extent::vector(g.x().cols, a.int("incx")), Extent::vector(g.y().cols, a.int("incy")));
+    Rule::new(g.check(), &[("A", Extent::matrix(g.a())), ("x", x), ("y", y)])
 }
 
 /// `cublas<t>gbmv`: y = alpha op(A) x + beta y, A an m x n band matrix with kl sub- and ku
@@ -215,292 +212,169 @@ fn gbmv_rule(a: &Args<'_>) -> Rule {
         alpha_is_null: a.pointer("alpha") == 0,
         beta_is_null: a.pointer("beta") == 0,
     };
-    Rule::new(g.check(), &[("A", Extent::Matrix(g.a())), ("x", vector(g.x_len(), a.int("incx"))), ("y", vector(g.y_len(), a.int("incy")))])
+    let (x, y) = (Extent::vector(g.x_len(), a.int("incx")), Extent::vector(g.y_len(), a.int("incy")));
+    Rule::new(g.check(), &[("A", Extent::matrix(g.a())), ("x", x), ("y", y)])
 }
 
-/// `cublas<t>dot`: result = x . y, written where the pointer mode says.
+/// `cublas<t>dot`: result = x . y, written where the pointer mode says. n <= 0 is allowed.
 pub(crate) fn dot(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
     declared(call, args, dot_rule)
 }
 
 fn dot_rule(a: &Args<'_>) -> Rule {
     let n = i64::from(a.int("n")).max(0);
-    Rule::new(blas::check_dot(a.pointer("result") == 0), &[("x", vector(n, a.int("incx"))), ("y", vector(n, a.int("incy"))), ("result", Extent::One)])
+    let extents = [("x", Extent::vector(n, a.int("incx"))), ("y", Extent::vector(n, a.int("incy"))), ("result", Extent::one())];
+    Rule::new(blas::check_dot(a.pointer("result") == 0), &extents)
 }
 
-/// `cublasDotEx`: result = x . y, each operand of its own element type.
-#[allow(clippy::too_many_arguments)]
-fn dot_typed(
-    call: &Call<'_, c_int>,
-    handle: Handle,
-    n: c_int,
-    x: Ptr,
-    x_type: DType,
-    incx: c_int,
-    y: Ptr,
-    y_type: DType,
-    incy: c_int,
-    result: Ptr,
-    result_type: DType,
-) -> c_int {
-    let mut ops = Operands::default();
-    let count = i64::from(n).max(0);
-    ops.vector("x", x, count, incx, x_type, Role::Input);
-    ops.vector("y", y, count, incy, y_type, Role::Input);
-    ops.push("result", result, StoredShape { rows: 1, cols: 1, ld: 1 }, result_type, Members::One, Role::Result);
-    let matmul = blas_call(handle, blas::check_dot(result.is_null()), result_type, None, None, ops);
-    operand_call::guard(call, || matmul, record(BlasForm::Dot, &[], &[n, incx, incy]), ExArgs::default())
+/// `cublasDotEx`: a dot product whose operands each have the type their `*Type` argument
+/// names; the result's is the scalar type.
+pub(crate) fn dot_ex(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
+    declared(call, args, dot_ex_rule)
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn dot_ex(
-    call: &Call<'_, c_int>,
-    handle: Handle,
-    n: c_int,
-    x: Ptr,
-    x_type: c_int,
-    incx: c_int,
-    y: Ptr,
-    y_type: c_int,
-    incy: c_int,
-    result: Ptr,
-    result_type: c_int,
-    _execution_type: c_int,
-) -> c_int {
-    let t = DType::from_cuda;
-    dot_typed(call, handle, n, x, t(x_type), incx, y, t(y_type), incy, result, t(result_type))
+fn dot_ex_rule(a: &Args<'_>) -> Rule {
+    let t = |name| DType::from_cuda(a.int(name));
+    let n = i64::from(a.int("n")).max(0);
+    let extents = [
+        ("x", Extent::vector(n, a.int("incx")).of(t("xType"))),
+        ("y", Extent::vector(n, a.int("incy")).of(t("yType"))),
+        ("result", Extent::one().of(t("resultType"))),
+    ];
+    Rule { scalar: Some(t("resultType")), ..Rule::new(blas::check_dot(a.pointer("result") == 0), &extents) }
 }
 
-/// `cublas<t>trsm` and `cublas<t>trsmBatched`: solves op(A) X = alpha B (or X op(A) = alpha B)
-/// in place of B. `batch`: the batch count of the pointer-array form.
-#[allow(clippy::too_many_arguments)]
-fn trsm(
-    call: &Call<'_, c_int>,
-    dtype: DType,
-    handle: Handle,
-    enums: [c_int; 4],
-    m: c_int,
-    n: c_int,
-    alpha: Ptr,
-    a: Ptr,
-    lda: c_int,
-    b: Ptr,
-    ldb: c_int,
-    batch: Option<c_int>,
-) -> c_int {
-    let [side, uplo, trans, diag] = enums;
-    let args = TrsmArgs {
-        side: Side::decode(side),
-        uplo: Fill::decode(uplo),
-        trans: Operation::decode(trans),
-        diag: Diag::decode(diag),
-        m: m.into(),
-        n: n.into(),
-        lda: lda.into(),
-        ldb: ldb.into(),
-        alpha_is_null: alpha.is_null(),
+/// `cublas<t>trsm`: solves op(A) X = alpha B (or X op(A) = alpha B) in place of B, reading only
+/// A's `uplo` triangle.
+pub(crate) fn trsm(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
+    declared(call, args, |a| trsm_rule(a, None))
+}
+
+/// `cublas<t>trsmBatched`: the same over arrays of `batchCount` pointers.
+pub(crate) fn trsm_batched(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
+    declared(call, args, |a| trsm_rule(a, Some(a.int("batchCount"))))
+}
+
+fn trsm_rule(a: &Args<'_>, batch: Option<c_int>) -> Rule {
+    let t = TrsmArgs {
+        side: Side::decode(a.int("side")),
+        uplo: Fill::decode(a.int("uplo")),
+        trans: Operation::decode(a.int("trans")),
+        diag: Diag::decode(a.int("diag")),
+        m: a.int("m").into(),
+        n: a.int("n").into(),
+        lda: a.int("lda").into(),
+        ldb: a.int("ldb").into(),
+        alpha_is_null: a.pointer("alpha") == 0,
         batch_count: batch.map_or(1, i64::from),
     };
     let members = match batch {
         Some(count) => Members::Array { count: i64::from(count).max(0) as u64 },
         None => Members::One,
     };
-    let mut ops = Operands::default();
-    if let Some(spec) = ops.push("A", a, args.a(), dtype, members, Role::Input) {
-        spec.triangle = match args.uplo {
-            Fill::Lower => Some(Triangle::Lower),
-            Fill::Upper => Some(Triangle::Upper),
-            Fill::Unknown(_) => None,
-        };
-    }
-    ops.push("B", b, args.b(), dtype, members, Role::InOut);
-    let matmul = blas_call(handle, args.check(), dtype, Some(alpha), None, ops);
-    let record = match batch {
-        Some(count) => record(BlasForm::TrsmBatched, &enums, &[m, n, lda, ldb, count]),
-        None => record(BlasForm::Trsm, &enums, &[m, n, lda, ldb]),
+    let triangle = match t.uplo {
+        Fill::Lower => Some(Triangle::Lower),
+        Fill::Upper => Some(Triangle::Upper),
+        Fill::Unknown(_) => None,
     };
-    operand_call::guard(call, || matmul, record, ExArgs::default())
+    let matrix_a = Extent { triangle, ..Extent::matrix(t.a()).members(members) };
+    Rule::new(t.check(), &[("A", matrix_a), ("B", Extent::matrix(t.b()).members(members))])
 }
 
-macro_rules! trsm {
-    ($name:ident, $batched:ident, $dtype:expr) => {
-        #[allow(clippy::too_many_arguments)]
-        pub(crate) fn $name(
-            call: &Call<'_, c_int>,
-            handle: Handle,
-            side: c_int,
-            uplo: c_int,
-            trans: c_int,
-            diag: c_int,
-            m: c_int,
-            n: c_int,
-            alpha: Ptr,
-            a: Ptr,
-            lda: c_int,
-            b: Ptr,
-            ldb: c_int,
-        ) -> c_int {
-            trsm(call, $dtype, handle, [side, uplo, trans, diag], m, n, alpha, a, lda, b, ldb, None)
-        }
-
-        #[allow(clippy::too_many_arguments)]
-        pub(crate) fn $batched(
-            call: &Call<'_, c_int>,
-            handle: Handle,
-            side: c_int,
-            uplo: c_int,
-            trans: c_int,
-            diag: c_int,
-            m: c_int,
-            n: c_int,
-            alpha: Ptr,
-            a: Ptr,
-            lda: c_int,
-            b: Ptr,
-            ldb: c_int,
-            batch_count: c_int,
-        ) -> c_int {
-            trsm(call, $dtype, handle, [side, uplo, trans, diag], m, n, alpha, a, lda, b, ldb, Some(batch_count))
-        }
-    };
-}
-trsm!(strsm, strsm_batched, DType::F32);
-trsm!(dtrsm, dtrsm_batched, DType::F64);
-trsm!(ctrsm, ctrsm_batched, DType::C32);
-trsm!(ztrsm, ztrsm_batched, DType::C64);
-
-/// The pointers of a batched factorisation besides its matrices.
-struct Extras {
-    /// The right-hand sides' pointer array (getrs's Barray, gels's Carray).
-    rhs: Ptr,
-    pivots: Ptr,
-    /// Device array of one int per member (getrf's infoArray, gels's devInfoArray).
-    info_array: Ptr,
-    /// The host `int *info` of getrs, geqrf and gels.
-    host_info: Option<Ptr>,
-    /// geqrf's TauArray.
-    tau: Ptr,
-}
-
-const NONE: Ptr = std::ptr::null();
-
-/// The batched LAPACK-style kernels. Every matrix is a pointer array of `batch` members.
-fn factorisation(call: &Call<'_, c_int>, dtype: DType, handle: Handle, f: Factorisation, a: Ptr, extras: Extras, record: CallArgs) -> c_int {
+/// The batched LAPACK-style kernels: every matrix a pointer array of `batchSize` members; the
+/// pivots one int array for the whole batch (n a member, one member after another), the device
+/// info array one int a member; a host `int *info` is not device memory and only must not be
+/// NULL.
+fn factorisation_rule(a: &Args<'_>, f: Factorisation) -> Rule {
     let count = f.batch().max(0) as u64;
     let arrays = Members::Array { count };
-    let mut ops = Operands::default();
-    let a_role = if matches!(f, Factorisation::Getrs { .. }) { Role::Input } else { Role::InOut };
-    ops.push("Aarray", a, f.a(), dtype, arrays, a_role);
-    if let Some(pivots) = f.pivots().filter(|_| !extras.pivots.is_null()) {
-        // One int array for the whole batch: n pivots per member, one member after another.
-        let role = if matches!(f, Factorisation::Getrf { .. }) { Role::Output } else { Role::Input };
-        let name = if role == Role::Output { "PivotArray" } else { "devIpiv" };
-        ops.push(name, extras.pivots, pivots, DType::I32, Members::Strided { count, stride: pivots.rows }, role);
-    }
-    if let Some(shape) = f.rhs() {
-        let name = if matches!(f, Factorisation::Gels { .. }) { "Carray" } else { "Barray" };
-        ops.push(name, extras.rhs, shape, dtype, arrays, Role::InOut);
-    }
-    if let Some(tau) = f.tau() {
-        ops.push("TauArray", extras.tau, tau, dtype, arrays, Role::Output);
-    }
-    if !extras.info_array.is_null() {
-        let name = if matches!(f, Factorisation::Getrf { .. }) { "infoArray" } else { "devInfoArray" };
-        ops.push(name, extras.info_array, blas::info_array(f.batch()), DType::I32, Members::One, Role::Output);
-    }
-    let mut problem = f.check();
-    if problem.is_none() {
-        problem = match (f, extras.host_info) {
-            (Factorisation::Getrf { .. }, _) if extras.info_array.is_null() => Some(ArgProblem::NullPointer { name: "infoArray" }),
-            (_, Some(info)) if info.is_null() => Some(ArgProblem::NullPointer { name: "info" }),
-            _ => None,
-        };
-    }
-    let matmul = blas_call(handle, problem, dtype, None, None, ops);
-    operand_call::guard(call, || matmul, record, ExArgs::default())
-}
-
-macro_rules! factorisations {
-    ($dtype:expr, $getrf:ident, $getrs:ident, $geqrf:ident, $gels:ident) => {
-        #[allow(clippy::too_many_arguments)]
-        pub(crate) fn $getrf(call: &Call<'_, c_int>, handle: Handle, n: c_int, a: Ptr, lda: c_int, pivots: Ptr, info: Ptr, batch: c_int) -> c_int {
-            let f = Factorisation::Getrf { n: n.into(), lda: lda.into(), batch: batch.into() };
-            let extras = Extras { rhs: NONE, pivots, info_array: info, host_info: None, tau: NONE };
-            factorisation(call, $dtype, handle, f, a, extras, record(BlasForm::Getrf, &[], &[n, lda, batch]))
-        }
-
-        #[allow(clippy::too_many_arguments)]
-        pub(crate) fn $getrs(
-            call: &Call<'_, c_int>,
-            handle: Handle,
-            trans: c_int,
-            n: c_int,
-            nrhs: c_int,
-            a: Ptr,
-            lda: c_int,
-            pivots: Ptr,
-            b: Ptr,
-            ldb: c_int,
-            info: Ptr,
-            batch: c_int,
-        ) -> c_int {
-            let f =
-                Factorisation::Getrs { trans: Operation::decode(trans), n: n.into(), nrhs: nrhs.into(), lda: lda.into(), ldb: ldb.into(), batch: batch.into() };
-            let extras = Extras { rhs: b, pivots, info_array: NONE, host_info: Some(info), tau: NONE };
-            factorisation(call, $dtype, handle, f, a, extras, record(BlasForm::Getrs, &[trans], &[n, nrhs, lda, ldb, batch]))
-        }
-
-        #[allow(clippy::too_many_arguments)]
-        pub(crate) fn $geqrf(call: &Call<'_, c_int>, handle: Handle, m: c_int, n: c_int, a: Ptr, lda: c_int, tau: Ptr, info: Ptr, batch: c_int) -> c_int {
-            let f = Factorisation::Geqrf { m: m.into(), n: n.into(), lda: lda.into(), batch: batch.into() };
-            let extras = Extras { rhs: NONE, pivots: NONE, info_array: NONE, host_info: Some(info), tau };
-            factorisation(call, $dtype, handle, f, a, extras, record(BlasForm::Geqrf, &[], &[m, n, lda, batch]))
-        }
-
-        #[allow(clippy::too_many_arguments)]
-        pub(crate) fn $gels(
-            call: &Call<'_, c_int>,
-            handle: Handle,
-            trans: c_int,
-            m: c_int,
-            n: c_int,
-            nrhs: c_int,
-            a: Ptr,
-            lda: c_int,
-            c: Ptr,
-            ldc: c_int,
-            info: Ptr,
-            dev_info: Ptr,
-            batch: c_int,
-        ) -> c_int {
-            let f = Factorisation::Gels {
-                trans: Operation::decode(trans),
-                m: m.into(),
-                n: n.into(),
-                nrhs: nrhs.into(),
-                lda: lda.into(),
-                ldc: ldc.into(),
-                batch: batch.into(),
-            };
-            let extras = Extras { rhs: c, pivots: NONE, info_array: dev_info, host_info: Some(info), tau: NONE };
-            factorisation(call, $dtype, handle, f, a, extras, record(BlasForm::Gels, &[trans], &[m, n, nrhs, lda, ldc, batch]))
+    let mut extents = [("", Extent::one()); MAX_OPERANDS];
+    let mut used = 0;
+    let mut add = |name: &'static str, e: Extent| {
+        if let Some(slot) = extents.get_mut(used) {
+            *slot = (name, e);
+            used += 1;
         }
     };
+    let rhs = if matches!(f, Factorisation::Gels { .. }) { "Carray" } else { "Barray" };
+    for (name, shape) in [("Aarray", Some(f.a())), (rhs, f.rhs()), ("TauArray", f.tau())] {
+        if let Some(shape) = shape {
+            add(name, Extent::matrix(shape).members(arrays));
+        }
+    }
+    let pivots = if matches!(f, Factorisation::Getrf { .. }) { "PivotArray" } else { "devIpiv" };
+    if let Some(shape) = f.pivots().filter(|_| a.pointer(pivots) != 0) {
+        add(pivots, Extent::matrix(shape).of(DType::I32).members(Members::Strided { count, stride: shape.rows }));
+    }
+    let info_array = if matches!(f, Factorisation::Getrf { .. }) { "infoArray" } else { "devInfoArray" };
+    let has_info_array = matches!(f, Factorisation::Getrf { .. } | Factorisation::Gels { .. });
+    if has_info_array && a.pointer(info_array) != 0 {
+        add(info_array, Extent::matrix(blas::info_array(f.batch())).of(DType::I32));
+    }
+    let problem = f.check().or_else(|| match f {
+        Factorisation::Getrf { .. } if a.pointer("infoArray") == 0 => Some(ArgProblem::NullPointer { name: "infoArray" }),
+        Factorisation::Getrs { .. } | Factorisation::Geqrf { .. } | Factorisation::Gels { .. } if a.pointer("info") == 0 => {
+            Some(ArgProblem::NullPointer { name: "info" })
+        }
+        _ => None,
+    });
+    Rule { problem, extents, scalar: None }
 }
-factorisations!(DType::F32, sgetrf_batched, sgetrs_batched, sgeqrf_batched, sgels_batched);
-factorisations!(DType::F64, dgetrf_batched, dgetrs_batched, dgeqrf_batched, dgels_batched);
-factorisations!(DType::C32, cgetrf_batched, cgetrs_batched, cgeqrf_batched, cgels_batched);
-factorisations!(DType::C64, zgetrf_batched, zgetrs_batched, zgeqrf_batched, zgels_batched);
+
+/// `cublas<t>getrfBatched`: LU factorisations in place, with pivoting unless PivotArray is NULL.
+pub(crate) fn getrf_batched(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
+    declared(call, args, |a| factorisation_rule(a, Factorisation::Getrf { n: a.int("n").into(), lda: a.int("lda").into(), batch: a.int("batchSize").into() }))
+}
+
+/// `cublas<t>getrsBatched`: solves with getrf's factors, in place of Barray.
+pub(crate) fn getrs_batched(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
+    declared(call, args, |a| {
+        let f = Factorisation::Getrs {
+            trans: Operation::decode(a.int("trans")),
+            n: a.int("n").into(),
+            nrhs: a.int("nrhs").into(),
+            lda: a.int("lda").into(),
+            ldb: a.int("ldb").into(),
+            batch: a.int("batchSize").into(),
+        };
+        factorisation_rule(a, f)
+    })
+}
+
+/// `cublas<t>geqrfBatched`: QR factorisations in place, the reflectors' scales in TauArray.
+pub(crate) fn geqrf_batched(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
+    declared(call, args, |a| {
+        let f = Factorisation::Geqrf { m: a.int("m").into(), n: a.int("n").into(), lda: a.int("lda").into(), batch: a.int("batchSize").into() };
+        factorisation_rule(a, f)
+    })
+}
+
+/// `cublas<t>gelsBatched`: least-squares solutions, in place of Carray.
+pub(crate) fn gels_batched(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
+    declared(call, args, |a| {
+        let f = Factorisation::Gels {
+            trans: Operation::decode(a.int("trans")),
+            m: a.int("m").into(),
+            n: a.int("n").into(),
+            nrhs: a.int("nrhs").into(),
+            lda: a.int("lda").into(),
+            ldc: a.int("ldc").into(),
+            batch: a.int("batchSize").into(),
+        };
+        factorisation_rule(a, f)
+    })
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hook_args::{Acc, Declare, In, Scalar};
+    use std::ffi::c_void;
 
     fn sgbmv(lda: c_int, x: usize) -> [crate::hook_args::DeclaredArg; 14] {
         let p = |v: usize| v as In;
         [
-            (0x10usize as Handle).declared("handle"),
+            (0x10usize as *mut c_void).declared("handle"),
             0.declared("trans"),
             5.declared("m"),
             3.declared("n"),

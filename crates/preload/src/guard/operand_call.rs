@@ -135,7 +135,12 @@ impl<'m> Stages<'m> {
         // A call site: the function and its first three dimensions.
         let (d0, d1, d2) = match record {
             CallArgs::Gemm { m, n, k, .. } => (m as u64, n as u64, k as u64),
-            CallArgs::Blas { ints, .. } => (ints[0] as u32 as u64, ints[1] as u32 as u64, ints[2] as u32 as u64),
+            CallArgs::Declared { .. } => {
+                let mut dims = [0u64; 3];
+                let ints = record.visit_ints_but_enums();
+                dims.iter_mut().zip(ints).for_each(|(d, v)| *d = v as u32 as u64);
+                (dims[0], dims[1], dims[2])
+            }
             _ => (0, 0, 0),
         };
         let site = (call.hook.index() as u64) ^ d0 << 8 ^ d1 << 24 ^ d2 << 40;
