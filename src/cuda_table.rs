@@ -1,17 +1,43 @@
-//! Every CUDA function the command calls itself (the doctor's driver questions, replay's rerun),
-//! declared once with its C signature and looked up through libloading: a missing library or
-//! symbol is an error, never a panic. Unlike the guard, the command loads these libraries on
-//! purpose, to ask them. The functions stay `unsafe`: their contracts are NVIDIA's.
+//! Every CUDA function the command calls itself (the doctor's driver and library versions,
+//! replay's rerun), from the one list the guard shares (`cublasguard_cuda::with_cuda_api!`,
+//! crates/cuda), looked up through libloading: one table a library, each function a field of
+//! its own name, `None` where the library lacks it; a missing library is an error, never a
+//! panic. Unlike the guard, the command loads these libraries on purpose, to ask them. The
+//! functions stay `unsafe`: their contracts are NVIDIA's (each field's doc).
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_int, c_void};
 
-macro_rules! cuda_table {
-    ( $( $table:ident from [$($soname:literal),+] { $( $field:ident : fn $name:ident ( $( $ty:ty ),* $(,)? ) -> $ret:ty ; )* } )* ) => {
+/// The sonames each library is looked for by, newest first.
+macro_rules! sonames {
+    (Cudart) => {
+        ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
+    };
+    (Cublas) => {
+        ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
+    };
+    (CublasLt) => {
+        ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"]
+    };
+    (Cudnn) => {
+        ["libcudnn.so.9"]
+    };
+    (Driver) => {
+        ["libcuda.so.1"]
+    };
+}
+
+macro_rules! cuda_tables {
+    ( $( $table:ident { $( $(#[$doc:meta])* fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty ; )* } )* ) => {
         $(
-            /// Functions of one library, each `None` where the library lacks it.
-            #[allow(non_snake_case)]
+            /// Functions of one library, each `None` where the library lacks it (the list is
+            /// shared with the guard: the command asks only some).
+            #[allow(non_snake_case, dead_code)]
             pub struct $table {
-                $( pub $field: Option<unsafe extern "C" fn( $( $ty ),* ) -> $ret>, )*
+                $(
+                    /// Its contract, beyond the types:
+                    $(#[$doc])*
+                    pub $name: Option<unsafe extern "C" fn( $( $ty ),* ) -> $ret>,
+                )*
                 /// Kept loaded while the functions are in use (dropped with the table).
                 #[allow(dead_code)]
                 library: libloading::Library,
@@ -21,7 +47,7 @@ macro_rules! cuda_table {
                 #[allow(dead_code)] // not every table's user asks
                 /// The first of the library's sonames the loader can open.
                 pub fn load() -> Result<Self, String> {
-                    let names = [$($soname),+];
+                    let names = sonames!($table);
                     let mut errors = Vec::new();
                     for name in names {
                         // SAFETY: loading a CUDA library runs its initialisers, as any CUDA program does.
@@ -47,8 +73,8 @@ macro_rules! cuda_table {
                 fn from_library(library: libloading::Library) -> Self {
                     Self {
                         // SAFETY: each symbol is typed with its C signature from NVIDIA's headers
-                        // (this table is the one place it is written down).
-                        $( $field: unsafe { library.get::<unsafe extern "C" fn( $( $ty ),* ) -> $ret>(concat!(stringify!($name), "\0").as_bytes()) }.ok().map(|f| *f), )*
+                        // (the shared list is the one place it is written down).
+                        $( $name: unsafe { library.get::<unsafe extern "C" fn( $( $ty ),* ) -> $ret>(concat!(stringify!($name), "\0").as_bytes()) }.ok().map(|f| *f), )*
                         library,
                     }
                 }
@@ -70,37 +96,7 @@ macro_rules! cuda_table {
     };
 }
 
-cuda_table! {
-    Driver from ["libcuda.so.1"] {
-        driver_get_version: fn cuDriverGetVersion(*mut c_int) -> c_int;
-        init: fn cuInit(c_uint) -> c_int;
-        device_get_count: fn cuDeviceGetCount(*mut c_int) -> c_int;
-        device_get: fn cuDeviceGet(*mut c_int, c_int) -> c_int;
-        device_get_name: fn cuDeviceGetName(*mut c_char, c_int, c_int) -> c_int;
-        device_get_attribute: fn cuDeviceGetAttribute(*mut c_int, c_int, c_int) -> c_int;
-    }
-    CublasRelease from ["libcublas.so.13", "libcublas.so.12", "libcublas.so"] {
-        get_property: fn cublasGetProperty(c_int, *mut c_int) -> c_int;
-    }
-    CublasLtRelease from ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"] {
-        get_version: fn cublasLtGetVersion() -> usize;
-    }
-    CudnnRelease from ["libcudnn.so.9"] {
-        get_version: fn cudnnGetVersion() -> usize;
-    }
-    Runtime from ["libcudart.so.13", "libcudart.so.12", "libcudart.so"] {
-        malloc: fn cudaMalloc(*mut *mut c_void, usize) -> c_int;
-        memcpy: fn cudaMemcpy(*mut c_void, *const c_void, usize, c_int) -> c_int;
-        device_synchronize: fn cudaDeviceSynchronize() -> c_int;
-    }
-    Cublas from ["libcublas.so.13", "libcublas.so.12", "libcublas.so"] {
-        create: fn cublasCreate_v2(*mut *mut c_void) -> c_int;
-        gemm_strided_batched_ex: fn cublasGemmStridedBatchedEx(
-            *mut c_void, c_int, c_int, c_int, c_int, c_int, *const c_void, *const c_void, c_int, c_int, i64, *const c_void, c_int, c_int, i64,
-            *const c_void, *mut c_void, c_int, c_int, i64, c_int, c_int, c_int,
-        ) -> c_int;
-    }
-}
+cublasguard_cuda::with_cuda_api!(cuda_tables);
 
 /// The file of the loaded object that holds `address` (a function of a loaded library).
 pub fn object_file(address: *const c_void) -> Option<std::path::PathBuf> {

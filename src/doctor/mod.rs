@@ -70,7 +70,7 @@ fn probe_driver() -> Driver {
     d.loaded = true;
     d.path = mapped_driver();
     d.standin = lib.has(STANDIN_SYMBOL);
-    if let Some(f) = lib.driver_get_version {
+    if let Some(f) = lib.cuDriverGetVersion {
         let mut v = 0;
         // SAFETY: an out-parameter for the version.
         if unsafe { f(&mut v) } == 0 {
@@ -78,16 +78,16 @@ fn probe_driver() -> Driver {
         }
     }
     // SAFETY: cuInit takes flags only (0 is the only defined value).
-    d.init = lib.init.map(|init| unsafe { init(0) });
+    d.init = lib.cuInit.map(|init| unsafe { init(0) });
     if d.init == Some(0) {
         let mut count = 0;
         // SAFETY: an out-parameter for the count.
-        if lib.device_get_count.is_none_or(|f| unsafe { f(&mut count) } != 0) {
+        if lib.cuDeviceGetCount.is_none_or(|f| unsafe { f(&mut count) } != 0) {
             count = 0;
         }
         for ordinal in 0..count {
             let mut text = format!("device {ordinal}");
-            if let (Some(get), Some(name), Some(attr)) = (lib.device_get, lib.device_get_name, lib.device_get_attribute) {
+            if let (Some(get), Some(name), Some(attr)) = (lib.cuDeviceGet, lib.cuDeviceGetName, lib.cuDeviceGetAttribute) {
                 let mut dev = 0;
                 let mut buf = [0 as c_char; 256];
                 let (mut major, mut minor) = (0, 0);

@@ -210,13 +210,13 @@ struct Loaded {
 }
 
 fn cublas_release(major: u32) -> Result<Loaded, String> {
-    let lib = crate::cuda_table::CublasRelease::open(&format!("libcublas.so.{major}"))?;
+    let lib = crate::cuda_table::Cublas::open(&format!("libcublas.so.{major}"))?;
     // The file from the function's address, else from the loader's list of loaded objects.
     let path = lib
-        .get_property
+        .cublasGetProperty
         .and_then(|f| crate::cuda_table::object_file(f as *const c_void))
         .or_else(|| crate::cuda_table::loaded_file(&format!("libcublas.so.{major}")));
-    let mut release = lib.get_property.and_then(|f| {
+    let mut release = lib.cublasGetProperty.and_then(|f| {
         let mut v = [0 as c_int; 3];
         for (kind, slot) in v.iter_mut().enumerate() {
             // SAFETY: libraryPropertyType 0, 1, 2 (major, minor, patch) and an out-parameter.
@@ -234,13 +234,13 @@ fn cublas_release(major: u32) -> Result<Loaded, String> {
 }
 
 fn cublaslt_release(major: u32) -> Result<Loaded, String> {
-    let lib = crate::cuda_table::CublasLtRelease::open(&format!("libcublasLt.so.{major}"))?;
+    let lib = crate::cuda_table::CublasLt::open(&format!("libcublasLt.so.{major}"))?;
     let path = lib
-        .get_version
+        .cublasLtGetVersion
         .and_then(|f| crate::cuda_table::object_file(f as *const c_void))
         .or_else(|| crate::cuda_table::loaded_file(&format!("libcublasLt.so.{major}")));
     // SAFETY: cublasLtGetVersion takes nothing and returns major * 10000 + minor * 100 + patch.
-    let mut release = lib.get_version.map(|f| unsafe { f() }).map(|v| ((v / 10000) as u32, (v / 100 % 100) as u32, (v % 100) as u32));
+    let mut release = lib.cublasLtGetVersion.map(|f| unsafe { f() }).map(|v| ((v / 10000) as u32, (v / 100 % 100) as u32, (v % 100) as u32));
     if release.is_none() {
         release = path.as_ref().and_then(|p| release_of_file(&p.canonicalize().unwrap_or_else(|_| p.clone())));
     }
@@ -435,9 +435,9 @@ pub fn cudnn_checks(dirs: &[PathBuf], torch_cudnn: Option<i64>) -> Vec<Check> {
 
 fn cudnn9_check(dispatcher: &Path, torch_cudnn: Option<i64>) -> Check {
     let origin = dispatcher.parent().unwrap_or(Path::new("/"));
-    let version = crate::cuda_table::CudnnRelease::open(&dispatcher.display().to_string()).ok().and_then(|lib| {
+    let version = crate::cuda_table::Cudnn::open(&dispatcher.display().to_string()).ok().and_then(|lib| {
         // SAFETY: cudnnGetVersion takes nothing and returns major * 10000 + minor * 100 + patch.
-        let v = lib.get_version.map(|f| unsafe { f() });
+        let v = lib.cudnnGetVersion.map(|f| unsafe { f() });
         lib.keep_loaded();
         v
     });

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use cublasguard_format::dump::{self, Dump};
 
-use crate::cuda_table::{Cublas, Runtime};
+use crate::cuda_table::{Cublas, Cudart};
 
 use super::call::{column_major, compute_code, cuda_type, scalar_bytes, Replayed};
 
@@ -25,8 +25,8 @@ fn op_code(op: char) -> c_int {
 /// The CUDA runtime and cuBLAS the loader finds, else the bundled stand-in's in `bundled` (the
 /// folder `cublasguard demo` runs on): a user following the demo's `replay --cuda` has no CUDA
 /// on the library path. The folder where they came from, when it was the stand-in.
-fn libraries(bundled: Option<&Path>) -> Result<(Runtime, Cublas, Option<PathBuf>), String> {
-    let on_path = Runtime::load().and_then(|r| Cublas::load().map(|c| (r, c)));
+fn libraries(bundled: Option<&Path>) -> Result<(Cudart, Cublas, Option<PathBuf>), String> {
+    let on_path = Cudart::load().and_then(|r| Cublas::load().map(|c| (r, c)));
     let why = match on_path {
         Ok((r, c)) => return Ok((r, c, None)),
         Err(why) => why,
@@ -41,7 +41,7 @@ fn libraries(bundled: Option<&Path>) -> Result<(Runtime, Cublas, Option<PathBuf>
         std::mem::forget(library);
     }
     let open = |name: &str| dir.join("lib").join(name).display().to_string();
-    let runtime = Runtime::open(&open("libcudart.so.12")).map_err(neither)?;
+    let runtime = Cudart::open(&open("libcudart.so.12")).map_err(neither)?;
     let cublas = Cublas::open(&open("libcublas.so.12")).map_err(neither)?;
     Ok((runtime, cublas, Some(dir.to_path_buf())))
 }
@@ -52,11 +52,11 @@ pub fn rerun(d: &Dump, call: &Replayed, bundled: Option<&Path>) -> Result<(Vec<[
     call.rerunnable(d)?;
     let (cudart, cublas, standin) = libraries(bundled)?;
     let missing = |name: &str| format!("{name} is not in the loaded CUDA libraries");
-    let malloc = cudart.malloc.ok_or_else(|| missing("cudaMalloc"))?;
-    let memcpy = cudart.memcpy.ok_or_else(|| missing("cudaMemcpy"))?;
-    let sync = cudart.device_synchronize.ok_or_else(|| missing("cudaDeviceSynchronize"))?;
-    let create = cublas.create.ok_or_else(|| missing("cublasCreate_v2"))?;
-    let gemm = cublas.gemm_strided_batched_ex.ok_or_else(|| missing("cublasGemmStridedBatchedEx"))?;
+    let malloc = cudart.cudaMalloc.ok_or_else(|| missing("cudaMalloc"))?;
+    let memcpy = cudart.cudaMemcpy.ok_or_else(|| missing("cudaMemcpy"))?;
+    let sync = cudart.cudaDeviceSynchronize.ok_or_else(|| missing("cudaDeviceSynchronize"))?;
+    let create = cublas.cublasCreate_v2.ok_or_else(|| missing("cublasCreate_v2"))?;
+    let gemm = cublas.cublasGemmStridedBatchedEx.ok_or_else(|| missing("cublasGemmStridedBatchedEx"))?;
     let a = &d.tensors["A"];
     let b = d.tensors.get("B").ok_or("the dump has no B")?;
     let out = &d.tensors[&call.output_name];

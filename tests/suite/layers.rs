@@ -643,6 +643,8 @@ fn every_policy_module_forbids_unsafe_code_and_every_unsafe_block_of_the_guard_a
         assert!(command.lines().any(|l| l.trim() == lint), "the command's main.rs lacks {lint}: its unsafe blocks go unchecked");
         assert!(nvml.lines().any(|l| l.trim() == lint), "crates/nvml's lib.rs lacks {lint}");
     }
+    let cuda = std::fs::read_to_string(manifest_dir().join("crates/cuda/src/lib.rs")).expect("read the CUDA list");
+    assert!(cuda.lines().any(|l| l.trim() == "#![deny(unsafe_code)]"), "crates/cuda is a list: it has no unsafe code of its own");
 }
 
 #[test]

@@ -203,7 +203,7 @@ fn the_layout_page_names_every_module() {
     let root = manifest_dir();
     let page = std::fs::read_to_string(root.join("docs/layout.md")).unwrap();
     let mut files = Vec::new();
-    for dir in ["src", "crates/format/src", "crates/nvml/src", "crates/preload/src"] {
+    for dir in ["src", "crates/cuda/src", "crates/format/src", "crates/nvml/src", "crates/preload/src"] {
         rust_files(&root.join(dir), &mut files);
     }
     assert!(files.len() > 90, "{files:?}");
