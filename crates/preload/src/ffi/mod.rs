@@ -7,7 +7,7 @@
 //!   trace files, the process's description and environment, Python frames, backtraces, threads.
 //!
 //! Nothing under `guard`, `check` or `session` imports from here; they reach the edge only
-//! through what `Call` carries (the `Device` and `Outlet` traits, the scan buffer) and get values
+//! through what `Call` carries (the `Device`, `Outlet` and `Caller` traits, the scan buffer) and get values
 //! decoded here, never pointers to read (tests/suite/layers.rs checks).
 
 // In the crate's own unit-test build the hooks are not exported (`cfg_attr(not(test),

@@ -268,7 +268,7 @@ mod tests {
     fn surface(s: &crate::session::Session) -> Vec<crate::trace::Fault> {
         let (device, outlet, memo) = (ModelDevice::default(), ModelOutlet::default(), crate::state::ThreadMemo::new());
         let forward = || ILLEGAL_ADDRESS;
-        let call = Call::begin(s, Hook::cudaMemcpy, &device, &outlet, &forward, OnThread { id: 7, memo: &memo, frame: Default::default() });
+        let call = Call::begin(s, Hook::cudaMemcpy, &device, &outlet, &outlet, &forward, OnThread { id: 7, memo: &memo, frame: Default::default() });
         let on_the_copy = surfaced(&call, ILLEGAL_ADDRESS, "the copy", CallArgs::None, None);
         assert!(!surfaced(&call, ILLEGAL_ADDRESS, "the copy", CallArgs::None, None), "attributed once");
         let faults = s.trace(Default::default()).faults;

@@ -337,7 +337,7 @@ fn describe(fault: &mut Fault, status: c_int, handle: u64, stream: Option<u64>, 
 /// for the program's own next `cudnnGetLastErrorString` (`get_last_error_string`).
 fn take_message(call: &Call<'_, c_int>) -> Option<String> {
     let message = call.device.cudnn_last_error()?;
-    let thread = call.outlet.thread_id();
+    let thread = call.caller.thread_id();
     let mut kept = call.session.cudnn_messages.lock();
     kept.retain(|(t, _)| *t != thread);
     // One per thread, for the few threads that fail at once.
@@ -352,7 +352,7 @@ fn take_message(call: &Call<'_, c_int>) -> Option<String> {
 /// message first (at the fault it reported), the message the guard read.
 pub(crate) fn get_last_error_string(call: &Call<'_, ()>, message: *mut std::ffi::c_char, max_size: usize) {
     call.forward();
-    let thread = call.outlet.thread_id();
+    let thread = call.caller.thread_id();
     let kept = {
         let mut kept = call.session.cudnn_messages.lock();
         let at = kept.iter().position(|(t, _)| *t == thread);

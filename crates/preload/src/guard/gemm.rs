@@ -808,7 +808,7 @@ mod tests {
             Form::StridedEx { .. } => Hook::cublasGemmStridedBatchedEx,
             Form::Strided { .. } => Hook::cublasSgemmStridedBatched,
         };
-        let call = Call::begin(&s, hook, &device, &outlet, &forward, OnThread { id: 7, memo: &memo, frame: Default::default() });
+        let call = Call::begin(&s, hook, &device, &outlet, &outlet, &forward, OnThread { id: 7, memo: &memo, frame: Default::default() });
         let f32_ = CUDA_R_32F;
         // The model device says nothing is on the thread's stack: an empty one here.
         let lean = match form {

@@ -153,9 +153,9 @@ fn scan_later(call: &Call<'_, c_int>, exec: u64, stream: u64, kept: &Arc<[KeptOp
             exec,
             stream,
             kept: kept.clone(),
-            thread: call.outlet.thread_id(),
+            thread: call.caller.thread_id(),
             time_ns: call.outlet.now_ns(),
-            python: call.outlet.python_frames_at_call(),
+            python: call.caller.python_frames_at_call(),
         })
     });
     true
@@ -166,9 +166,9 @@ fn scan_later(call: &Call<'_, c_int>, exec: u64, stream: u64, kept: &Arc<[KeptOp
 pub(super) fn judge_replay<R: Copy>(call: &Call<'_, R>, replay: &dyn Device, seq: u64, v: &ReplayVerdict, found_at: u64, buf: &mut Vec<u8>) {
     let s = call.session;
     let Some(found) = first_nonfinite(replay, &v.kept, v.stream, buf, s.config.scan_bytes) else { return };
-    let outlet = super::verdicts::LateOutlet::new(call.outlet, v.thread, v.python.clone(), found.op.site);
+    let caller = super::verdicts::LateCaller::new(call.outlet, v.thread, v.python.clone(), found.op.site);
     let forward = || cuda::CUDA_SUCCESS;
-    let launch = Call::judged_later(s, v.hook, seq, replay, &outlet, &forward, call.memo);
+    let launch = Call::judged_later(s, v.hook, seq, replay, call.outlet, &caller, &forward, call.memo);
     report(&launch, v.exec, v.stream, &found, Some((found_at, v.time_ns)));
 }
 

@@ -169,7 +169,7 @@ pub(crate) fn record<R: Copy>(call: &Call<'_, R>, stuck: &Stuck, progress: &[Pro
     // The stuck call's own Python frames, kept with its verdict if one waits; else the note
     // says why there are none (the watchdog's thread is not the caller).
     let python = super::verdicts::kept_python_stack(s, first.seq)
-        .or_else(|| call.outlet.python_stack().map(|_| (Vec::new(), Some(STUCK_CALL_FRAMES_NOTE.to_string()), String::new())));
+        .or_else(|| call.caller.python_stack().map(|_| (Vec::new(), Some(STUCK_CALL_FRAMES_NOTE.to_string()), String::new())));
     if let Some((frames, note, thread)) = python {
         fault.python_stack = frames;
         fault.python_stack_note = note;

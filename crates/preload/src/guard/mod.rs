@@ -1,8 +1,10 @@
 //! The policy core: what the guard does around each hooked call, in safe Rust. A handler gets
 //! one `Call`, which numbers the call, forwards it, records it in the flight recorder, and
 //! turns findings into faults. Everything the guard asks of CUDA goes through `check::Device`;
-//! everything that leaves the process (stderr, the trace on disk, abort) through `Outlet`. The
-//! FFI layer supplies the real ones; the tests here supply models.
+//! everything that leaves the process (stderr, the trace on disk, abort) through `Outlet`; what
+//! the calling thread tells (its stack, call site, Python frames) through `Caller`. The FFI
+//! layer supplies the real ones; the tests here supply models; a verdict judged later is given
+//! what was kept at its call as its caller (`verdicts::LateCaller`).
 
 #![forbid(unsafe_code)]
 
@@ -37,45 +39,25 @@ use crate::trace::{CudaErrorRecord, Fault, FaultKind, MemoryState};
 
 pub(crate) use crate::Hook;
 
-/// Where the guard's findings go. The real outlet writes stderr and the trace, and aborts; the
-/// tests' outlet keeps what it was given.
+/// Where the guard's findings go, and what the process can tell about them. The real outlet
+/// writes stderr and the trace, and aborts; the tests' outlet keeps what it was given. What the
+/// calling thread can tell (its stack, its Python frames) is the `Caller`, apart: a verdict
+/// judged later is given the facts kept at its call as its caller, and the same outlet.
 pub(crate) trait Outlet {
     /// Publishes what became of a fault: its stderr lines, the stored fault itself (for the
     /// crash writer), and a rewrite of the trace on disk when one is due.
     fn publish(&self, session: &Session, recorded: &Recorded);
-    /// The native call stack at the fault, without the guard's frames.
-    fn backtrace(&self) -> Vec<String>;
-    /// The return addresses of the hook whose frame is `frame`, read while it runs (a few
-    /// loads): kept at a call whose verdict may be judged after it returns. No default: an
-    /// outlet that wraps another must pass it on.
-    fn call_site(&self, frame: HookFrame) -> CallSite;
-    /// A call site kept at its call, as `backtrace` gives frames: each named when a fault is
-    /// written. No default, as `call_site`.
+    /// A call site kept at its call, as `Caller::backtrace` gives frames: each named when a
+    /// fault is written.
     fn describe_call_site(&self, site: &CallSite) -> Vec<String>;
     /// Ends the process (CUBLASGUARD_ON_FAULT=abort). The real one does not return.
     fn abort(&self);
     /// Monotonic enough wall time, in nanoseconds.
     fn now_ns(&self) -> u64;
-    /// The calling thread's kernel id.
-    fn thread_id(&self) -> u32;
-    /// The calling thread's Python frames (innermost first), or why it has none, and its name;
-    /// `None` when the process runs no Python. Takes the GIL: call with no lock held.
-    fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
-        None
-    }
-    /// As `python_stack`, the innermost frames only, read only if the calling thread holds the
-    /// GIL (never waiting for it): kept at a call whose NaN/Inf verdict is judged later. No
-    /// default: an outlet that wraps another must pass it on.
-    fn python_frames_at_call(&self) -> Option<KeptFrames>;
-    /// Where the calling thread's innermost Python frames are, as numbers (a few loads, no GIL,
-    /// no allocation): kept with a wait the hang watchdog may name. No default, as `call_site`.
-    fn python_places(&self) -> crate::session::waits::PythonPlaces;
-    /// The frames at `places`, kept by a thread that still waits, named. No default, as
-    /// `describe_call_site`.
+    /// The frames at `places`, kept by a thread that still waits, named.
     fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame>;
     /// The GPU's health as of now (NVML's readings and events, the kernel log's Xid lines),
-    /// waiting briefly for fresh readings; `None` where nothing can be read. No default: an
-    /// outlet that wraps another must pass it on.
+    /// waiting briefly for fresh readings; `None` where nothing can be read.
     fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth>;
     /// A kernel's name from its host stub's address (the runtime's cudaFuncGetName, else the
     /// stub's symbol, demangled); asked once per address, at a fault or when writing the trace.
@@ -95,6 +77,30 @@ pub(crate) trait Outlet {
     }
 }
 
+/// The thread a call was made on, as its faults tell it: its stack, its call site, its id and
+/// its Python frames. The real one reads the calling thread; a verdict judged later answers
+/// from what was kept at its call (`verdicts::LateCaller`).
+pub(crate) trait Caller {
+    /// The native call stack at the fault, without the guard's frames.
+    fn backtrace(&self) -> Vec<String>;
+    /// The return addresses of the hook whose frame is `frame`, read while it runs (a few
+    /// loads): kept at a call whose verdict may be judged after it returns.
+    fn call_site(&self, frame: HookFrame) -> CallSite;
+    /// The calling thread's kernel id.
+    fn thread_id(&self) -> u32;
+    /// The calling thread's Python frames (innermost first), or why it has none, and its name;
+    /// `None` when the process runs no Python. Takes the GIL: call with no lock held.
+    fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
+        None
+    }
+    /// As `python_stack`, the innermost frames only, read only if the calling thread holds the
+    /// GIL (never waiting for it): kept at a call whose NaN/Inf verdict is judged later.
+    fn python_frames_at_call(&self) -> Option<KeptFrames>;
+    /// Where the calling thread's innermost Python frames are, as numbers (a few loads, no GIL,
+    /// no allocation): kept with a wait the hang watchdog may name.
+    fn python_places(&self) -> crate::session::waits::PythonPlaces;
+}
+
 /// The Python frames kept at a call whose verdict is judged later.
 #[derive(Clone, Debug)]
 pub(crate) enum KeptFrames {
@@ -111,6 +117,7 @@ pub(crate) struct Call<'a, R: Copy> {
     pub seq: u64,
     pub device: &'a dyn Device,
     pub outlet: &'a dyn Outlet,
+    pub caller: &'a dyn Caller,
     /// What the calling thread remembers of the shared tables (handed down from the thread's
     /// one block of thread-local state, so the checks reach no thread-local of their own).
     pub memo: &'a ThreadMemo,
@@ -141,10 +148,19 @@ pub(crate) struct OnThread<'a> {
 
 impl<'a, R: Copy> Call<'a, R> {
     /// Counts the call and gives it its sequence number.
-    pub fn begin(session: &'a Session, hook: Hook, device: &'a dyn Device, outlet: &'a dyn Outlet, forward: &'a dyn Fn() -> R, thread: OnThread<'a>) -> Self {
+    #[allow(clippy::too_many_arguments)]
+    pub fn begin(
+        session: &'a Session,
+        hook: Hook,
+        device: &'a dyn Device,
+        outlet: &'a dyn Outlet,
+        caller: &'a dyn Caller,
+        forward: &'a dyn Fn() -> R,
+        thread: OnThread<'a>,
+    ) -> Self {
         let seq = session.begin(hook.index());
         let started_ns = outlet.now_ns();
-        Self::on_thread(session, hook, seq, started_ns, device, outlet, forward, thread, None)
+        Self::on_thread(session, hook, seq, started_ns, (device, outlet, caller), forward, thread, None)
     }
 
     /// A call the hook layer already numbered, timed and forwarded (`ran`), handed to its
@@ -156,12 +172,12 @@ impl<'a, R: Copy> Call<'a, R> {
         seq: u64,
         started_ns: u64,
         device: &'a dyn Device,
-        outlet: &'a dyn Outlet,
+        (outlet, caller): (&'a dyn Outlet, &'a dyn Caller),
         forward: &'a dyn Fn() -> R,
         thread: OnThread<'a>,
         ran: (i32, Option<KnownError>),
     ) -> Self {
-        Self::on_thread(session, hook, seq, started_ns, device, outlet, forward, thread, Some(ran))
+        Self::on_thread(session, hook, seq, started_ns, (device, outlet, caller), forward, thread, Some(ran))
     }
 
     /// A call made on `thread`, not yet recorded (`begin`, `resumed`).
@@ -171,8 +187,7 @@ impl<'a, R: Copy> Call<'a, R> {
         hook: Hook,
         seq: u64,
         started_ns: u64,
-        device: &'a dyn Device,
-        outlet: &'a dyn Outlet,
+        (device, outlet, caller): (&'a dyn Device, &'a dyn Outlet, &'a dyn Caller),
         forward: &'a dyn Fn() -> R,
         thread: OnThread<'a>,
         ran: Option<(i32, Option<KnownError>)>,
@@ -183,6 +198,7 @@ impl<'a, R: Copy> Call<'a, R> {
             seq,
             device,
             outlet,
+            caller,
             memo: thread.memo,
             forward,
             recorded: Cell::new(false),
@@ -196,12 +212,14 @@ impl<'a, R: Copy> Call<'a, R> {
 
     /// A call judged after it returned (a deferred verdict), by its number: neither counted nor
     /// recorded again; its faults are built and published as at the call.
+    #[allow(clippy::too_many_arguments)]
     pub fn judged_later(
         session: &'a Session,
         hook: Hook,
         seq: u64,
         device: &'a dyn Device,
         outlet: &'a dyn Outlet,
+        caller: &'a dyn Caller,
         forward: &'a dyn Fn() -> R,
         memo: &'a ThreadMemo,
     ) -> Self {
@@ -211,6 +229,7 @@ impl<'a, R: Copy> Call<'a, R> {
             seq,
             device,
             outlet,
+            caller,
             memo,
             forward,
             recorded: Cell::new(true),
@@ -227,11 +246,11 @@ impl<'a, R: Copy> Call<'a, R> {
         session: &'a Session,
         hook: Hook,
         device: &'a dyn Device,
-        outlet: &'a dyn Outlet,
+        (outlet, caller): (&'a dyn Outlet, &'a dyn Caller),
         forward: &'a dyn Fn() -> R,
         memo: &'a ThreadMemo,
     ) -> Self {
-        Self::judged_later(session, hook, 0, device, outlet, forward, memo)
+        Self::judged_later(session, hook, 0, device, outlet, caller, forward, memo)
     }
 
     /// The live allocations, looked up through this thread's memo.
@@ -254,7 +273,7 @@ impl<'a, R: Copy> Call<'a, R> {
         if let Some(site) = self.site.get() {
             return site;
         }
-        let site = self.outlet.call_site(self.frame);
+        let site = self.caller.call_site(self.frame);
         self.site.set(Some(site));
         site
     }
@@ -323,7 +342,7 @@ impl<'a, R: Copy> Call<'a, R> {
         let error = finding.error.map(|(code, call)| CudaErrorRecord { code, name: crate::cuda::cuda_error_name(code).to_string(), call: call.to_string() });
         Fault {
             error,
-            thread: self.outlet.thread_id(),
+            thread: self.caller.thread_id(),
             time_ns: self.outlet.now_ns(),
             memory: Some(MemoryState { free: None, total: None, tracked_live_bytes: totals.bytes, tracked_live_count: totals.count }),
             message: finding.message,
@@ -376,7 +395,7 @@ impl<'a, R: Copy> Call<'a, R> {
 
     /// The faulting thread's Python frames (takes the GIL: no lock of the guard's is held here).
     fn add_python_stack(&self, fault: &mut Fault) {
-        if let Some((frames, note, thread)) = self.outlet.python_stack() {
+        if let Some((frames, note, thread)) = self.caller.python_stack() {
             fault.python_stack = frames;
             fault.python_stack_note = note;
             fault.thread_name = (!thread.is_empty()).then_some(thread);
@@ -395,7 +414,7 @@ impl<'a, R: Copy> Call<'a, R> {
         // One given already is the call's own, kept at it (a verdict judged later): the
         // stack of now is another call's.
         if fault.backtrace.is_empty() {
-            fault.backtrace = self.outlet.backtrace();
+            fault.backtrace = self.caller.backtrace();
         }
         if hardware::wants_health(fault) {
             fault.gpu_health = self.outlet.gpu_health().filter(hardware::worth_recording);
@@ -464,7 +483,7 @@ impl<'a, R: Copy> Call<'a, R> {
     pub fn note_failed_probe(&self, status: i32, status_name: &str) {
         if let Some(mut fault) = self.init_failure(status, status_name, Some((status, None))) {
             self.add_python_stack(&mut fault);
-            fault.backtrace = self.outlet.backtrace();
+            fault.backtrace = self.caller.backtrace();
             self.session.keep_probe(fault);
         }
     }
@@ -518,12 +537,8 @@ pub(crate) mod model {
         pub python_places: Cell<crate::session::waits::PythonPlaces>,
     }
 
-    impl Outlet for ModelOutlet {
-        fn publish(&self, _session: &Session, recorded: &Recorded) {
-            self.lines.borrow_mut().extend(recorded.lines.iter().cloned());
-            self.publications.set(self.publications.get() + 1);
-            self.rewrites.set(self.rewrites.get() + recorded.rewrite as u32);
-        }
+    /// The model thread: id 7, a one-frame stack, no Python.
+    impl Caller for ModelOutlet {
         fn backtrace(&self) -> Vec<String> {
             self.backtraces.set(self.backtraces.get() + 1);
             vec!["model frame".into()]
@@ -534,6 +549,23 @@ pub(crate) mod model {
             site.returns[0] = frame.frame;
             site
         }
+        fn thread_id(&self) -> u32 {
+            7
+        }
+        fn python_frames_at_call(&self) -> Option<super::KeptFrames> {
+            None
+        }
+        fn python_places(&self) -> crate::session::waits::PythonPlaces {
+            self.python_places.get()
+        }
+    }
+
+    impl Outlet for ModelOutlet {
+        fn publish(&self, _session: &Session, recorded: &Recorded) {
+            self.lines.borrow_mut().extend(recorded.lines.iter().cloned());
+            self.publications.set(self.publications.get() + 1);
+            self.rewrites.set(self.rewrites.get() + recorded.rewrite as u32);
+        }
         fn describe_call_site(&self, site: &CallSite) -> Vec<String> {
             site.addresses().map(|a| format!("model call site {a:#x}")).collect()
         }
@@ -543,17 +575,8 @@ pub(crate) mod model {
         fn now_ns(&self) -> u64 {
             1
         }
-        fn thread_id(&self) -> u32 {
-            7
-        }
         fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth> {
             self.gpu_health.borrow().clone()
-        }
-        fn python_frames_at_call(&self) -> Option<super::KeptFrames> {
-            None
-        }
-        fn python_places(&self) -> crate::session::waits::PythonPlaces {
-            self.python_places.get()
         }
         /// Each place as a made-up frame that says what it was.
         fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame> {

@@ -703,6 +703,7 @@ mod tests {
             Hook::cublasSgemm_v2,
             &s.device,
             &s.outlet,
+            &s.outlet,
             &forward,
             super::super::OnThread { id: 7, memo: &memo, frame: Default::default() },
         );
@@ -725,6 +726,7 @@ mod tests {
                 Hook::cublasSgemm_v2,
                 &s.device,
                 &s.outlet,
+                &s.outlet,
                 &forward,
                 super::super::OnThread { id: 7, memo: &memo, frame: Default::default() },
             );
@@ -745,7 +747,15 @@ mod tests {
 
     /// The program's cudaDeviceSynchronize on thread 9, after the calls made on `s`.
     fn synchronisation<'a>(s: &'a Setup, memo: &'a crate::state::ThreadMemo) -> Call<'a, i32> {
-        Call::begin(&s.session, Hook::cudaDeviceSynchronize, &s.device, &s.outlet, &|| 0, super::super::OnThread { id: 9, memo, frame: Default::default() })
+        Call::begin(
+            &s.session,
+            Hook::cudaDeviceSynchronize,
+            &s.device,
+            &s.outlet,
+            &s.outlet,
+            &|| 0,
+            super::super::OnThread { id: 9, memo, frame: Default::default() },
+        )
     }
 
     fn faults(s: &Setup) -> Vec<crate::trace::Fault> {

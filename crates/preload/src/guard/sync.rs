@@ -56,7 +56,7 @@ fn synchronised(call: &Call<'_, c_int>, waits: Waits) -> c_int {
         hook: call.hook.index() as u16,
         since_ns: call.outlet.now_ns(),
         site: call.call_site(),
-        python: call.outlet.python_places(),
+        python: call.caller.python_places(),
     });
     let status = call.forward();
     drop(waiting);

@@ -10,7 +10,7 @@ use super::{backtrace, claim, crash, environment, process};
 use crate::config::{self, Config};
 use crate::ffi::intercept::loader_gate;
 use crate::ffi::intercept::reentry::defer_cancel;
-use crate::guard::Outlet;
+use crate::guard::{Caller, Outlet};
 use crate::session::{ChildSeed, Recorded, Session};
 use crate::trace;
 
@@ -25,7 +25,8 @@ static ACTIVE: AtomicPtr<Session> = AtomicPtr::new(std::ptr::null_mut());
 static ARMED: AtomicBool = AtomicBool::new(false);
 static EXITED: AtomicBool = AtomicBool::new(false);
 
-/// Where the guard's findings leave the process: stderr, the trace on disk, abort. What can
+/// Where the guard's findings leave the process: stderr, the trace on disk, abort; and, as the
+/// `Caller`, the thread a hooked call runs on. What can
 /// block or take long (a write, a backtrace, Python's frames, NVML) holds a cancellation request
 /// back until it is done (`defer_cancel`): a thread cancelled at a fault is cancelled after its
 /// fault is out, not in the middle of the write.
@@ -45,12 +46,6 @@ impl Outlet for RealOutlet {
             }
         })
     }
-    fn backtrace(&self) -> Vec<String> {
-        defer_cancel(backtrace::capture)
-    }
-    fn call_site(&self, frame: crate::session::call_site::HookFrame) -> crate::session::call_site::CallSite {
-        crate::ffi::host::call_site::read(frame)
-    }
     fn describe_call_site(&self, site: &crate::session::call_site::CallSite) -> Vec<String> {
         defer_cancel(|| backtrace::describe_call_site(site))
     }
@@ -61,9 +56,6 @@ impl Outlet for RealOutlet {
     }
     fn now_ns(&self) -> u64 {
         process::now_ns()
-    }
-    fn thread_id(&self) -> u32 {
-        process::thread_id()
     }
     fn kernel_name(&self, func: u64) -> Option<String> {
         defer_cancel(|| crate::ffi::host::backtrace::kernel_name(func))
@@ -80,6 +72,24 @@ impl Outlet for RealOutlet {
     fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth> {
         defer_cancel(|| Some(super::nvml::snapshot(true)))
     }
+    fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame> {
+        defer_cancel(|| crate::ffi::host::python::describe_places(places))
+    }
+}
+
+/// The calling thread, read where it runs: its stack, its call site, its id and its Python
+/// frames (the backtrace and Python's frames held back from a cancellation as the outlet's
+/// writes are).
+impl Caller for RealOutlet {
+    fn backtrace(&self) -> Vec<String> {
+        defer_cancel(backtrace::capture)
+    }
+    fn call_site(&self, frame: crate::session::call_site::HookFrame) -> crate::session::call_site::CallSite {
+        crate::ffi::host::call_site::read(frame)
+    }
+    fn thread_id(&self) -> u32 {
+        process::thread_id()
+    }
     fn python_stack(&self) -> Option<(Vec<crate::trace::PythonFrame>, Option<String>, String)> {
         defer_cancel(|| {
             let thread = crate::ffi::host::python::thread_name();
@@ -92,9 +102,6 @@ impl Outlet for RealOutlet {
     fn python_places(&self) -> crate::session::waits::PythonPlaces {
         crate::ffi::host::python::innermost_places()
     }
-    fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame> {
-        defer_cancel(|| crate::ffi::host::python::describe_places(places))
-    }
 }
 
 /// Runs `body` with a call of the guard's own (a device synchronisation that returned
@@ -104,7 +111,7 @@ pub(crate) fn as_guard_sync(s: &'static Session, status: i32, body: impl FnOnce(
     let _ = crate::ffi::host::thread::PER_THREAD.try_with(|t| {
         let device = crate::ffi::cuda_client::device::RealDevice::new(s, t);
         let forward = || status;
-        body(&crate::guard::Call::uncounted(s, crate::Hook::cudaDeviceSynchronize, &device, &RealOutlet, &forward, &t.memo));
+        body(&crate::guard::Call::uncounted(s, crate::Hook::cudaDeviceSynchronize, &device, (&RealOutlet, &RealOutlet), &forward, &t.memo));
     });
 }
 

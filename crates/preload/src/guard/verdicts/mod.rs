@@ -14,7 +14,7 @@ mod replay;
 use quick::quick_verdict;
 use recording::scan_one;
 pub(crate) use recording::Recording;
-pub(crate) use replay::LateOutlet;
+pub(crate) use replay::LateCaller;
 use replay::Replay;
 
 use std::cell::{Cell, RefCell};
@@ -22,7 +22,7 @@ use std::cell::{Cell, RefCell};
 use smallvec::SmallVec;
 
 use super::operand_call::{ExArgs, FiniteNotes};
-use super::{Call, Hook, Outlet, Recorded};
+use super::{Call, Caller, Hook, Outlet};
 use crate::check::operand_call::{CheckFacts, Members, OperandCall, OperandCallCheck, OperandSpec, MAX_OPERANDS, STAGING_ALIGN};
 use crate::check::{scan_grid, BatchScan, Device, Libraries, Memory, Reads, Streams, VerdictArena, VerdictMemory, MAX_BATCH_SCANS};
 use crate::config::{OnFault, SyncMode};
@@ -133,9 +133,9 @@ pub(crate) fn tell_pinned_fault<R: Copy>(call: &Call<'_, R>, seq: u64, finding: 
     let Some(pending) = s.verdicts.take_call(seq) else { return false };
     let told = match pending.call.downcast_ref::<Verdict>() {
         Some(v) => {
-            let outlet = LateOutlet::new(call.outlet, v.thread, v.python.clone(), v.site);
+            let caller = LateCaller::new(call.outlet, v.thread, v.python.clone(), v.site);
             let forward = || v.returned;
-            let past = Call::judged_later(s, v.hook, seq, call.device, &outlet, &forward, call.memo);
+            let past = Call::judged_later(s, v.hook, seq, call.device, call.outlet, &caller, &forward, call.memo);
             let mut check = OperandCallCheck::from_facts(&v.call, &v.facts);
             check.finding = Some(finding.clone());
             super::operand_call::finish_late(&past, &check, v.returned, v.record, v.extra, found_at, v.time_ns);
@@ -167,9 +167,9 @@ fn judge<R: Copy>(call: &Call<'_, R>, memory: &dyn VerdictMemory, pending: &Pend
         return;
     }
     let replay = Replay::new(call.device, memory, pending.arena, &pending.log);
-    let outlet = LateOutlet::new(call.outlet, v.thread, v.python.clone(), v.site);
+    let caller = LateCaller::new(call.outlet, v.thread, v.python.clone(), v.site);
     let forward = || v.returned;
-    let past = Call::judged_later(s, v.hook, pending.seq, &replay, &outlet, &forward, call.memo);
+    let past = Call::judged_later(s, v.hook, pending.seq, &replay, call.outlet, &caller, &forward, call.memo);
     let check = replayed(&past, v, &replay, buf);
     s.add_scan_time(call.outlet.now_ns().saturating_sub(started));
     super::operand_call::note_finite(&past, &check);
@@ -207,9 +207,9 @@ pub(super) fn quick_and_replayed(call: &Call<'_, i32>, pending: &Pending) -> (Op
     let mut buf = Vec::new();
     let quick = quick_verdict(v, memory, pending, &mut buf);
     let replay = Replay::new(call.device, memory, pending.arena, &pending.log);
-    let outlet = LateOutlet::new(call.outlet, v.thread, None, v.site);
+    let caller = LateCaller::new(call.outlet, v.thread, None, v.site);
     let forward = || v.returned;
-    let past = Call::judged_later(call.session, v.hook, pending.seq, &replay, &outlet, &forward, call.memo);
+    let past = Call::judged_later(call.session, v.hook, pending.seq, &replay, call.outlet, &caller, &forward, call.memo);
     let check = replayed(&past, v, &replay, &mut buf);
     (quick, FiniteNotes::of(&check), check.finding.is_some())
 }

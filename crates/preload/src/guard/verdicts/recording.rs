@@ -115,10 +115,10 @@ impl<'a> Recording<'a> {
         // one that ran out of room (what the replay cannot answer, it does not note).
         let quick = (judge && returned == crate::cuda::CUBLAS_SUCCESS && !self.overflowed.get()).then(|| FiniteNotes::of(check));
         self.queue(call, || {
-            let python = if judge { call.outlet.python_frames_at_call() } else { None };
+            let python = if judge { call.caller.python_frames_at_call() } else { None };
             Box::new(Verdict {
                 hook: call.hook,
-                thread: call.outlet.thread_id(),
+                thread: call.caller.thread_id(),
                 time_ns: call.outlet.now_ns(),
                 call: check.call.clone(),
                 facts: check.facts(),

@@ -135,40 +135,30 @@ impl Device for Replay<'_> {
     }
 }
 
-/// The outlet of a call judged after it returned: the thread, time, Python frames and call
-/// site are the call's, kept at it (the thread has long moved on: its stack of now is not the
-/// call's).
-pub(crate) struct LateOutlet<'a> {
-    outlet: &'a dyn Outlet,
+/// The thread of a call judged after it returned, as its faults tell it: what was kept at the
+/// call (its id, its call site, the Python frames read while it ran), for the `Call` a late
+/// verdict is judged through, beside the same outlet.
+pub(crate) struct LateCaller<'a> {
     thread: u32,
     python: RefCell<Option<crate::guard::KeptFrames>>,
     site: CallSite,
+    /// Names the call site when a fault asks for its backtrace (most late verdicts are clean).
+    names: &'a dyn Outlet,
 }
 
-impl<'a> LateOutlet<'a> {
-    pub(crate) fn new(outlet: &'a dyn Outlet, thread: u32, python: Option<crate::guard::KeptFrames>, site: CallSite) -> Self {
-        Self { outlet, thread, python: RefCell::new(python), site }
+impl<'a> LateCaller<'a> {
+    pub(crate) fn new(names: &'a dyn Outlet, thread: u32, python: Option<crate::guard::KeptFrames>, site: CallSite) -> Self {
+        Self { thread, python: RefCell::new(python), site, names }
     }
 }
 
-impl Outlet for LateOutlet<'_> {
-    fn publish(&self, session: &Session, recorded: &Recorded) {
-        self.outlet.publish(session, recorded)
-    }
+impl Caller for LateCaller<'_> {
+    /// The stack of the call, not of the thread now: its kept call site, named.
     fn backtrace(&self) -> Vec<String> {
-        self.outlet.describe_call_site(&self.site)
+        self.names.describe_call_site(&self.site)
     }
     fn call_site(&self, _frame: HookFrame) -> CallSite {
         self.site
-    }
-    fn describe_call_site(&self, site: &CallSite) -> Vec<String> {
-        self.outlet.describe_call_site(site)
-    }
-    fn abort(&self) {
-        self.outlet.abort()
-    }
-    fn now_ns(&self) -> u64 {
-        self.outlet.now_ns()
     }
     fn thread_id(&self) -> u32 {
         self.thread
@@ -184,23 +174,5 @@ impl Outlet for LateOutlet<'_> {
     }
     fn python_places(&self) -> crate::session::waits::PythonPlaces {
         crate::session::waits::PythonPlaces::default()
-    }
-    fn describe_python_places(&self, places: &crate::session::waits::PythonPlaces) -> Vec<crate::trace::PythonFrame> {
-        self.outlet.describe_python_places(places)
-    }
-    fn kernel_name(&self, func: u64) -> Option<String> {
-        self.outlet.kernel_name(func)
-    }
-    fn gpu_health(&self) -> Option<crate::gpu_health::GpuHealth> {
-        self.outlet.gpu_health()
-    }
-    fn create_file(
-        &self,
-        dir: &str,
-        name: &str,
-        extension: &str,
-        fill: &mut dyn FnMut(&mut std::io::BufWriter<&std::fs::File>) -> std::io::Result<()>,
-    ) -> std::io::Result<String> {
-        self.outlet.create_file(dir, name, extension, fill)
     }
 }

@@ -122,7 +122,7 @@ impl<'t> LeanCall<'t> {
             let ran = move || r;
             let frame = HookFrame::new(frame, crate::ffi::host::thread::stack_of(t));
             let thread = OnThread { id: tid, memo: &t.memo, frame };
-            let call = Call::resumed(s, hook, seq, started_ns, &device, &RealOutlet, &ran, thread, (r.status(), s.known_error_of(known)));
+            let call = Call::resumed(s, hook, seq, started_ns, &device, (&RealOutlet, &RealOutlet), &ran, thread, (r.status(), s.known_error_of(known)));
             let r = handler(&call);
             if !call.was_recorded() {
                 call.record(r.status(), CallArgs::None);

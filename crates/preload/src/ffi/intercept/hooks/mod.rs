@@ -71,13 +71,13 @@ fn intercept_on<R: HookReturn>(t: &PerThread, hook: Hook, frame: u64, forward: &
         // recorder and uses no sequence number.
         Some(s) if hook.is_registration() => {
             let device = RealDevice::new(s, t);
-            handler(&Call::uncounted(s, hook, &device, &RealOutlet, tracked, &t.memo))
+            handler(&Call::uncounted(s, hook, &device, (&RealOutlet, &RealOutlet), tracked, &t.memo))
         }
         Some(s) => {
             let device = RealDevice::new(s, t);
             let frame = HookFrame::new(frame, crate::ffi::host::thread::stack_of(t));
             let thread = OnThread { id: process::thread_id_of(t), memo: &t.memo, frame };
-            let call = Call::begin(s, hook, &device, &RealOutlet, tracked, thread);
+            let call = Call::begin(s, hook, &device, &RealOutlet, &RealOutlet, tracked, thread);
             let r = handler(&call);
             if !call.was_recorded() {
                 call.record(r.status(), CallArgs::None);
