@@ -74,6 +74,14 @@ pub(crate) struct DeclaredArg {
     pub bits: u64,
 }
 
+impl DeclaredArg {
+    /// Whether it points to memory the call reads or writes: an operand, a workspace or a
+    /// scalar (not a handle, a descriptor or a plain value).
+    pub fn points_to_data(&self) -> bool {
+        matches!(self.kind, ArgKind::Operand(_) | ArgKind::Scalar)
+    }
+}
+
 /// A type the table may give a declared argument.
 pub(crate) trait Declare: Copy {
     const KIND: ArgKind;
@@ -203,20 +211,10 @@ impl<'a> Args<'a> {
         self.list.iter().any(|a| a.name == name && a.kind == ArgKind::Scalar)
     }
 
-    /// The first handle: the library's.
+    /// The library's handle: the handle argument named `handle`, wherever the line puts it
+    /// (cuDNN's dropout setters take a descriptor first).
     pub fn handle(&self) -> u64 {
-        self.list.iter().find(|a| a.kind == ArgKind::Handle).map_or(0, |a| a.bits)
-    }
-
-    /// The handle argument of this name (cuDNN's dropout setters take a descriptor first).
-    pub fn handle_named(&self, name: &str) -> u64 {
-        self.list.iter().find(|a| a.kind == ArgKind::Handle && a.name == name).map_or(0, |a| a.bits)
-    }
-
-    /// Whether the argument points to memory the call reads or writes: an operand, a
-    /// workspace or a scalar (not a handle, a descriptor or a plain value).
-    pub fn points_to_data(arg: &DeclaredArg) -> bool {
-        matches!(arg.kind, ArgKind::Operand(_) | ArgKind::Scalar)
+        self.list.iter().find(|a| a.kind == ArgKind::Handle && a.name == "handle").map_or(0, |a| a.bits)
     }
 
     /// The operands, in the table's order, with what the call does with each.
@@ -244,7 +242,7 @@ mod tests {
         assert_eq!((-3 as c_int).declared("incx").bits as i64, -3);
         assert_eq!((0x20usize as Workspace).declared("ws").kind, ArgKind::Operand(Access::Workspace));
         assert_eq!((0.5f64.declared("epsilon").kind, 0.5f64.declared("epsilon").bits), (ArgKind::Value, 0.5f64.to_bits()));
-        assert!(!Args::points_to_data(&(0x20usize as *mut c_void).declared("xDesc")) && Args::points_to_data(&(0x20usize as Scalar).declared("alpha")));
+        assert!(!(0x20usize as *mut c_void).declared("xDesc").points_to_data() && (0x20usize as Scalar).declared("alpha").points_to_data());
     }
 
     #[test]
@@ -264,6 +262,8 @@ mod tests {
         let args = Args::new(Hook::cublasSgemv_v2, &list);
         assert_eq!((args.pointer("incx"), args.int("missing")), (0, 0));
         assert!(args.missed());
+        let dropout = [(0x5usize as *mut c_void).declared("desc"), (0x6usize as *mut c_void).declared("handle")];
+        assert_eq!(Args::new(Hook::cudnnSetDropoutDescriptor, &dropout).handle(), 0x6, "the handle by its name, not its place");
         let operands: Vec<_> = args.operands().collect();
         assert_eq!(operands, [("x", Access::Input, 0x40), ("y", Access::Accumulator, 0x80)]);
     }

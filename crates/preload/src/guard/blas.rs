@@ -17,28 +17,12 @@ use crate::scan::DType;
 use crate::validate::blas::{self, Factorisation, GbmvArgs, GemvArgs, TrsmArgs};
 use crate::validate::{ArgProblem, StoredShape};
 
-/// Operands, in the order NVIDIA's headers list them.
-#[derive(Default)]
-struct Operands {
-    list: [Option<OperandSpec>; MAX_OPERANDS],
-    used: usize,
-}
-
-impl Operands {
-    fn push(&mut self, spec: OperandSpec) {
-        if let Some(slot) = self.list.get_mut(self.used) {
-            *slot = Some(spec);
-            self.used += 1;
-        }
-    }
-}
-
 /// What a declared call's rule gives: the first argument rule it breaks, each operand's
 /// extent by its name in the table (an operand the rule does not name is not checked: a host
 /// `int *info`, a NULL pivot array), and the scalars' type where it is not the name's.
 struct Rule {
     problem: Option<ArgProblem>,
-    extents: [(&'static str, Extent); MAX_OPERANDS],
+    extents: [Option<(&'static str, Extent)>; MAX_OPERANDS],
     scalar: Option<DType>,
 }
 
@@ -82,13 +66,20 @@ impl Extent {
 
 impl Rule {
     fn new(problem: Option<ArgProblem>, extents: &[(&'static str, Extent)]) -> Self {
-        let mut rule = Self { problem, extents: [("", Extent::one()); MAX_OPERANDS], scalar: None };
-        rule.extents.iter_mut().zip(extents).for_each(|(slot, e)| *slot = *e);
-        rule
+        let rule = Self { problem, extents: [None; MAX_OPERANDS], scalar: None };
+        extents.iter().fold(rule, |rule, &(name, e)| rule.with(name, e))
+    }
+
+    /// The rule with `name`'s extent too (past `MAX_OPERANDS`, which no line reaches, dropped).
+    fn with(mut self, name: &'static str, extent: Extent) -> Self {
+        if let Some(slot) = self.extents.iter_mut().find(|slot| slot.is_none()) {
+            *slot = Some((name, extent));
+        }
+        self
     }
 
     fn extent_of(&self, name: &str) -> Option<Extent> {
-        self.extents.iter().find(|(n, _)| !n.is_empty() && *n == name).map(|(_, e)| *e)
+        self.extents.iter().flatten().find(|(n, _)| *n == name).map(|(_, e)| *e)
     }
 }
 
@@ -117,14 +108,14 @@ fn role(access: Access) -> Role {
 
 /// The operands of a declared call: each data pointer of its line that its rule gives an
 /// extent, in order, with the role its type declares.
-fn declared_operands(args: &Args<'_>, rule: &Rule, dtype: DType) -> Operands {
-    let mut ops = Operands::default();
-    for (name, access, ptr) in args.operands() {
-        if let Some(e) = rule.extent_of(name) {
-            let dtype = e.dtype.unwrap_or(dtype);
-            ops.push(OperandSpec { name, ptr, shape: e.shape, dtype, members: e.members, role: role(access), increment: e.increment, triangle: e.triangle });
-        }
-    }
+fn declared_operands(args: &Args<'_>, rule: &Rule, dtype: DType) -> [Option<OperandSpec>; MAX_OPERANDS] {
+    let mut ops = [None; MAX_OPERANDS];
+    let specs = args.operands().filter_map(|(name, access, ptr)| {
+        let e = rule.extent_of(name)?;
+        let dtype = e.dtype.unwrap_or(dtype);
+        Some(OperandSpec { name, ptr, shape: e.shape, dtype, members: e.members, role: role(access), increment: e.increment, triangle: e.triangle })
+    });
+    ops.iter_mut().zip(specs).for_each(|(slot, spec)| *slot = Some(spec));
     ops
 }
 
@@ -154,7 +145,7 @@ fn declared(call: &Call<'_, c_int>, args: Args<'_>, rule: fn(&Args<'_>) -> Rule)
         let (alpha, beta) = (scalar("alpha"), scalar("beta"));
         let (ops, problem) = match args.missed() {
             false => (declared_operands(&args, &rule, dtype), rule.problem),
-            true => (Operands::default(), None),
+            true => ([None; MAX_OPERANDS], None),
         };
         OperandCall {
             handle: args.handle(),
@@ -166,7 +157,7 @@ fn declared(call: &Call<'_, c_int>, args: Args<'_>, rule: fn(&Args<'_>) -> Rule)
             pointer_mode: None,
             stream: None,
             reduced_precision_compute: false,
-            operands: ops.list,
+            operands: ops,
         }
     };
     operand_call::guard(call, describe, record, ExArgs::default())
@@ -288,28 +279,21 @@ fn trsm_rule(a: &Args<'_>, batch: Option<c_int>) -> Rule {
 fn factorisation_rule(a: &Args<'_>, f: Factorisation) -> Rule {
     let count = f.batch().max(0) as u64;
     let arrays = Members::Array { count };
-    let mut extents = [("", Extent::one()); MAX_OPERANDS];
-    let mut used = 0;
-    let mut add = |name: &'static str, e: Extent| {
-        if let Some(slot) = extents.get_mut(used) {
-            *slot = (name, e);
-            used += 1;
-        }
-    };
+    let mut rule = Rule::new(None, &[]);
     let rhs = if matches!(f, Factorisation::Gels { .. }) { "Carray" } else { "Barray" };
     for (name, shape) in [("Aarray", Some(f.a())), (rhs, f.rhs()), ("TauArray", f.tau())] {
         if let Some(shape) = shape {
-            add(name, Extent::matrix(shape).members(arrays));
+            rule = rule.with(name, Extent::matrix(shape).members(arrays));
         }
     }
     let pivots = if matches!(f, Factorisation::Getrf { .. }) { "PivotArray" } else { "devIpiv" };
     if let Some(shape) = f.pivots().filter(|_| a.pointer(pivots) != 0) {
-        add(pivots, Extent::matrix(shape).of(DType::I32).members(Members::Strided { count, stride: shape.rows }));
+        rule = rule.with(pivots, Extent::matrix(shape).of(DType::I32).members(Members::Strided { count, stride: shape.rows }));
     }
     let info_array = if matches!(f, Factorisation::Getrf { .. }) { "infoArray" } else { "devInfoArray" };
     let has_info_array = matches!(f, Factorisation::Getrf { .. } | Factorisation::Gels { .. });
     if has_info_array && a.pointer(info_array) != 0 {
-        add(info_array, Extent::matrix(blas::info_array(f.batch())).of(DType::I32));
+        rule = rule.with(info_array, Extent::matrix(blas::info_array(f.batch())).of(DType::I32));
     }
     let problem = f.check().or_else(|| match f {
         Factorisation::Getrf { .. } if a.pointer("infoArray") == 0 => Some(ArgProblem::NullPointer { name: "infoArray" }),
@@ -318,7 +302,7 @@ fn factorisation_rule(a: &Args<'_>, f: Factorisation) -> Rule {
         }
         _ => None,
     });
-    Rule { problem, extents, scalar: None }
+    Rule { problem, ..rule }
 }
 
 /// `cublas<t>getrfBatched`: LU factorisations in place, with pivoting unless PivotArray is NULL.
@@ -398,7 +382,7 @@ mod tests {
         let rule = gbmv_rule(&args);
         assert!(rule.problem.is_none() && !args.missed());
         let ops = declared_operands(&args, &rule, element_type(args.hook));
-        let got: Vec<_> = ops.list.iter().flatten().map(|o| (o.name, o.ptr, o.role, o.shape, o.increment, o.dtype)).collect();
+        let got: Vec<_> = ops.iter().flatten().map(|o| (o.name, o.ptr, o.role, o.shape, o.increment, o.dtype)).collect();
         assert_eq!(
             got,
             [

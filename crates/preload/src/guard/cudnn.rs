@@ -183,7 +183,7 @@ pub(crate) fn backend_execute(call: &Call<'_, c_int>, handle: Handle, plan: Hand
 /// its name, `handle`).
 pub(crate) fn legacy(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
     let s = call.session;
-    let handle = args.handle_named("handle");
+    let handle = args.handle();
     let before = s.cudnn_handles.lookup_in(handle, call.memo);
     let record = CallArgs::Cudnn { handle, stream: stream_of(before), plan: 0, pack: 0 };
     let early = handle_finding(call, before).or_else(|| {
@@ -193,7 +193,7 @@ pub(crate) fn legacy(call: &Call<'_, c_int>, args: Args<'_>) -> c_int {
         let mut pointers = [(0usize, 0u64); 32];
         let mut n = 0;
         for (i, arg) in args.list.iter().enumerate() {
-            if Args::points_to_data(arg) && n < pointers.len() {
+            if arg.points_to_data() && n < pointers.len() {
                 pointers[n] = (i + 1, arg.bits);
                 n += 1;
             }
